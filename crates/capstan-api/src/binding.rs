@@ -1,0 +1,379 @@
+//! The CapabilityBinding custom resource, whose spec is the capability document's spec.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::patterns::{
+    CAPABILITY_ID_PATTERN, FEATURE_PATTERN, HTTP_URL_PATTERN, MAX_NAME_LEN, MAX_TEXT_LEN,
+    MAX_URL_LEN, SERVER_NAME_PATTERN, SKILL_NAME_PATTERN,
+};
+
+/// What one provider service contributes to a project's assistant: MCP tool endpoints with an
+/// allow-list, knowledge sources and on-demand skills.
+///
+/// This type is both the `spec` of a CapabilityBinding and the `spec` of a capability document
+/// (fixture file, capability-provider HTTP API): one Rust type, so a field cannot drift between
+/// producers.
+// Each `printcolumn(...)` repeats the same keys, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "capabilities.assistant.miloapis.com",
+    version = "v1alpha1",
+    kind = "CapabilityBinding",
+    plural = "capabilitybindings",
+    shortname = "capb",
+    category = "capstan",
+    derive = "PartialEq",
+    status = "CapabilityBindingStatus",
+    doc = "A provider service's contribution to the assistants of the project whose control plane \
+           holds it: MCP tools behind an allow-list, knowledge, and skills. Cluster-scoped: the \
+           control plane is the tenancy boundary.",
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status",
+        description = "Whether the spec validated"
+    ),
+    printcolumn(
+        name = "Composed",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Composed\")].status",
+        description = "Whether the last composition could use everything the binding declares"
+    ),
+    printcolumn(
+        name = "Tools",
+        type_ = "integer",
+        json_path = ".status.toolCount",
+        description = "Tools this binding contributes"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CapabilityBindingSpec {
+    /// The provider service this binding belongs to.
+    pub service_ref: ObjectRef,
+
+    /// The provider service's name as metered: every provider tool call emits one
+    /// tool-invocation event under this name.
+    #[schemars(length(min = 1, max = MAX_NAME_LEN))]
+    pub service_name: String,
+
+    /// The agent configuration of the provider service this binding projects.
+    pub service_agent_ref: ObjectRef,
+
+    /// The provider's own configuration revision (not the document schema version).
+    #[schemars(length(min = 1, max = MAX_NAME_LEN))]
+    pub configuration_version: String,
+
+    /// The provider's own project, where its team reviews capability-gap reports. Distinct from
+    /// the consumer project this binding is entitled to. Omitted: gap reporting is unavailable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_NAME_LEN))]
+    pub reporting_project: Option<String>,
+
+    /// Knowledge sources fetched at composition and rendered into the assistant's instructions
+    /// under a provenance header, and concept summaries listed beside them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knowledge: Option<Knowledge>,
+
+    /// MCP tool endpoints and the tools the assistant may use from each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Tools>,
+
+    /// Provider procedures loaded on demand: only name and description enter the prompt; the
+    /// body is fetched when the assistant calls `load_skill`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub skills: Vec<Skill>,
+
+    /// What the assistant may read on the provider's behalf, and how long one task may run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authority: Option<Authority>,
+}
+
+/// A reference to an object by name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ObjectRef {
+    /// The referenced object's name.
+    #[schemars(length(min = 1, max = MAX_NAME_LEN))]
+    pub name: String,
+}
+
+/// Knowledge the provider publishes for the assistant.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Knowledge {
+    /// Documents fetched over HTTP (short timeout, per-source byte cap). One failing source is
+    /// tolerated; losing every source degrades the binding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub sources: Vec<KnowledgeSource>,
+
+    /// One-line summaries of the provider's resource kinds, listed in the instructions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub concepts: Vec<Concept>,
+}
+
+/// One knowledge document.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KnowledgeSource {
+    /// What kind of document this is.
+    #[serde(rename = "type")]
+    pub kind: KnowledgeSourceType,
+
+    /// A title shown in the provenance header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_NAME_LEN))]
+    pub title: Option<String>,
+
+    /// Where the document is fetched from: an absolute http or https URL on an allowed host.
+    #[schemars(length(max = MAX_URL_LEN), pattern(HTTP_URL_PATTERN))]
+    pub url: String,
+}
+
+/// The kinds of knowledge document.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum KnowledgeSourceType {
+    /// A site-wide `llms.txt`-style document.
+    #[serde(rename = "LLMDocs")]
+    LlmDocs,
+    /// An operational runbook.
+    Runbook,
+    /// Any other Markdown document.
+    Markdown,
+}
+
+impl KnowledgeSourceType {
+    /// The name as it appears in documents.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LlmDocs => "LLMDocs",
+            Self::Runbook => "Runbook",
+            Self::Markdown => "Markdown",
+        }
+    }
+}
+
+/// A summary of one resource kind the provider serves.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Concept {
+    /// The kind summarised.
+    pub gvk: GroupKind,
+    /// One line on what the kind is.
+    #[schemars(length(min = 1, max = MAX_TEXT_LEN))]
+    pub summary: String,
+}
+
+/// An API group and kind.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct GroupKind {
+    /// The API group; empty for the core group.
+    #[serde(default)]
+    #[schemars(length(max = MAX_NAME_LEN))]
+    pub group: String,
+    /// The kind, or `*` for every kind of the group.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+}
+
+/// The MCP servers a binding contributes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Tools {
+    /// MCP servers (Streamable HTTP), each behind its own tool allow-list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub mcp_servers: Vec<McpServer>,
+}
+
+/// One MCP server and the tools the assistant may use from it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.mutating) || self.mutating.all(t, has(self.toolSelector) && has(self.toolSelector.include) && t in self.toolSelector.include)",
+        "message": "every mutating entry must also be in toolSelector.include",
+        "fieldPath": ".mutating",
+        "reason": "FieldValueInvalid"
+    },
+    {
+        "rule": "!has(self.capabilities) || self.capabilities.all(c, has(self.toolSelector) && has(self.toolSelector.include) && c.tool in self.toolSelector.include)",
+        "message": "every capabilities[].tool must also be in toolSelector.include",
+        "fieldPath": ".capabilities",
+        "reason": "FieldValueInvalid"
+    }
+]))]
+pub struct McpServer {
+    /// The server's name, the namespace of its tools (`<name>__<tool>`): 1–63 characters of
+    /// `[a-zA-Z0-9_-]`, starting and ending alphanumeric, never containing `__`, unique in the
+    /// binding. `cap` is reserved for routed capabilities.
+    #[schemars(length(min = 1, max = 63), pattern(SERVER_NAME_PATTERN))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        { "rule": "!self.contains('__')", "message": "must not contain \"__\", the tool namespace delimiter" },
+        { "rule": "self != 'cap'", "message": "\"cap\" is reserved for routed capabilities" }
+    ]))]
+    pub name: String,
+
+    /// The server's Streamable HTTP MCP URL. It must be on the sidecar's endpoint host
+    /// allow-list, or it is not dialed and the binding reports Composed=False.
+    #[schemars(length(max = MAX_URL_LEN), pattern(HTTP_URL_PATTERN))]
+    pub endpoint: String,
+
+    /// The tools the assistant may use. A server without an allow-list contributes no tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_selector: Option<ToolSelector>,
+
+    /// Tools, among those included, that can change something. They are listed in the
+    /// composition's mutating set and carry `readOnlyHint: false`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 128)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub mutating: Vec<String>,
+
+    /// Routed capabilities (`cap.*`) this server's tools can serve.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub capabilities: Vec<CapabilityMapping>,
+}
+
+/// The tool allow-list of one MCP server.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ToolSelector {
+    /// Exact tool names the assistant may list and call. Enforced on `tools/list` and on every
+    /// `tools/call`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 128)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub include: Vec<String>,
+}
+
+/// One allowed tool mapped onto a routed capability.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapabilityMapping {
+    /// The capability served, `cap.<segment>(.<segment>)*`, e.g. `cap.web.search`.
+    #[schemars(length(max = MAX_NAME_LEN), pattern(CAPABILITY_ID_PATTERN))]
+    pub capability_id: String,
+
+    /// The tool that serves it; must be in `toolSelector.include`.
+    #[schemars(length(min = 1, max = 128))]
+    pub tool: String,
+
+    /// Coverage claims, from the capability's feature vocabulary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 63), pattern(FEATURE_PATTERN)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub features: Vec<String>,
+
+    /// What one call costs. Omitted: unpriced, which is not the same as free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_hint: Option<CostHint>,
+
+    /// A routing prior in basis points (0–10000). Never evidence of quality.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub quality: Option<u16>,
+
+    /// `active` routes; `quarantined` is excluded from selection and from direct calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CapabilityStatus>,
+}
+
+/// The price of one call.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostHint {
+    /// Base cost in micro-USD. Omitted: unpriced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub base_micros_usd: Option<i64>,
+
+    /// Whether the cost is bundled into a broker subscription.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bundled_in_broker: bool,
+}
+
+/// Whether a capability mapping may be routed to.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum CapabilityStatus {
+    /// Eligible for routing.
+    #[default]
+    Active,
+    /// Excluded from routing with the reason `quarantined`.
+    Quarantined,
+}
+
+/// A provider procedure the assistant loads on demand.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct Skill {
+    /// The skill's name, unique in the binding; the argument of `load_skill`.
+    #[schemars(length(min = 1, max = 63), pattern(SKILL_NAME_PATTERN))]
+    pub name: String,
+
+    /// One line saying when the skill applies; this is all that enters the prompt.
+    #[schemars(length(min = 1, max = MAX_TEXT_LEN))]
+    pub description: String,
+
+    /// Where the body is fetched from (5 s, 64 KiB): an absolute http or https URL.
+    #[schemars(length(max = MAX_URL_LEN), pattern(HTTP_URL_PATTERN))]
+    pub source: String,
+}
+
+/// What the assistant may do on the provider's behalf.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Authority {
+    /// Kinds the assistant may read for this provider.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub reads: Vec<ReadGrant>,
+
+    /// The longest one task (one MCP session) may run, in seconds. The smallest value across a
+    /// project's bindings applies; 0 or omitted sets no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub max_task_duration_seconds: Option<u32>,
+}
+
+/// One readable kind.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ReadGrant {
+    /// The group and kind (`*` for every kind of the group).
+    pub gvk: GroupKind,
+}
+
+/// What the controller last observed about a CapabilityBinding. Written only by Capstan.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapabilityBindingStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// `Accepted` (the spec validated) and `Composed` (the last composition could use
+    /// everything the binding declares).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+
+    /// How many tools the binding contributes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_count: Option<i32>,
+
+    /// The namespaced names of the tools the binding contributes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+}

@@ -1,0 +1,71 @@
+//! Patterns and bounds shared by the schema (admission) and runtime validation.
+//!
+//! Every pattern has a sentence a person can act on ([`pattern_message`]): the schema carries the
+//! regular expression, and runtime errors carry the sentence instead of the expression.
+
+/// MCP server names: 1–63 characters of `[a-zA-Z0-9_-]`, alphanumeric at both ends. The `__`
+/// ban and the reserved name `cap` are separate rules so each gets its own message.
+pub const SERVER_NAME_PATTERN: &str = "^[a-zA-Z0-9]([a-zA-Z0-9_-]*[a-zA-Z0-9])?$";
+
+/// Skill names: the same alphabet as server names, so `load_skill` arguments stay plain.
+pub const SKILL_NAME_PATTERN: &str = SERVER_NAME_PATTERN;
+
+/// Capability ids: `cap.` then dotted lower-case segments. Segments may contain `-` but not `_`:
+/// a capability is exposed as the tool `cap__<segments joined by _>`, and allowing `_` would let
+/// `cap.web_search` and `cap.web.search` collide.
+pub const CAPABILITY_ID_PATTERN: &str = "^cap(\\.[a-z][a-z0-9]*(-[a-z0-9]+)*)+$";
+
+/// Feature names of a capability's vocabulary, e.g. `search.fresh`.
+pub const FEATURE_PATTERN: &str = "^[a-z][a-z0-9_-]*(\\.[a-z][a-z0-9_-]*)*$";
+
+/// Absolute http(s) URLs with a non-empty authority and no whitespace. The endpoint guard does
+/// the real parsing and host checks at the dial site; this only catches what cannot be a URL.
+pub const HTTP_URL_PATTERN: &str = "^https?://[^\\s/?#]+([/?#]\\S*)?$";
+
+/// Names and other identifiers: the Kubernetes DNS-subdomain bound.
+pub const MAX_NAME_LEN: u32 = 253;
+
+/// One-line prose that enters the prompt (skill descriptions, concept summaries): bounded so a
+/// provider cannot make every project's prompt expensive.
+pub const MAX_TEXT_LEN: u32 = 1024;
+
+/// URLs: the length browsers and proxies reliably accept.
+pub const MAX_URL_LEN: u32 = 2048;
+
+/// The sentence shown instead of a regular expression when a value does not match it.
+pub fn pattern_message(pattern: &str) -> Option<&'static str> {
+    match pattern {
+        SERVER_NAME_PATTERN => Some(
+            "must consist of letters, digits, '_' and '-', and start and end with a letter or digit",
+        ),
+        CAPABILITY_ID_PATTERN => Some(
+            "must be cap.<segment>(.<segment>)*, each segment lower-case letters, digits and '-', \
+             starting with a letter",
+        ),
+        FEATURE_PATTERN => Some(
+            "must be dotted lower-case segments of letters, digits, '_' and '-', e.g. search.fresh",
+        ),
+        HTTP_URL_PATTERN => Some("must be an absolute http:// or https:// URL"),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pattern_should_have_a_message() {
+        for pattern in [
+            SERVER_NAME_PATTERN,
+            CAPABILITY_ID_PATTERN,
+            FEATURE_PATTERN,
+            HTTP_URL_PATTERN,
+        ] {
+            assert!(
+                pattern_message(pattern).is_some(),
+                "{pattern} has no message"
+            );
+        }
+    }
+}
