@@ -1,0 +1,224 @@
+//! Property tests: any valid document survives serialize → parse → validate unchanged, in JSON
+//! and in YAML, and a CR's spec JSON equals the document's spec JSON for the same content.
+
+use capstan_api::{
+    Authority, CapabilityBinding, CapabilityBindingSpec, CapabilityDocument, CapabilityMapping,
+    CapabilityStatus, Concept, CostHint, DocumentMeta, GroupKind, Knowledge, KnowledgeSource,
+    KnowledgeSourceType, McpServer, Object, ObjectRef, ReadGrant, Skill, ToolSelector, Tools,
+};
+use proptest::collection::vec;
+use proptest::option;
+use proptest::prelude::*;
+
+/// Identifiers, including ones YAML would read as something else if left unquoted.
+fn ident() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z][a-z0-9-]{0,20}[a-z0-9]",
+        Just("yes".to_owned()),
+        Just("null".to_owned()),
+        Just("1.10".to_owned()),
+        Just("0x1F".to_owned()),
+        "[0-9]{1,3}",
+    ]
+}
+
+fn url() -> impl Strategy<Value = String> {
+    (
+        "https?",
+        "[a-z][a-z0-9]{0,10}(\\.[a-z]{2,5})?",
+        option::of(1u16..),
+        "(/[a-z0-9._-]{1,8}){0,3}",
+    )
+        .prop_map(|(scheme, host, port, path)| match port {
+            Some(port) => format!("{scheme}://{host}:{port}{path}"),
+            None => format!("{scheme}://{host}{path}"),
+        })
+}
+
+fn prose() -> impl Strategy<Value = String> {
+    "[A-Za-z0-9 ,.:#'\"-]{1,80}".prop_filter("not blank", |s| !s.trim().is_empty())
+}
+
+fn knowledge() -> impl Strategy<Value = Knowledge> {
+    let source = (
+        prop_oneof![
+            Just(KnowledgeSourceType::LlmDocs),
+            Just(KnowledgeSourceType::Runbook),
+            Just(KnowledgeSourceType::Markdown)
+        ],
+        option::of(prose()),
+        url(),
+    )
+        .prop_map(|(kind, title, url)| KnowledgeSource { kind, title, url });
+    let concept =
+        ("[a-z.]{0,20}", "[A-Z][a-zA-Z]{0,15}|\\*", prose()).prop_map(|(group, kind, summary)| {
+            Concept {
+                gvk: GroupKind { group, kind },
+                summary,
+            }
+        });
+    (vec(source, 0..4), vec(concept, 0..3))
+        .prop_map(|(sources, concepts)| Knowledge { sources, concepts })
+}
+
+fn server(index: usize) -> impl Strategy<Value = McpServer> {
+    (
+        "[a-z][a-z0-9]{0,8}",
+        url(),
+        vec("[a-z][a-z0-9_.]{0,15}", 0..6),
+        any::<prop::sample::Index>(),
+        option::of((
+            any::<u16>(),
+            option::of(0i64..1_000_000),
+            any::<bool>(),
+            any::<bool>(),
+        )),
+    )
+        .prop_map(move |(prefix, endpoint, mut include, pick, mapping)| {
+            include.sort();
+            include.dedup();
+            let mutating = if include.is_empty() {
+                vec![]
+            } else {
+                vec![pick.get(&include).clone()]
+            };
+            let capabilities = match (mapping, include.first()) {
+                (Some((quality, base, bundled, quarantined)), Some(tool)) => {
+                    vec![CapabilityMapping {
+                        capability_id: format!("cap.{prefix}.search"),
+                        tool: tool.clone(),
+                        features: vec!["search.fresh".to_owned()],
+                        cost_hint: Some(CostHint {
+                            base_micros_usd: base,
+                            bundled_in_broker: bundled,
+                        }),
+                        quality: Some(quality % 10_001),
+                        status: Some(if quarantined {
+                            CapabilityStatus::Quarantined
+                        } else {
+                            CapabilityStatus::Active
+                        }),
+                    }]
+                }
+                _ => vec![],
+            };
+            McpServer {
+                name: format!("{prefix}{index}"),
+                endpoint,
+                tool_selector: (!include.is_empty()).then_some(ToolSelector { include }),
+                mutating,
+                capabilities,
+            }
+        })
+}
+
+fn spec() -> impl Strategy<Value = CapabilityBindingSpec> {
+    let servers = (0usize..4).prop_flat_map(|n| (0..n).map(server).collect::<Vec<_>>());
+    let skills = vec((prose(), url()), 0..3).prop_map(|skills| {
+        skills
+            .into_iter()
+            .enumerate()
+            .map(|(i, (description, source))| Skill {
+                name: format!("skill-{i}"),
+                description,
+                source,
+            })
+            .collect()
+    });
+    let authority = (
+        vec(("[a-z.]{0,10}", "[A-Z][a-z]{0,8}|\\*"), 0..3),
+        option::of(0u32..=86400),
+    )
+        .prop_map(|(reads, max)| Authority {
+            reads: reads
+                .into_iter()
+                .map(|(group, kind)| ReadGrant {
+                    gvk: GroupKind { group, kind },
+                })
+                .collect(),
+            max_task_duration_seconds: max,
+        });
+    (
+        (ident(), ident(), ident(), ident(), option::of(ident())),
+        option::of(knowledge()),
+        option::of(servers.prop_map(|mcp_servers| Tools { mcp_servers })),
+        skills,
+        option::of(authority),
+    )
+        .prop_map(
+            |(
+                (service, service_name, agent, version, reporting),
+                knowledge,
+                tools,
+                skills,
+                authority,
+            )| {
+                CapabilityBindingSpec {
+                    service_ref: ObjectRef { name: service },
+                    service_name,
+                    service_agent_ref: ObjectRef { name: agent },
+                    configuration_version: version,
+                    reporting_project: reporting,
+                    knowledge,
+                    tools,
+                    skills,
+                    authority,
+                }
+            },
+        )
+}
+
+fn document(spec: CapabilityBindingSpec) -> CapabilityDocument {
+    CapabilityDocument {
+        api_version: Some("services.miloapis.com/v1alpha1".into()),
+        kind: Some("AgentBinding".into()),
+        metadata: DocumentMeta {
+            name: Some("generated".into()),
+            namespace: Some("demo-project".into()),
+        },
+        spec,
+    }
+}
+
+fn only_document(text: &str) -> CapabilityDocument {
+    let parsed = capstan_api::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(parsed.invalid.is_empty(), "{:?}\n{text}", parsed.invalid);
+    assert_eq!(parsed.objects.len(), 1);
+    match parsed.objects.into_iter().next().map(|p| p.object) {
+        Some(Object::Document(document)) => document,
+        other => panic!("expected a document, got {other:?}"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn valid_documents_should_survive_json_round_trip(spec in spec()) {
+        prop_assert_eq!(capstan_api::validate(&spec), vec![]);
+        let original = document(spec);
+        let text = serde_json::to_string(&[&original]).unwrap_or_else(|e| panic!("{e}"));
+        let parsed = only_document(&text);
+        prop_assert_eq!(&parsed, &original);
+        prop_assert_eq!(capstan_api::validate(&parsed.spec), vec![]);
+    }
+
+    #[test]
+    fn valid_documents_should_survive_yaml_round_trip(spec in spec()) {
+        let original = document(spec);
+        let text = serde_saphyr::to_string(&original).unwrap_or_else(|e| panic!("{e}"));
+        prop_assert_eq!(&only_document(&text), &original);
+    }
+
+    #[test]
+    fn cr_spec_json_should_equal_document_spec_json(spec in spec()) {
+        let binding = CapabilityBinding::new("generated", spec.clone());
+        let cr = serde_json::to_value(&binding).unwrap_or_else(|e| panic!("{e}"));
+        let doc = serde_json::to_value(document(spec)).unwrap_or_else(|e| panic!("{e}"));
+        prop_assert_eq!(&cr["spec"], &doc["spec"]);
+        // And the CR reads back through the parser as the same spec.
+        let parsed = capstan_api::parse(&cr.to_string()).unwrap_or_else(|e| panic!("{e}"));
+        let back = parsed.into_documents().pop().map(|d| d.spec);
+        prop_assert_eq!(back, Some(binding.spec));
+    }
+}
