@@ -31,13 +31,7 @@ struct At {
 
 /// Every (object location, required field) and (field location, enum values) in the schema
 /// that the instance reaches.
-fn walk(
-    schema: &Value,
-    instance: &Value,
-    at: At,
-    required: &mut Vec<(At, String)>,
-    enums: &mut Vec<(At, Vec<String>)>,
-) {
+fn walk(schema: &Value, instance: &Value, at: At, required: &mut Required, enums: &mut Enums) {
     if let Some(values) = schema.get("enum").and_then(Value::as_array) {
         enums.push((
             at.clone(),
@@ -89,15 +83,11 @@ fn walk(
     }
 }
 
-fn lines(spec: &Value) -> Vec<String> {
-    validate_binding_spec(spec)
-        .iter()
-        .map(ToString::to_string)
-        .collect()
-}
+type Required = Vec<(At, String)>;
+type Enums = Vec<(At, Vec<String>)>;
 
-#[test]
-fn every_required_field_of_the_crd_should_be_required_at_runtime() {
+/// The full document's spec, and the required fields and enums of the CRD schema it reaches.
+fn reached() -> (Value, Required, Enums) {
     let spec = full_spec();
     let (mut required, mut enums) = (Vec::new(), Vec::new());
     let root = At {
@@ -111,6 +101,19 @@ fn every_required_field_of_the_crd_should_be_required_at_runtime() {
         &mut required,
         &mut enums,
     );
+    (spec, required, enums)
+}
+
+fn lines(spec: &Value) -> Vec<String> {
+    validate_binding_spec(spec)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[test]
+fn every_required_field_of_the_crd_should_be_required_at_runtime() {
+    let (spec, required, _) = reached();
     assert!(
         required.len() >= 15,
         "the full document reaches only {} required fields",
@@ -134,19 +137,7 @@ fn every_required_field_of_the_crd_should_be_required_at_runtime() {
 
 #[test]
 fn every_enum_of_the_crd_should_be_enforced_at_runtime_with_its_values() {
-    let spec = full_spec();
-    let (mut required, mut enums) = (Vec::new(), Vec::new());
-    let root = At {
-        path: "spec".into(),
-        pointer: String::new(),
-    };
-    walk(
-        &spec_schema::<CapabilityBinding>(),
-        &spec,
-        root,
-        &mut required,
-        &mut enums,
-    );
+    let (spec, _, enums) = reached();
     assert!(
         enums.len() >= 2,
         "the full document reaches only {} enums",
