@@ -1,10 +1,12 @@
 //! The CustomResourceDefinitions, as the YAML committed under `config/crd/`.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use kube::CustomResourceExt;
 
 use crate::binding::CapabilityBinding;
-use crate::qualifier::RouteQualifier;
+use crate::qualifier::{MAX_QUALIFIER_NAME_LEN, RouteQualifier};
 
 /// The header every generated file starts with.
 const HEADER: &str =
@@ -14,8 +16,38 @@ const HEADER: &str =
 pub fn crds() -> [(&'static str, CustomResourceDefinition); 2] {
     [
         ("capabilitybindings.yaml", CapabilityBinding::crd()),
-        ("routequalifiers.yaml", RouteQualifier::crd()),
+        (
+            "routequalifiers.yaml",
+            with_name_limit(RouteQualifier::crd(), MAX_QUALIFIER_NAME_LEN),
+        ),
     ]
+}
+
+/// Bounds `metadata.name` in the schema, the one metadata restriction a CRD may declare, so the
+/// apiserver's refusal names the field (a CEL rule on the root could not).
+fn with_name_limit(mut crd: CustomResourceDefinition, max: usize) -> CustomResourceDefinition {
+    let root = crd
+        .spec
+        .versions
+        .iter_mut()
+        .filter_map(|v| v.schema.as_mut()?.open_api_v3_schema.as_mut());
+    for schema in root {
+        let name = JSONSchemaProps {
+            type_: Some("string".into()),
+            max_length: i64::try_from(max).ok(),
+            ..Default::default()
+        };
+        let metadata = JSONSchemaProps {
+            type_: Some("object".into()),
+            properties: Some([("name".to_owned(), name)].into()),
+            ..Default::default()
+        };
+        schema
+            .properties
+            .get_or_insert_default()
+            .insert("metadata".into(), metadata);
+    }
+    crd
 }
 
 /// A CRD rendered as the YAML committed in the repository.

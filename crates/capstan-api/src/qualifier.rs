@@ -34,22 +34,27 @@ pub const MAX_CONSTRAINT_TARGETS: usize = 32;
     status = "RouteQualifierStatus",
     doc = "A standing rule constraining which provider serves a routed capability (cap.*). \
            Qualifiers merge in name order; contradictory qualifiers are refused, never ignored.",
-    validation = kube::core::Rule::new("size(self.metadata.name) <= 128")
-        .message("metadata.name must be at most 128 characters")
-        .field_path(".metadata.name"),
     printcolumn(
         name = "Capability",
         type_ = "string",
         json_path = ".spec.capabilityId",
         description = "The capability constrained; empty means every capability"
     ),
-    printcolumn(name = "Constraint", type_ = "string", json_path = ".spec.constraint.kind"),
+    printcolumn(
+        name = "Constraint",
+        type_ = "string",
+        json_path = ".spec.constraint.kind"
+    ),
     printcolumn(
         name = "Accepted",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RouteQualifierSpec {
