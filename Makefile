@@ -26,9 +26,25 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+.PHONY: tools
+tools: ## Build (once) the pinned kube-apiserver, etcd and helm into ~/.cache/capstan
+	e2e/build-tools
+
 .PHONY: test
-test: lint ## Lint, then every test (a test fails when generated files are stale)
+test: lint tools ## Lint, then every test: unit, integration, e2e on a real apiserver
 	$(CARGO) test --workspace
+
+.PHONY: e2e
+e2e: tools ## Only the e2e suites (each starts and stops its own control plane)
+	$(CARGO) test -p capstan-e2e
+
+.PHONY: cluster-up
+cluster-up: tools ## Start a control plane for manual use; prints export lines to eval
+	@e2e/control-plane up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the control plane started by cluster-up and delete its state
+	@e2e/control-plane down
 
 .PHONY: bench
 bench: ## Benchmarks (release builds; medians and ratios, never asserted)

@@ -1,0 +1,287 @@
+//! Test support for Capstan's e2e suites: a real kube-apiserver and etcd per test binary
+//! (started by `e2e/control-plane`), a `kube::Client` and `kubectl` against it, and the CRDs
+//! from `config/crd` installed.
+//!
+//! Each test binary uses a custom harness (libtest-mimic): it starts one [`ControlPlane`], runs
+//! its trials, and tears the control plane down before exiting, also when trials fail. A
+//! watchdog process stops the control plane if the test binary dies without tearing down.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, Config};
+use thiserror::Error;
+
+/// The field manager e2e tests write with.
+pub const FIELD_MANAGER: &str = "capstan-e2e";
+
+/// Why the harness could not provide a control plane.
+#[derive(Debug, Error)]
+pub enum HarnessError {
+    /// A command the harness runs failed.
+    #[error("`{command}` failed ({status}):\n{stderr}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+    /// A command could not be started at all.
+    #[error("cannot run `{command}`: {source}")]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// Why it could not start.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `control-plane up` did not print the environment it promises.
+    #[error("control-plane up printed no {0} line")]
+    MissingEnv(&'static str),
+    /// The kubeconfig could not be loaded.
+    #[error("kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// Where it was read from.
+        path: PathBuf,
+        /// Why it was refused.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// A Kubernetes API call failed.
+    #[error("kubernetes api: {0}")]
+    Kube(#[from] kube::Error),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A CRD did not become established in time.
+    #[error("CRD {0} not established within 30 s")]
+    NotEstablished(String),
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A running control plane: etcd and kube-apiserver on loopback, owned by this process.
+#[derive(Debug)]
+pub struct ControlPlane {
+    state: PathBuf,
+    kubeconfig: PathBuf,
+    audit_log: PathBuf,
+}
+
+impl ControlPlane {
+    /// Starts a control plane whose state lives in a directory named after `suite` and this
+    /// process, so test binaries running side by side never share one.
+    pub fn start(suite: &str) -> Result<Self, HarnessError> {
+        let state =
+            std::env::temp_dir().join(format!("capstan-e2e-{suite}-{}", std::process::id()));
+        let script = repo_root().join("e2e/control-plane");
+        let output = run(Command::new(&script)
+            .arg("up")
+            .env("CAPSTAN_E2E_STATE", &state))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let exported = |name: &'static str| {
+            stdout
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("export {name}=")).map(unquote))
+                .map(PathBuf::from)
+                .ok_or(HarnessError::MissingEnv(name))
+        };
+        let plane = Self {
+            kubeconfig: exported("KUBECONFIG")?,
+            audit_log: exported("CAPSTAN_E2E_AUDIT_LOG")?,
+            state,
+        };
+        plane.watch_over_this_process()?;
+        Ok(plane)
+    }
+
+    /// Stops the control plane and removes its state.
+    pub fn stop(&self) -> Result<(), HarnessError> {
+        let script = repo_root().join("e2e/control-plane");
+        run(Command::new(script)
+            .arg("down")
+            .env("CAPSTAN_E2E_STATE", &self.state))
+        .map(drop)
+    }
+
+    /// Starts a detached watchdog that runs `control-plane down` once this process is gone, so
+    /// a test binary killed mid-run (or interrupted with Ctrl-C) leaves no servers behind.
+    fn watch_over_this_process(&self) -> Result<(), HarnessError> {
+        use std::os::unix::process::CommandExt;
+
+        let script = repo_root().join("e2e/control-plane");
+        let watch = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; exec \"$0\" down",
+            pid = std::process::id()
+        );
+        Command::new("bash")
+            .args(["-c", &watch])
+            .arg(&script)
+            .env("CAPSTAN_E2E_STATE", &self.state)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own process group: a Ctrl-C aimed at the test run must not stop the cleanup.
+            .process_group(0)
+            .spawn()
+            .map(drop)
+            .map_err(|source| HarnessError::Spawn {
+                command: "bash (watchdog)".into(),
+                source,
+            })
+    }
+
+    /// The admin kubeconfig (system:masters).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The apiserver's audit log: one JSON event per request, Metadata level.
+    pub fn audit_log(&self) -> &Path {
+        &self.audit_log
+    }
+
+    /// A client with the admin credential.
+    pub async fn client(&self) -> Result<Client, HarnessError> {
+        let kubeconfig =
+            Kubeconfig::read_from(&self.kubeconfig).map_err(|source| HarnessError::Kubeconfig {
+                path: self.kubeconfig.clone(),
+                source,
+            })?;
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|source| HarnessError::Kubeconfig {
+                path: self.kubeconfig.clone(),
+                source,
+            })?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// `kubectl` with this control plane's kubeconfig, run from the repository root.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_with_input(args, None)
+    }
+
+    /// `kubectl` with `input` on its standard input.
+    pub fn kubectl_with_input(&self, args: &[&str], input: Option<&str>) -> Output {
+        use std::io::Write;
+
+        let mut command = Command::new("kubectl");
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .current_dir(repo_root())
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap_or_else(|e| panic!("kubectl: {e}"));
+        if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+            stdin
+                .write_all(text.as_bytes())
+                .unwrap_or_else(|e| panic!("kubectl stdin: {e}"));
+        }
+        child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("kubectl: {e}"))
+    }
+
+    /// Installs the committed CRDs (server-side apply) and waits until each is established.
+    pub async fn install_crds(&self, client: &Client) -> Result<(), HarnessError> {
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for (file, _) in capstan_api::crd::crds() {
+            let path = repo_root().join("config/crd").join(file);
+            let text = std::fs::read_to_string(&path).map_err(|source| HarnessError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let crd: CustomResourceDefinition =
+                serde_saphyr::from_str(&text).map_err(|e| HarnessError::Io {
+                    path: path.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            api.patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&crd),
+            )
+            .await?;
+            let established = await_condition(api.clone(), &name, conditions::is_crd_established());
+            tokio::time::timeout(Duration::from_secs(30), established)
+                .await
+                .map_err(|_| HarnessError::NotEstablished(name.clone()))?
+                .map_err(|e| HarnessError::Kube(kube::Error::Service(Box::new(e))))?;
+        }
+        Ok(())
+    }
+
+    /// Audit events (parsed JSON lines) recorded so far.
+    pub fn audit_events(&self) -> Result<Vec<serde_json::Value>, HarnessError> {
+        let text = std::fs::read_to_string(&self.audit_log).map_err(|source| HarnessError::Io {
+            path: self.audit_log.clone(),
+            source,
+        })?;
+        Ok(text
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect())
+    }
+}
+
+/// Removes the shell quoting `printf %q` adds to plain paths.
+fn unquote(value: &str) -> String {
+    value.trim_matches('\'').replace("\\ ", " ")
+}
+
+fn run(command: &mut Command) -> Result<Output, HarnessError> {
+    let line = format!("{command:?}");
+    let output = command
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .output()
+        .map_err(|source| HarnessError::Spawn {
+            command: line.clone(),
+            source,
+        })?;
+    if output.status.success() {
+        Ok(output)
+    } else {
+        Err(HarnessError::Command {
+            command: line,
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+}
+
+/// What a finished command printed, for assertion messages.
+pub fn printed(output: &Output) -> String {
+    format!(
+        "status: {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
