@@ -1,0 +1,202 @@
+//! The controller's Prometheus metrics.
+
+use std::time::Instant;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::status::Kind;
+use crate::status_queue::Sent;
+
+/// What happened to a desired status sent to the queue.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are snake_case on the wire
+pub enum QueueOutcome {
+    /// Queued behind other keys.
+    enqueued,
+    /// Replaced a status already waiting for the same object.
+    coalesced,
+    /// Dropped: the queue was full. The periodic resync sends it again.
+    dropped,
+}
+
+impl From<Sent> for QueueOutcome {
+    fn from(sent: Sent) -> Self {
+        match sent {
+            Sent::Queued => Self::enqueued,
+            Sent::Coalesced => Self::coalesced,
+            Sent::Dropped => Self::dropped,
+        }
+    }
+}
+
+/// What the status worker did with one desired status.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // label values are snake_case on the wire
+pub enum WriteOutcome {
+    /// Written with server-side apply.
+    written,
+    /// Not written: no transition compared with the cache.
+    skipped_unchanged,
+    /// Not written: this replica does not hold the lease.
+    skipped_not_leader,
+    /// Not written: the object is gone from the cache.
+    skipped_gone,
+    /// The write failed; the next reconcile retries.
+    failed,
+}
+
+/// The label set of queue counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    /// What happened.
+    pub outcome: QueueOutcome,
+}
+
+/// The label set of write counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// What happened.
+    pub outcome: WriteOutcome,
+}
+
+/// Kinds as label values.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum KindLabel {
+    /// CapabilityBinding.
+    CapabilityBinding,
+    /// RouteQualifier.
+    RouteQualifier,
+}
+
+impl From<Kind> for KindLabel {
+    fn from(kind: Kind) -> Self {
+        match kind {
+            Kind::Binding => Self::CapabilityBinding,
+            Kind::Qualifier => Self::RouteQualifier,
+        }
+    }
+}
+
+/// The label set of reconcile counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    /// The kind reconciled.
+    pub kind: KindLabel,
+    /// The Accepted verdict's reason, or `error`.
+    pub result: String,
+}
+
+/// Every metric the controller exports.
+#[derive(Clone)]
+pub struct Metrics {
+    /// Desired statuses sent to the queue, by outcome.
+    pub queue: Family<QueueLabels, Counter>,
+    /// Desired statuses taken off the queue, by what the worker did.
+    pub writes: Family<WriteLabels, Counter>,
+    /// How long each status write took.
+    pub write_duration: Histogram,
+    /// Keys waiting in the status queue.
+    pub queue_depth: Gauge,
+    /// Reconciles, by kind and verdict.
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    /// 1 while this replica holds the leader lease.
+    pub leader: Gauge,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them under the `capstan_controller` prefix.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            queue: Family::default(),
+            writes: Family::default(),
+            // 1 ms to ~4 s: a status patch on a healthy apiserver takes a few milliseconds.
+            write_duration: Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 13),
+            ),
+            queue_depth: Gauge::default(),
+            reconciles: Family::default(),
+            leader: Gauge::default(),
+        };
+        let registry = registry.sub_registry_with_prefix("capstan_controller");
+        registry.register(
+            "status_queue",
+            "Desired statuses sent to the status queue, by outcome (enqueued, coalesced, dropped)",
+            metrics.queue.clone(),
+        );
+        registry.register(
+            "status_writes",
+            "Desired statuses handled by the status worker, by outcome",
+            metrics.writes.clone(),
+        );
+        registry.register(
+            "status_write_duration_seconds",
+            "Duration of status writes (server-side apply on /status)",
+            metrics.write_duration.clone(),
+        );
+        registry.register(
+            "status_queue_depth",
+            "Objects waiting in the status queue",
+            metrics.queue_depth.clone(),
+        );
+        registry.register(
+            "reconciles",
+            "Reconciles by kind and result",
+            metrics.reconciles.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader lease",
+            metrics.leader.clone(),
+        );
+        metrics
+    }
+
+    /// Counts one send to the queue.
+    pub fn sent(&self, sent: Sent) {
+        self.queue
+            .get_or_create(&QueueLabels {
+                outcome: sent.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one worker outcome.
+    pub fn wrote(&self, outcome: WriteOutcome) {
+        self.writes.get_or_create(&WriteLabels { outcome }).inc();
+    }
+
+    /// Counts one reconcile.
+    pub fn reconciled(&self, kind: Kind, result: &str) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                kind: kind.into(),
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Starts timing a write; the duration is recorded when the guard drops.
+    pub fn time_write(&self) -> WriteTimer<'_> {
+        WriteTimer {
+            histogram: &self.write_duration,
+            started: Instant::now(),
+        }
+    }
+}
+
+/// Records a write's duration when dropped.
+pub struct WriteTimer<'a> {
+    histogram: &'a Histogram,
+    started: Instant,
+}
+
+impl Drop for WriteTimer<'_> {
+    fn drop(&mut self) {
+        self.histogram.observe(self.started.elapsed().as_secs_f64());
+    }
+}

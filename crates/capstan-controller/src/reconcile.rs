@@ -1,0 +1,244 @@
+//! Reconcilers: a CapabilityBinding's `Accepted` condition from runtime validation, and every
+//! RouteQualifier's `Accepted` condition from validation plus the set-level verdicts.
+//!
+//! Reconcilers compute desired statuses and hand them to the status queue; they never write.
+//! (The `every-reconcile` write mode, kept for benchmarking against, writes directly instead.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capstan_api::RouteQualifierSpec;
+use capstan_api::conditions::accepted;
+use capstan_api::validate::{
+    validate_binding_spec, validate_qualifier_name, validate_qualifier_spec,
+};
+use capstan_route::{Qualifier, Verdict};
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+use thiserror::Error;
+use tracing::{instrument, warn};
+
+use crate::metrics::Metrics;
+use crate::status::{
+    ConditionStatus, DesiredCondition, DesiredStatus, Kind, MAX_MESSAGE_LEN, ObjectKey,
+    ObservedStatus, bounded_message,
+};
+use crate::status_queue::StatusSender;
+use crate::writer::write_status;
+
+/// Errors of a reconcile.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// A direct status write failed (`every-reconcile` mode only).
+    #[error("writing status of {key}: {source}")]
+    Write {
+        /// The object.
+        key: ObjectKey,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// The variant as a metric label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Write { .. } => "write",
+        }
+    }
+}
+
+/// How statuses reach the apiserver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WriteMode {
+    /// Through the coalescing queue, only on a transition (the default, and the design).
+    Transitions,
+    /// Every reconcile writes its status directly: the naive controller, kept as the
+    /// benchmark's baseline.
+    EveryReconcile,
+}
+
+/// What reconcilers share.
+pub struct Context {
+    /// The apiserver client.
+    pub client: Client,
+    /// Where desired statuses go.
+    pub queue: StatusSender<ObjectKey, DesiredStatus>,
+    /// The controller's metrics.
+    pub metrics: Metrics,
+    /// How statuses are written.
+    pub mode: WriteMode,
+    /// How often every object is reconciled again, recovering anything dropped.
+    pub resync: Duration,
+}
+
+impl Context {
+    async fn submit(
+        &self,
+        key: ObjectKey,
+        observed: &ObservedStatus,
+        desired: DesiredStatus,
+    ) -> Result<(), Error> {
+        match self.mode {
+            WriteMode::Transitions => {
+                let sent = self.queue.send(key, desired);
+                self.metrics.sent(sent);
+                self.metrics
+                    .queue_depth
+                    .set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
+                Ok(())
+            }
+            WriteMode::EveryReconcile => write_status(&self.client, &key, observed, &desired)
+                .await
+                .map(drop)
+                .map_err(|source| Error::Write { key, source }),
+        }
+    }
+
+    /// The resync interval with up to 10% jitter, so objects created together do not resync
+    /// together forever.
+    fn resync_action(&self, name: &str) -> Action {
+        let jitter_permille = name
+            .bytes()
+            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+            % 100;
+        let resync = self.resync + self.resync.mul_f64(jitter_permille as f64 / 1000.0);
+        Action::requeue(resync)
+    }
+}
+
+fn accepted_condition(errors: &[String]) -> DesiredCondition {
+    if errors.is_empty() {
+        DesiredCondition {
+            type_: accepted::TYPE,
+            status: ConditionStatus::True,
+            reason: accepted::VALIDATED,
+            message: "the spec is valid".into(),
+        }
+    } else {
+        DesiredCondition {
+            type_: accepted::TYPE,
+            status: ConditionStatus::False,
+            reason: accepted::VALIDATION_FAILED,
+            message: bounded_message(errors, MAX_MESSAGE_LEN),
+        }
+    }
+}
+
+/// Reconciles one CapabilityBinding: validates its spec and sends the `Accepted` condition.
+#[instrument(skip_all, fields(name = %binding.name_any(), generation = binding.metadata.generation))]
+pub async fn reconcile_binding(
+    binding: Arc<DynamicObject>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let name = binding.name_any();
+    let spec = binding.data.get("spec").unwrap_or(&Value::Null);
+    let errors: Vec<String> = validate_binding_spec(spec)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    if !errors.is_empty() {
+        warn!(errors = errors.len(), first = %errors[0], "binding is invalid");
+    }
+    let condition = accepted_condition(&errors);
+    ctx.metrics.reconciled(Kind::Binding, condition.reason);
+    let desired = DesiredStatus {
+        generation: binding.metadata.generation.unwrap_or_default(),
+        conditions: vec![condition],
+        tools: None,
+    };
+    let observed = ObservedStatus::from_object_data(&binding.data);
+    ctx.submit(
+        ObjectKey {
+            kind: Kind::Binding,
+            name: name.clone(),
+        },
+        &observed,
+        desired,
+    )
+    .await?;
+    Ok(ctx.resync_action(&name))
+}
+
+/// Requeues a failed reconcile after a short pause.
+pub fn binding_error_policy(_: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+    warn!(%error, "reconcile failed");
+    ctx.metrics.reconciled(Kind::Binding, error.metric_label());
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Evaluates every RouteQualifier together (a verdict depends on the whole set, deletions
+/// included) and sends each one's `Accepted` condition.
+pub async fn reconcile_qualifiers(
+    qualifiers: &[Arc<DynamicObject>],
+    ctx: &Context,
+) -> Result<(), Error> {
+    let mut invalid = Vec::new();
+    let mut valid: Vec<(&DynamicObject, String, RouteQualifierSpec)> = Vec::new();
+    for object in qualifiers {
+        let name = object.name_any();
+        let spec = object.data.get("spec").unwrap_or(&Value::Null);
+        let mut errors: Vec<String> = validate_qualifier_spec(spec)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        errors.extend(validate_qualifier_name(&name).map(|e| e.to_string()));
+        match serde_json::from_value::<RouteQualifierSpec>(spec.clone()) {
+            Ok(parsed) if errors.is_empty() => valid.push((object, name, parsed)),
+            Ok(_) => invalid.push((object, errors)),
+            Err(error) => {
+                if errors.is_empty() {
+                    errors.push(format!("spec: cannot be decoded: {error}"));
+                }
+                invalid.push((object, errors));
+            }
+        }
+    }
+    let verdicts = capstan_route::verdicts(
+        &valid
+            .iter()
+            .map(|(_, name, spec)| Qualifier { name, spec })
+            .collect::<Vec<_>>(),
+    );
+
+    let mut desired: Vec<(&DynamicObject, DesiredCondition)> = Vec::new();
+    for (object, errors) in invalid {
+        desired.push((object, accepted_condition(&errors)));
+    }
+    for (object, name, _) in &valid {
+        let condition = match verdicts.get(name) {
+            None | Some(Verdict::Accepted) => accepted_condition(&[]),
+            Some(verdict @ Verdict::LimitExceeded { .. }) => DesiredCondition {
+                type_: accepted::TYPE,
+                status: ConditionStatus::False,
+                reason: accepted::LIMIT_EXCEEDED,
+                message: verdict.message(name),
+            },
+            Some(verdict @ Verdict::Conflict(_)) => DesiredCondition {
+                type_: accepted::TYPE,
+                status: ConditionStatus::False,
+                reason: accepted::CONFLICT,
+                message: bounded_message(&[verdict.message(name)], MAX_MESSAGE_LEN),
+            },
+        };
+        desired.push((object, condition));
+    }
+    for (object, condition) in desired {
+        ctx.metrics.reconciled(Kind::Qualifier, condition.reason);
+        let status = DesiredStatus {
+            generation: object.metadata.generation.unwrap_or_default(),
+            conditions: vec![condition],
+            tools: None,
+        };
+        let key = ObjectKey {
+            kind: Kind::Qualifier,
+            name: object.name_any(),
+        };
+        ctx.submit(key, &ObservedStatus::from_object_data(&object.data), status)
+            .await?;
+    }
+    Ok(())
+}

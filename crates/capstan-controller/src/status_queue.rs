@@ -1,0 +1,210 @@
+//! A bounded, coalescing queue of desired statuses, drained by exactly one worker.
+//!
+//! Reconcilers never write status: they [`StatusSender::send`] the status they want, which never
+//! blocks. A newer desired status for a key replaces the queued one (coalescing) without losing
+//! its place in line; a new key arriving when `capacity` keys are already waiting is dropped and
+//! counted, since a lost status update is cosmetic and the periodic resync sends it again, while
+//! a reconcile blocked on a full queue would stall every object behind it. The receiving half
+//! is not `Clone`, so one worker drains it.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+/// What happened to one [`StatusSender::send`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// The key was not waiting; it now is, at the back of the line.
+    Queued,
+    /// The key was waiting; its desired status was replaced in place.
+    Coalesced,
+    /// The queue held `capacity` other keys; this update was dropped.
+    Dropped,
+}
+
+struct Pending<K, V> {
+    values: HashMap<K, V>,
+    order: VecDeque<K>,
+}
+
+struct Shared<K, V> {
+    pending: Mutex<Pending<K, V>>,
+    ready: Notify,
+    capacity: usize,
+}
+
+impl<K, V> Shared<K, V> {
+    fn lock(&self) -> MutexGuard<'_, Pending<K, V>> {
+        // A poisoned lock means a panic while the map was being changed; the map and the line
+        // are updated together under the lock, so the data is still consistent.
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The sending half: cheap to clone, used by every reconciler.
+pub struct StatusSender<K, V> {
+    shared: Arc<Shared<K, V>>,
+}
+
+impl<K, V> Clone for StatusSender<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The receiving half: owned by the single status worker.
+pub struct StatusReceiver<K, V> {
+    shared: Arc<Shared<K, V>>,
+}
+
+/// A queue holding at most `capacity` waiting keys.
+pub fn status_queue<K, V>(capacity: usize) -> (StatusSender<K, V>, StatusReceiver<K, V>) {
+    let shared = Arc::new(Shared {
+        pending: Mutex::new(Pending {
+            values: HashMap::new(),
+            order: VecDeque::new(),
+        }),
+        ready: Notify::new(),
+        capacity,
+    });
+    (
+        StatusSender {
+            shared: shared.clone(),
+        },
+        StatusReceiver { shared },
+    )
+}
+
+impl<K: Eq + Hash + Clone, V> StatusSender<K, V> {
+    /// Queues `value` as the desired status of `key`. Never blocks.
+    pub fn send(&self, key: K, value: V) -> Sent {
+        let mut pending = self.shared.lock();
+        if let Some(slot) = pending.values.get_mut(&key) {
+            *slot = value;
+            return Sent::Coalesced;
+        }
+        if pending.order.len() >= self.shared.capacity {
+            return Sent::Dropped;
+        }
+        pending.order.push_back(key.clone());
+        pending.values.insert(key, value);
+        drop(pending);
+        self.shared.ready.notify_one();
+        Sent::Queued
+    }
+
+    /// How many keys are waiting.
+    pub fn len(&self) -> usize {
+        self.shared.lock().order.len()
+    }
+
+    /// Whether no key is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<K: Eq + Hash + Clone, V> StatusReceiver<K, V> {
+    /// The key waiting longest and its latest desired status; waits while none is waiting.
+    pub async fn recv(&mut self) -> (K, V) {
+        let shared = self.shared.clone();
+        loop {
+            // Register interest before looking, so a send between the look and the wait is not
+            // missed.
+            let notified = shared.ready.notified();
+            if let Some(next) = self.try_recv() {
+                return next;
+            }
+            notified.await;
+        }
+    }
+
+    /// How many keys are waiting.
+    pub fn len(&self) -> usize {
+        self.shared.lock().order.len()
+    }
+
+    /// Whether no key is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The key waiting longest, if any, without waiting.
+    pub fn try_recv(&mut self) -> Option<(K, V)> {
+        let mut pending = self.shared.lock();
+        let key = pending.order.pop_front()?;
+        let value = pending.values.remove(&key)?;
+        Some((key, value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn queue_should_coalesce_updates_for_one_key_keeping_its_place() {
+        let (tx, mut rx) = status_queue(8);
+        assert_eq!(tx.send("a", 1), Sent::Queued);
+        assert_eq!(tx.send("b", 1), Sent::Queued);
+        assert_eq!(tx.send("a", 2), Sent::Coalesced);
+        assert_eq!(tx.send("a", 3), Sent::Coalesced);
+        assert_eq!(rx.try_recv(), Some(("a", 3)));
+        assert_eq!(rx.try_recv(), Some(("b", 1)));
+        assert_eq!(rx.try_recv(), None);
+    }
+
+    #[test]
+    fn full_queue_should_drop_new_keys_but_still_coalesce_waiting_ones() {
+        let (tx, mut rx) = status_queue(2);
+        assert_eq!(tx.send("a", 1), Sent::Queued);
+        assert_eq!(tx.send("b", 1), Sent::Queued);
+        assert_eq!(tx.send("c", 1), Sent::Dropped);
+        assert_eq!(tx.send("b", 2), Sent::Coalesced);
+        assert_eq!(tx.len(), 2);
+        assert_eq!(rx.try_recv(), Some(("a", 1)));
+        assert_eq!(tx.send("c", 2), Sent::Queued);
+        assert_eq!(rx.try_recv(), Some(("b", 2)));
+        assert_eq!(rx.try_recv(), Some(("c", 2)));
+    }
+
+    #[test]
+    fn a_key_should_be_queued_again_after_it_was_taken() {
+        let (tx, mut rx) = status_queue(1);
+        tx.send("a", 1);
+        assert_eq!(rx.try_recv(), Some(("a", 1)));
+        assert_eq!(tx.send("a", 2), Sent::Queued);
+        assert_eq!(rx.try_recv(), Some(("a", 2)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn receiver_should_wait_for_a_send_and_wake_on_it() {
+        let (tx, mut rx) = status_queue::<&str, u32>(4);
+        let worker = tokio::spawn(async move { rx.recv().await });
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!worker.is_finished(), "recv returned with nothing queued");
+        tx.send("a", 7);
+        assert_eq!(worker.await.ok(), Some(("a", 7)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sends_while_the_worker_is_busy_should_coalesce_into_one_receive() {
+        let (tx, mut rx) = status_queue::<&str, u32>(4);
+        tx.send("a", 1);
+        assert_eq!(rx.recv().await, ("a", 1));
+        // The worker is "writing"; three updates for the same key arrive meanwhile.
+        for value in 2..=4 {
+            tx.send("a", value);
+        }
+        assert_eq!(rx.recv().await, ("a", 4));
+        assert!(rx.try_recv().is_none());
+    }
+}

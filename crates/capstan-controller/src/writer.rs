@@ -1,0 +1,165 @@
+//! The status worker: drains the status queue and writes a status only on a transition.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use crate::metrics::{Metrics, WriteOutcome};
+use crate::status::{DesiredStatus, Kind, ObjectKey, ObservedStatus, apply_body, is_transition};
+use crate::status_queue::StatusReceiver;
+
+/// The one field manager Capstan writes status under.
+pub const FIELD_MANAGER: &str = "capstan-controller";
+
+/// How long one status write may take before it counts as failed. 10 s: far beyond a healthy
+/// apiserver's latency, short enough that one stuck write does not hold up the queue for long.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The API resource of each kind, for dynamic clients and cache lookups.
+pub fn api_resource(kind: Kind) -> ApiResource {
+    match kind {
+        Kind::Binding => ApiResource::erase::<capstan_api::CapabilityBinding>(&()),
+        Kind::Qualifier => ApiResource::erase::<capstan_api::RouteQualifier>(&()),
+    }
+}
+
+/// Writes `desired` onto the status of `key` with server-side apply under [`FIELD_MANAGER`].
+/// No retry: the next observation is a better retry than an immediate one.
+pub async fn write_status(
+    client: &Client,
+    key: &ObjectKey,
+    observed: &ObservedStatus,
+    desired: &DesiredStatus,
+) -> Result<DynamicObject, kube::Error> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(key.kind));
+    let body = apply_body(key, observed, desired, &Time(Timestamp::now()));
+    api.patch_status(
+        &key.name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+}
+
+/// What this worker last wrote for an object, until the cache shows it.
+struct Written {
+    resource_version: u64,
+    observed: ObservedStatus,
+}
+
+/// The single consumer of the status queue.
+pub struct StatusWriter {
+    client: Client,
+    bindings: Store<DynamicObject>,
+    qualifiers: Store<DynamicObject>,
+    leader: watch::Receiver<bool>,
+    metrics: Metrics,
+    written: HashMap<ObjectKey, Written>,
+}
+
+impl StatusWriter {
+    /// A worker comparing against the given caches, writing only while `leader` is true.
+    pub fn new(
+        client: Client,
+        bindings: Store<DynamicObject>,
+        qualifiers: Store<DynamicObject>,
+        leader: watch::Receiver<bool>,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            client,
+            bindings,
+            qualifiers,
+            leader,
+            metrics,
+            written: HashMap::new(),
+        }
+    }
+
+    /// Drains the queue until the task is dropped.
+    pub async fn run(mut self, mut queue: StatusReceiver<ObjectKey, DesiredStatus>) {
+        loop {
+            let (key, desired) = queue.recv().await;
+            self.metrics
+                .queue_depth
+                .set(i64::try_from(queue.len()).unwrap_or(i64::MAX));
+            let outcome = self.handle(&key, &desired).await;
+            self.metrics.wrote(outcome);
+            debug!(object = %key, ?outcome, generation = desired.generation, "status handled");
+        }
+    }
+
+    async fn handle(&mut self, key: &ObjectKey, desired: &DesiredStatus) -> WriteOutcome {
+        if !*self.leader.borrow() {
+            return WriteOutcome::skipped_not_leader;
+        }
+        let store = match key.kind {
+            Kind::Binding => &self.bindings,
+            Kind::Qualifier => &self.qualifiers,
+        };
+        let Some(object) = store.get(&ObjectRef::new_with(&key.name, api_resource(key.kind)))
+        else {
+            self.written.remove(key);
+            return WriteOutcome::skipped_gone;
+        };
+        let cached = ObservedStatus::from_object_data(&object.data);
+        let cached_version = resource_version(&object);
+        // Right after a write the cache may not have caught up yet; until it has, what this
+        // worker wrote is the truer picture (resource versions are etcd revisions, so a
+        // smaller one is older).
+        let observed = match self.written.get(key) {
+            Some(written) if cached_version.is_none_or(|v| v < written.resource_version) => {
+                &written.observed
+            }
+            _ => {
+                self.written.remove(key);
+                &cached
+            }
+        };
+        if !is_transition(observed, desired) {
+            return WriteOutcome::skipped_unchanged;
+        }
+        let result = {
+            let _timer = self.metrics.time_write();
+            tokio::time::timeout(
+                WRITE_TIMEOUT,
+                write_status(&self.client, key, observed, desired),
+            )
+            .await
+        };
+        match result {
+            Ok(Ok(updated)) => {
+                if let Some(resource_version) = resource_version(&updated) {
+                    let observed = ObservedStatus::from_object_data(&updated.data);
+                    self.written.insert(
+                        key.clone(),
+                        Written {
+                            resource_version,
+                            observed,
+                        },
+                    );
+                }
+                WriteOutcome::written
+            }
+            Ok(Err(error)) => {
+                warn!(object = %key, %error, "status write failed; the next reconcile retries");
+                WriteOutcome::failed
+            }
+            Err(_) => {
+                warn!(object = %key, timeout = ?WRITE_TIMEOUT, "status write timed out; the next reconcile retries");
+                WriteOutcome::failed
+            }
+        }
+    }
+}
+
+fn resource_version(object: &DynamicObject) -> Option<u64> {
+    object.resource_version().and_then(|v| v.parse().ok())
+}
