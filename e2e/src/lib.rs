@@ -17,6 +17,9 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Config};
 use thiserror::Error;
 
+pub mod controller;
+pub mod suite;
+
 /// The field manager e2e tests write with.
 pub const FIELD_MANAGER: &str = "capstan-e2e";
 
@@ -145,6 +148,20 @@ impl ControlPlane {
                 command: "bash (watchdog)".into(),
                 source,
             })
+    }
+
+    /// The state directory (certificates, logs); files a test writes here go away on `stop`.
+    pub fn state_dir(&self) -> &Path {
+        &self.state
+    }
+
+    /// Restarts kube-apiserver on the same port and etcd, keeping all state.
+    pub fn restart_apiserver(&self) -> Result<(), HarnessError> {
+        let script = repo_root().join("e2e/control-plane");
+        run(Command::new(script)
+            .arg("restart-apiserver")
+            .env("CAPSTAN_E2E_STATE", &self.state))
+        .map(drop)
     }
 
     /// The admin kubeconfig (system:masters).

@@ -10,121 +10,47 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use capstan_api::{API_VERSION, CapabilityBinding, CapabilityBindingStatus, RouteQualifier};
-use capstan_e2e::{ControlPlane, FIELD_MANAGER, printed, repo_root};
+use capstan_e2e::suite::{Env, Outcome, check, trial};
+use capstan_e2e::{FIELD_MANAGER, printed, repo_root};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
-use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::{Value, json};
-use tokio::runtime::Runtime;
 
-struct Suite {
-    plane: ControlPlane,
-    client: Client,
-    runtime: Runtime,
-}
-
-type Outcome = Result<(), Failed>;
+type Suite = Env;
 
 fn main() -> ExitCode {
-    let args = Arguments::from_args();
-    if args.list {
-        return libtest_mimic::run(&args, trials(None)).exit_code();
-    }
-    let suite = match start() {
-        Ok(suite) => Arc::new(suite),
-        Err(error) => {
-            eprintln!("admission: cannot start the control plane: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let conclusion = libtest_mimic::run(&args, trials(Some(&suite)));
-    if let Err(error) = suite.plane.stop() {
-        eprintln!("admission: control-plane down: {error}");
-    }
-    conclusion.exit_code()
-}
-
-fn start() -> Result<Suite, Box<dyn std::error::Error>> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let plane = ControlPlane::start("admission")?;
-    let client = runtime.block_on(async {
-        let client = plane.client().await?;
-        plane.install_crds(&client).await?;
-        Ok::<_, capstan_e2e::HarnessError>(client)
-    });
-    match client {
-        Ok(client) => Ok(Suite {
-            plane,
-            client,
-            runtime,
-        }),
-        Err(error) => {
-            let _ = plane.stop();
-            Err(error.into())
-        }
-    }
-}
-
-/// Registers every trial; with no suite (listing only) the bodies are never run.
-fn trials(suite: Option<&Arc<Suite>>) -> Vec<Trial> {
-    let mut trials = Vec::new();
-    let mut add = |name: String, body: fn(&Suite) -> Outcome| {
-        let suite = suite.cloned();
-        trials.push(Trial::test(name, move || match &suite {
-            Some(suite) => body(suite),
-            None => Ok(()),
-        }));
-    };
-    add(
-        "kubectl_should_accept_the_streamco_examples_and_print_columns".into(),
-        kubectl_accepts_examples,
-    );
-    add(
-        "kubectl_explain_should_show_field_descriptions".into(),
-        kubectl_explain_describes_fields,
-    );
-    add(
-        "client_should_accept_the_streamco_examples".into(),
-        client_accepts_examples,
-    );
-    add(
-        "spec_change_should_bump_generation_and_status_patch_should_not".into(),
-        generation_follows_spec,
-    );
-
+    let mut trials = vec![
+        trial(
+            "kubectl_should_accept_the_streamco_examples_and_print_columns",
+            kubectl_accepts_examples,
+        ),
+        trial(
+            "kubectl_explain_should_show_field_descriptions",
+            kubectl_explain_describes_fields,
+        ),
+        trial(
+            "client_should_accept_the_streamco_examples",
+            client_accepts_examples,
+        ),
+        trial(
+            "spec_change_should_bump_generation_and_status_patch_should_not",
+            generation_follows_spec,
+        ),
+    ];
     for case in refusal_cases() {
-        let name = case.name.clone();
         let case = Arc::new(case);
-        for (via, body) in [
-            (
-                "kubectl",
-                refused_by_kubectl as fn(&Suite, &Case) -> Outcome,
-            ),
-            ("client", refused_by_client),
-        ] {
-            let suite = suite.cloned();
-            let case = case.clone();
-            trials.push(Trial::test(
-                format!("{via}_should_refuse::{name}"),
-                move || match &suite {
-                    Some(suite) => body(suite, &case),
-                    None => Ok(()),
-                },
-            ));
-        }
+        let by_kubectl = case.clone();
+        trials.push(trial(
+            format!("kubectl_should_refuse::{}", case.name),
+            move |env| refused_by_kubectl(env, &by_kubectl),
+        ));
+        let by_client = case.clone();
+        trials.push(trial(
+            format!("client_should_refuse::{}", case.name),
+            move |env| refused_by_client(env, &by_client),
+        ));
     }
-    trials
-}
-
-fn check(condition: bool, message: impl FnOnce() -> String) -> Outcome {
-    if condition {
-        Ok(())
-    } else {
-        Err(message().into())
-    }
+    capstan_e2e::suite::run("admission", false, |_| Ok(()), trials)
 }
 
 fn stdout(output: &std::process::Output) -> String {

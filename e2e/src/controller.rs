@@ -1,0 +1,231 @@
+//! Running `capstan-controller` processes against the test control plane, as a service account
+//! bound to the controller's RBAC rules (`config/rbac/controller.yaml`).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+use crate::{ControlPlane, HarnessError, printed, repo_root};
+
+/// The namespace the controller's Lease and service accounts live in.
+pub const NAMESPACE: &str = "capstan-system";
+
+/// The controller binary, built once per test binary (a no-op when up to date).
+pub fn controller_binary() -> Result<PathBuf, HarnessError> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let output = Command::new(cargo)
+                .args([
+                    "build",
+                    "-q",
+                    "-p",
+                    "capstan-controller",
+                    "--bin",
+                    "capstan-controller",
+                ])
+                .current_dir(repo_root())
+                .output()
+                .map_err(|e| format!("cargo build: {e}"))?;
+            if !output.status.success() {
+                return Err(format!(
+                    "cargo build -p capstan-controller failed:\n{}",
+                    printed(&output)
+                ));
+            }
+            // Tests run from <target>/<profile>/deps; the binary sits in <target>/<profile>.
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .ok_or("test binary has no target dir")?;
+            Ok(dir.join("capstan-controller"))
+        })
+        .clone()
+        .map_err(|message| HarnessError::Io {
+            path: "capstan-controller".into(),
+            source: std::io::Error::other(message),
+        })
+}
+
+/// Applies the controller's RBAC and creates a service account `name` bound to it, returning a
+/// kubeconfig that authenticates as that account (so the audit log tells replicas apart).
+pub fn service_account_kubeconfig(
+    plane: &ControlPlane,
+    name: &str,
+) -> Result<PathBuf, HarnessError> {
+    let kubectl = |args: &[&str], input: Option<&str>| -> Result<String, HarnessError> {
+        let output = plane.kubectl_with_input(args, input);
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(HarnessError::Command {
+                command: format!("kubectl {}", args.join(" ")),
+                status: output.status.to_string(),
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            })
+        }
+    };
+    kubectl(&["apply", "-f", "config/rbac/controller.yaml"], None)?;
+    let bindings = format!(
+        r#"{{"apiVersion": "v1", "kind": "List", "items": [
+            {{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {{"name": "{name}", "namespace": "{NAMESPACE}"}}}},
+            {{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+              "metadata": {{"name": "capstan-controller-{name}"}},
+              "roleRef": {{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "capstan-controller"}},
+              "subjects": [{{"kind": "ServiceAccount", "name": "{name}", "namespace": "{NAMESPACE}"}}]}},
+            {{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+              "metadata": {{"name": "capstan-controller-leader-election-{name}", "namespace": "{NAMESPACE}"}},
+              "roleRef": {{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "capstan-controller-leader-election"}},
+              "subjects": [{{"kind": "ServiceAccount", "name": "{name}", "namespace": "{NAMESPACE}"}}]}}
+        ]}}"#
+    );
+    kubectl(&["apply", "-f", "-"], Some(&bindings))?;
+    let token = kubectl(
+        &["create", "token", name, "-n", NAMESPACE, "--duration", "2h"],
+        None,
+    )?;
+    let server = kubectl(
+        &[
+            "config",
+            "view",
+            "--raw",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ],
+        None,
+    )?;
+    let ca = kubectl(
+        &[
+            "config",
+            "view",
+            "--raw",
+            "-o",
+            "jsonpath={.clusters[0].cluster.certificate-authority-data}",
+        ],
+        None,
+    )?;
+    let path = plane.state_dir().join(format!("kubeconfig-{name}"));
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    \
+         certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {token}\n\
+         contexts:\n- name: e2e\n  context: {{cluster: e2e, user: {name}}}\ncurrent-context: e2e\n",
+        token = token.trim()
+    );
+    std::fs::write(&path, text).map_err(|source| HarnessError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
+
+/// A running controller process; stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct ControllerProcess {
+    child: Option<Child>,
+    /// Where its log goes.
+    pub log: PathBuf,
+    /// Its /metrics, /healthz and /readyz address.
+    pub address: String,
+}
+
+impl ControllerProcess {
+    /// Starts a controller as the identity `name`, authenticating with `kubeconfig`, with extra
+    /// flags `args`.
+    pub fn start(
+        plane: &ControlPlane,
+        kubeconfig: &Path,
+        name: &str,
+        args: &[&str],
+    ) -> Result<Self, HarnessError> {
+        let binary = controller_binary()?;
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|source| HarnessError::Io {
+                path: "a free port".into(),
+                source,
+            })?
+            .port();
+        let address = format!("127.0.0.1:{port}");
+        let log = plane.state_dir().join(format!("controller-{name}.log"));
+        let file = std::fs::File::create(&log).map_err(|source| HarnessError::Io {
+            path: log.clone(),
+            source,
+        })?;
+        let child = Command::new(&binary)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                "--listen-address",
+                &address,
+                "--identity",
+                name,
+                "--lease-namespace",
+                NAMESPACE,
+            ])
+            .args([
+                "--log-format",
+                "json",
+                "--log",
+                "info,capstan_controller=debug",
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .map_err(|source| HarnessError::Spawn {
+                command: binary.display().to_string(),
+                source,
+            })?;
+        Ok(Self {
+            child: Some(child),
+            log,
+            address,
+        })
+    }
+
+    /// Kills the process at once (SIGKILL): no lease release, as when a node dies.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the process gracefully (SIGTERM) and waits up to 10 s before killing it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            for _ in 0..100 {
+                if matches!(child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    /// The process's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

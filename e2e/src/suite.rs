@@ -1,0 +1,142 @@
+//! Running a test binary's trials against one control plane, always tearing it down.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use libtest_mimic::{Arguments, Failed, Trial};
+use tokio::runtime::Runtime;
+
+use crate::{ControlPlane, HarnessError};
+
+/// What every trial of a suite shares.
+pub struct Env {
+    /// The control plane.
+    pub plane: ControlPlane,
+    /// An admin client.
+    pub client: Client,
+    /// The runtime trials block on.
+    pub runtime: Runtime,
+}
+
+/// A trial's result.
+pub type Outcome = Result<(), Failed>;
+
+/// A trial body.
+pub type Body = Box<dyn FnOnce(&Env) -> Outcome + Send>;
+
+/// Runs `trials` against a fresh control plane named `suite`: starts it, installs the CRDs
+/// given by `crds`, runs `setup`, runs the trials (one at a time when `sequential`), and
+/// always stops it. `--list` lists without starting anything.
+pub fn run(
+    suite: &str,
+    sequential: bool,
+    setup: impl FnOnce(&Env) -> Result<(), HarnessError>,
+    trials: Vec<(String, Body)>,
+) -> ExitCode {
+    let mut args = Arguments::from_args();
+    if sequential {
+        args.test_threads = Some(1);
+    }
+    if args.list {
+        let listed = trials
+            .into_iter()
+            .map(|(name, _)| Trial::test(name, || Ok(())))
+            .collect();
+        return libtest_mimic::run(&args, listed).exit_code();
+    }
+    let env = match start(suite) {
+        Ok(env) => env,
+        Err(error) => {
+            eprintln!("{suite}: cannot start the control plane: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(error) = setup(&env) {
+        eprintln!("{suite}: cannot set up the control plane: {error}");
+        let _ = env.plane.stop();
+        return ExitCode::FAILURE;
+    }
+    let env = Arc::new(env);
+    let trials = trials
+        .into_iter()
+        .map(|(name, body)| {
+            let env = env.clone();
+            Trial::test(name, move || body(&env))
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    if let Err(error) = env.plane.stop() {
+        eprintln!("{suite}: control-plane down: {error}");
+    }
+    conclusion.exit_code()
+}
+
+fn start(suite: &str) -> Result<Env, HarnessError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|source| HarnessError::Io {
+            path: "tokio runtime".into(),
+            source,
+        })?;
+    let plane = ControlPlane::start(suite)?;
+    let client = match runtime.block_on(async {
+        let client = plane.client().await?;
+        plane.install_crds(&client).await?;
+        Ok::<_, HarnessError>(client)
+    }) {
+        Ok(client) => client,
+        Err(error) => {
+            let _ = plane.stop();
+            return Err(error);
+        }
+    };
+    Ok(Env {
+        plane,
+        client,
+        runtime,
+    })
+}
+
+/// A trial named `name` running `body`.
+pub fn trial(
+    name: impl Into<String>,
+    body: impl FnOnce(&Env) -> Outcome + Send + 'static,
+) -> (String, Body) {
+    (name.into(), Box::new(body))
+}
+
+/// `Ok` when `condition` holds, else a failure with `message`.
+pub fn check(condition: bool, message: impl FnOnce() -> String) -> Outcome {
+    if condition {
+        Ok(())
+    } else {
+        Err(message().into())
+    }
+}
+
+/// Polls `probe` every 100 ms until it returns `Some`, or fails after `timeout` with the last
+/// thing `describe` says. A bound on how long to wait for an outcome, not a performance claim.
+pub async fn eventually<T, F, Fut>(
+    timeout: Duration,
+    mut probe: F,
+    describe: impl Fn() -> String,
+) -> Result<T, Failed>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = probe().await {
+            return Ok(value);
+        }
+        if started.elapsed() > timeout {
+            return Err(format!("not within {timeout:?}: {}", describe()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

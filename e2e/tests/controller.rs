@@ -1,0 +1,568 @@
+//! capstan-controller on a real apiserver: Accepted conditions, qualifier verdicts, one writer
+//! among two replicas, survival of an apiserver restart, and no writes when nothing changed.
+//!
+//! The CapabilityBinding CRD is installed with an open spec schema here, standing in for a
+//! binding an older, looser CRD admitted: that is what runtime validation exists for, and it
+//! lets invalid bindings reach the controller (the admission suite covers the real schema).
+//! Trials run one at a time: each starts its own controller processes, and two sets of
+//! replicas on one cluster would both write.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use capstan_api::API_VERSION;
+use capstan_controller::status::MAX_MESSAGE_LEN;
+use capstan_e2e::controller::{ControllerProcess, service_account_kubeconfig};
+use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
+use capstan_e2e::{FIELD_MANAGER, HarnessError, printed, repo_root};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, CustomResourceExt};
+use serde_json::{Value, json};
+
+/// How long an outcome may take to appear before a trial fails: generous, because the machine
+/// may be busy; the trials assert outcomes, not speed.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn main() -> ExitCode {
+    capstan_e2e::suite::run(
+        "controller",
+        true,
+        setup,
+        vec![
+            trial(
+                "accepted_should_follow_validation_and_a_fix_should_flip_it",
+                accepted_follows_validation,
+            ),
+            trial(
+                "huge_invalid_binding_should_get_a_bounded_message",
+                huge_binding_bounded_message,
+            ),
+            trial(
+                "one_invalid_binding_should_not_hold_up_the_others",
+                invalid_does_not_block_valid,
+            ),
+            trial(
+                "qualifier_conflict_should_clear_when_one_side_is_deleted",
+                qualifier_conflict_clears,
+            ),
+            trial(
+                "qualifiers_beyond_the_limit_should_be_refused",
+                qualifier_limit,
+            ),
+            trial(
+                "resyncs_without_change_should_write_nothing",
+                resync_writes_nothing,
+            ),
+            trial(
+                "only_the_leader_should_write_and_a_killed_leader_should_hand_over",
+                leader_election,
+            ),
+            trial("an_apiserver_restart_should_be_survived", apiserver_restart),
+        ],
+    )
+}
+
+fn setup(env: &Env) -> Result<(), HarnessError> {
+    env.runtime.block_on(async {
+        let api: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+        let mut crd = capstan_api::CapabilityBinding::crd();
+        let open = JSONSchemaProps {
+            type_: Some("object".into()),
+            x_kubernetes_preserve_unknown_fields: Some(true),
+            ..Default::default()
+        };
+        for version in &mut crd.spec.versions {
+            if let Some(properties) = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+                .and_then(|s| s.properties.as_mut())
+            {
+                properties.insert("spec".into(), open.clone());
+            }
+        }
+        let name = capstan_api::CapabilityBinding::crd_name();
+        api.patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        await_condition(api, name, conditions::is_crd_established())
+            .await
+            .map_err(|e| HarnessError::Kube(kube::Error::Service(Box::new(e))))?;
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+fn resource(kind: &str) -> ApiResource {
+    if kind == "RouteQualifier" {
+        ApiResource::erase::<capstan_api::RouteQualifier>(&())
+    } else {
+        ApiResource::erase::<capstan_api::CapabilityBinding>(&())
+    }
+}
+
+fn valid_spec() -> Value {
+    let text =
+        std::fs::read_to_string(repo_root().join("examples/streamco/capability-bindings.yaml"))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let binding: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    binding["spec"].clone()
+}
+
+/// Creates or replaces an object (server-side apply as the test's own field manager).
+async fn apply(client: &Client, kind: &str, name: &str, spec: Value) -> Result<(), String> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+    let object = json!({ "apiVersion": API_VERSION, "kind": kind, "metadata": { "name": name }, "spec": spec });
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .map(drop)
+    .map_err(|e| format!("apply {kind}/{name}: {e}"))
+}
+
+async fn delete(client: &Client, kind: &str, name: &str) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+    let _ = api.delete(name, &DeleteParams::default()).await;
+}
+
+/// An object's Accepted condition as a reader sees it.
+#[derive(Clone, Debug, PartialEq)]
+struct Accepted {
+    status: String,
+    reason: String,
+    message: String,
+    observed_generation: Option<i64>,
+    generation: Option<i64>,
+}
+
+async fn accepted(client: &Client, kind: &str, name: &str) -> Option<Accepted> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+    let object = api.get(name).await.ok()?;
+    let conditions = object
+        .data
+        .get("status")?
+        .get("conditions")?
+        .as_array()?
+        .clone();
+    let condition = conditions.iter().find(|c| c["type"] == "Accepted")?;
+    let text = |key: &str| condition[key].as_str().unwrap_or_default().to_owned();
+    Some(Accepted {
+        status: text("status"),
+        reason: text("reason"),
+        message: text("message"),
+        observed_generation: condition["observedGeneration"].as_i64(),
+        generation: object.metadata.generation,
+    })
+}
+
+/// Waits until the object's Accepted condition has `status` and `reason` for its current
+/// generation, and returns it.
+async fn wait_accepted(
+    client: &Client,
+    kind: &str,
+    name: &str,
+    status: &str,
+    reason: &str,
+) -> Result<Accepted, libtest_mimic::Failed> {
+    let last = std::sync::Mutex::new(None);
+    eventually(
+        PATIENCE,
+        || async {
+            let found = accepted(client, kind, name).await;
+            *last.lock().unwrap_or_else(|e| e.into_inner()) = found.clone();
+            found.filter(|a| {
+                a.status == status && a.reason == reason && a.observed_generation == a.generation
+            })
+        },
+        || {
+            format!(
+                "{kind}/{name} Accepted={status}/{reason}; last seen {:?}",
+                last.lock().map(|l| l.clone())
+            )
+        },
+    )
+    .await
+}
+
+fn controller(
+    env: &Env,
+    identity: &str,
+    args: &[&str],
+) -> Result<ControllerProcess, libtest_mimic::Failed> {
+    let kubeconfig = service_account_kubeconfig(&env.plane, identity).map_err(|e| e.to_string())?;
+    ControllerProcess::start(&env.plane, &kubeconfig, identity, args)
+        .map_err(|e| e.to_string().into())
+}
+
+/// Successful status writes recorded by the apiserver for objects of `resource` named in
+/// `names`, by user.
+fn status_writes(env: &Env, resource: &str, names: &[String]) -> BTreeMap<String, usize> {
+    let mut writes = BTreeMap::new();
+    for event in env.plane.audit_events().unwrap_or_default() {
+        let object = &event["objectRef"];
+        let is_write = matches!(event["verb"].as_str(), Some("patch" | "update"))
+            && event["stage"] == "ResponseComplete"
+            && object["resource"] == resource
+            && object["subresource"] == "status"
+            && event["responseStatus"]["code"]
+                .as_i64()
+                .is_some_and(|c| c < 300)
+            && names.iter().any(|n| object["name"] == n.as_str());
+        if is_write {
+            *writes
+                .entry(event["user"]["username"].as_str().unwrap_or("?").to_owned())
+                .or_insert(0) += 1;
+        }
+    }
+    writes
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trials
+
+fn accepted_follows_validation(env: &Env) -> Outcome {
+    let _controller = controller(env, "solo", &[])?;
+    env.runtime.block_on(async {
+        let client = &env.client;
+        apply(client, "CapabilityBinding", "valid-binding", valid_spec()).await?;
+        let mut broken = valid_spec();
+        broken.as_object_mut().map(|s| s.remove("serviceName"));
+        broken["skills"][0]
+            .as_object_mut()
+            .map(|s| s.remove("source"));
+        apply(client, "CapabilityBinding", "broken-binding", broken).await?;
+
+        let valid = wait_accepted(
+            client,
+            "CapabilityBinding",
+            "valid-binding",
+            "True",
+            "Validated",
+        )
+        .await?;
+        check(valid.message == "the spec is valid", || {
+            format!("{valid:?}")
+        })?;
+        let invalid = wait_accepted(
+            client,
+            "CapabilityBinding",
+            "broken-binding",
+            "False",
+            "ValidationFailed",
+        )
+        .await?;
+        check(
+            invalid.message == "spec.serviceName: required; spec.skills[0].source: required",
+            || format!("{invalid:?}"),
+        )?;
+        check(invalid.observed_generation == Some(1), || {
+            format!("{invalid:?}")
+        })?;
+
+        // The producer fixes it: the condition flips, for the new generation.
+        apply(client, "CapabilityBinding", "broken-binding", valid_spec()).await?;
+        let fixed = wait_accepted(
+            client,
+            "CapabilityBinding",
+            "broken-binding",
+            "True",
+            "Validated",
+        )
+        .await?;
+        check(fixed.observed_generation == Some(2), || {
+            format!("{fixed:?}")
+        })
+    })?;
+    // What a catalog controller or a person runs.
+    let output = env.plane.kubectl(&[
+        "wait",
+        "--for=condition=Accepted",
+        "capabilitybinding/valid-binding",
+        "--timeout=60s",
+    ]);
+    check(output.status.success(), || printed(&output))?;
+    let output = env
+        .plane
+        .kubectl(&["get", "capabilitybinding", "broken-binding"]);
+    check(
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .nth(1)
+            .is_some_and(|row| row.split_whitespace().nth(1) == Some("True")),
+        || printed(&output),
+    )
+}
+
+fn huge_binding_bounded_message(env: &Env) -> Outcome {
+    let _controller = controller(env, "solo", &[])?;
+    env.runtime.block_on(async {
+        let mut spec = valid_spec();
+        // A megabyte of description and 300 skills without a source: hundreds of errors.
+        let skill = json!({ "name": "s", "description": "x".repeat(1 << 20) });
+        spec["skills"] = Value::Array((0..300).map(|i| {
+            let mut s = skill.clone();
+            s["name"] = json!(format!("skill-{i}"));
+            if i > 0 { s["description"] = json!("short"); }
+            s
+        }).collect());
+        apply(&env.client, "CapabilityBinding", "huge-binding", spec).await?;
+        let verdict = wait_accepted(&env.client, "CapabilityBinding", "huge-binding", "False", "ValidationFailed").await?;
+        let length = verdict.message.chars().count();
+        check(length <= MAX_MESSAGE_LEN, || format!("message of {length} characters"))?;
+        check(verdict.message.starts_with("spec.skills: must have at most 64 items, got 300; spec.skills[0].description: must be at most 1024 characters"), || verdict.message.clone())?;
+        check(verdict.message.contains(" more)"), || format!("no count of what was left out: {}", verdict.message))?;
+        delete(&env.client, "CapabilityBinding", "huge-binding").await;
+        Ok(())
+    })
+}
+
+fn invalid_does_not_block_valid(env: &Env) -> Outcome {
+    let _controller = controller(env, "solo", &[])?;
+    env.runtime.block_on(async {
+        let client = &env.client;
+        apply(
+            client,
+            "CapabilityBinding",
+            "crowd-invalid",
+            json!({ "serviceName": 7 }),
+        )
+        .await?;
+        let names: Vec<String> = (0..30).map(|i| format!("crowd-valid-{i:02}")).collect();
+        for name in &names {
+            apply(client, "CapabilityBinding", name, valid_spec()).await?;
+        }
+        for name in &names {
+            wait_accepted(client, "CapabilityBinding", name, "True", "Validated").await?;
+        }
+        let invalid = wait_accepted(
+            client,
+            "CapabilityBinding",
+            "crowd-invalid",
+            "False",
+            "ValidationFailed",
+        )
+        .await?;
+        check(
+            invalid
+                .message
+                .contains("spec.serviceName: must be a string, got integer"),
+            || invalid.message.clone(),
+        )
+    })
+}
+
+fn qualifier_conflict_clears(env: &Env) -> Outcome {
+    let _controller = controller(env, "solo", &[])?;
+    env.runtime.block_on(async {
+        let client = &env.client;
+        apply(client, "RouteQualifier", "conflict-a", json!({ "capabilityId": "cap.web.search", "constraint": { "kind": "only", "targets": ["exa"] } })).await?;
+        apply(client, "RouteQualifier", "conflict-b", json!({ "constraint": { "kind": "only", "targets": ["brave"] } })).await?;
+        let a = wait_accepted(client, "RouteQualifier", "conflict-a", "False", "Conflict").await?;
+        check(a.message.starts_with("conflicts with conflict-b on cap.web.search"), || a.message.clone())?;
+        let b = wait_accepted(client, "RouteQualifier", "conflict-b", "False", "Conflict").await?;
+        check(b.message.starts_with("conflicts with conflict-a on cap.web.search"), || b.message.clone())?;
+
+        delete(client, "RouteQualifier", "conflict-b").await;
+        wait_accepted(client, "RouteQualifier", "conflict-a", "True", "Validated").await?;
+        delete(client, "RouteQualifier", "conflict-a").await;
+        Ok(())
+    })
+}
+
+fn qualifier_limit(env: &Env) -> Outcome {
+    let _controller = controller(env, "solo", &[])?;
+    env.runtime.block_on(async {
+        let client = &env.client;
+        let names: Vec<String> = (0..33).map(|i| format!("limit-{i:02}")).collect();
+        for name in &names {
+            apply(
+                client,
+                "RouteQualifier",
+                name,
+                json!({ "constraint": { "kind": "none" }, "minQuality": 100 }),
+            )
+            .await?;
+        }
+        let refused = wait_accepted(
+            client,
+            "RouteQualifier",
+            "limit-32",
+            "False",
+            "LimitExceeded",
+        )
+        .await?;
+        check(
+            refused
+                .message
+                .starts_with("qualifier 33 in name order; only the first 32 take effect"),
+            || refused.message.clone(),
+        )?;
+        wait_accepted(client, "RouteQualifier", "limit-31", "True", "Validated").await?;
+        // Making room lets the 33rd take effect.
+        delete(client, "RouteQualifier", "limit-00").await;
+        wait_accepted(client, "RouteQualifier", "limit-32", "True", "Validated").await?;
+        for name in &names {
+            delete(client, "RouteQualifier", name).await;
+        }
+        Ok(())
+    })
+}
+
+fn resync_writes_nothing(env: &Env) -> Outcome {
+    let controller = controller(env, "solo", &["--resync-seconds", "2"])?;
+    env.runtime.block_on(async {
+        let client = &env.client;
+        let names: Vec<String> = (0..10).map(|i| format!("quiet-{i}")).collect();
+        for name in &names {
+            apply(client, "CapabilityBinding", name, valid_spec()).await?;
+        }
+        for name in &names {
+            wait_accepted(client, "CapabilityBinding", name, "True", "Validated").await?;
+        }
+        let before = status_writes(env, "capabilitybindings", &names);
+        check(before.values().sum::<usize>() == names.len(), || {
+            format!("expected one write per binding, got {before:?}")
+        })?;
+        let skipped_before = skipped_unchanged(&controller.address);
+        // Three resync periods (2 s plus jitter each) with nothing changed.
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        let after = status_writes(env, "capabilitybindings", &names);
+        check(after == before, || {
+            format!("resyncs wrote: before {before:?}, after {after:?}")
+        })?;
+        // The resyncs did run: each compared and skipped.
+        let skipped_after = skipped_unchanged(&controller.address);
+        check(
+            skipped_after >= skipped_before + 2 * names.len() as u64,
+            || format!("skipped_unchanged went from {skipped_before} to {skipped_after} only"),
+        )
+    })
+}
+
+/// The controller's `status_writes_total{outcome="skipped_unchanged"}` counter.
+fn skipped_unchanged(address: &str) -> u64 {
+    http_get(address, "/metrics")
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(
+                "capstan_controller_status_writes_total{outcome=\"skipped_unchanged\"} ",
+            )
+        })
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// GET over plain HTTP with curl (the controller's metrics endpoint), returning the body.
+fn http_get(address: &str, path: &str) -> String {
+    let output = std::process::Command::new("curl")
+        .args(["-s", &format!("http://{address}{path}")])
+        .output();
+    output
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+fn leader_election(env: &Env) -> Outcome {
+    let lease = [
+        "--lease-name",
+        "capstan-e2e-ha",
+        "--lease-duration-seconds",
+        "4",
+        "--lease-grace-seconds",
+        "1",
+    ];
+    let mut replicas = [
+        controller(env, "replica-a", &lease)?,
+        controller(env, "replica-b", &lease)?,
+    ];
+    env.runtime.block_on(async {
+        let client = &env.client;
+        let names: Vec<String> = (0..5).map(|i| format!("ha-{i}")).collect();
+        for name in &names {
+            apply(client, "CapabilityBinding", name, valid_spec()).await?;
+        }
+        for name in &names {
+            wait_accepted(client, "CapabilityBinding", name, "True", "Validated").await?;
+        }
+        let writers = status_writes(env, "capabilitybindings", &names);
+        check(writers.len() == 1, || {
+            format!("expected one writer, got {writers:?}")
+        })?;
+        let leader = writers.keys().next().cloned().unwrap_or_default();
+        let (leader_index, standby) = if leader.ends_with(":replica-a") {
+            (0, "replica-b")
+        } else {
+            (1, "replica-a")
+        };
+
+        // The leader dies without releasing its lease; the standby takes over once it expires.
+        replicas[leader_index].kill();
+        let killed = Instant::now();
+        apply(client, "CapabilityBinding", "ha-after", valid_spec()).await?;
+        wait_accepted(client, "CapabilityBinding", "ha-after", "True", "Validated").await?;
+        let handover = killed.elapsed();
+        let writers = status_writes(env, "capabilitybindings", &["ha-after".to_owned()]);
+        check(
+            writers
+                .keys()
+                .all(|user| user.ends_with(&format!(":{standby}")))
+                && writers.len() == 1,
+            || format!("after the kill: {writers:?}"),
+        )?;
+        eprintln!("leader_election: handover after SIGKILL took {handover:?} (lease duration 4 s)");
+        Ok(())
+    })
+}
+
+fn apiserver_restart(env: &Env) -> Outcome {
+    let controller = controller(env, "solo", &[])?;
+    env.runtime.block_on(async {
+        apply(
+            &env.client,
+            "CapabilityBinding",
+            "before-restart",
+            valid_spec(),
+        )
+        .await?;
+        wait_accepted(
+            &env.client,
+            "CapabilityBinding",
+            "before-restart",
+            "True",
+            "Validated",
+        )
+        .await
+    })?;
+    env.plane.restart_apiserver().map_err(|e| e.to_string())?;
+    env.runtime.block_on(async {
+        // The client's connections died with the old apiserver; a new one comes up on the
+        // same address and the controller's watches must reconnect on their own.
+        let client = env.plane.client().await.map_err(|e| e.to_string())?;
+        apply(&client, "CapabilityBinding", "after-restart", valid_spec()).await?;
+        wait_accepted(
+            &client,
+            "CapabilityBinding",
+            "after-restart",
+            "True",
+            "Validated",
+        )
+        .await
+    })?;
+    let mut controller = controller;
+    check(controller.is_running(), || {
+        format!("the controller exited:\n{}", controller.log_text())
+    })
+}
