@@ -47,5 +47,6 @@ cluster-down: ## Stop the control plane started by cluster-up and delete its sta
 	@e2e/control-plane down
 
 .PHONY: bench
-bench: ## Benchmarks (release builds; medians and ratios, never asserted)
+bench: tools ## Benchmarks (release builds; medians and ratios, never asserted)
 	$(CARGO) bench -p capstan-api --bench parse
+	$(CARGO) bench -p capstan-e2e --bench controller

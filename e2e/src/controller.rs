@@ -17,6 +17,12 @@ pub fn controller_binary() -> Result<PathBuf, HarnessError> {
     BUILT
         .get_or_init(|| {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            // A release build under `cargo bench`, so measurements are of optimised code.
+            let profile: &[&str] = if cfg!(debug_assertions) {
+                &[]
+            } else {
+                &["--release"]
+            };
             let output = Command::new(cargo)
                 .args([
                     "build",
@@ -26,6 +32,7 @@ pub fn controller_binary() -> Result<PathBuf, HarnessError> {
                     "--bin",
                     "capstan-controller",
                 ])
+                .args(profile)
                 .current_dir(repo_root())
                 .output()
                 .map_err(|e| format!("cargo build: {e}"))?;
@@ -164,12 +171,13 @@ impl ControllerProcess {
                 "--lease-namespace",
                 NAMESPACE,
             ])
-            .args([
-                "--log-format",
-                "json",
-                "--log",
-                "info,capstan_controller=debug",
-            ])
+            .args(["--log-format", "json"])
+            // Debug logs by default; a caller's own `--log` wins (clap takes it once).
+            .args(if args.contains(&"--log") {
+                &[][..]
+            } else {
+                &["--log", "info,capstan_controller=debug"][..]
+            })
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -209,6 +217,11 @@ impl ControllerProcess {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Whether the process is still running.

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::{await_condition, conditions};
@@ -250,6 +252,45 @@ impl ControlPlane {
                 .map_err(|_| HarnessError::NotEstablished(name.clone()))?
                 .map_err(|e| HarnessError::Kube(kube::Error::Service(Box::new(e))))?;
         }
+        Ok(())
+    }
+
+    /// Replaces the CapabilityBinding CRD with one whose spec schema is open, standing in for
+    /// bindings an older, looser CRD admitted: runtime validation is what catches those, and
+    /// tests and benchmarks need invalid bindings to reach the controller.
+    pub async fn install_open_binding_crd(&self, client: &Client) -> Result<(), HarnessError> {
+        use kube::CustomResourceExt;
+
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let mut crd = capstan_api::CapabilityBinding::crd();
+        let open = JSONSchemaProps {
+            type_: Some("object".into()),
+            x_kubernetes_preserve_unknown_fields: Some(true),
+            ..Default::default()
+        };
+        for version in &mut crd.spec.versions {
+            let schema = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut());
+            if let Some(properties) = schema.and_then(|s| s.properties.as_mut()) {
+                properties.insert("spec".into(), open.clone());
+            }
+        }
+        let name = capstan_api::CapabilityBinding::crd_name();
+        api.patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            await_condition(api, name, conditions::is_crd_established()),
+        )
+        .await
+        .map_err(|_| HarnessError::NotEstablished(name.to_owned()))?
+        .map_err(|e| HarnessError::Kube(kube::Error::Service(Box::new(e))))?;
         Ok(())
     }
 

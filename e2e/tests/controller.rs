@@ -16,12 +16,8 @@ use capstan_controller::status::MAX_MESSAGE_LEN;
 use capstan_e2e::controller::{ControllerProcess, service_account_kubeconfig};
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
 use capstan_e2e::{FIELD_MANAGER, HarnessError, printed, repo_root};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps,
-};
+use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
-use kube::{Client, CustomResourceExt};
 use serde_json::{Value, json};
 
 /// How long an outcome may take to appear before a trial fails: generous, because the machine
@@ -68,36 +64,8 @@ fn main() -> ExitCode {
 }
 
 fn setup(env: &Env) -> Result<(), HarnessError> {
-    env.runtime.block_on(async {
-        let api: Api<CustomResourceDefinition> = Api::all(env.client.clone());
-        let mut crd = capstan_api::CapabilityBinding::crd();
-        let open = JSONSchemaProps {
-            type_: Some("object".into()),
-            x_kubernetes_preserve_unknown_fields: Some(true),
-            ..Default::default()
-        };
-        for version in &mut crd.spec.versions {
-            if let Some(properties) = version
-                .schema
-                .as_mut()
-                .and_then(|s| s.open_api_v3_schema.as_mut())
-                .and_then(|s| s.properties.as_mut())
-            {
-                properties.insert("spec".into(), open.clone());
-            }
-        }
-        let name = capstan_api::CapabilityBinding::crd_name();
-        api.patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
-        await_condition(api, name, conditions::is_crd_established())
-            .await
-            .map_err(|e| HarnessError::Kube(kube::Error::Service(Box::new(e))))?;
-        Ok(())
-    })
+    env.runtime
+        .block_on(env.plane.install_open_binding_crd(&env.client))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -186,15 +186,17 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let binding_writer = reflector::store::Writer::new(binding_resource.clone());
     let binding_store: Store<DynamicObject> = binding_writer.as_reader();
     let (bindings_synced_tx, bindings_synced) = watch::channel(false);
-    let binding_events =
-        reflector::reflector(binding_writer, watcher(bindings_api, watch_config.clone()))
-            .default_backoff()
-            .inspect(move |event| {
-                if matches!(event, Ok(watcher::Event::InitDone)) {
-                    let _ = bindings_synced_tx.send(true);
-                }
-            })
-            .applied_objects();
+    let binding_events = reflector::reflector(
+        binding_writer,
+        watcher(bindings_api, watch_config.clone()).modify(trim_for_cache),
+    )
+    .default_backoff()
+    .inspect(move |event| {
+        if matches!(event, Ok(watcher::Event::InitDone)) {
+            let _ = bindings_synced_tx.send(true);
+        }
+    })
+    .applied_objects();
     let controller =
         Controller::for_stream_with(binding_events, binding_store.clone(), binding_resource)
             .reconcile_all_on(became_leader(leader.clone()))
@@ -205,14 +207,16 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let qualifier_store: Store<DynamicObject> = qualifier_writer.as_reader();
     let qualifiers_api: Api<DynamicObject> = Api::all_with(client.clone(), &qualifier_resource);
     let (qualifiers_synced_tx, qualifiers_synced) = watch::channel(false);
-    let qualifier_events =
-        reflector::reflector(qualifier_writer, watcher(qualifiers_api, watch_config))
-            .default_backoff()
-            .inspect(move |event| {
-                if matches!(event, Ok(watcher::Event::InitDone)) {
-                    let _ = qualifiers_synced_tx.send(true);
-                }
-            });
+    let qualifier_events = reflector::reflector(
+        qualifier_writer,
+        watcher(qualifiers_api, watch_config).modify(trim_for_cache),
+    )
+    .default_backoff()
+    .inspect(move |event| {
+        if matches!(event, Ok(watcher::Event::InitDone)) {
+            let _ = qualifiers_synced_tx.send(true);
+        }
+    });
 
     let writer = StatusWriter::new(
         client.clone(),
@@ -329,6 +333,15 @@ async fn run_qualifiers(
         }
     }
     feeder.abort();
+}
+
+/// Drops what the controller never reads before an object enters the cache: managed fields
+/// and the last-applied annotation are often larger than the spec itself.
+fn trim_for_cache(object: &mut DynamicObject) {
+    object.metadata.managed_fields = None;
+    if let Some(annotations) = object.metadata.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
 }
 
 /// Yields once each time this replica becomes leader, so every object is evaluated by the
