@@ -118,29 +118,13 @@ async fn accepted_count(api: &Api<DynamicObject>) -> usize {
         .count()
 }
 
-/// Successful status writes to bindings, by user, from the audit log.
-fn status_writes_by_user(plane: &ControlPlane) -> BTreeMap<String, usize> {
-    let mut writes = BTreeMap::new();
-    for event in plane.audit_events().unwrap_or_default() {
-        let object = &event["objectRef"];
-        if matches!(event["verb"].as_str(), Some("patch" | "update"))
-            && event["stage"] == "ResponseComplete"
-            && object["resource"] == "capabilitybindings"
-            && object["subresource"] == "status"
-            && event["responseStatus"]["code"]
-                .as_i64()
-                .is_some_and(|c| c < 300)
-        {
-            *writes
-                .entry(event["user"]["username"].as_str().unwrap_or("?").to_owned())
-                .or_insert(0) += 1;
-        }
-    }
-    writes
-}
-
+/// Successful status writes to bindings by `user`, from the audit log.
 fn writes_by(plane: &ControlPlane, user: &str) -> usize {
-    status_writes_by_user(plane).get(user).copied().unwrap_or(0)
+    plane
+        .status_writes("capabilitybindings", |_| true)
+        .get(user)
+        .copied()
+        .unwrap_or(0)
 }
 
 /// Waits until a freshly started controller leads, has reconciled every binding and has an

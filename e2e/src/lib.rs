@@ -294,6 +294,32 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Successful status writes (patch or update on `<resource>/status`) the apiserver recorded,
+    /// by user, for objects accepted by `object`.
+    pub fn status_writes(
+        &self,
+        resource: &str,
+        object: impl Fn(&str) -> bool,
+    ) -> std::collections::BTreeMap<String, usize> {
+        let mut writes = std::collections::BTreeMap::new();
+        for event in self.audit_events().unwrap_or_default() {
+            let target = &event["objectRef"];
+            let is_write = matches!(event["verb"].as_str(), Some("patch" | "update"))
+                && event["stage"] == "ResponseComplete"
+                && target["resource"] == resource
+                && target["subresource"] == "status"
+                && event["responseStatus"]["code"]
+                    .as_i64()
+                    .is_some_and(|c| c < 300)
+                && target["name"].as_str().is_some_and(&object);
+            if is_write {
+                let user = event["user"]["username"].as_str().unwrap_or("?").to_owned();
+                *writes.entry(user).or_insert(0) += 1;
+            }
+        }
+        writes
+    }
+
     /// Audit events (parsed JSON lines) recorded so far.
     pub fn audit_events(&self) -> Result<Vec<serde_json::Value>, HarnessError> {
         let text = std::fs::read_to_string(&self.audit_log).map_err(|source| HarnessError::Io {

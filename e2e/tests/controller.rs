@@ -178,24 +178,8 @@ fn controller(
 /// Successful status writes recorded by the apiserver for objects of `resource` named in
 /// `names`, by user.
 fn status_writes(env: &Env, resource: &str, names: &[String]) -> BTreeMap<String, usize> {
-    let mut writes = BTreeMap::new();
-    for event in env.plane.audit_events().unwrap_or_default() {
-        let object = &event["objectRef"];
-        let is_write = matches!(event["verb"].as_str(), Some("patch" | "update"))
-            && event["stage"] == "ResponseComplete"
-            && object["resource"] == resource
-            && object["subresource"] == "status"
-            && event["responseStatus"]["code"]
-                .as_i64()
-                .is_some_and(|c| c < 300)
-            && names.iter().any(|n| object["name"] == n.as_str());
-        if is_write {
-            *writes
-                .entry(event["user"]["username"].as_str().unwrap_or("?").to_owned())
-                .or_insert(0) += 1;
-        }
-    }
-    writes
+    env.plane
+        .status_writes(resource, |name| names.iter().any(|n| n == name))
 }
 
 // ---------------------------------------------------------------------------------------------
