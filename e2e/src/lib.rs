@@ -95,10 +95,7 @@ impl ControlPlane {
     pub fn start(suite: &str) -> Result<Self, HarnessError> {
         let state =
             std::env::temp_dir().join(format!("capstan-e2e-{suite}-{}", std::process::id()));
-        let script = repo_root().join("e2e/control-plane");
-        let output = run(Command::new(&script)
-            .arg("up")
-            .env("CAPSTAN_E2E_STATE", &state))?;
+        let output = control_plane(&state, "up")?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         let exported = |name: &'static str| {
             stdout
@@ -118,11 +115,7 @@ impl ControlPlane {
 
     /// Stops the control plane and removes its state.
     pub fn stop(&self) -> Result<(), HarnessError> {
-        let script = repo_root().join("e2e/control-plane");
-        run(Command::new(script)
-            .arg("down")
-            .env("CAPSTAN_E2E_STATE", &self.state))
-        .map(drop)
+        control_plane(&self.state, "down").map(drop)
     }
 
     /// Starts a detached watchdog that runs `control-plane down` once this process is gone, so
@@ -159,11 +152,7 @@ impl ControlPlane {
 
     /// Restarts kube-apiserver on the same port and etcd, keeping all state.
     pub fn restart_apiserver(&self) -> Result<(), HarnessError> {
-        let script = repo_root().join("e2e/control-plane");
-        run(Command::new(script)
-            .arg("restart-apiserver")
-            .env("CAPSTAN_E2E_STATE", &self.state))
-        .map(drop)
+        control_plane(&self.state, "restart-apiserver").map(drop)
     }
 
     /// The admin kubeconfig (system:masters).
@@ -331,6 +320,14 @@ impl ControlPlane {
             .filter_map(|line| serde_json::from_str(line).ok())
             .collect())
     }
+}
+
+/// Runs `e2e/control-plane <verb>` on the control plane whose state lives in `state`.
+fn control_plane(state: &Path, verb: &str) -> Result<Output, HarnessError> {
+    let script = repo_root().join("e2e/control-plane");
+    run(Command::new(script)
+        .arg(verb)
+        .env("CAPSTAN_E2E_STATE", state))
 }
 
 /// Removes the shell quoting `printf %q` adds to plain paths.
