@@ -2,6 +2,7 @@
 //! found in their status conditions, through a bounded, coalescing status queue drained by one
 //! writer.
 
+pub mod cached;
 pub mod metrics;
 pub mod reconcile;
 pub mod server;

@@ -8,19 +8,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use capstan_controller::cached::{CachedBinding, CachedQualifier};
 use capstan_controller::metrics::Metrics;
 use capstan_controller::reconcile::{
     Context, WriteMode, binding_error_policy, reconcile_binding, reconcile_qualifiers,
 };
-use capstan_controller::status::Kind;
 use capstan_controller::status_queue::status_queue;
-use capstan_controller::writer::{FIELD_MANAGER, StatusWriter, api_resource};
+use capstan_controller::writer::{FIELD_MANAGER, StatusWriter};
 use futures::{FutureExt, StreamExt};
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Client, Config as KubeConfig};
+use kube::{Client, Config as KubeConfig, Resource};
 use kube_lease_manager::LeaseManagerBuilder;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -173,6 +173,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         mode: write_mode,
         resync: Duration::from_secs(resync_seconds),
+        leader: leader.clone(),
     });
 
     // Reads come from watch caches; `any_semantic` lets (re-)lists be served from the
@@ -181,10 +182,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
 
     // Each cache reports its first full sync (InitDone) on a watch channel: a store's own
     // readiness future wakes only its latest waiter, and the Controller already waits on it.
-    let binding_resource = api_resource(Kind::Binding);
-    let bindings_api: Api<DynamicObject> = Api::all_with(client.clone(), &binding_resource);
-    let binding_writer = reflector::store::Writer::new(binding_resource.clone());
-    let binding_store: Store<DynamicObject> = binding_writer.as_reader();
+    let bindings_api: Api<CachedBinding> = Api::all(client.clone());
+    let binding_writer = reflector::store::Writer::default();
+    let binding_store: Store<CachedBinding> = binding_writer.as_reader();
     let (bindings_synced_tx, bindings_synced) = watch::channel(false);
     let binding_events = reflector::reflector(
         binding_writer,
@@ -197,15 +197,13 @@ async fn run(config: Config) -> anyhow::Result<()> {
         }
     })
     .applied_objects();
-    let controller =
-        Controller::for_stream_with(binding_events, binding_store.clone(), binding_resource)
-            .reconcile_all_on(became_leader(leader.clone()))
-            .graceful_shutdown_on(shutdown.clone());
+    let controller = Controller::for_stream_with(binding_events, binding_store.clone(), ())
+        .reconcile_all_on(became_leader(leader.clone()))
+        .graceful_shutdown_on(shutdown.clone());
 
-    let qualifier_resource = api_resource(Kind::Qualifier);
-    let qualifier_writer = reflector::store::Writer::new(qualifier_resource.clone());
-    let qualifier_store: Store<DynamicObject> = qualifier_writer.as_reader();
-    let qualifiers_api: Api<DynamicObject> = Api::all_with(client.clone(), &qualifier_resource);
+    let qualifier_writer = reflector::store::Writer::default();
+    let qualifier_store: Store<CachedQualifier> = qualifier_writer.as_reader();
+    let qualifiers_api: Api<CachedQualifier> = Api::all(client.clone());
     let (qualifiers_synced_tx, qualifiers_synced) = watch::channel(false);
     let qualifier_events = reflector::reflector(
         qualifier_writer,
@@ -285,10 +283,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
 /// Re-evaluates every qualifier on any change to the set (deletions included), on each resync
 /// tick, and when this replica becomes leader.
 async fn run_qualifiers(
-    events: impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>
+    events: impl futures::Stream<Item = Result<watcher::Event<CachedQualifier>, watcher::Error>>
     + Send
     + 'static,
-    store: Store<DynamicObject>,
+    store: Store<CachedQualifier>,
     mut synced: watch::Receiver<bool>,
     ctx: Arc<Context>,
     leader: watch::Receiver<bool>,
@@ -337,9 +335,10 @@ async fn run_qualifiers(
 
 /// Drops what the controller never reads before an object enters the cache: managed fields
 /// and the last-applied annotation are often larger than the spec itself.
-fn trim_for_cache(object: &mut DynamicObject) {
-    object.metadata.managed_fields = None;
-    if let Some(annotations) = object.metadata.annotations.as_mut() {
+fn trim_for_cache<K: Resource>(object: &mut K) {
+    let metadata = object.meta_mut();
+    metadata.managed_fields = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
 }

@@ -13,13 +13,13 @@ use capstan_api::validate::{
     validate_binding_spec, validate_qualifier_name, validate_qualifier_spec,
 };
 use capstan_route::{Qualifier, Verdict};
-use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
-use serde_json::Value;
 use thiserror::Error;
+use tokio::sync::watch;
 use tracing::{instrument, warn};
 
+use crate::cached::{CachedBinding, CachedQualifier};
 use crate::metrics::Metrics;
 use crate::status::{
     ConditionStatus, DesiredCondition, DesiredStatus, Kind, MAX_MESSAGE_LEN, ObjectKey,
@@ -73,6 +73,10 @@ pub struct Context {
     pub mode: WriteMode,
     /// How often every object is reconciled again, recovering anything dropped.
     pub resync: Duration,
+    /// True while this replica holds the Lease. The queue's worker checks it itself; the
+    /// `every-reconcile` baseline writes only while it is true, so two baseline replicas
+    /// never both write either.
+    pub leader: watch::Receiver<bool>,
 }
 
 impl Context {
@@ -91,6 +95,7 @@ impl Context {
                     .set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
                 Ok(())
             }
+            WriteMode::EveryReconcile if !*self.leader.borrow() => Ok(()),
             WriteMode::EveryReconcile => write_status(&self.client, &key, observed, &desired)
                 .await
                 .map(drop)
@@ -131,12 +136,11 @@ fn accepted_condition(errors: &[String]) -> DesiredCondition {
 /// Reconciles one CapabilityBinding: validates its spec and sends the `Accepted` condition.
 #[instrument(skip_all, fields(name = %binding.name_any(), generation = binding.metadata.generation))]
 pub async fn reconcile_binding(
-    binding: Arc<DynamicObject>,
+    binding: Arc<CachedBinding>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let name = binding.name_any();
-    let spec = binding.data.get("spec").unwrap_or(&Value::Null);
-    let errors: Vec<String> = validate_binding_spec(spec)
+    let errors: Vec<String> = validate_binding_spec(&binding.spec())
         .iter()
         .map(ToString::to_string)
         .collect();
@@ -150,13 +154,12 @@ pub async fn reconcile_binding(
         conditions: vec![condition],
         tools: None,
     };
-    let observed = ObservedStatus::from_object_data(&binding.data);
     ctx.submit(
         ObjectKey {
             kind: Kind::Binding,
             name: name.clone(),
         },
-        &observed,
+        &binding.status,
         desired,
     )
     .await?;
@@ -164,7 +167,7 @@ pub async fn reconcile_binding(
 }
 
 /// Requeues a failed reconcile after a short pause.
-pub fn binding_error_policy(_: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn binding_error_policy(_: Arc<CachedBinding>, error: &Error, ctx: Arc<Context>) -> Action {
     warn!(%error, "reconcile failed");
     ctx.metrics.reconciled(Kind::Binding, error.metric_label());
     Action::requeue(Duration::from_secs(5))
@@ -173,20 +176,20 @@ pub fn binding_error_policy(_: Arc<DynamicObject>, error: &Error, ctx: Arc<Conte
 /// Evaluates every RouteQualifier together (a verdict depends on the whole set, deletions
 /// included) and sends each one's `Accepted` condition.
 pub async fn reconcile_qualifiers(
-    qualifiers: &[Arc<DynamicObject>],
+    qualifiers: &[Arc<CachedQualifier>],
     ctx: &Context,
 ) -> Result<(), Error> {
     let mut invalid = Vec::new();
-    let mut valid: Vec<(&DynamicObject, String, RouteQualifierSpec)> = Vec::new();
+    let mut valid: Vec<(&CachedQualifier, String, RouteQualifierSpec)> = Vec::new();
     for object in qualifiers {
         let name = object.name_any();
-        let spec = object.data.get("spec").unwrap_or(&Value::Null);
-        let mut errors: Vec<String> = validate_qualifier_spec(spec)
+        let spec = object.spec();
+        let mut errors: Vec<String> = validate_qualifier_spec(&spec)
             .iter()
             .map(ToString::to_string)
             .collect();
         errors.extend(validate_qualifier_name(&name).map(|e| e.to_string()));
-        match serde_json::from_value::<RouteQualifierSpec>(spec.clone()) {
+        match serde_json::from_value::<RouteQualifierSpec>(spec) {
             Ok(parsed) if errors.is_empty() => valid.push((object, name, parsed)),
             Ok(_) => invalid.push((object, errors)),
             Err(error) => {
@@ -204,7 +207,7 @@ pub async fn reconcile_qualifiers(
             .collect::<Vec<_>>(),
     );
 
-    let mut desired: Vec<(&DynamicObject, DesiredCondition)> = Vec::new();
+    let mut desired: Vec<(&CachedQualifier, DesiredCondition)> = Vec::new();
     for (object, errors) in invalid {
         desired.push((object, accepted_condition(&errors)));
     }
@@ -237,8 +240,7 @@ pub async fn reconcile_qualifiers(
             kind: Kind::Qualifier,
             name: object.name_any(),
         };
-        ctx.submit(key, &ObservedStatus::from_object_data(&object.data), status)
-            .await?;
+        ctx.submit(key, &object.status, status).await?;
     }
     Ok(())
 }

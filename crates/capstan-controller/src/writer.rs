@@ -11,6 +11,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use crate::cached::{CachedBinding, CachedQualifier};
 use crate::metrics::{Metrics, WriteOutcome};
 use crate::status::{DesiredStatus, Kind, ObjectKey, ObservedStatus, apply_body, is_transition};
 use crate::status_queue::StatusReceiver;
@@ -57,8 +58,8 @@ struct Written {
 /// The single consumer of the status queue.
 pub struct StatusWriter {
     client: Client,
-    bindings: Store<DynamicObject>,
-    qualifiers: Store<DynamicObject>,
+    bindings: Store<CachedBinding>,
+    qualifiers: Store<CachedQualifier>,
     leader: watch::Receiver<bool>,
     metrics: Metrics,
     written: HashMap<ObjectKey, Written>,
@@ -68,8 +69,8 @@ impl StatusWriter {
     /// A worker comparing against the given caches, writing only while `leader` is true.
     pub fn new(
         client: Client,
-        bindings: Store<DynamicObject>,
-        qualifiers: Store<DynamicObject>,
+        bindings: Store<CachedBinding>,
+        qualifiers: Store<CachedQualifier>,
         leader: watch::Receiver<bool>,
         metrics: Metrics,
     ) -> Self {
@@ -100,17 +101,20 @@ impl StatusWriter {
         if !*self.leader.borrow() {
             return WriteOutcome::skipped_not_leader;
         }
-        let store = match key.kind {
-            Kind::Binding => &self.bindings,
-            Kind::Qualifier => &self.qualifiers,
+        let in_cache = match key.kind {
+            Kind::Binding => self
+                .bindings
+                .get(&ObjectRef::new(&key.name))
+                .map(|o| (o.status.clone(), o.resource_version())),
+            Kind::Qualifier => self
+                .qualifiers
+                .get(&ObjectRef::new(&key.name))
+                .map(|o| (o.status.clone(), o.resource_version())),
         };
-        let Some(object) = store.get(&ObjectRef::new_with(&key.name, api_resource(key.kind)))
-        else {
+        let Some((cached, cached_version)) = in_cache else {
             self.written.remove(key);
             return WriteOutcome::skipped_gone;
         };
-        let cached = ObservedStatus::from_object_data(&object.data);
-        let cached_version = resource_version(&object);
         // Right after a write the cache may not have caught up yet; until it has, what this
         // worker wrote is the truer picture (resource versions are etcd revisions, so a
         // smaller one is older).
@@ -136,7 +140,9 @@ impl StatusWriter {
         };
         match result {
             Ok(Ok(updated)) => {
-                if let Some(resource_version) = resource_version(&updated) {
+                if let Some(resource_version) =
+                    updated.resource_version().and_then(|v| v.parse().ok())
+                {
                     let observed = ObservedStatus::from_object_data(&updated.data);
                     self.written.insert(
                         key.clone(),
@@ -158,8 +164,4 @@ impl StatusWriter {
             }
         }
     }
-}
-
-fn resource_version(object: &DynamicObject) -> Option<u64> {
-    object.resource_version().and_then(|v| v.parse().ok())
 }
