@@ -127,38 +127,56 @@ fn writes_by(plane: &ControlPlane, user: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// The sum of every sample of the controller's /metrics whose line starts with `prefix`.
+fn metric(controller: &ControllerProcess, prefix: &str) -> f64 {
+    let output = std::process::Command::new("curl")
+        .args(["-s", &format!("http://{}/metrics", controller.address)])
+        .output();
+    let metrics = output
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Waits until a freshly started controller leads, has reconciled every binding and has an
-/// empty queue (read from its /metrics), then five more seconds for a takeover's second pass
-/// and writes in flight.
-async fn wait_until_settled(controller: &ControllerProcess) {
+/// empty queue (its /metrics), and then until the audit log shows no new status write by
+/// `user` for five seconds. The audit log is what both modes share: the baseline writes from
+/// its reconciles, not through the queue.
+async fn wait_until_settled(plane: &ControlPlane, controller: &ControllerProcess, user: &str) {
     let started = Instant::now();
-    loop {
-        let output = std::process::Command::new("curl")
-            .args(["-s", &format!("http://{}/metrics", controller.address)])
-            .output();
-        let metrics = output
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        let sum = |prefix: &str| -> f64 {
-            metrics
-                .lines()
-                .filter(|l| l.starts_with(prefix))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum()
-        };
-        let leads = sum("capstan_controller_leader ") == 1.0;
-        let reconciled = sum("capstan_controller_reconciles_total{kind=\"CapabilityBinding\"");
-        let queued = sum("capstan_controller_status_queue_depth");
-        if leads && reconciled >= BINDINGS as f64 && queued == 0.0 {
-            break;
-        }
+    let deadline = || {
         assert!(
             started.elapsed() < Duration::from_secs(600),
             "controller did not settle in 10 min"
         );
+    };
+    loop {
+        let leads = metric(controller, "capstan_controller_leader ") == 1.0;
+        let reconciled = metric(
+            controller,
+            "capstan_controller_reconciles_total{kind=\"CapabilityBinding\"",
+        );
+        let queued = metric(controller, "capstan_controller_status_queue_depth");
+        if leads && reconciled >= BINDINGS as f64 && queued == 0.0 {
+            break;
+        }
+        deadline();
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut last = writes_by(plane, user);
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let now = writes_by(plane, user);
+        if now == last {
+            return;
+        }
+        last = now;
+        deadline();
+    }
 }
 
 fn peak_rss_mib(pid: u32) -> f64 {
@@ -210,8 +228,11 @@ async fn bench(plane: &ControlPlane) -> Vec<Round> {
             let args = ["--write-mode", flag, "--log", "warn"];
             let mut controller = ControllerProcess::start(plane, &kubeconfig, &identity, &args)
                 .unwrap_or_else(|e| panic!("{e}"));
+            let mut progress = Vec::new();
             loop {
-                if accepted_count(&api).await == BINDINGS {
+                let accepted = accepted_count(&api).await;
+                progress.push((started.elapsed().as_secs(), accepted));
+                if accepted == BINDINGS {
                     break;
                 }
                 assert!(
@@ -231,6 +252,32 @@ async fn bench(plane: &ControlPlane) -> Vec<Round> {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let writes = writes_by(plane, &user);
             let peak = controller.pid().map_or(0.0, peak_rss_mib);
+            // Where the time went: the queue worker's write latency (transitions mode only),
+            // and how many bindings were Accepted every 10 s.
+            let write_count = metric(
+                &controller,
+                "capstan_controller_status_write_duration_seconds_count",
+            );
+            let write_sum = metric(
+                &controller,
+                "capstan_controller_status_write_duration_seconds_sum",
+            );
+            if write_count > 0.0 {
+                eprintln!(
+                    "round {round} {mode}: {write_count} queued writes, mean {:.1} ms, {:.1} s writing",
+                    1000.0 * write_sum / write_count,
+                    write_sum
+                );
+            }
+            progress.dedup_by_key(|(secs, _)| *secs / 10);
+            let timeline: Vec<String> = progress
+                .iter()
+                .map(|(secs, accepted)| format!("{secs}s:{accepted}"))
+                .collect();
+            eprintln!(
+                "round {round} {mode}: accepted over time {}",
+                timeline.join(" ")
+            );
             drop(controller);
 
             // Three forced resyncs with nothing changed: a restart re-lists and reconciles
@@ -238,7 +285,7 @@ async fn bench(plane: &ControlPlane) -> Vec<Round> {
             for _ in 0..3 {
                 let controller = ControllerProcess::start(plane, &kubeconfig, &identity, &args)
                     .unwrap_or_else(|e| panic!("{e}"));
-                wait_until_settled(&controller).await;
+                wait_until_settled(plane, &controller, &user).await;
                 drop(controller);
             }
             let resync_writes = writes_by(plane, &user) - writes;
