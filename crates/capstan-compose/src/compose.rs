@@ -1,0 +1,551 @@
+//! Composition: a project's documents → one tool set, the instructions text, the skills, and a
+//! per-binding outcome.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use capstan_api::CapabilityBindingSpec;
+use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
+use serde::Serialize;
+use thiserror::Error;
+use tracing::{debug, warn};
+
+use crate::fetch::{FetchError, Fetcher};
+use crate::guard::EndpointGuard;
+use crate::knowledge::{self, KnowledgeItem};
+use crate::upstream::{self, CallError, ConnectError, Upstream};
+
+/// One capability document as composition reads it.
+#[derive(Clone, Debug)]
+pub struct Document {
+    /// The binding (document) name, used in provenance and outcomes.
+    pub binding: String,
+    /// The validated spec.
+    pub spec: CapabilityBindingSpec,
+}
+
+/// Timeouts and caps. The defaults are the contract's numbers.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Connect plus `initialize` plus `tools/list` per upstream. 5 s: the contract's number;
+    /// a slower upstream degrades its binding rather than the whole composition.
+    pub connect_timeout: Duration,
+    /// One forwarded `tools/call`.
+    pub call_timeout: Duration,
+    /// One knowledge source.
+    pub knowledge_timeout: Duration,
+    /// Bytes kept of one knowledge source.
+    pub knowledge_source_cap: usize,
+    /// Bytes of knowledge in the instructions altogether.
+    pub knowledge_total_cap: usize,
+    /// One skill body.
+    pub skill_timeout: Duration,
+    /// Bytes kept of one skill body.
+    pub skill_cap: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            // 30 s: long enough for a diagnosis tool, short enough that a stuck upstream
+            // frees the model's turn.
+            call_timeout: Duration::from_secs(30),
+            knowledge_timeout: Duration::from_secs(5),
+            knowledge_source_cap: 256 * 1024,
+            // 1 MiB: a few providers' full docs; beyond that the prompt is the problem.
+            knowledge_total_cap: 1024 * 1024,
+            skill_timeout: Duration::from_secs(5),
+            skill_cap: 64 * 1024,
+        }
+    }
+}
+
+/// A tool in the composed set.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComposedTool {
+    /// The name the assistant sees: `<server>__<tool>`, sanitized.
+    pub name: String,
+    /// The binding that contributed it.
+    pub binding: String,
+    /// The binding's `serviceName` (the metering dimension).
+    pub service_name: String,
+    /// The `mcpServers[].name` entry.
+    pub server: String,
+    /// The upstream's own name for the tool.
+    pub upstream_tool: String,
+    /// The upstream's description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The upstream's input schema.
+    pub input_schema: JsonObject,
+    /// MCP annotations (a mutating tool always carries `readOnlyHint: false`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolAnnotations>,
+    /// Whether the document flags the tool as mutating.
+    pub mutating: bool,
+}
+
+/// A skill offered in the instructions.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillSummary {
+    /// The skill's name (what `load_skill` takes).
+    pub name: String,
+    /// Its one-line description.
+    pub description: String,
+    /// The binding that contributed it.
+    pub binding: String,
+    /// The binding's `serviceName`.
+    pub service_name: String,
+    /// Where the body is fetched from.
+    pub source: String,
+    /// The binding's `configurationVersion`.
+    pub configuration_version: String,
+}
+
+/// A name this binding declared that another binding won.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Collision {
+    /// The contested name.
+    pub name: String,
+    /// The binding that holds it.
+    pub won_by: String,
+}
+
+/// What composition made of one binding.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingOutcome {
+    /// The binding.
+    pub binding: String,
+    /// Its `serviceName`.
+    pub service_name: String,
+    /// Tools exposed, by composed name.
+    pub exposed: Vec<String>,
+    /// Allowed tools the server does not offer, as `<server>/<tool>`.
+    pub missing: Vec<String>,
+    /// Tool names won by an earlier binding.
+    pub collisions: Vec<Collision>,
+    /// Skill names won by an earlier binding.
+    pub skill_collisions: Vec<Collision>,
+    /// Endpoints the guard refused (the refusal text says "was not dialed").
+    pub refused: Vec<String>,
+    /// Connect, initialize and `tools/list` failures.
+    pub upstream_errors: Vec<String>,
+    /// Knowledge sources declared.
+    pub knowledge_total: usize,
+    /// Knowledge sources that delivered nothing, with why.
+    pub knowledge_errors: Vec<String>,
+    /// Knowledge sources cut at a byte cap (delivered, not lost).
+    pub knowledge_truncated: usize,
+}
+
+impl BindingOutcome {
+    /// Whether the binding could not deliver everything it declared: refused or failing
+    /// endpoints, missing tools, lost collisions, or all of its knowledge lost. One knowledge
+    /// source failing among others, or truncation, is not degradation.
+    pub fn degraded(&self) -> bool {
+        !self.reasons().is_empty()
+    }
+
+    /// Why the binding is degraded, one sentence per fact (empty when it is not).
+    pub fn reasons(&self) -> Vec<String> {
+        let mut reasons: Vec<String> = self.refused.clone();
+        reasons.extend(self.upstream_errors.iter().cloned());
+        reasons.extend(
+            self.missing
+                .iter()
+                .map(|m| format!("declared tool {m} is not offered by the server")),
+        );
+        reasons.extend(self.collisions.iter().map(|c| {
+            format!(
+                "tool name {} is already taken by binding {}",
+                c.name, c.won_by
+            )
+        }));
+        if self.knowledge_total > 0 && self.knowledge_errors.len() == self.knowledge_total {
+            reasons.push(format!(
+                "all {} knowledge sources failed: {}",
+                self.knowledge_total,
+                self.knowledge_errors.join("; ")
+            ));
+        }
+        reasons
+    }
+}
+
+/// The composition as data: what `GET /v1/composition` shows and the controller's probe reads.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Composition {
+    /// The tools, in document order, then server order, then tool name.
+    pub tools: Vec<ComposedTool>,
+    /// The composed names of mutating tools.
+    pub mutating: Vec<String>,
+    /// The prompt additions: knowledge, concepts and the skills list.
+    pub instructions: String,
+    /// The skills offered.
+    pub skills: Vec<SkillSummary>,
+    /// One outcome per binding, in document order.
+    pub bindings: Vec<BindingOutcome>,
+}
+
+/// Why a `load_skill` produced no body.
+#[derive(Debug, Error)]
+pub enum SkillError {
+    /// No skill of that name is composed.
+    #[error("no skill named {name:?} is available; the instructions list the ones that are")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+    },
+    /// The body could not be fetched.
+    #[error("skill {name} could not be loaded: {source}")]
+    Fetch {
+        /// The skill.
+        name: String,
+        /// Why.
+        #[source]
+        source: FetchError,
+    },
+}
+
+/// Why a composed tool call produced no result.
+#[derive(Debug, Error)]
+pub enum ToolCallError {
+    /// No tool of that name is composed (including names outside every allow-list).
+    #[error("no tool named {name:?} is available to this assistant")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+    },
+    /// The upstream failed.
+    #[error(transparent)]
+    Upstream(#[from] CallError),
+}
+
+/// A live composition: the data plus the open upstream sessions that serve its tools.
+#[derive(Debug)]
+pub struct Composed {
+    /// The composition as data.
+    pub composition: Composition,
+    upstreams: Vec<Upstream>,
+    /// Composed tool name → (index into `upstreams`, upstream tool name).
+    routes: HashMap<String, (usize, String)>,
+    fetcher: Fetcher,
+    limits: Limits,
+}
+
+impl Composed {
+    /// Calls a composed tool by its composed name.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, ToolCallError> {
+        let Some((index, tool)) = self.routes.get(name) else {
+            return Err(ToolCallError::Unknown {
+                name: name.to_owned(),
+            });
+        };
+        let upstream = &self.upstreams[*index];
+        Ok(upstream
+            .call(tool, arguments, self.limits.call_timeout)
+            .await?)
+    }
+
+    /// The tool of a composed name.
+    pub fn tool(&self, name: &str) -> Option<&ComposedTool> {
+        self.composition.tools.iter().find(|t| t.name == name)
+    }
+
+    /// Fetches a skill's body and frames it with its provenance.
+    pub async fn load_skill(&self, name: &str) -> Result<String, SkillError> {
+        let Some(skill) = self.composition.skills.iter().find(|s| s.name == name) else {
+            return Err(SkillError::Unknown {
+                name: name.to_owned(),
+            });
+        };
+        let fetched = self
+            .fetcher
+            .fetch(
+                &skill.source,
+                self.limits.skill_timeout,
+                self.limits.skill_cap,
+            )
+            .await
+            .map_err(|source| SkillError::Fetch {
+                name: name.to_owned(),
+                source,
+            })?;
+        Ok(knowledge::frame_skill(skill, &fetched))
+    }
+
+    /// Ends every upstream session.
+    pub async fn close(self) {
+        futures::future::join_all(self.upstreams.into_iter().map(Upstream::close)).await;
+    }
+}
+
+/// Composes documents into tool sets.
+#[derive(Clone, Debug)]
+pub struct Composer {
+    mcp_guard: EndpointGuard,
+    fetcher: Fetcher,
+    limits: Limits,
+}
+
+/// Replaces every character outside `[a-zA-Z0-9_-]` with `_`.
+pub fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The composed name of `tool` on MCP server `server`.
+pub fn composed_name(server: &str, tool: &str) -> String {
+    format!("{}__{}", sanitize(server), sanitize(tool))
+}
+
+struct ServerResult {
+    doc: usize,
+    server: String,
+    allowed: BTreeSet<String>,
+    mutating: BTreeSet<String>,
+    result: Result<(Upstream, Vec<Tool>), ConnectError>,
+}
+
+impl Composer {
+    /// A composer dialing MCP endpoints admitted by `mcp_guard` and fetching knowledge and
+    /// skills through `fetcher`.
+    pub fn new(mcp_guard: EndpointGuard, fetcher: Fetcher, limits: Limits) -> Self {
+        Self {
+            mcp_guard,
+            fetcher,
+            limits,
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Composes `documents` (already validated, in first-wins order). Upstreams are connected
+    /// and knowledge fetched concurrently; the result depends only on the inputs and what the
+    /// servers answer, never on which answered first.
+    pub async fn compose(&self, documents: &[Document]) -> Composed {
+        let connects = documents.iter().enumerate().flat_map(|(doc, d)| {
+            d.spec
+                .tools
+                .iter()
+                .flat_map(|t| t.mcp_servers.iter())
+                .map(move |server| (doc, server))
+        });
+        let connects = futures::future::join_all(connects.map(|(doc, server)| {
+            let allowed: BTreeSet<String> = server
+                .tool_selector
+                .iter()
+                .flat_map(|s| s.include.iter().cloned())
+                .collect();
+            let mutating: BTreeSet<String> = server.mutating.iter().cloned().collect();
+            async move {
+                let result = upstream::connect(
+                    &self.mcp_guard,
+                    &server.name,
+                    &server.endpoint,
+                    allowed.clone(),
+                    self.limits.connect_timeout,
+                )
+                .await;
+                ServerResult {
+                    doc,
+                    server: server.name.clone(),
+                    allowed,
+                    mutating,
+                    result,
+                }
+            }
+        }));
+        let knowledge = knowledge::fetch_all(&self.fetcher, documents, &self.limits);
+        let (servers, knowledge) = futures::join!(connects, knowledge);
+
+        let mut outcomes: Vec<BindingOutcome> = documents
+            .iter()
+            .map(|d| BindingOutcome {
+                binding: d.binding.clone(),
+                service_name: d.spec.service_name.clone(),
+                ..BindingOutcome::default()
+            })
+            .collect();
+        let mut composed = Composed {
+            composition: Composition::default(),
+            upstreams: Vec::new(),
+            routes: HashMap::new(),
+            fetcher: self.fetcher.clone(),
+            limits: self.limits.clone(),
+        };
+        let mut owners: HashMap<String, String> = HashMap::new();
+        for server in servers {
+            let document = &documents[server.doc];
+            let outcome = &mut outcomes[server.doc];
+            let (upstream, listed) = match server.result {
+                Ok(ok) => ok,
+                Err(ConnectError::Refused(refusal)) => {
+                    warn!(binding = %document.binding, %refusal, "MCP endpoint refused");
+                    outcome.refused.push(refusal.to_string());
+                    continue;
+                }
+                Err(error) => {
+                    warn!(binding = %document.binding, %error, "MCP upstream failed");
+                    outcome.upstream_errors.push(error.to_string());
+                    continue;
+                }
+            };
+            let mut offered: HashMap<&str, &Tool> =
+                listed.iter().map(|t| (t.name.as_ref(), t)).collect();
+            let index = composed.upstreams.len();
+            for tool in &server.allowed {
+                let Some(listed) = offered.remove(tool.as_str()) else {
+                    outcome.missing.push(format!("{}/{tool}", server.server));
+                    continue;
+                };
+                let name = composed_name(&server.server, tool);
+                if let Some(winner) = owners.get(&name) {
+                    outcome.collisions.push(Collision {
+                        name,
+                        won_by: winner.clone(),
+                    });
+                    continue;
+                }
+                owners.insert(name.clone(), document.binding.clone());
+                let mutating = server.mutating.contains(tool);
+                let mut annotations = listed.annotations.clone();
+                if mutating {
+                    let mut a = annotations.unwrap_or_default();
+                    a.read_only_hint = Some(false);
+                    annotations = Some(a);
+                }
+                composed.routes.insert(name.clone(), (index, tool.clone()));
+                outcome.exposed.push(name.clone());
+                if mutating {
+                    composed.composition.mutating.push(name.clone());
+                }
+                composed.composition.tools.push(ComposedTool {
+                    name,
+                    binding: document.binding.clone(),
+                    service_name: document.spec.service_name.clone(),
+                    server: server.server.clone(),
+                    upstream_tool: tool.clone(),
+                    description: listed.description.as_ref().map(ToString::to_string),
+                    input_schema: (*listed.input_schema).clone(),
+                    annotations,
+                    mutating,
+                });
+            }
+            debug!(binding = %document.binding, server = %server.server, "upstream composed");
+            composed.upstreams.push(upstream);
+        }
+
+        // Skills: first wins by name, like tools.
+        let mut skill_owners: HashMap<String, String> = HashMap::new();
+        for (doc, document) in documents.iter().enumerate() {
+            for skill in &document.spec.skills {
+                if let Some(winner) = skill_owners.get(&skill.name) {
+                    outcomes[doc].skill_collisions.push(Collision {
+                        name: skill.name.clone(),
+                        won_by: winner.clone(),
+                    });
+                    continue;
+                }
+                skill_owners.insert(skill.name.clone(), document.binding.clone());
+                composed.composition.skills.push(SkillSummary {
+                    name: skill.name.clone(),
+                    description: skill.description.clone(),
+                    binding: document.binding.clone(),
+                    service_name: document.spec.service_name.clone(),
+                    source: skill.source.clone(),
+                    configuration_version: document.spec.configuration_version.clone(),
+                });
+            }
+        }
+
+        for item in &knowledge {
+            let outcome = &mut outcomes[item.doc];
+            outcome.knowledge_total += 1;
+            match &item.result {
+                Ok(fetched) if fetched.truncated => outcome.knowledge_truncated += 1,
+                Ok(_) => {}
+                Err(error) => outcome.knowledge_errors.push(error.to_string()),
+            }
+        }
+        composed.composition.instructions = knowledge::instructions(
+            documents,
+            &knowledge,
+            &composed.composition.skills,
+            self.limits.knowledge_total_cap,
+        );
+        for outcome in &outcomes {
+            if outcome.degraded() {
+                warn!(binding = %outcome.binding, reasons = ?outcome.reasons(), "binding degraded");
+            }
+        }
+        composed.composition.bindings = outcomes;
+        composed
+    }
+}
+
+/// Knowledge results, for [`knowledge::instructions`].
+pub type KnowledgeResults = Vec<KnowledgeItem>;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_should_be_namespaced_and_sanitized() {
+        assert_eq!(
+            composed_name("streamco", "streams_list"),
+            "streamco__streams_list"
+        );
+        assert_eq!(
+            composed_name("stream.co", "get/one thing"),
+            "stream_co__get_one_thing"
+        );
+        assert_eq!(composed_name("é", "a-b"), "___a-b");
+    }
+
+    #[test]
+    fn degradation_should_follow_the_contract() {
+        let mut outcome = BindingOutcome {
+            knowledge_total: 2,
+            knowledge_errors: vec!["a failed".into()],
+            knowledge_truncated: 1,
+            ..BindingOutcome::default()
+        };
+        assert!(
+            !outcome.degraded(),
+            "one of two sources lost, one truncated"
+        );
+        outcome.knowledge_errors.push("b failed".into());
+        assert_eq!(
+            outcome.reasons(),
+            ["all 2 knowledge sources failed: a failed; b failed"]
+        );
+        let refused = BindingOutcome {
+            refused: vec!["endpoint http://x/ was not dialed: …".into()],
+            ..BindingOutcome::default()
+        };
+        assert!(refused.degraded());
+    }
+}

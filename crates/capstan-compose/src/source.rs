@@ -1,0 +1,328 @@
+//! Sources of a project's capability documents: a fixture file, the capability-provider HTTP
+//! API, and CapabilityBinding objects on the project's control plane.
+//!
+//! Every source reads through `capstan_api::parse`, so one schema and one validator serve all
+//! three. A source answers `Err` only when it could not read at all; invalid documents are
+//! skipped with a warning and the valid ones kept. What an `Err` becomes (no capabilities, or
+//! the last good answer) is the caller's policy: see [`read_or_empty`] and
+//! [`crate::cache::CachedSource`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use capstan_api::{CapabilityBinding, CapabilityDocument, Parsed};
+use futures::future::BoxFuture;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::json;
+use thiserror::Error;
+use tracing::warn;
+
+use crate::compose::Document;
+
+/// Bytes escaped in a project name placed in a URL path: everything but RFC 3986 unreserved.
+const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Why a source could not answer for a project.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("{source_kind} source, project {project}: {message}")]
+pub struct SourceError {
+    /// `fixture`, `http` or `crd`.
+    pub source_kind: &'static str,
+    /// The project asked for.
+    pub project: String,
+    /// What failed.
+    pub message: String,
+}
+
+/// Yields the capability documents entitled to a project, in first-wins order.
+pub trait DocumentSource: Send + Sync {
+    /// The project's documents; `Err` only when nothing could be read.
+    fn documents<'a>(
+        &'a self,
+        project: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>>;
+}
+
+/// The documents of `project`, or none when the source cannot answer (logged): a provider
+/// outage never fails a task, the assistant proceeds with its built-ins.
+pub async fn read_or_empty(source: &dyn DocumentSource, project: &str) -> Vec<Document> {
+    match source.documents(project).await {
+        Ok(documents) => documents,
+        Err(error) => {
+            warn!(%error, "capability documents unavailable; composing built-ins only");
+            Vec::new()
+        }
+    }
+}
+
+/// Valid documents of `parsed` (invalid ones logged and skipped), named by `metadata.name` or
+/// their position.
+fn documents_of(parsed: Parsed, origin: &str) -> Vec<(CapabilityDocument, String)> {
+    for invalid in &parsed.invalid {
+        for line in invalid.lines() {
+            warn!(origin, error = %line, "invalid capability document skipped");
+        }
+    }
+    parsed
+        .objects
+        .into_iter()
+        .filter_map(|p| {
+            let index = p.index;
+            let document = p.object.into_document()?;
+            let name = document
+                .metadata
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("document-{index}"));
+            Some((document, name))
+        })
+        .collect()
+}
+
+/// Fixture and HTTP documents name their consumer project in `metadata.namespace`; one naming
+/// another project is dropped (a document without one applies to every project).
+fn scoped(
+    documents: Vec<(CapabilityDocument, String)>,
+    project: &str,
+    origin: &str,
+) -> Vec<Document> {
+    documents
+        .into_iter()
+        .filter_map(
+            |(document, binding)| match document.metadata.namespace.as_deref() {
+                Some(namespace) if namespace != project => {
+                    warn!(
+                        origin,
+                        binding, namespace, project, "document for another project dropped"
+                    );
+                    None
+                }
+                _ => Some(Document {
+                    binding,
+                    spec: document.spec,
+                }),
+            },
+        )
+        .collect()
+}
+
+/// Documents from a local JSON or YAML file (a bare array or a `{"items": […]}` List), read
+/// on every call so an edited fixture takes effect without a restart.
+#[derive(Clone, Debug)]
+pub struct FixtureSource {
+    path: PathBuf,
+}
+
+impl FixtureSource {
+    /// A source reading `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    /// The file read.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl DocumentSource for FixtureSource {
+    fn documents<'a>(
+        &'a self,
+        project: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
+        Box::pin(async move {
+            let error = |message: String| SourceError {
+                source_kind: "fixture",
+                project: project.to_owned(),
+                message,
+            };
+            let origin = self.path.display().to_string();
+            let text = tokio::fs::read_to_string(&self.path)
+                .await
+                .map_err(|e| error(format!("reading {origin}: {e}")))?;
+            let parsed = capstan_api::parse(&text).map_err(|e| error(format!("{origin}: {e}")))?;
+            Ok(scoped(documents_of(parsed, &origin), project, &origin))
+        })
+    }
+}
+
+/// The capability-provider API: `GET {base}/projects/{project}/capability-documents`.
+#[derive(Clone, Debug)]
+pub struct HttpSource {
+    base: reqwest::Url,
+    client: reqwest::Client,
+}
+
+/// Per-request limit of the provider API. 5 s: the contract's number.
+pub const HTTP_SOURCE_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl HttpSource {
+    /// A source for the provider API at `base` (the configured, trusted provider URL).
+    pub fn new(base: &str) -> Result<Self, SourceError> {
+        let error = |message: String| SourceError {
+            source_kind: "http",
+            project: String::new(),
+            message,
+        };
+        let base =
+            reqwest::Url::parse(base).map_err(|e| error(format!("provider URL {base:?}: {e}")))?;
+        let client = reqwest::Client::builder()
+            .timeout(HTTP_SOURCE_TIMEOUT)
+            .build()
+            .map_err(|e| error(format!("building the HTTP client: {e}")))?;
+        Ok(Self { base, client })
+    }
+
+    fn url(&self, project: &str) -> reqwest::Url {
+        let mut url = self.base.clone();
+        // path_segments_mut escapes the project as one segment ("a/b" stays one segment).
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments
+                .pop_if_empty()
+                .extend(["projects", project, "capability-documents"]);
+        }
+        url
+    }
+}
+
+impl DocumentSource for HttpSource {
+    fn documents<'a>(
+        &'a self,
+        project: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
+        Box::pin(async move {
+            let url = self.url(project);
+            let error = |message: String| SourceError {
+                source_kind: "http",
+                project: project.to_owned(),
+                message: format!("{url}: {message}"),
+            };
+            let response = self
+                .client
+                .get(url.clone())
+                .header(reqwest::header::ACCEPT, "application/json")
+                .send()
+                .await
+                .map_err(|e| error(crate::fetch::error_chain(&e)))?;
+            let status = response.status();
+            if !status.is_success() {
+                return Err(error(format!("HTTP {status}")));
+            }
+            let text = response
+                .text()
+                .await
+                .map_err(|e| error(format!("reading the body: {e}")))?;
+            let trimmed = text.trim_start();
+            if !(trimmed.starts_with('[') || trimmed.starts_with('{')) {
+                return Err(error("the body is not a JSON array or List".into()));
+            }
+            let parsed = capstan_api::parse(&text).map_err(|e| error(e.to_string()))?;
+            Ok(scoped(
+                documents_of(parsed, url.as_str()),
+                project,
+                url.as_str(),
+            ))
+        })
+    }
+}
+
+/// CapabilityBindings listed from the project's control plane with the sidecar's own
+/// credential. `url_template` holds `{project}` (path-escaped on use); without one, the
+/// cluster the credential points at is the project's plane.
+#[derive(Clone)]
+pub struct CrdSource {
+    config: kube::Config,
+    url_template: Option<String>,
+}
+
+impl std::fmt::Debug for CrdSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrdSource")
+            .field("cluster_url", &self.config.cluster_url.to_string())
+            .field("url_template", &self.url_template)
+            .finish()
+    }
+}
+
+impl CrdSource {
+    /// A source using `config`'s credential, against `url_template` when given.
+    pub fn new(config: kube::Config, url_template: Option<String>) -> Self {
+        Self {
+            config,
+            url_template,
+        }
+    }
+
+    fn client(&self, project: &str) -> Result<kube::Client, String> {
+        let mut config = self.config.clone();
+        if let Some(template) = &self.url_template {
+            let escaped = utf8_percent_encode(project, PATH_SEGMENT).to_string();
+            let url = template.replace("{project}", &escaped);
+            config.cluster_url = url
+                .parse()
+                .map_err(|e| format!("control-plane URL {url:?}: {e}"))?;
+        }
+        kube::Client::try_from(config).map_err(|e| e.to_string())
+    }
+}
+
+impl DocumentSource for CrdSource {
+    fn documents<'a>(
+        &'a self,
+        project: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
+        Box::pin(async move {
+            let error = |message: String| SourceError {
+                source_kind: "crd",
+                project: project.to_owned(),
+                message,
+            };
+            let client = self.client(project).map_err(error)?;
+            let api: Api<DynamicObject> =
+                Api::all_with(client, &ApiResource::erase::<CapabilityBinding>(&()));
+            let mut list = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| error(format!("listing CapabilityBindings: {e}")))?
+                .items;
+            // First wins in creation order; the name breaks ties (timestamps have 1 s
+            // resolution).
+            list.sort_by(|a, b| {
+                (
+                    &a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    &a.metadata.name,
+                )
+                    .cmp(&(
+                        &b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                        &b.metadata.name,
+                    ))
+            });
+            // Each spec goes through the same parse and validation path as the other sources.
+            let items: Vec<serde_json::Value> = list
+                .iter()
+                .map(|object| {
+                    json!({
+                        "metadata": { "name": object.metadata.name },
+                        "spec": object.data.get("spec").cloned().unwrap_or_default(),
+                    })
+                })
+                .collect();
+            let text = serde_json::to_string(&json!({ "items": items }))
+                .map_err(|e| error(e.to_string()))?;
+            let parsed = capstan_api::parse(&text).map_err(|e| error(e.to_string()))?;
+            // The control plane is the tenancy boundary: no namespace check applies here.
+            Ok(documents_of(parsed, "crd")
+                .into_iter()
+                .map(|(document, binding)| Document {
+                    binding,
+                    spec: document.spec,
+                })
+                .collect())
+        })
+    }
+}

@@ -1,0 +1,295 @@
+//! `demo-provider`: the StreamCo provider of the examples, as a real MCP server (Streamable
+//! HTTP, rmcp) that also serves its knowledge (`/llms-full.txt`) and a runbook
+//! (`/runbooks/lag.md`).
+//!
+//! Faults for tests, set with `--fault` (repeatable), `DEMO_PROVIDER_FAULTS` (comma-separated)
+//! or at run time with `PUT /debug/faults` (a JSON array):
+//! `hang` (MCP requests never answer), `http-500`, `malformed` (MCP answers are not JSON-RPC),
+//! `drop-tool:<name>` (left out of `tools/list`), `oversized-knowledge` (1 MiB of knowledge).
+//! Every request's method, path and headers are recorded; `GET /debug/requests` returns them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// The demo provider's settings.
+#[derive(Debug, clap::Parser)]
+#[command(name = "demo-provider", version, about)]
+struct Config {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, env = "DEMO_PROVIDER_LISTEN", default_value = "127.0.0.1:7810")]
+    listen: SocketAddr,
+
+    /// Faults to start with (see the module documentation).
+    #[arg(long = "fault", env = "DEMO_PROVIDER_FAULTS", value_delimiter = ',')]
+    faults: Vec<String>,
+}
+
+/// One recorded HTTP request.
+#[derive(Clone, Debug, Serialize)]
+struct Recorded {
+    method: String,
+    path: String,
+    headers: BTreeMap<String, String>,
+}
+
+#[derive(Default)]
+struct Shared {
+    faults: Mutex<Vec<String>>,
+    requests: Mutex<Vec<Recorded>>,
+}
+
+impl Shared {
+    fn faults(&self) -> Vec<String> {
+        self.faults.lock().map(|f| f.clone()).unwrap_or_default()
+    }
+
+    fn has(&self, fault: &str) -> bool {
+        self.faults().iter().any(|f| f == fault)
+    }
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct StreamName {
+    /// The stream's name, e.g. `orders`.
+    name: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct PipelineName {
+    /// The pipeline's name, e.g. `orders-to-warehouse`.
+    pipeline: String,
+}
+
+const STREAMS: [(&str, &str, u64); 3] = [
+    ("orders", "Healthy", 12),
+    ("payments", "Healthy", 3),
+    ("clickstream", "Lagging", 48_210),
+];
+
+/// The StreamCo MCP server.
+#[derive(Clone)]
+struct StreamCo {
+    tool_router: ToolRouter<Self>,
+}
+
+#[tool_router]
+impl StreamCo {
+    fn new(shared: &Shared) -> Self {
+        let mut tool_router = Self::tool_router();
+        for fault in shared.faults() {
+            if let Some(name) = fault.strip_prefix("drop-tool:") {
+                tool_router.disable_route(name.to_owned());
+            }
+        }
+        Self { tool_router }
+    }
+
+    #[tool(description = "List the streams of this project with their state and consumer lag.")]
+    fn streams_list(&self) -> CallToolResult {
+        let streams: Vec<_> = STREAMS
+            .iter()
+            .map(|(name, state, lag)| json!({ "name": name, "state": state, "consumerLag": lag }))
+            .collect();
+        CallToolResult::structured(json!({ "streams": streams }))
+    }
+
+    #[tool(description = "Get one stream by name.")]
+    fn streams_get(
+        &self,
+        Parameters(StreamName { name }): Parameters<StreamName>,
+    ) -> CallToolResult {
+        match STREAMS.iter().find(|(n, _, _)| *n == name) {
+            Some((name, state, lag)) => CallToolResult::structured(
+                json!({ "name": name, "state": state, "consumerLag": lag, "partitions": 12 }),
+            ),
+            None => CallToolResult::error(vec![ContentBlock::text(format!(
+                "no stream named {name:?}; streams_list shows the streams that exist"
+            ))]),
+        }
+    }
+
+    #[tool(description = "Diagnose a pipeline: where lag builds up and what to check first.")]
+    fn pipeline_diagnose(
+        &self,
+        Parameters(PipelineName { pipeline }): Parameters<PipelineName>,
+    ) -> CallToolResult {
+        CallToolResult::success(vec![ContentBlock::text(format!(
+            "pipeline {pipeline}: consumer group lag 48210 on clickstream partition 7; \
+             the consumer restarted 3 times in 10 minutes. Check its memory limit first."
+        ))])
+    }
+
+    #[tool(description = "Export every stream's configuration (not on the example allow-list).")]
+    fn streams_export(&self) -> CallToolResult {
+        CallToolResult::structured(json!({ "export": STREAMS.len() }))
+    }
+
+    #[tool(
+        description = "Restart a stream's consumers (changes something).",
+        annotations(read_only_hint = false, destructive_hint = true)
+    )]
+    fn streams_restart(
+        &self,
+        Parameters(StreamName { name }): Parameters<StreamName>,
+    ) -> CallToolResult {
+        CallToolResult::success(vec![ContentBlock::text(format!(
+            "consumers of {name} restarted"
+        ))])
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for StreamCo {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions("StreamCo streaming: inspect streams and diagnose pipelines.")
+    }
+}
+
+const KNOWLEDGE: &str = "# StreamCo streaming\n\nStreamCo runs managed event streams. A Stream \
+    carries ordered events in partitions; consumers read them in groups. Consumer lag is the \
+    number of events written but not yet read: sustained lag means consumers are too slow or \
+    restarting.\n";
+
+const LAG_RUNBOOK: &str = "# Triage consumer lag\n\n1. Call streams_list and find streams whose \
+    state is Lagging.\n2. Call pipeline_diagnose for the pipeline reading that stream.\n3. If the \
+    consumer restarted recently, check its memory limit before anything else.\n4. Recommend \
+    scaling consumers only when lag grows while consumers are healthy.\n";
+
+async fn knowledge(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.has("oversized-knowledge") {
+        // 1 MiB: well past the composer's 256 KiB per-source cap.
+        return KNOWLEDGE
+            .repeat(1024 * 1024 / KNOWLEDGE.len() + 1)
+            .into_response();
+    }
+    KNOWLEDGE.into_response()
+}
+
+async fn runbook() -> &'static str {
+    LAG_RUNBOOK
+}
+
+async fn requests(State(shared): State<Arc<Shared>>) -> Response {
+    let requests = shared
+        .requests
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default();
+    axum::Json(requests).into_response()
+}
+
+async fn set_faults(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+    match serde_json::from_slice::<Vec<String>>(&body) {
+        Ok(faults) => {
+            if let Ok(mut current) = shared.faults.lock() {
+                *current = faults;
+            }
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(error) => (
+            StatusCode::BAD_REQUEST,
+            format!("expected a JSON array of fault names: {error}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// Records every request; applies the transport-level faults to `/mcp`.
+async fn record_and_fault(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let recorded = Recorded {
+        method: request.method().to_string(),
+        path: request.uri().path().to_owned(),
+        headers: request
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+    };
+    if let Ok(mut requests) = shared.requests.lock() {
+        requests.push(recorded);
+    }
+    if request.uri().path().starts_with("/mcp") {
+        if shared.has("hang") {
+            std::future::pending::<()>().await;
+        }
+        if shared.has("http-500") {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "injected fault\n").into_response();
+        }
+        if shared.has("malformed") {
+            return Response::builder()
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from("{\"jsonrpc\": \"2.0\", \"id\": oops"))
+                .unwrap_or_default();
+        }
+    }
+    next.run(request).await
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = <Config as clap::Parser>::parse();
+    let shared = Arc::new(Shared {
+        faults: Mutex::new(config.faults),
+        requests: Mutex::default(),
+    });
+    let mcp: StreamableHttpService<StreamCo, LocalSessionManager> = StreamableHttpService::new(
+        {
+            let shared = shared.clone();
+            move || Ok(StreamCo::new(&shared))
+        },
+        Default::default(),
+        StreamableHttpServerConfig::default()
+            .with_sse_keep_alive(None)
+            .with_allowed_hosts(["localhost", "127.0.0.1", "::1"]),
+    );
+    let app = Router::new()
+        .route("/llms-full.txt", get(knowledge))
+        .route("/runbooks/lag.md", get(runbook))
+        .route("/debug/requests", get(requests))
+        .route("/debug/faults", axum::routing::put(set_faults))
+        .nest_service("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(
+            shared.clone(),
+            record_and_fault,
+        ))
+        .with_state(shared);
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let address = listener.local_addr()?;
+    println!("demo-provider: listening on http://{address}");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}
