@@ -182,3 +182,152 @@ impl CachedSource {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex as StdMutex;
+
+    use futures::future::BoxFuture;
+
+    use super::*;
+    use crate::source::SourceError;
+
+    /// Answers each read with the next scripted result, per project.
+    #[derive(Default)]
+    struct Scripted {
+        answers: StdMutex<HashMap<String, VecDeque<Result<usize, ()>>>>,
+        reads: AtomicU64,
+    }
+
+    impl Scripted {
+        fn script(&self, project: &str, answers: &[Result<usize, ()>]) {
+            self.answers
+                .lock()
+                .unwrap()
+                .insert(project.to_owned(), answers.iter().cloned().collect());
+        }
+    }
+
+    fn docs(count: usize) -> Vec<Document> {
+        let spec = serde_json::from_value(serde_json::json!({
+            "serviceRef": {"name": "s"}, "serviceName": "s.example",
+            "serviceAgentRef": {"name": "a"}, "configurationVersion": "v1"
+        }))
+        .unwrap();
+        (0..count)
+            .map(|i| Document {
+                binding: format!("b{i}"),
+                spec: Clone::clone(&spec),
+            })
+            .collect()
+    }
+
+    impl DocumentSource for Scripted {
+        fn documents<'a>(
+            &'a self,
+            project: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            let answer = self
+                .answers
+                .lock()
+                .unwrap()
+                .get_mut(project)
+                .and_then(VecDeque::pop_front)
+                .unwrap_or(Err(()));
+            Box::pin(async move {
+                answer.map(docs).map_err(|()| SourceError {
+                    source_kind: "test",
+                    project: project.to_owned(),
+                    message: "down".into(),
+                })
+            })
+        }
+    }
+
+    fn cache(source: &Arc<Scripted>, capacity: usize) -> CachedSource {
+        CachedSource::new(source.clone(), Duration::from_secs(60), capacity)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cache_should_serve_hits_until_the_ttl_then_refetch() {
+        let source = Arc::new(Scripted::default());
+        source.script("p", &[Ok(2), Ok(3)]);
+        let cache = cache(&source, 4);
+        assert_eq!(cache.documents("p").await.1, Outcome::Miss);
+        tokio::time::advance(Duration::from_secs(59)).await;
+        let (documents, outcome) = cache.documents("p").await;
+        assert_eq!((documents.len(), outcome), (2, Outcome::Hit));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let (documents, outcome) = cache.documents("p").await;
+        assert_eq!((documents.len(), outcome), (3, Outcome::Miss));
+        assert_eq!(source.reads.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cache_should_serve_the_last_good_answer_when_a_refresh_fails() {
+        let source = Arc::new(Scripted::default());
+        source.script("p", &[Ok(2), Err(()), Ok(1)]);
+        let cache = cache(&source, 4);
+        cache.documents("p").await;
+        tokio::time::advance(Duration::from_secs(61)).await;
+        let (documents, outcome) = cache.documents("p").await;
+        assert_eq!((documents.len(), outcome), (2, Outcome::StaleServed));
+        // The stale entry is not refreshed by serving it: the next read tries again.
+        let (documents, outcome) = cache.documents("p").await;
+        assert_eq!((documents.len(), outcome), (1, Outcome::Miss));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cache_should_answer_nothing_on_a_failure_without_a_good_answer() {
+        let source = Arc::new(Scripted::default());
+        source.script("p", &[Err(())]);
+        let cache = cache(&source, 4);
+        let (documents, outcome) = cache.documents("p").await;
+        assert_eq!((documents.len(), outcome), (0, Outcome::Error));
+        assert!(cache.is_empty().await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cache_should_never_keep_an_empty_answer() {
+        let source = Arc::new(Scripted::default());
+        source.script("p", &[Ok(0), Ok(2), Ok(0), Err(())]);
+        let cache = cache(&source, 4);
+        assert_eq!(cache.documents("p").await.1, Outcome::Empty);
+        assert!(!cache.contains("p").await);
+        // A newly entitled project is seen at once, not after a TTL of "nothing".
+        assert_eq!(cache.documents("p").await.1, Outcome::Miss);
+        tokio::time::advance(Duration::from_secs(61)).await;
+        // An empty answer retires the older one: a failure afterwards has nothing stale.
+        assert_eq!(cache.documents("p").await.1, Outcome::Empty);
+        assert_eq!(cache.documents("p").await.1, Outcome::Error);
+        assert_eq!(cache.count(Outcome::Empty), 2);
+        assert_eq!(cache.count(Outcome::Miss), 1);
+        assert_eq!(cache.count(Outcome::Error), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cache_should_evict_expired_entries_first_then_the_oldest_live_one() {
+        let source = Arc::new(Scripted::default());
+        for project in ["a", "b", "c", "d", "e"] {
+            source.script(project, &[Ok(1), Ok(1)]);
+        }
+        let cache = cache(&source, 3);
+        cache.documents("a").await;
+        tokio::time::advance(Duration::from_secs(30)).await;
+        cache.documents("b").await;
+        tokio::time::advance(Duration::from_secs(31)).await;
+        // a has expired, b has not.
+        cache.documents("c").await;
+        cache.documents("d").await;
+        assert!(!cache.contains("a").await, "the expired entry goes first");
+        assert!(cache.contains("b").await && cache.contains("c").await);
+        // Full of live entries: the oldest live one (b) makes room.
+        cache.documents("e").await;
+        assert_eq!(cache.len().await, 3);
+        assert!(!cache.contains("b").await);
+        assert!(cache.contains("c").await && cache.contains("d").await && cache.contains("e").await);
+    }
+}
