@@ -27,8 +27,9 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 .PHONY: tools
-tools: ## Build (once) the pinned kube-apiserver, etcd and helm into ~/.cache/capstan
+tools: ## Build (once) the pinned kube-apiserver, etcd, helm and the Python mcp SDK into ~/.cache/capstan
 	e2e/build-tools
+	e2e/python-env
 
 .PHONY: test
 test: lint tools ## Lint, then every test: unit, integration, e2e on a real apiserver
@@ -49,4 +50,5 @@ cluster-down: ## Stop the control plane started by cluster-up and delete its sta
 .PHONY: bench
 bench: tools ## Benchmarks (release builds; medians and ratios, never asserted)
 	$(CARGO) bench -p capstan-api --bench parse
+	$(CARGO) bench -p capstan-compose --bench compose
 	$(CARGO) bench -p capstan-e2e --bench controller

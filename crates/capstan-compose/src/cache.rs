@@ -328,6 +328,8 @@ mod tests {
         cache.documents("e").await;
         assert_eq!(cache.len().await, 3);
         assert!(!cache.contains("b").await);
-        assert!(cache.contains("c").await && cache.contains("d").await && cache.contains("e").await);
+        assert!(
+            cache.contains("c").await && cache.contains("d").await && cache.contains("e").await
+        );
     }
 }

@@ -28,21 +28,29 @@ async fn serve() -> String {
             "good" => axum::Json(json!({"items": [document("one", Some("good"))]})).into_response(),
             "mixed" => {
                 let mut invalid = document("broken", None);
-                invalid["spec"].as_object_mut().unwrap().remove("serviceName");
+                invalid["spec"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("serviceName");
                 axum::Json(json!([document("kept", None), invalid])).into_response()
             }
             "empty" => axum::Json(json!([])).into_response(),
             "down" => (StatusCode::SERVICE_UNAVAILABLE, "maintenance").into_response(),
             "garbage" => "<html>oops</html>".into_response(),
             "scalar" => axum::Json(json!("nope")).into_response(),
-            "other" => axum::Json(json!([document("theirs", Some("someone-else"))])).into_response(),
+            "other" => {
+                axum::Json(json!([document("theirs", Some("someone-else"))])).into_response()
+            }
             "a b/c" => axum::Json(json!([document("escaped", None)])).into_response(),
             _ => StatusCode::NOT_FOUND.into_response(),
         }
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let app = axum::Router::new().route("/api/projects/{project}/capability-documents", axum::routing::get(documents));
+    let app = axum::Router::new().route(
+        "/api/projects/{project}/capability-documents",
+        axum::routing::get(documents),
+    );
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{address}/api/")
 }
@@ -56,7 +64,10 @@ async fn http_source_should_read_a_project_list() {
     capstan_compose::install_crypto_provider();
     let source = HttpSource::new(&serve().await).unwrap();
     assert_eq!(names(&source.documents("good").await.unwrap()), ["one"]);
-    assert_eq!(names(&source.documents("a b/c").await.unwrap()), ["escaped"]);
+    assert_eq!(
+        names(&source.documents("a b/c").await.unwrap()),
+        ["escaped"]
+    );
     assert!(source.documents("empty").await.unwrap().is_empty());
 }
 
@@ -92,7 +103,12 @@ async fn http_source_failures_should_read_as_no_capabilities() {
     // A transport error: nothing listens there.
     let refused = HttpSource::new("http://127.0.0.1:1/").unwrap();
     let error = refused.documents("good").await.unwrap_err();
-    assert!(error.to_string().starts_with("http source, project good: http://127.0.0.1:1/projects/good/capability-documents: "), "{error}");
+    assert!(
+        error.to_string().starts_with(
+            "http source, project good: http://127.0.0.1:1/projects/good/capability-documents: "
+        ),
+        "{error}"
+    );
     assert!(read_or_empty(&refused, "good").await.is_empty());
 }
 
@@ -102,7 +118,10 @@ async fn fixture_source_should_scope_documents_to_the_project() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("documents.json");
     let mut invalid = document("broken", None);
-    invalid["spec"].as_object_mut().unwrap().remove("serviceName");
+    invalid["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("serviceName");
     std::fs::write(
         &path,
         serde_json::to_string(&json!({"items": [
@@ -115,8 +134,14 @@ async fn fixture_source_should_scope_documents_to_the_project() {
     )
     .unwrap();
     let source = FixtureSource::new(&path);
-    assert_eq!(names(&source.documents("demo-project").await.unwrap()), ["mine", "everyone"]);
-    assert_eq!(names(&source.documents("other-project").await.unwrap()), ["theirs", "everyone"]);
+    assert_eq!(
+        names(&source.documents("demo-project").await.unwrap()),
+        ["mine", "everyone"]
+    );
+    assert_eq!(
+        names(&source.documents("other-project").await.unwrap()),
+        ["theirs", "everyone"]
+    );
     let missing = FixtureSource::new(dir.join("missing.json"));
     let error = missing.documents("demo-project").await.unwrap_err();
     assert!(error.to_string().contains("missing.json"), "{error}");
@@ -125,6 +150,10 @@ async fn fixture_source_should_scope_documents_to_the_project() {
 
 #[tokio::test]
 async fn the_streamco_fixture_should_serve_the_demo_project() {
-    let source = FixtureSource::new(common::repo_root().join("examples/streamco/capability-documents.json"));
-    assert_eq!(names(&source.documents("demo-project").await.unwrap()), ["streamco-binding"]);
+    let source =
+        FixtureSource::new(common::repo_root().join("examples/streamco/capability-documents.json"));
+    assert_eq!(
+        names(&source.documents("demo-project").await.unwrap()),
+        ["streamco-binding"]
+    );
 }

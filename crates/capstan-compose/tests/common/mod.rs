@@ -21,7 +21,8 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds the demo provider once per test binary (debug, like the tests).
+/// Builds the demo provider once per binary, in the caller's profile (release under
+/// `cargo bench`, so a benchmark measures an optimised server).
 fn demo_provider_binary() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
@@ -36,6 +37,11 @@ fn demo_provider_binary() -> PathBuf {
                     "--bin",
                     "demo-provider",
                 ])
+                .args(if cfg!(debug_assertions) {
+                    &[][..]
+                } else {
+                    &["--release"][..]
+                })
                 .current_dir(repo_root())
                 .status()
                 .expect("cargo build");
