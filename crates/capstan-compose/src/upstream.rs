@@ -115,6 +115,11 @@ pub async fn connect(
     // MCP follows no redirects: a redirect would move the session somewhere unchecked.
     let http = guarded_client_builder()
         .redirect(reqwest::redirect::Policy::none())
+        // No idle pooling: a pooled connection whose last SSE response was not read to the
+        // end stalls the next request ~40 ms on Linux's delayed ACK (the composer benchmark
+        // measured 42.8 ms per forwarded call with pooling, against 1.3 ms direct). rmcp's
+        // own default client makes the same choice.
+        .pool_max_idle_per_host(0)
         .connect_timeout(timeout)
         .build()
         .map_err(|e| connect_error(error_chain(&e)))?;
