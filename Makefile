@@ -9,6 +9,10 @@ CARGO ?= cargo
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+.PHONY: demo
+demo: ## Run the demo: demo provider + sidecar on the StreamCo fixture, compose and one tool call
+	examples/demo
+
 .PHONY: build
 build: ## Build every crate (debug)
 	$(CARGO) build --workspace --all-targets

@@ -1,9 +1,11 @@
-//! `capstanctl`: lint capability documents and Capstan resources before publishing them.
+//! `capstanctl`: lint capability documents and Capstan resources before publishing them, and
+//! inspect or call what a capstan-sidecar composes.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod sidecar;
 mod validate;
 
 /// Capstan's command-line tool.
@@ -24,11 +26,23 @@ enum Command {
     /// `N valid, M invalid`. Exit status: 0 all valid, 1 some invalid, 2 a file could not be
     /// read or is not JSON/YAML.
     Validate(validate::Args),
+
+    /// Show what a capstan-sidecar composes for a project: tools (and which can change
+    /// something), skills, and each binding's state with the reasons it is degraded.
+    /// Exit status: 0 shown, 1 the sidecar could not be asked or refused.
+    Compose(sidecar::ComposeArgs),
+
+    /// Call one composed tool through a capstan-sidecar (one session: initialize, call, end)
+    /// and print its result. Exit status: 0 success, 1 the tool reported an error or the call
+    /// failed.
+    Call(sidecar::CallArgs),
 }
 
 fn main() -> ExitCode {
     let Cli { command } = Cli::parse();
     match command {
         Command::Validate(args) => validate::run(&args),
+        Command::Compose(args) => sidecar::compose(&args),
+        Command::Call(args) => sidecar::call(&args),
     }
 }

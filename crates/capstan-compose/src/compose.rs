@@ -131,6 +131,9 @@ pub struct BindingOutcome {
     pub collisions: Vec<Collision>,
     /// Skill names won by an earlier binding.
     pub skill_collisions: Vec<Collision>,
+    /// Allowed tools not exposed because their input schema takes a project: the project is
+    /// never an argument (it comes from the request, never from what the model writes).
+    pub project_arguments: Vec<String>,
     /// Endpoints the guard refused (the refusal text says "was not dialed").
     pub refused: Vec<String>,
     /// Connect, initialize and `tools/list` failures.
@@ -160,6 +163,9 @@ impl BindingOutcome {
                 .iter()
                 .map(|m| format!("declared tool {m} is not offered by the server")),
         );
+        reasons.extend(self.project_arguments.iter().map(|t| {
+            format!("tool {t} takes a project argument and is not exposed: the project is never an argument")
+        }));
         reasons.extend(self.collisions.iter().map(|c| {
             format!(
                 "tool name {} is already taken by binding {}",
@@ -284,7 +290,14 @@ impl Composed {
         Ok(knowledge::frame_skill(skill, &fetched))
     }
 
-    /// Ends every upstream session.
+    /// Ends every upstream session without waiting (usable from `Drop`).
+    pub fn shutdown(&self) {
+        for upstream in &self.upstreams {
+            upstream.shutdown();
+        }
+    }
+
+    /// Ends every upstream session and waits until they are closed.
     pub async fn close(self) {
         futures::future::join_all(self.upstreams.into_iter().map(Upstream::close)).await;
     }
@@ -309,6 +322,14 @@ pub fn sanitize(name: &str) -> String {
             }
         })
         .collect()
+}
+
+/// Whether an input schema has a top-level property named `project` (in any case).
+pub fn takes_project(schema: &JsonObject) -> bool {
+    schema
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .is_some_and(|properties| properties.keys().any(|k| k.eq_ignore_ascii_case("project")))
 }
 
 /// The composed name of `tool` on MCP server `server`.
@@ -419,6 +440,12 @@ impl Composer {
                     outcome.missing.push(format!("{}/{tool}", server.server));
                     continue;
                 };
+                if takes_project(&listed.input_schema) {
+                    outcome
+                        .project_arguments
+                        .push(format!("{}/{tool}", server.server));
+                    continue;
+                }
                 let name = composed_name(&server.server, tool);
                 if let Some(winner) = owners.get(&name) {
                     outcome.collisions.push(Collision {

@@ -223,9 +223,15 @@ impl Upstream {
         }
     }
 
-    /// Ends the session with the upstream.
+    /// Ends the session with the upstream and waits until it is closed.
     pub async fn close(self) {
         let _ = self.client.cancel().await;
+    }
+
+    /// Ends the session with the upstream without waiting (usable from `Drop`); calls made
+    /// afterwards fail as unavailable.
+    pub fn shutdown(&self) {
+        self.client.cancellation_token().cancel();
     }
 }
 

@@ -588,3 +588,30 @@ async fn mutating_tools_should_be_listed_and_annotated() {
     assert!(!composed.tool("streamco__streams_list").unwrap().mutating);
     composed.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_taking_a_project_argument_should_never_be_exposed() {
+    let provider = DemoProvider::start(&[]);
+    let hosts = vec![provider.host()];
+    let text = serde_json::to_string(&json!([binding(
+        "sneaky",
+        "streamco",
+        &provider.url("/mcp"),
+        &["streams_list", "streams_by_project"]
+    )]))
+    .unwrap();
+    let composed = composer(&hosts, &hosts, Limits::default())
+        .compose(&documents(&text))
+        .await;
+    assert_eq!(
+        tool_names(&composed.composition),
+        ["streamco__streams_list"]
+    );
+    let outcome = &composed.composition.bindings[0];
+    assert_eq!(outcome.project_arguments, ["streamco/streams_by_project"]);
+    assert!(outcome.degraded());
+    for tool in &composed.composition.tools {
+        assert!(!capstan_compose::compose::takes_project(&tool.input_schema));
+    }
+    composed.close().await;
+}

@@ -73,6 +73,13 @@ struct StreamName {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct ProjectName {
+    /// A project name.
+    #[serde(rename = "Project")]
+    project: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct PipelineName {
     /// The pipeline's name, e.g. `orders-to-warehouse`.
     pipeline: String,
@@ -135,6 +142,16 @@ impl StreamCo {
             "pipeline {pipeline}: consumer group lag 48210 on clickstream partition 7; \
              the consumer restarted 3 times in 10 minutes. Check its memory limit first."
         ))])
+    }
+
+    #[tool(
+        description = "Streams of a named project (takes a project argument, which Capstan never exposes)."
+    )]
+    fn streams_by_project(
+        &self,
+        Parameters(ProjectName { project }): Parameters<ProjectName>,
+    ) -> CallToolResult {
+        CallToolResult::success(vec![ContentBlock::text(format!("streams of {project}"))])
     }
 
     #[tool(description = "Export every stream's configuration (not on the example allow-list).")]

@@ -1,144 +1,16 @@
 //! Real servers on loopback for the composer's integration tests: the demo provider (built from
 //! this workspace) and an independent MCP server written with the Python `mcp` SDK.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use capstan_compose::{Composer, Document, EndpointGuard, Fetcher, Limits};
 use serde_json::Value;
 
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_path_buf()
-}
-
-/// Builds the demo provider once per binary, in the caller's profile (release under
-/// `cargo bench`, so a benchmark measures an optimised server).
-fn demo_provider_binary() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args([
-                    "build",
-                    "-q",
-                    "-p",
-                    "capstan-demo-provider",
-                    "--bin",
-                    "demo-provider",
-                ])
-                .args(if cfg!(debug_assertions) {
-                    &[][..]
-                } else {
-                    &["--release"][..]
-                })
-                .current_dir(repo_root())
-                .status()
-                .expect("cargo build");
-            assert!(status.success(), "building the demo provider failed");
-            let exe = std::env::current_exe().unwrap();
-            exe.parent()
-                .unwrap()
-                .parent()
-                .unwrap()
-                .join("demo-provider")
-        })
-        .clone()
-}
-
-/// A running demo provider; stopped on drop.
-pub struct DemoProvider {
-    child: Child,
-    pub address: SocketAddr,
-}
-
-impl DemoProvider {
-    pub fn start(faults: &[&str]) -> Self {
-        let mut command = Command::new(demo_provider_binary());
-        command
-            .args(["--listen", "127.0.0.1:0"])
-            .env_remove("DEMO_PROVIDER_FAULTS")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for fault in faults {
-            command.args(["--fault", fault]);
-        }
-        let mut child = command.spawn().expect("demo provider");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        let address = line
-            .trim()
-            .strip_prefix("demo-provider: listening on http://")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .parse()
-            .unwrap();
-        Self { child, address }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.address)
-    }
-
-    /// `host:port` as an allow-list entry.
-    pub fn host(&self) -> String {
-        self.address.to_string()
-    }
-
-    /// Every request the provider received: method, path, headers.
-    pub async fn requests(&self) -> Vec<Value> {
-        reqwest::get(self.url("/debug/requests"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-
-    pub async fn set_faults(&self, faults: &[&str]) {
-        let response = reqwest::Client::new()
-            .put(self.url("/debug/faults"))
-            .body(serde_json::to_string(faults).unwrap())
-            .send()
-            .await
-            .unwrap();
-        assert!(response.status().is_success());
-    }
-}
-
-impl Drop for DemoProvider {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The Python interpreter with the `mcp` SDK (`make tools` installs it into
-/// ~/.cache/capstan/python; CAPSTAN_PYTHON overrides).
-pub fn python() -> PathBuf {
-    if let Ok(python) = std::env::var("CAPSTAN_PYTHON") {
-        return python.into();
-    }
-    let home = std::env::var("HOME").unwrap();
-    let cache = std::env::var("XDG_CACHE_HOME").unwrap_or_else(|_| format!("{home}/.cache"));
-    let python = PathBuf::from(cache).join("capstan/python/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run `make tools` (it installs the Python mcp SDK the tests use)",
-        python.display()
-    );
-    python
-}
+pub use capstan_demo_provider::harness::{DemoProvider, python, repo_root};
 
 /// An MCP server written with the Python `mcp` SDK (MCPServer, FastMCP's successor).
 pub struct PythonServer {

@@ -1,0 +1,418 @@
+//! One MCP session is one task: `initialize` binds the caller's project and token, composes,
+//! and opens the upstreams; the session's end (DELETE, idle timeout) closes them; the smallest
+//! `maxTaskDurationSeconds` of the composed documents ends the task early.
+//!
+//! Protocol revisions: only the session-based ones (up to 2025-11-25). The 2026-07-28 revision
+//! has no sessions and no `initialize`, so a check bound at `initialize` would not hold for
+//! it; supporting it would mean composing per request, keyed by (project, caller), with a
+//! short TTL — a larger change than the current clients need, since they fall back to
+//! `initialize` when the server does not offer 2026-07-28.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use capstan_compose::compose::{SkillError, ToolCallError};
+use capstan_compose::{Composed, Document};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::identity::Identity;
+use crate::metering::ToolInvocation;
+use crate::sidecar::Sidecar;
+use crate::tool_error::{ErrorKind, ToolError};
+
+/// The built-in that fetches a skill's body.
+pub const LOAD_SKILL: &str = "load_skill";
+
+/// The protocol revisions served: every session-based one.
+const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_03_26,
+    ProtocolVersion::V_2024_11_05,
+];
+
+/// A task: what `initialize` composed, and who it is for.
+pub struct Task {
+    sidecar: Arc<Sidecar>,
+    identity: Identity,
+    composed: Composed,
+    tools: Vec<Tool>,
+    validators: HashMap<String, jsonschema::Validator>,
+    max_duration: Option<Duration>,
+    expired: AtomicBool,
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // The session ended (DELETE or idle timeout): close its upstream sessions.
+        self.composed.shutdown();
+        self.sidecar.sessions.forget(self.identity.nonce);
+        self.sidecar.metrics.sessions_active.dec();
+        info!(project = %self.identity.project, "session ended; upstreams closed");
+    }
+}
+
+/// The MCP handler of one session.
+pub struct SessionHandler {
+    sidecar: Arc<Sidecar>,
+    task: OnceCell<Arc<Task>>,
+}
+
+impl SessionHandler {
+    /// A handler for a new session.
+    pub fn new(sidecar: Arc<Sidecar>) -> Self {
+        Self {
+            sidecar,
+            task: OnceCell::new(),
+        }
+    }
+
+    fn task(&self) -> Result<&Arc<Task>, McpError> {
+        self.task
+            .get()
+            .ok_or_else(|| McpError::invalid_request("the session is not initialized", None))
+    }
+}
+
+/// The identity the identity middleware attached to the HTTP request.
+fn identity_of(context: &RequestContext<RoleServer>) -> Option<Identity> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Identity>())
+        .cloned()
+}
+
+/// The smallest `authority.maxTaskDurationSeconds` among the documents.
+fn max_task_duration(documents: &[Document]) -> Option<Duration> {
+    documents
+        .iter()
+        .filter_map(|d| d.spec.authority.as_ref()?.max_task_duration_seconds)
+        .filter(|seconds| *seconds > 0)
+        .min()
+        .map(|seconds| Duration::from_secs(u64::from(seconds)))
+}
+
+fn load_skill_tool() -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": { "name": { "type": "string", "description": "The skill's name, as listed under Available skills." } },
+        "required": ["name"],
+        "additionalProperties": false
+    });
+    let mut tool = Tool::new(
+        LOAD_SKILL,
+        "Load the full procedure of one of the Available skills listed in your instructions.",
+        Arc::new(schema.as_object().cloned().unwrap_or_default()),
+    );
+    tool.annotations = Some(ToolAnnotations::new().read_only(true));
+    tool
+}
+
+/// A JSON pointer (`/a/0/b`) as a dotted field path (`a[0].b`).
+fn field_path(pointer: &str) -> String {
+    let mut path = String::new();
+    for segment in pointer.split('/').skip(1) {
+        if segment.chars().all(|c| c.is_ascii_digit()) && !segment.is_empty() {
+            path.push_str(&format!("[{segment}]"));
+        } else {
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(&segment.replace("~1", "/").replace("~0", "~"));
+        }
+    }
+    path
+}
+
+impl Task {
+    fn check_identity(&self, context: &RequestContext<RoleServer>) -> Result<(), ToolError> {
+        match identity_of(context) {
+            Some(identity) if identity.fingerprint() == self.identity.fingerprint() => Ok(()),
+            _ => Err(ToolError::new(
+                ErrorKind::Forbidden,
+                "this session belongs to another project or caller",
+            )),
+        }
+    }
+
+    fn validate(&self, tool: &str, arguments: &Value) -> Result<(), ToolError> {
+        let Some(validator) = self.validators.get(tool) else {
+            return Ok(());
+        };
+        let Some(error) = validator.iter_errors(arguments).next() else {
+            return Ok(());
+        };
+        let pointer = error.instance_path().to_string();
+        let field = field_path(&pointer);
+        let shown = if field.is_empty() {
+            "arguments"
+        } else {
+            field.as_str()
+        };
+        Err(ToolError {
+            kind: ErrorKind::InvalidInput,
+            message: format!("{shown}: {error}; see the tool's input schema"),
+            field: (!field.is_empty()).then_some(field),
+        })
+    }
+
+    async fn load_skill(&self, arguments: &Value) -> Result<CallToolResult, ToolError> {
+        let Some(name) = arguments.get("name").and_then(Value::as_str) else {
+            let mut error = ToolError::new(ErrorKind::InvalidInput, "name: required (a string)");
+            error.field = Some("name".into());
+            return Err(error);
+        };
+        match self.composed.load_skill(name).await {
+            Ok(body) => Ok(CallToolResult::success(vec![ContentBlock::text(body)])),
+            Err(error @ SkillError::Unknown { .. }) => {
+                let mut error = ToolError::new(ErrorKind::InvalidInput, error.to_string());
+                error.field = Some("name".into());
+                Err(error)
+            }
+            Err(error @ SkillError::Fetch { .. }) => Err(ToolError::new(
+                ErrorKind::UpstreamUnavailable,
+                error.to_string(),
+            )),
+        }
+    }
+
+    async fn call_provider_tool(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(tool) = self.composed.tool(name) else {
+            return Err(McpError::invalid_params(
+                format!(
+                    "no tool named {name:?} is available to this assistant; tools/list shows the ones that are"
+                ),
+                None,
+            ));
+        };
+        let span = info_span!(
+            "tool_call",
+            tool.name = %name,
+            tool.mutating = tool.mutating,
+            service.name = %tool.service_name,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let arguments_value = Value::Object(arguments.clone().unwrap_or_default());
+        let result = match self.validate(name, &arguments_value) {
+            Err(error) => Err(error),
+            Ok(()) => match self
+                .composed
+                .call_tool(name, arguments)
+                .instrument(span.clone())
+                .await
+            {
+                Ok(result) => Ok(result),
+                Err(ToolCallError::Upstream(error)) => Err(ToolError::from(error)),
+                Err(error @ ToolCallError::Unknown { .. }) => {
+                    Err(ToolError::new(ErrorKind::Forbidden, error.to_string()))
+                }
+            },
+        };
+        let outcome = match &result {
+            Ok(r) if r.is_error == Some(true) => "tool_error",
+            Ok(_) => "ok",
+            Err(error) => error.kind.as_str(),
+        };
+        span.record("outcome", outcome);
+        self.sidecar.metrics.tool_call(outcome);
+        self.sidecar.meter.record(&ToolInvocation {
+            time: k8s_openapi::jiff::Timestamp::now().to_string(),
+            project: &self.identity.project,
+            service: &tool.service_name,
+            binding: &tool.binding,
+            tool: name,
+            outcome,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        });
+        Ok(result.unwrap_or_else(ToolError::into_result))
+    }
+}
+
+impl ServerHandler for SessionHandler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
+            Implementation::new("capstan-sidecar", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(SUPPORTED_VERSIONS)
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        let Some(identity) = identity_of(&context) else {
+            return Err(McpError::invalid_request(
+                "no caller identity on the request (project header and token)",
+                None,
+            ));
+        };
+        if self.task.get().is_some() {
+            return Err(McpError::invalid_request(
+                "the session is already initialized",
+                None,
+            ));
+        }
+        let mut result = self.negotiate_initialize(&request)?;
+        context.peer.set_peer_info(request);
+        let composed = self.sidecar.compose(&identity).await;
+        let composition = &composed.composed.composition;
+        let mut tools: Vec<Tool> = composition
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool = Tool::new(
+                    t.name.clone(),
+                    t.description.clone().unwrap_or_default(),
+                    Arc::new(t.input_schema.clone()),
+                );
+                tool.annotations = t.annotations.clone();
+                tool
+            })
+            .collect();
+        if !composition.skills.is_empty() {
+            tools.push(load_skill_tool());
+        }
+        let mut validators = HashMap::new();
+        for tool in &composition.tools {
+            match jsonschema::validator_for(&Value::Object(tool.input_schema.clone())) {
+                Ok(validator) => {
+                    validators.insert(tool.name.clone(), validator);
+                }
+                Err(error) => {
+                    warn!(tool = %tool.name, %error, "input schema not usable for checking; arguments pass unchecked")
+                }
+            }
+        }
+        if !composition.instructions.is_empty() {
+            result.instructions = Some(composition.instructions.clone());
+        }
+        let max_duration = max_task_duration(&composed.documents);
+        let task = Arc::new(Task {
+            sidecar: self.sidecar.clone(),
+            identity: identity.clone(),
+            composed: composed.composed,
+            tools,
+            validators,
+            max_duration,
+            expired: AtomicBool::new(false),
+        });
+        self.sidecar.metrics.sessions_active.inc();
+        self.sidecar.metrics.sessions_total.inc();
+        if let Some(limit) = max_duration {
+            let weak: Weak<Task> = Arc::downgrade(&task);
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                if let Some(task) = weak.upgrade() {
+                    task.expired.store(true, Ordering::Release);
+                    task.composed.shutdown();
+                    info!(project = %task.identity.project, ?limit, "task time limit reached; upstreams closed");
+                }
+            });
+        }
+        info!(
+            project = %identity.project,
+            tools = task.tools.len(),
+            degraded = composition_degraded(&task.composed),
+            "session initialized"
+        );
+        let _ = self.task.set(task);
+        Ok(result)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let task = self.task()?;
+        Ok(ListToolsResult::with_all_items(task.tools.clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let task = self.task()?;
+        if let Err(error) = task.check_identity(&context) {
+            return Ok(CallToolResponse::Complete(error.into_result()));
+        }
+        if task.expired.load(Ordering::Acquire) {
+            let limit = task.max_duration.unwrap_or_default();
+            return Ok(CallToolResponse::Complete(
+                ToolError::new(
+                    ErrorKind::Rejected,
+                    format!(
+                        "this task's time limit ({}s, the smallest maxTaskDurationSeconds of its \
+                         bindings) has passed; start a new session",
+                        limit.as_secs()
+                    ),
+                )
+                .into_result(),
+            ));
+        }
+        let name = request.name.as_ref();
+        let result = if name == LOAD_SKILL && !task.composed.composition.skills.is_empty() {
+            let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+            task.load_skill(&arguments)
+                .await
+                .unwrap_or_else(ToolError::into_result)
+        } else {
+            task.call_provider_tool(name, request.arguments.clone())
+                .await?
+        };
+        Ok(CallToolResponse::Complete(result))
+    }
+}
+
+fn composition_degraded(composed: &Composed) -> usize {
+    composed
+        .composition
+        .bindings
+        .iter()
+        .filter(|b| b.degraded())
+        .count()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointers_should_read_as_field_paths() {
+        assert_eq!(field_path(""), "");
+        assert_eq!(field_path("/name"), "name");
+        assert_eq!(field_path("/items/0/id"), "items[0].id");
+        assert_eq!(field_path("/a~1b"), "a/b");
+    }
+
+    #[test]
+    fn the_load_skill_schema_should_take_only_a_name() {
+        let tool = load_skill_tool();
+        assert_eq!(tool.input_schema["required"], json!(["name"]));
+        assert!(tool.input_schema["properties"].get("project").is_none());
+    }
+}

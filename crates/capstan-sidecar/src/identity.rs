@@ -1,0 +1,363 @@
+//! Who is calling, checked on every HTTP request.
+//!
+//! A task's identity is its project (a request header) and the caller's bearer token. The
+//! sidecar binds both to the MCP session at `initialize` and refuses any later request of that
+//! session carrying another project or token (403). A request that names no project is refused
+//! (400). An MCP request without a session must be an `initialize`: the sidecar speaks only the
+//! session-based protocol revisions (see `handler.rs`), so no tool call can slip past the
+//! binding by skipping `initialize`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+/// The MCP session header.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Largest request body the sidecar reads. 4 MiB: far above any tool call's arguments, small
+/// enough that a runaway client cannot make the sidecar buffer much.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// The caller of one request.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// The project every read and call is scoped to.
+    pub project: String,
+    /// The caller's bearer token, never forwarded to providers.
+    pub token: Option<String>,
+    /// Identifies the request that created a session, so the session's end can drop its
+    /// binding.
+    pub nonce: u64,
+}
+
+impl Identity {
+    /// A digest of project and token: what a session is bound to (the token itself is not
+    /// kept in the binding table).
+    pub fn fingerprint(&self) -> [u8; 32] {
+        let mut digest = Sha256::new();
+        digest.update(self.project.as_bytes());
+        digest.update([0]);
+        digest.update(self.token.as_deref().unwrap_or("").as_bytes());
+        digest.finalize().into()
+    }
+}
+
+struct Binding {
+    fingerprint: [u8; 32],
+    nonce: u64,
+}
+
+/// Session id → the identity bound at `initialize`.
+pub struct Sessions {
+    project_header: HeaderName,
+    bindings: Mutex<HashMap<String, Binding>>,
+    next_nonce: AtomicU64,
+}
+
+impl Sessions {
+    /// Bindings for requests naming their project in `project_header`.
+    pub fn new(project_header: HeaderName) -> Self {
+        Self {
+            project_header,
+            bindings: Mutex::new(HashMap::new()),
+            next_nonce: AtomicU64::new(1),
+        }
+    }
+
+    /// The header carrying the project.
+    pub fn project_header(&self) -> &HeaderName {
+        &self.project_header
+    }
+
+    /// Drops the binding of the session created by the request with `nonce`.
+    pub fn forget(&self, nonce: u64) {
+        if let Ok(mut bindings) = self.bindings.lock() {
+            bindings.retain(|_, b| b.nonce != nonce);
+        }
+    }
+
+    /// How many sessions are bound.
+    pub fn len(&self) -> usize {
+        self.bindings.lock().map(|b| b.len()).unwrap_or(0)
+    }
+
+    /// Whether no session is bound.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads the identity of a request, or why it is refused.
+    pub fn identity(&self, headers: &HeaderMap) -> Result<Identity, Refused> {
+        let project = headers
+            .get(&self.project_header)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|p| !p.is_empty());
+        let Some(project) = project else {
+            return Err(Refused {
+                status: StatusCode::BAD_REQUEST,
+                message: format!(
+                    "the {} header is missing: every request names the project it acts in",
+                    self.project_header
+                ),
+            });
+        };
+        if project.len() > 253 || project.chars().any(char::is_control) {
+            return Err(Refused {
+                status: StatusCode::BAD_REQUEST,
+                message: format!("the {} header is not a project name", self.project_header),
+            });
+        }
+        let token = match headers.get(header::AUTHORIZATION) {
+            None => None,
+            Some(value) => {
+                let token = value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty());
+                match token {
+                    Some(token) => Some(token.to_owned()),
+                    None => {
+                        return Err(Refused {
+                            status: StatusCode::UNAUTHORIZED,
+                            message: "the Authorization header must be `Bearer <token>`".into(),
+                        });
+                    }
+                }
+            }
+        };
+        Ok(Identity {
+            project: project.to_owned(),
+            token,
+            nonce: self.next_nonce.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+}
+
+/// Why a request's identity is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// The HTTP status to answer with.
+    pub status: StatusCode,
+    /// What is wrong and what to send instead.
+    pub message: String,
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        refusal(self.status, "forbidden", &self.message)
+    }
+}
+
+/// A JSON refusal body: `{"error": {"kind", "message"}}`.
+pub fn refusal(status: StatusCode, kind: &str, message: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({ "error": { "kind": kind, "message": message } })),
+    )
+        .into_response()
+}
+
+/// Whether a JSON-RPC body is an `initialize` request (alone or first in a batch).
+fn is_initialize(body: &[u8]) -> bool {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return false;
+    };
+    let first = match &value {
+        serde_json::Value::Array(items) => items.first(),
+        other => Some(other),
+    };
+    first.is_some_and(|m| m["method"] == "initialize")
+}
+
+/// The middleware: identity on every request; session binding for MCP requests.
+pub async fn check(
+    State(sessions): State<Arc<Sessions>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let identity = match sessions.identity(request.headers()) {
+        Ok(identity) => identity,
+        Err(refused) => return refused.into_response(),
+    };
+    let session = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let is_mcp = request.uri().path() == "/mcp" || request.uri().path().starts_with("/mcp/");
+
+    let (mut parts, body) = request.into_parts();
+    let mut initialize = false;
+    let body = if is_mcp && parts.method == Method::POST {
+        let bytes: Bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                return refusal(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "invalid_input",
+                    &format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
+                );
+            }
+        };
+        if let Err(error) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({
+                    "jsonrpc": "2.0", "id": null,
+                    "error": { "code": -32700, "message": format!("parse error: the body is not JSON ({error})") }
+                })),
+            )
+                .into_response();
+        }
+        initialize = is_initialize(&bytes);
+        if session.is_none() && !initialize {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                "forbidden",
+                "no MCP session: send `initialize` first (the sidecar binds your project and \
+                 token to the session it creates), then the Mcp-Session-Id it returns",
+            );
+        }
+        Body::from(bytes)
+    } else if is_mcp && session.is_none() {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            "forbidden",
+            "no MCP session: send `initialize` first",
+        );
+    } else {
+        body
+    };
+
+    if let Some(id) = &session {
+        let bound = sessions
+            .bindings
+            .lock()
+            .ok()
+            .and_then(|b| b.get(id).map(|b| b.fingerprint));
+        if let Some(fingerprint) = bound
+            && fingerprint != identity.fingerprint()
+        {
+            return refusal(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "this session belongs to another project or caller: the project and token \
+                 must be the ones sent with `initialize`",
+            );
+        }
+    }
+
+    parts.extensions.insert(identity.clone());
+    let delete = parts.method == Method::DELETE;
+    let mut response = next.run(Request::from_parts(parts, body)).await;
+
+    if initialize
+        && response.status().is_success()
+        && let Some(id) = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+        && let Ok(mut bindings) = sessions.bindings.lock()
+    {
+        bindings.insert(
+            id.to_owned(),
+            Binding {
+                fingerprint: identity.fingerprint(),
+                nonce: identity.nonce,
+            },
+        );
+    }
+    if delete
+        && response.status().is_success()
+        && let Some(id) = &session
+        && let Ok(mut bindings) = sessions.bindings.lock()
+    {
+        bindings.remove(id);
+    }
+    // A finished DELETE has no body to accept later: 204 is what clients expect (the Python
+    // SDK warns on anything but 200 or 204).
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (k, v) in pairs {
+            headers.insert(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        headers
+    }
+
+    #[test]
+    fn identity_should_need_a_project_and_a_well_formed_token() {
+        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"));
+        assert_eq!(
+            sessions.identity(&headers(&[])).unwrap_err().status,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            sessions
+                .identity(&headers(&[
+                    ("x-capstan-project", "p"),
+                    ("authorization", "Basic x")
+                ]))
+                .unwrap_err()
+                .status,
+            StatusCode::UNAUTHORIZED
+        );
+        let a = sessions
+            .identity(&headers(&[
+                ("x-capstan-project", "p"),
+                ("authorization", "Bearer t"),
+            ]))
+            .unwrap();
+        let b = sessions
+            .identity(&headers(&[
+                ("x-capstan-project", "p"),
+                ("authorization", "Bearer u"),
+            ]))
+            .unwrap();
+        let c = sessions
+            .identity(&headers(&[("x-capstan-project", "p")]))
+            .unwrap();
+        assert_eq!((a.project.as_str(), a.token.as_deref()), ("p", Some("t")));
+        assert_ne!(a.fingerprint(), b.fingerprint());
+        assert_ne!(a.fingerprint(), c.fingerprint());
+        assert_ne!(a.nonce, b.nonce);
+    }
+
+    #[test]
+    fn only_initialize_should_open_a_session() {
+        assert!(is_initialize(
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#
+        ));
+        assert!(is_initialize(
+            br#"[{"jsonrpc":"2.0","id":1,"method":"initialize"}]"#
+        ));
+        assert!(!is_initialize(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#
+        ));
+        assert!(!is_initialize(b"not json"));
+    }
+}

@@ -1,0 +1,97 @@
+//! The sidecar's Prometheus metrics.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// An `outcome` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// The outcome.
+    pub outcome: String,
+}
+
+/// Every metric the sidecar exports.
+#[derive(Clone)]
+pub struct Metrics {
+    /// Sessions open now.
+    pub sessions_active: Gauge,
+    /// Sessions opened since start.
+    pub sessions_total: Counter,
+    /// Time to compose a project (documents, upstreams, knowledge).
+    pub compose_duration: Histogram,
+    /// Tool calls by outcome (`ok`, `tool_error`, or an error kind).
+    pub tool_calls: Family<OutcomeLabel, Counter>,
+    /// Upstreams that could not be used at composition (refused, connect or list failures).
+    pub upstream_connect_failures: Counter,
+    /// Document source reads by outcome (`hit`, `miss`, `stale_served`, `error`, `empty`).
+    pub source_reads: Family<OutcomeLabel, Counter>,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them under the `capstan_sidecar` prefix.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            sessions_active: Gauge::default(),
+            sessions_total: Counter::default(),
+            // 5 ms .. ~10 s: a local composition to one stuck at the connect timeout.
+            compose_duration: Histogram::new(exponential_buckets(0.005, 2.0, 12)),
+            tool_calls: Family::default(),
+            upstream_connect_failures: Counter::default(),
+            source_reads: Family::default(),
+        };
+        let registry = registry.sub_registry_with_prefix("capstan_sidecar");
+        registry.register(
+            "sessions_active",
+            "MCP sessions open now",
+            metrics.sessions_active.clone(),
+        );
+        registry.register(
+            "sessions",
+            "MCP sessions opened",
+            metrics.sessions_total.clone(),
+        );
+        registry.register(
+            "compose_duration_seconds",
+            "Time to compose a project",
+            metrics.compose_duration.clone(),
+        );
+        registry.register(
+            "tool_calls",
+            "Tool calls by outcome",
+            metrics.tool_calls.clone(),
+        );
+        registry.register(
+            "upstream_connect_failures",
+            "MCP upstreams not usable at composition",
+            metrics.upstream_connect_failures.clone(),
+        );
+        registry.register(
+            "source_reads",
+            "Capability document reads by outcome",
+            metrics.source_reads.clone(),
+        );
+        metrics
+    }
+
+    /// Counts a document source read.
+    pub fn source_read(&self, outcome: &str) {
+        self.source_reads
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a tool call.
+    pub fn tool_call(&self, outcome: &str) {
+        self.tool_calls
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,90 @@
+//! What every session shares: the document source, the composer, the session bindings,
+//! metrics and the metering sink.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use capstan_compose::source::read_or_empty;
+use capstan_compose::{CachedSource, Composed, Composer, Document, DocumentSource, Outcome};
+
+use crate::identity::{Identity, Sessions};
+use crate::metering::Meter;
+use crate::metrics::Metrics;
+
+/// Where documents come from.
+pub enum Documents {
+    /// Through the per-project cache (the crd source).
+    Cached(CachedSource),
+    /// Read on every composition (fixture and http: no cache in v1 of the contract).
+    Direct(Arc<dyn DocumentSource>),
+}
+
+/// The sidecar's shared state.
+pub struct Sidecar {
+    /// The document source.
+    pub documents: Documents,
+    /// The composer.
+    pub composer: Composer,
+    /// Session bindings (identity on every request).
+    pub sessions: Arc<Sessions>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// The metering sink.
+    pub meter: Meter,
+}
+
+/// A composition for one identity, with the documents it came from.
+pub struct ComposedTask {
+    /// The live composition.
+    pub composed: Composed,
+    /// The documents composed.
+    pub documents: Vec<Document>,
+}
+
+impl Sidecar {
+    /// The project's documents (never an error: an unreachable source composes nothing).
+    pub async fn documents(&self, project: &str) -> Vec<Document> {
+        match &self.documents {
+            Documents::Cached(cache) => {
+                let (documents, outcome) = cache.documents(project).await;
+                self.metrics.source_read(outcome.label());
+                documents.as_ref().clone()
+            }
+            Documents::Direct(source) => {
+                let documents = read_or_empty(source.as_ref(), project).await;
+                // Direct sources have no cache: a read is a miss, or empty.
+                let outcome = if documents.is_empty() {
+                    Outcome::Empty
+                } else {
+                    Outcome::Miss
+                };
+                self.metrics.source_read(outcome.label());
+                documents
+            }
+        }
+    }
+
+    /// Composes the project of `identity`. The caller's token plays no part in composing
+    /// provider tools: it is never forwarded to a provider.
+    pub async fn compose(&self, identity: &Identity) -> ComposedTask {
+        let started = Instant::now();
+        let documents = self.documents(&identity.project).await;
+        let composed = self.composer.compose(&documents).await;
+        self.metrics
+            .compose_duration
+            .observe(started.elapsed().as_secs_f64());
+        let failures = composed
+            .composition
+            .bindings
+            .iter()
+            .map(|b| b.upstream_errors.len() + b.refused.len())
+            .sum::<usize>();
+        self.metrics
+            .upstream_connect_failures
+            .inc_by(u64::try_from(failures).unwrap_or(u64::MAX));
+        ComposedTask {
+            composed,
+            documents,
+        }
+    }
+}

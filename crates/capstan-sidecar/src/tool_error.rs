@@ -1,0 +1,123 @@
+//! Tool errors a consumer can act on: a result with `isError: true` and
+//! `structuredContent.error = {kind, message, retryable, field?}` (design.md, "Errors a
+//! consumer can act on").
+
+use capstan_compose::upstream::CallError;
+use rmcp::model::CallToolResult;
+use serde::Serialize;
+use serde_json::json;
+
+/// The failure classes a consumer must be able to tell apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The arguments do not fit the tool's input schema: fix them and call again.
+    InvalidInput,
+    /// A correctable business rejection.
+    Rejected,
+    /// Authorization or tenancy.
+    Forbidden,
+    /// The upstream could not be reached or did not answer in time.
+    UpstreamUnavailable,
+    /// The upstream answered with something unusable.
+    UpstreamMalformed,
+    /// A write whose result is not known.
+    OutcomeUnknown,
+    /// A plan token was refused: nothing changed, plan again.
+    StalePlan,
+}
+
+impl ErrorKind {
+    /// The kind as written on the wire and in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidInput => "invalid_input",
+            Self::Rejected => "rejected",
+            Self::Forbidden => "forbidden",
+            Self::UpstreamUnavailable => "upstream_unavailable",
+            Self::UpstreamMalformed => "upstream_malformed",
+            Self::OutcomeUnknown => "outcome_unknown",
+            Self::StalePlan => "stale_plan",
+        }
+    }
+
+    /// Whether calling again unchanged may succeed.
+    pub fn retryable(self) -> bool {
+        matches!(self, Self::UpstreamUnavailable)
+    }
+}
+
+/// One tool error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolError {
+    /// Its class.
+    pub kind: ErrorKind,
+    /// What happened and what to do next.
+    pub message: String,
+    /// The argument at fault, as a dotted path, for `invalid_input`.
+    pub field: Option<String>,
+}
+
+impl ToolError {
+    /// An error of `kind`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// The error as an MCP tool result.
+    pub fn into_result(self) -> CallToolResult {
+        let mut error = json!({
+            "kind": self.kind,
+            "message": self.message,
+            "retryable": self.kind.retryable(),
+        });
+        if let Some(field) = self.field {
+            error["field"] = json!(field);
+        }
+        CallToolResult::structured_error(json!({ "error": error }))
+    }
+}
+
+impl From<CallError> for ToolError {
+    fn from(error: CallError) -> Self {
+        let kind = match &error {
+            CallError::NotAllowed { .. } => ErrorKind::Forbidden,
+            CallError::InvalidInput { .. } => ErrorKind::InvalidInput,
+            CallError::Unavailable { .. } => ErrorKind::UpstreamUnavailable,
+            CallError::Malformed { .. } => ErrorKind::UpstreamMalformed,
+        };
+        Self::new(kind, error.to_string())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_result_should_carry_kind_message_retryable_and_field() {
+        let mut error = ToolError::new(ErrorKind::InvalidInput, "name: required");
+        error.field = Some("name".into());
+        let result = error.into_result();
+        assert_eq!(result.is_error, Some(true));
+        assert_eq!(
+            result.structured_content.unwrap(),
+            json!({"error": {"kind": "invalid_input", "message": "name: required",
+                             "retryable": false, "field": "name"}})
+        );
+        let unavailable = ToolError::from(CallError::Unavailable {
+            server: "s".into(),
+            message: "down".into(),
+        })
+        .into_result();
+        assert_eq!(
+            unavailable.structured_content.unwrap()["error"]["retryable"],
+            json!(true)
+        );
+    }
+}

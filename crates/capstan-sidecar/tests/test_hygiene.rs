@@ -1,0 +1,224 @@
+//! The sidecar's edges: identity on every request (raw HTTP with curl), bad input, and socket
+//! hygiene.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Stdio;
+
+use common::*;
+
+const CALL: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"streamco__streams_list","arguments":{}}}"#;
+const VERSIONS: [&str; 5] = [
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+    "2026-07-28",
+];
+
+fn streamco_sidecar() -> (DemoProvider, Sidecar) {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    (provider, sidecar)
+}
+
+#[test]
+fn a_tool_call_without_initialize_should_be_refused_for_every_revision() {
+    let (_provider, sidecar) = streamco_sidecar();
+    for version in VERSIONS {
+        let (code, body, _) = sidecar.curl(
+            "POST",
+            "/mcp",
+            &[
+                (PROJECT_HEADER, "demo-project"),
+                ("authorization", "Bearer t"),
+                ("mcp-protocol-version", version),
+            ],
+            Some(CALL),
+        );
+        assert_eq!(code, 400, "{version}: {body}");
+        assert!(
+            body.contains("no MCP session: send `initialize` first"),
+            "{version}: {body}"
+        );
+    }
+}
+
+#[test]
+fn a_request_without_a_project_should_be_refused() {
+    let (_provider, sidecar) = streamco_sidecar();
+    let session = sidecar.curl_initialize("demo-project", "t");
+    for version in VERSIONS {
+        let (code, body, _) = sidecar.curl(
+            "POST",
+            "/mcp",
+            &[
+                ("authorization", "Bearer t"),
+                ("mcp-session-id", &session),
+                ("mcp-protocol-version", version),
+            ],
+            Some(CALL),
+        );
+        assert_eq!(code, 400, "{body}");
+        assert!(
+            body.contains("the x-capstan-project header is missing"),
+            "{body}"
+        );
+    }
+    let (code, body, _) = sidecar.curl("GET", "/v1/composition", &[], None);
+    assert_eq!(code, 400, "{body}");
+}
+
+#[test]
+fn another_token_or_project_in_a_session_should_be_refused() {
+    let (_provider, sidecar) = streamco_sidecar();
+    let session = sidecar.curl_initialize("demo-project", "token-a");
+    for version in VERSIONS {
+        for (project, token) in [("demo-project", "token-b"), ("other-project", "token-a")] {
+            let (code, body, _) = sidecar.curl(
+                "POST",
+                "/mcp",
+                &[
+                    (PROJECT_HEADER, project),
+                    ("authorization", &format!("Bearer {token}")),
+                    ("mcp-session-id", &session),
+                    ("mcp-protocol-version", version),
+                ],
+                Some(CALL),
+            );
+            assert_eq!(code, 403, "{project}/{token}: {body}");
+            assert!(body.contains("this session belongs to another project or caller"));
+        }
+        // No token at all is another caller too.
+        let (code, _, _) = sidecar.curl(
+            "POST",
+            "/mcp",
+            &[
+                (PROJECT_HEADER, "demo-project"),
+                ("mcp-session-id", &session),
+                ("mcp-protocol-version", version),
+            ],
+            Some(CALL),
+        );
+        assert_eq!(code, 403);
+    }
+    // The rightful caller still gets through.
+    let (code, body, _) = sidecar.curl(
+        "POST",
+        "/mcp",
+        &[
+            (PROJECT_HEADER, "demo-project"),
+            ("authorization", "Bearer token-a"),
+            ("mcp-session-id", &session),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        Some(CALL),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"result\""), "{body}");
+}
+
+#[test]
+fn bad_input_should_get_clear_errors_and_the_sidecar_keep_serving() {
+    let (_provider, mut sidecar) = streamco_sidecar();
+    let session = sidecar.curl_initialize("demo-project", "t");
+    let headers = [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(r#"{"jsonrpc":"#));
+    assert_eq!(code, 400);
+    assert!(
+        body.contains("-32700") && body.contains("parse error"),
+        "{body}"
+    );
+
+    let (_, body, _) = sidecar.curl(
+        "POST",
+        "/mcp",
+        &headers,
+        Some(r#"{"jsonrpc":"2.0","id":3,"method":"bogus/method"}"#),
+    );
+    assert!(body.contains("-32601"), "{body}");
+
+    let (_, body, _) = sidecar.curl(
+        "POST",
+        "/mcp",
+        &headers,
+        Some(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"nope"}}"#),
+    );
+    assert!(
+        body.contains(r#"no tool named \"nope\" is available"#),
+        "{body}"
+    );
+
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"streamco__streams_get","arguments":{{"name":"{}"}}}}}}"#,
+        "x".repeat(5 * 1024 * 1024)
+    );
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(&huge));
+    assert_eq!(code, 413, "{}", &body[..body.len().min(200)]);
+    assert!(body.contains("exceeds 4194304 bytes"), "{body}");
+
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &headers[1..], Some(CALL));
+    assert_eq!(code, 400, "{body}");
+
+    assert!(sidecar.is_running());
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(CALL));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("clickstream"), "{body}");
+    let (code, body, _) = sidecar.curl("GET", "/healthz", &[], None);
+    assert_eq!((code, body.as_str()), (200, "ok\n"));
+}
+
+#[test]
+fn the_socket_should_be_0660_and_a_stale_one_replaced() {
+    let provider = DemoProvider::start(&[]);
+    let mut first = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let mode = std::fs::metadata(&first.socket)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o660);
+    // A crash (SIGKILL) leaves the socket file behind; the next start replaces it.
+    first.kill();
+    assert!(first.socket.exists());
+    let fixture = first.dir.join("documents.json");
+    let second = Sidecar::start_at(
+        &first.dir,
+        &first.socket,
+        &fixture,
+        &first.metering,
+        &[provider.host()],
+        &[],
+    );
+    let (code, _, _) = second.curl("GET", "/healthz", &[], None);
+    assert_eq!(code, 200);
+    std::mem::forget(first); // its directory belongs to `second` now
+}
+
+#[test]
+fn a_regular_file_at_the_socket_path_should_not_be_deleted() {
+    let dir = temp_dir("file");
+    let socket = dir.join("composer.sock");
+    std::fs::write(&socket, "precious").unwrap();
+    let fixture = repo_root().join("examples/streamco/capability-documents.json");
+    let output = Sidecar::command(&socket, &fixture, &dir.join("m.jsonl"), &[], &[])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("is not a socket; it was left alone"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&socket).unwrap(), "precious");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,453 @@
+//! Sessions through a real sidecar on a Unix socket: independent clients, isolation between
+//! projects, session lifecycle, metering, and what never reaches a provider.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use rmcp::model::CallToolRequestParams;
+use serde_json::{Value, json};
+
+fn call(name: &str, arguments: Value) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(name.to_owned());
+    params.arguments = args(arguments);
+    params
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_client_should_initialize_list_read_instructions_and_call() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let output = Command::new(python())
+        .arg(repo_root().join("crates/capstan-sidecar/tests/python/client.py"))
+        .arg(&sidecar.socket)
+        .args([
+            "demo-project",
+            "caller-token",
+            "streamco__streams_get",
+            r#"{"name": "clickstream"}"#,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(seen["protocolVersion"], "2025-11-25");
+    assert_eq!(
+        seen["tools"],
+        json!([
+            "streamco__pipeline_diagnose",
+            "streamco__streams_get",
+            "streamco__streams_list",
+            "load_skill"
+        ])
+    );
+    let instructions = seen["instructions"].as_str().unwrap();
+    assert!(instructions.contains("## Overview — streaming.streamco.example"));
+    assert!(instructions.contains("- lag-triage (streaming.streamco.example): Step-by-step"));
+    assert_eq!(seen["isError"], false);
+    assert_eq!(seen["structured"]["state"], "Lagging");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_projects_should_see_only_their_own_documents() {
+    let provider = DemoProvider::start(&[]);
+    let documents = json!([
+        binding(
+            "mine",
+            Some("project-a"),
+            "alpha",
+            &provider,
+            &["streams_list"]
+        ),
+        binding(
+            "theirs",
+            Some("project-b"),
+            "beta",
+            &provider,
+            &["streams_get"]
+        ),
+    ]);
+    let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
+    let (a, b) = tokio::join!(
+        sidecar.session("project-a", Some("token-a")),
+        sidecar.session("project-b", Some("token-b"))
+    );
+    let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+        tools.into_iter().map(|t| t.name.into_owned()).collect()
+    };
+    assert_eq!(
+        names(a.list_all_tools().await.unwrap()),
+        ["alpha__streams_list"]
+    );
+    assert_eq!(
+        names(b.list_all_tools().await.unwrap()),
+        ["beta__streams_get"]
+    );
+    // Another project's tool cannot be called by naming it.
+    assert!(
+        a.call_tool(call("beta__streams_get", json!({"name": "orders"})))
+            .await
+            .is_err()
+    );
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ending_a_session_should_close_its_upstream_sessions() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let session = sidecar.session("demo-project", None).await;
+    session
+        .call_tool(call("streamco__streams_list", json!({})))
+        .await
+        .unwrap();
+    let deletes = |requests: &[Value]| {
+        requests
+            .iter()
+            .filter(|r| r["method"] == "DELETE" && r["path"] == "/mcp")
+            .count()
+    };
+    assert_eq!(deletes(&provider.requests().await), 0);
+    session.cancel().await.unwrap();
+    let mut closed = 0;
+    for _ in 0..50 {
+        closed = deletes(&provider.requests().await);
+        if closed > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(closed, 1, "the upstream session was not closed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_task_duration_should_end_the_task() {
+    let provider = DemoProvider::start(&[]);
+    let mut documents = streamco(&provider);
+    documents["items"][0]["spec"]["authority"]["maxTaskDurationSeconds"] = json!(1);
+    let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
+    let session = sidecar.session("demo-project", None).await;
+    let before = session
+        .call_tool(call("streamco__streams_list", json!({})))
+        .await
+        .unwrap();
+    assert_ne!(before.is_error, Some(true));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = session
+        .call_tool(call("streamco__streams_list", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(after.is_error, Some(true));
+    let error = &after.structured_content.unwrap()["error"];
+    assert_eq!(error["kind"], "rejected");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("time limit (1s"),
+        "{error}"
+    );
+    // The upstream was closed at the deadline, not at the session's end.
+    assert!(
+        provider
+            .requests()
+            .await
+            .iter()
+            .any(|r| r["method"] == "DELETE")
+    );
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_dying_mid_session_should_fail_only_its_tools() {
+    let mut doomed = DemoProvider::start(&[]);
+    let healthy = DemoProvider::start(&[]);
+    let documents = json!([
+        binding("doomed", None, "doomed", &doomed, &["streams_list"]),
+        binding("healthy", None, "healthy", &healthy, &["streams_list"]),
+    ]);
+    let sidecar = Sidecar::start(&documents, &[doomed.host(), healthy.host()], &[]);
+    let session = sidecar.session("p", None).await;
+    doomed.kill();
+    let failed = session
+        .call_tool(call("doomed__streams_list", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(failed.is_error, Some(true));
+    let error = &failed.structured_content.unwrap()["error"];
+    assert_eq!(error["kind"], "upstream_unavailable");
+    assert_eq!(error["retryable"], true);
+    let ok = session
+        .call_tool(call("healthy__streams_list", json!({})))
+        .await
+        .unwrap();
+    assert_ne!(ok.is_error, Some(true));
+    session.cancel().await.unwrap();
+}
+
+fn properties_named_project(schema: &Value, path: &str, found: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Object(properties)) = map.get("properties") {
+                for key in properties.keys() {
+                    if key.eq_ignore_ascii_case("project") {
+                        found.push(format!("{path}.{key}"));
+                    }
+                }
+            }
+            for (key, value) in map {
+                properties_named_project(value, &format!("{path}/{key}"), found);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                properties_named_project(item, path, found);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_composed_tool_should_take_a_project_argument() {
+    let provider = DemoProvider::start(&[]);
+    let mut documents = streamco(&provider);
+    // The provider offers a tool taking `Project`; even allow-listed, it is not exposed.
+    documents["items"][0]["spec"]["tools"]["mcpServers"][0]["toolSelector"]["include"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("streams_by_project"));
+    let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
+    let session = sidecar.session("demo-project", None).await;
+    let tools = session.list_all_tools().await.unwrap();
+    assert_eq!(
+        tools.len(),
+        4,
+        "{:?}",
+        tools.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
+    let mut found = Vec::new();
+    for tool in &tools {
+        properties_named_project(
+            &Value::Object((*tool.input_schema).clone()),
+            &tool.name,
+            &mut found,
+        );
+    }
+    assert!(found.is_empty(), "{found:?}");
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_callers_token_should_never_reach_a_provider() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let token = "caller-secret-7f3a";
+    let session = sidecar.session("demo-project", Some(token)).await;
+    session
+        .call_tool(call("streamco__streams_list", json!({})))
+        .await
+        .unwrap();
+    session
+        .call_tool(call("load_skill", json!({"name": "lag-triage"})))
+        .await
+        .unwrap();
+    session.cancel().await.unwrap();
+    let requests = provider.requests().await;
+    assert!(requests.len() > 3);
+    let recorded = serde_json::to_string(&requests).unwrap();
+    assert!(!recorded.contains(token), "the token reached the provider");
+    assert!(!recorded.to_ascii_lowercase().contains("x-capstan-project"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_calls_should_be_metered_and_built_ins_not() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let session = sidecar.session("demo-project", None).await;
+    session
+        .call_tool(call("streamco__streams_get", json!({"name": "orders"})))
+        .await
+        .unwrap();
+    session
+        .call_tool(call("streamco__streams_get", json!({"name": 7})))
+        .await
+        .unwrap();
+    let skill = session
+        .call_tool(call("load_skill", json!({"name": "lag-triage"})))
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&skill.content).unwrap();
+    assert!(text.contains("Triage consumer lag"), "{text}");
+    session.cancel().await.unwrap();
+    let events = sidecar.meter_events();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0]["service"], "streaming.streamco.example");
+    assert_eq!(events[0]["project"], "demo-project");
+    assert_eq!(events[0]["binding"], "streamco-binding");
+    assert_eq!(events[0]["tool"], "streamco__streams_get");
+    assert_eq!(events[0]["outcome"], "ok");
+    assert_eq!(events[1]["outcome"], "invalid_input");
+    assert!(events[0]["durationMs"].as_f64().unwrap() > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn arguments_should_be_checked_against_the_input_schema() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let session = sidecar.session("demo-project", None).await;
+    let result = session
+        .call_tool(call("streamco__streams_get", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(result.is_error, Some(true));
+    let error = &result.structured_content.unwrap()["error"];
+    assert_eq!(error["kind"], "invalid_input");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"name\" is a required property"),
+        "{error}"
+    );
+    let result = session
+        .call_tool(call("streamco__streams_get", json!({"name": 5})))
+        .await
+        .unwrap();
+    let error = &result.structured_content.unwrap()["error"];
+    assert_eq!(
+        (&error["kind"], &error["field"]),
+        (&json!("invalid_input"), &json!("name"))
+    );
+    // Nothing invalid was forwarded.
+    let forwarded = provider
+        .requests()
+        .await
+        .iter()
+        .filter(|r| r["method"] == "POST")
+        .count();
+    session
+        .call_tool(call("streamco__streams_get", json!({"name": "orders"})))
+        .await
+        .unwrap();
+    let after = provider
+        .requests()
+        .await
+        .iter()
+        .filter(|r| r["method"] == "POST")
+        .count();
+    assert_eq!(after, forwarded + 1);
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn capstanctl_should_show_the_composition_and_call_a_tool() {
+    let provider = DemoProvider::start(&[]);
+    let mut documents = streamco(&provider);
+    documents["items"].as_array_mut().unwrap().push(json!({
+        "metadata": { "name": "outside", "namespace": "demo-project" },
+        "spec": {
+            "serviceRef": { "name": "x" }, "serviceName": "x.example",
+            "serviceAgentRef": { "name": "x" }, "configurationVersion": "v1",
+            "tools": { "mcpServers": [{ "name": "x", "endpoint": "http://169.254.169.254/mcp",
+                                        "toolSelector": { "include": ["t"] } }] }
+        }
+    }));
+    let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
+    let capstanctl = binary("capstan-cli", "capstanctl");
+    let socket = sidecar.socket.to_str().unwrap();
+    let table = Command::new(&capstanctl)
+        .args(["compose", "--socket", socket, "--project", "demo-project"])
+        .output()
+        .unwrap();
+    assert!(
+        table.status.success(),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.starts_with("project demo-project: 3 tools, 1 skills, 2 bindings (1 degraded)"),
+        "{table}"
+    );
+    assert!(
+        table.contains(
+            "streamco__streams_get        no        streamco-binding / streaming.streamco.example"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("outside  DEGRADED\n  - endpoint http://169.254.169.254/mcp was not dialed: address 169.254.169.254 is link-local"), "{table}");
+
+    let json_out = Command::new(&capstanctl)
+        .args([
+            "compose",
+            "--socket",
+            socket,
+            "--project",
+            "demo-project",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let composition: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(composition["tools"][0]["mutating"], false);
+    assert_eq!(composition["bindings"][1]["degraded"], true);
+    assert_eq!(composition["builtins"], json!(["load_skill"]));
+
+    let called = Command::new(&capstanctl)
+        .args([
+            "call",
+            "--socket",
+            socket,
+            "--project",
+            "demo-project",
+            "streamco__streams_get",
+            r#"{"name":"orders"}"#,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        called.status.success(),
+        "{}",
+        String::from_utf8_lossy(&called.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&called.stdout).unwrap();
+    assert_eq!(printed["state"], "Healthy");
+
+    let refused = Command::new(&capstanctl)
+        .args([
+            "call",
+            "--socket",
+            socket,
+            "--project",
+            "demo-project",
+            "streamco__streams_get",
+            "{}",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("invalid_input"));
+
+    let missing = Command::new(&capstanctl)
+        .args([
+            "compose",
+            "--socket",
+            "/nonexistent/composer.sock",
+            "--project",
+            "p",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("is the sidecar running?"));
+}

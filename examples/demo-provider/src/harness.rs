@@ -1,0 +1,165 @@
+//! Processes for tests: workspace binaries and the demo provider.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+use serde_json::Value;
+
+/// The workspace root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| panic!("no workspace root above {}", env!("CARGO_MANIFEST_DIR")))
+}
+
+/// Builds `bin` of `package` once per process, in the caller's profile (release under
+/// `cargo bench`, so benchmarks measure optimised binaries), and returns its path.
+pub fn binary(package: &str, bin: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Mutex::default);
+    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = built.get(bin) {
+        return path.clone();
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let profile: &[&str] = if cfg!(debug_assertions) {
+        &[]
+    } else {
+        &["--release"]
+    };
+    let status = Command::new(cargo)
+        .args(["build", "-q", "-p", package, "--bin", bin])
+        .args(profile)
+        .current_dir(repo_root())
+        .status()
+        .unwrap_or_else(|e| panic!("running cargo build: {e}"));
+    assert!(
+        status.success(),
+        "cargo build -p {package} --bin {bin} failed"
+    );
+    // Test binaries run from <target>/<profile>/deps; binaries sit in <target>/<profile>.
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current exe: {e}"));
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("{} has no target dir", exe.display()))
+        .join(bin);
+    built.insert(bin.to_owned(), path.clone());
+    path
+}
+
+/// A running demo provider on a free loopback port; stopped on drop.
+pub struct DemoProvider {
+    child: Child,
+    /// Where it listens.
+    pub address: SocketAddr,
+}
+
+impl DemoProvider {
+    /// Starts the demo provider with the given faults.
+    pub fn start(faults: &[&str]) -> Self {
+        let mut command = Command::new(binary("capstan-demo-provider", "demo-provider"));
+        command
+            .args(["--listen", "127.0.0.1:0"])
+            .env_remove("DEMO_PROVIDER_FAULTS")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for fault in faults {
+            command.args(["--fault", fault]);
+        }
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting the demo provider: {e}"));
+        let mut line = String::new();
+        if let Some(stdout) = child.stdout.take() {
+            let _ = BufReader::new(stdout).read_line(&mut line);
+        }
+        let address = line
+            .trim()
+            .strip_prefix("demo-provider: listening on http://")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("demo provider's first line was {line:?}"));
+        Self { child, address }
+    }
+
+    /// A URL on the provider.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    /// `host:port`, as an allow-list entry.
+    pub fn host(&self) -> String {
+        self.address.to_string()
+    }
+
+    /// Every request the provider received: method, path, headers.
+    pub async fn requests(&self) -> Vec<Value> {
+        let response = client()
+            .get(self.url("/debug/requests"))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("reading the provider's requests: {e}"));
+        response
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("decoding the provider's requests: {e}"))
+    }
+
+    /// Replaces the provider's faults.
+    pub async fn set_faults(&self, faults: &[&str]) {
+        let body = serde_json::to_string(faults).unwrap_or_default();
+        let response = client()
+            .put(self.url("/debug/faults"))
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("setting faults: {e}"));
+        assert!(
+            response.status().is_success(),
+            "setting faults: {}",
+            response.status()
+        );
+    }
+
+    /// Stops the provider now (as if it died).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for DemoProvider {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An HTTP client for talking to test servers (installs the process's TLS provider, which
+/// the workspace's reqwest leaves to the application).
+pub fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// The Python interpreter with the `mcp` SDK (`make tools` installs it into
+/// `~/.cache/capstan/python`; `CAPSTAN_PYTHON` overrides).
+pub fn python() -> PathBuf {
+    if let Ok(python) = std::env::var("CAPSTAN_PYTHON") {
+        return python.into();
+    }
+    let cache = std::env::var("XDG_CACHE_HOME")
+        .unwrap_or_else(|_| format!("{}/.cache", std::env::var("HOME").unwrap_or_default()));
+    let python = PathBuf::from(cache).join("capstan/python/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `make tools` (it installs the Python mcp SDK the tests use)",
+        python.display()
+    );
+    python
+}
