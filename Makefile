@@ -55,4 +55,5 @@ cluster-down: ## Stop the control plane started by cluster-up and delete its sta
 bench: tools ## Benchmarks (release builds; medians and ratios, never asserted)
 	$(CARGO) bench -p capstan-api --bench parse
 	$(CARGO) bench -p capstan-compose --bench compose
+	$(CARGO) bench -p capstan-sidecar --bench sidecar
 	$(CARGO) bench -p capstan-e2e --bench controller

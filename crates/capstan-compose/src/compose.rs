@@ -10,10 +10,10 @@ use serde::Serialize;
 use thiserror::Error;
 use tracing::{debug, warn};
 
-use crate::fetch::{FetchError, Fetcher};
+use crate::fetch::{ClientError, FetchError, Fetcher};
 use crate::guard::EndpointGuard;
 use crate::knowledge::{self, KnowledgeItem};
-use crate::upstream::{self, CallError, ConnectError, Upstream};
+use crate::upstream::{CallError, ConnectError, Connector, Upstream};
 
 /// One capability document as composition reads it.
 #[derive(Clone, Debug)]
@@ -306,7 +306,7 @@ impl Composed {
 /// Composes documents into tool sets.
 #[derive(Clone, Debug)]
 pub struct Composer {
-    mcp_guard: EndpointGuard,
+    connector: Connector,
     fetcher: Fetcher,
     limits: Limits,
 }
@@ -348,12 +348,16 @@ struct ServerResult {
 impl Composer {
     /// A composer dialing MCP endpoints admitted by `mcp_guard` and fetching knowledge and
     /// skills through `fetcher`.
-    pub fn new(mcp_guard: EndpointGuard, fetcher: Fetcher, limits: Limits) -> Self {
-        Self {
-            mcp_guard,
+    pub fn new(
+        mcp_guard: EndpointGuard,
+        fetcher: Fetcher,
+        limits: Limits,
+    ) -> Result<Self, ClientError> {
+        Ok(Self {
+            connector: Connector::new(mcp_guard, limits.connect_timeout)?,
             fetcher,
             limits,
-        }
+        })
     }
 
     /// The limits in force.
@@ -380,14 +384,10 @@ impl Composer {
                 .collect();
             let mutating: BTreeSet<String> = server.mutating.iter().cloned().collect();
             async move {
-                let result = upstream::connect(
-                    &self.mcp_guard,
-                    &server.name,
-                    &server.endpoint,
-                    allowed.clone(),
-                    self.limits.connect_timeout,
-                )
-                .await;
+                let result = self
+                    .connector
+                    .connect(&server.name, &server.endpoint, allowed.clone())
+                    .await;
                 ServerResult {
                     doc,
                     server: server.name.clone(),

@@ -229,7 +229,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         skill_timeout: Duration::from_secs(fetch_timeout_seconds),
         skill_cap,
     };
-    let composer = Composer::new(mcp_guard, Fetcher::new(fetch_guard)?, limits);
+    let composer = Composer::new(mcp_guard, Fetcher::new(fetch_guard)?, limits)?;
     let project_header = HeaderName::try_from(project_header.as_str())
         .with_context(|| format!("project header {project_header:?}"))?;
 

@@ -143,8 +143,14 @@ impl Drop for DemoProvider {
 /// An HTTP client for talking to test servers (installs the process's TLS provider, which
 /// the workspace's reqwest leaves to the application).
 pub fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_crypto_provider();
     reqwest::Client::new()
+}
+
+/// Installs the process's TLS crypto provider (ring) unless one is installed: the workspace's
+/// reqwest and rmcp clients leave that choice to the application.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// The Python interpreter with the `mcp` SDK (`make tools` installs it into

@@ -103,4 +103,5 @@ pub fn composer(mcp_hosts: &[String], fetch_hosts: &[String], limits: Limits) ->
         Fetcher::new(EndpointGuard::new(fetch_hosts).unwrap()).unwrap(),
         limits,
     )
+    .unwrap()
 }
