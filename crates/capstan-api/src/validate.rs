@@ -259,6 +259,14 @@ fn schema_errors(validator: &Validator, prefix: &str, instance: &Value) -> Vec<F
     errors
 }
 
+/// Turns the JSON Pointer of a place in `instance` into a field path (`tools[0].name`, no
+/// leading dot), walking the instance so array indices and numeric keys are told apart.
+pub fn pointer_to_path(instance: &Value, pointer: &str) -> String {
+    field_path("", instance, pointer)
+        .trim_start_matches('.')
+        .to_owned()
+}
+
 /// Turns a JSON Pointer into a field path (`spec.tools.mcpServers[0].name`), walking the
 /// instance so array indices and numeric keys are told apart.
 fn field_path(prefix: &str, instance: &Value, pointer: &str) -> String {
@@ -621,6 +629,17 @@ mod tests {
             lines(&validate_binding_spec(&valid_spec())),
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn pointers_should_read_as_field_paths() {
+        let instance = serde_json::json!({"name": 1, "items": [{"id": 1}], "a/b": 1, "0": 1});
+        assert_eq!(pointer_to_path(&instance, ""), "");
+        assert_eq!(pointer_to_path(&instance, "/name"), "name");
+        assert_eq!(pointer_to_path(&instance, "/items/0/id"), "items[0].id");
+        assert_eq!(pointer_to_path(&instance, "/a~1b"), "a/b");
+        // A numeric key of an object is a key, not an index.
+        assert_eq!(pointer_to_path(&instance, "/0"), "0");
     }
 
     #[test]

@@ -39,6 +39,17 @@ pub struct SourceError {
     pub message: String,
 }
 
+impl SourceError {
+    /// An error of the `source_kind` source for `project`.
+    fn new(source_kind: &'static str, project: &str, message: impl Into<String>) -> Self {
+        Self {
+            source_kind,
+            project: project.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
 /// Yields the capability documents entitled to a project, in first-wins order.
 pub trait DocumentSource: Send + Sync {
     /// The project's documents; `Err` only when nothing could be read.
@@ -136,11 +147,7 @@ impl DocumentSource for FixtureSource {
         project: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
         Box::pin(async move {
-            let error = |message: String| SourceError {
-                source_kind: "fixture",
-                project: project.to_owned(),
-                message,
-            };
+            let error = |message: String| SourceError::new("fixture", project, message);
             let origin = self.path.display().to_string();
             let text = tokio::fs::read_to_string(&self.path)
                 .await
@@ -164,11 +171,7 @@ pub const HTTP_SOURCE_TIMEOUT: Duration = Duration::from_secs(5);
 impl HttpSource {
     /// A source for the provider API at `base` (the configured, trusted provider URL).
     pub fn new(base: &str) -> Result<Self, SourceError> {
-        let error = |message: String| SourceError {
-            source_kind: "http",
-            project: String::new(),
-            message,
-        };
+        let error = |message: String| SourceError::new("http", "", message);
         let base =
             reqwest::Url::parse(base).map_err(|e| error(format!("provider URL {base:?}: {e}")))?;
         let client = reqwest::Client::builder()
@@ -197,11 +200,8 @@ impl DocumentSource for HttpSource {
     ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
         Box::pin(async move {
             let url = self.url(project);
-            let error = |message: String| SourceError {
-                source_kind: "http",
-                project: project.to_owned(),
-                message: format!("{url}: {message}"),
-            };
+            let error =
+                |message: String| SourceError::new("http", project, format!("{url}: {message}"));
             let response = self
                 .client
                 .get(url.clone())
@@ -277,11 +277,7 @@ impl DocumentSource for CrdSource {
         project: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
         Box::pin(async move {
-            let error = |message: String| SourceError {
-                source_kind: "crd",
-                project: project.to_owned(),
-                message,
-            };
+            let error = |message: String| SourceError::new("crd", project, message);
             let client = self.client(project).map_err(error)?;
             let api: Api<DynamicObject> =
                 Api::all_with(client, &ApiResource::erase::<CapabilityBinding>(&()));

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use capstan_api::validate::pointer_to_path;
 use capstan_compose::compose::{SkillError, ToolCallError};
 use capstan_compose::{Composed, Document};
 use rmcp::model::{
@@ -121,22 +122,6 @@ fn load_skill_tool() -> Tool {
     tool
 }
 
-/// A JSON pointer (`/a/0/b`) as a dotted field path (`a[0].b`).
-fn field_path(pointer: &str) -> String {
-    let mut path = String::new();
-    for segment in pointer.split('/').skip(1) {
-        if segment.chars().all(|c| c.is_ascii_digit()) && !segment.is_empty() {
-            path.push_str(&format!("[{segment}]"));
-        } else {
-            if !path.is_empty() {
-                path.push('.');
-            }
-            path.push_str(&segment.replace("~1", "/").replace("~0", "~"));
-        }
-    }
-    path
-}
-
 impl Task {
     fn check_identity(&self, context: &RequestContext<RoleServer>) -> Result<(), ToolError> {
         match identity_of(context) {
@@ -155,8 +140,7 @@ impl Task {
         let Some(error) = validator.iter_errors(arguments).next() else {
             return Ok(());
         };
-        let pointer = error.instance_path().to_string();
-        let field = field_path(&pointer);
+        let field = pointer_to_path(arguments, error.instance_path().as_str());
         let shown = if field.is_empty() {
             "arguments"
         } else {
@@ -400,14 +384,6 @@ fn composition_degraded(composed: &Composed) -> usize {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pointers_should_read_as_field_paths() {
-        assert_eq!(field_path(""), "");
-        assert_eq!(field_path("/name"), "name");
-        assert_eq!(field_path("/items/0/id"), "items[0].id");
-        assert_eq!(field_path("/a~1b"), "a/b");
-    }
 
     #[test]
     fn the_load_skill_schema_should_take_only_a_name() {

@@ -168,12 +168,9 @@ pub fn refusal(status: StatusCode, kind: &str, message: &str) -> Response {
         .into_response()
 }
 
-/// Whether a JSON-RPC body is an `initialize` request (alone or first in a batch).
-fn is_initialize(body: &[u8]) -> bool {
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return false;
-    };
-    let first = match &value {
+/// Whether a JSON-RPC message is an `initialize` request (alone or first in a batch).
+fn is_initialize(value: &serde_json::Value) -> bool {
+    let first = match value {
         serde_json::Value::Array(items) => items.first(),
         other => Some(other),
     };
@@ -210,17 +207,21 @@ pub async fn check(
                 );
             }
         };
-        if let Err(error) = serde_json::from_slice::<serde_json::Value>(&bytes) {
-            return (
-                StatusCode::BAD_REQUEST,
-                axum::Json(json!({
-                    "jsonrpc": "2.0", "id": null,
-                    "error": { "code": -32700, "message": format!("parse error: the body is not JSON ({error})") }
-                })),
-            )
-                .into_response();
-        }
-        initialize = is_initialize(&bytes);
+        // Parsed once, here: rmcp would answer a malformed body with 415, not a JSON-RPC error.
+        let message = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(message) => message,
+            Err(error) => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(json!({
+                        "jsonrpc": "2.0", "id": null,
+                        "error": { "code": -32700, "message": format!("parse error: the body is not JSON ({error})") }
+                    })),
+                )
+                    .into_response();
+            }
+        };
+        initialize = is_initialize(&message);
         if session.is_none() && !initialize {
             return refusal(
                 StatusCode::BAD_REQUEST,
@@ -349,15 +350,16 @@ mod tests {
 
     #[test]
     fn only_initialize_should_open_a_session() {
-        assert!(is_initialize(
-            br#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#
-        ));
-        assert!(is_initialize(
-            br#"[{"jsonrpc":"2.0","id":1,"method":"initialize"}]"#
-        ));
-        assert!(!is_initialize(
-            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#
-        ));
-        assert!(!is_initialize(b"not json"));
+        let message = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+        assert!(is_initialize(&message(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#
+        )));
+        assert!(is_initialize(&message(
+            r#"[{"jsonrpc":"2.0","id":1,"method":"initialize"}]"#
+        )));
+        assert!(!is_initialize(&message(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#
+        )));
+        assert!(!is_initialize(&message(r#""not a message""#)));
     }
 }
