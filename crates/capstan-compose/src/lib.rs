@@ -7,6 +7,7 @@ pub mod compose;
 pub mod fetch;
 pub mod guard;
 pub mod knowledge;
+pub mod pooled;
 pub mod source;
 pub mod upstream;
 

@@ -20,6 +20,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
@@ -303,6 +304,12 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("listening on {}", config.listen))?;
     let address = listener.local_addr()?;
     println!("demo-provider: listening on http://{address}");
+    // Nagle's algorithm off, as mainstream servers do (Go, Node, Python's asyncio): an SSE
+    // response is written in pieces, and with Nagle on a kept-alive client connection waits
+    // for the client's delayed ACK (~40 ms) between them.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
