@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -37,7 +37,7 @@ use crate::tool_error::{ErrorKind, ToolError};
 pub const LOAD_SKILL: &str = "load_skill";
 
 /// The protocol revisions served: every session-based one.
-const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
+pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
     ProtocolVersion::V_2025_11_25,
     ProtocolVersion::V_2025_06_18,
     ProtocolVersion::V_2025_03_26,
@@ -53,7 +53,34 @@ pub struct Task {
     validators: HashMap<String, jsonschema::Validator>,
     max_duration: Option<Duration>,
     expired: AtomicBool,
+    /// Milliseconds since `Sidecar::clock` at the session's last request.
+    last_used: AtomicU64,
+    /// Calls running now.
+    busy: AtomicUsize,
 }
+
+/// Counts a running call; the session is touched when the call starts and when it ends.
+struct Busy<'a>(&'a Task);
+
+impl<'a> Busy<'a> {
+    fn new(task: &'a Task) -> Self {
+        task.busy.fetch_add(1, Ordering::AcqRel);
+        task.touch();
+        Self(task)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Where `initialize` leaves the task it created, for the identity middleware to bind to
+/// the session id rmcp answers with.
+#[derive(Clone, Default)]
+pub struct TaskSlot(pub Arc<std::sync::OnceLock<Weak<Task>>>);
 
 impl Drop for Task {
     fn drop(&mut self) {
@@ -123,14 +150,64 @@ fn load_skill_tool() -> Tool {
 }
 
 impl Task {
-    fn check_identity(&self, context: &RequestContext<RoleServer>) -> Result<(), ToolError> {
-        match identity_of(context) {
-            Some(identity) if identity.fingerprint() == self.identity.fingerprint() => Ok(()),
-            _ => Err(ToolError::new(
+    /// Serves one `tools/call` of this session, whichever path it arrived on (rmcp's session
+    /// worker, or `direct.rs`): identity, the task's time limit, then a built-in or a
+    /// provider tool. Errors a consumer can act on come back as tool results; only an unknown
+    /// tool is a protocol error.
+    pub async fn call(
+        &self,
+        caller: Option<&Identity>,
+        request: CallToolRequestParams,
+    ) -> Result<CallToolResult, McpError> {
+        let _busy = Busy::new(self);
+        if caller.is_none_or(|caller| caller.fingerprint() != self.identity.fingerprint()) {
+            return Ok(ToolError::new(
                 ErrorKind::Forbidden,
                 "this session belongs to another project or caller",
-            )),
+            )
+            .into_result());
         }
+        if self.expired.load(Ordering::Acquire) {
+            let limit = self.max_duration.unwrap_or_default();
+            return Ok(ToolError::new(
+                ErrorKind::Rejected,
+                format!(
+                    "this task's time limit ({}s, the smallest maxTaskDurationSeconds of its \
+                     bindings) has passed; start a new session",
+                    limit.as_secs()
+                ),
+            )
+            .into_result());
+        }
+        let CallToolRequestParams {
+            name, arguments, ..
+        } = request;
+        if name == LOAD_SKILL && !self.composed.composition.skills.is_empty() {
+            let arguments = Value::Object(arguments.unwrap_or_default());
+            return Ok(self
+                .load_skill(&arguments)
+                .await
+                .unwrap_or_else(ToolError::into_result));
+        }
+        self.call_provider_tool(&name, arguments).await
+    }
+
+    /// Marks the session as used now (the idle timeout counts from the last request).
+    pub fn touch(&self) {
+        let now = self.sidecar.clock.elapsed().as_millis();
+        self.last_used
+            .store(u64::try_from(now).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// How long the session has been idle: zero while a call runs, else the time since its
+    /// last request or call.
+    pub fn idle(&self) -> Duration {
+        if self.busy.load(Ordering::Acquire) > 0 {
+            return Duration::ZERO;
+        }
+        let now = self.sidecar.clock.elapsed().as_millis();
+        let now = u64::try_from(now).unwrap_or(u64::MAX);
+        Duration::from_millis(now.saturating_sub(self.last_used.load(Ordering::Relaxed)))
     }
 
     fn validate(&self, tool: &str, arguments: &Value) -> Result<(), ToolError> {
@@ -194,12 +271,18 @@ impl Task {
             outcome = tracing::field::Empty,
         );
         let started = Instant::now();
-        let arguments_value = Value::Object(arguments.clone().unwrap_or_default());
-        let result = match self.validate(name, &arguments_value) {
+        let arguments = Value::Object(arguments.unwrap_or_default());
+        let result = match self.validate(name, &arguments) {
             Err(error) => Err(error),
             Ok(()) => match self
                 .composed
-                .call_tool(name, arguments)
+                .call_tool(
+                    name,
+                    match arguments {
+                        Value::Object(map) => Some(map),
+                        _ => None,
+                    },
+                )
                 .instrument(span.clone())
                 .await
             {
@@ -301,7 +384,17 @@ impl ServerHandler for SessionHandler {
             validators,
             max_duration,
             expired: AtomicBool::new(false),
+            last_used: AtomicU64::new(0),
+            busy: AtomicUsize::new(0),
         });
+        task.touch();
+        if let Some(slot) = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<TaskSlot>())
+        {
+            let _ = slot.0.set(Arc::downgrade(&task));
+        }
         self.sidecar.metrics.sessions_active.inc();
         self.sidecar.metrics.sessions_total.inc();
         if let Some(limit) = max_duration {
@@ -340,34 +433,9 @@ impl ServerHandler for SessionHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let task = self.task()?;
-        if let Err(error) = task.check_identity(&context) {
-            return Ok(CallToolResponse::Complete(error.into_result()));
-        }
-        if task.expired.load(Ordering::Acquire) {
-            let limit = task.max_duration.unwrap_or_default();
-            return Ok(CallToolResponse::Complete(
-                ToolError::new(
-                    ErrorKind::Rejected,
-                    format!(
-                        "this task's time limit ({}s, the smallest maxTaskDurationSeconds of its \
-                         bindings) has passed; start a new session",
-                        limit.as_secs()
-                    ),
-                )
-                .into_result(),
-            ));
-        }
-        let name = request.name.as_ref();
-        let result = if name == LOAD_SKILL && !task.composed.composition.skills.is_empty() {
-            let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
-            task.load_skill(&arguments)
-                .await
-                .unwrap_or_else(ToolError::into_result)
-        } else {
-            task.call_provider_tool(name, request.arguments.clone())
-                .await?
-        };
-        Ok(CallToolResponse::Complete(result))
+        task.call(identity_of(&context).as_ref(), request)
+            .await
+            .map(CallToolResponse::Complete)
     }
 }
 

@@ -9,7 +9,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -18,6 +19,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sha2::{Digest, Sha256};
+
+use crate::handler::{Task, TaskSlot};
 
 /// The MCP session header.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -36,24 +39,46 @@ pub struct Identity {
     /// Identifies the request that created a session, so the session's end can drop its
     /// binding.
     pub nonce: u64,
+    fingerprint: [u8; 32],
 }
 
 impl Identity {
+    /// The identity of `project` and `token`; `nonce` tells requests apart.
+    pub fn new(project: String, token: Option<String>, nonce: u64) -> Self {
+        let mut digest = Sha256::new();
+        digest.update(project.as_bytes());
+        digest.update([0]);
+        digest.update(token.as_deref().unwrap_or("").as_bytes());
+        Self {
+            project,
+            token,
+            nonce,
+            fingerprint: digest.finalize().into(),
+        }
+    }
+
     /// A digest of project and token: what a session is bound to (the token itself is not
     /// kept in the binding table).
     pub fn fingerprint(&self) -> [u8; 32] {
-        let mut digest = Sha256::new();
-        digest.update(self.project.as_bytes());
-        digest.update([0]);
-        digest.update(self.token.as_deref().unwrap_or("").as_bytes());
-        digest.finalize().into()
+        self.fingerprint
     }
 }
 
 struct Binding {
     fingerprint: [u8; 32],
     nonce: u64,
+    /// The task `initialize` created (none if it failed).
+    task: Weak<Task>,
+    created: Instant,
 }
+
+/// The live task of the session a request belongs to, for the handlers after this middleware.
+#[derive(Clone)]
+pub struct SessionTask(pub Arc<Task>);
+
+/// The JSON-RPC message of an MCP POST, parsed once by this middleware.
+#[derive(Clone, Debug)]
+pub struct Message(pub serde_json::Value);
 
 /// Session id → the identity bound at `initialize`.
 pub struct Sessions {
@@ -82,6 +107,29 @@ impl Sessions {
         if let Ok(mut bindings) = self.bindings.lock() {
             bindings.retain(|_, b| b.nonce != nonce);
         }
+    }
+
+    /// Removes the binding of session `id`: later requests naming it are not served.
+    pub fn remove(&self, id: &str) {
+        if let Ok(mut bindings) = self.bindings.lock() {
+            bindings.remove(id);
+        }
+    }
+
+    /// The sessions idle for at least `limit`: their task's last request is that old (none
+    /// while a call runs), or they have no task and were created that long ago.
+    pub fn idle(&self, limit: Duration) -> Vec<String> {
+        let Ok(bindings) = self.bindings.lock() else {
+            return Vec::new();
+        };
+        bindings
+            .iter()
+            .filter(|(_, binding)| match binding.task.upgrade() {
+                Some(task) => task.idle() >= limit,
+                None => binding.created.elapsed() >= limit,
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// How many sessions are bound.
@@ -136,11 +184,11 @@ impl Sessions {
                 }
             }
         };
-        Ok(Identity {
-            project: project.to_owned(),
+        Ok(Identity::new(
+            project.to_owned(),
             token,
-            nonce: self.next_nonce.fetch_add(1, Ordering::Relaxed),
-        })
+            self.next_nonce.fetch_add(1, Ordering::Relaxed),
+        ))
     }
 }
 
@@ -230,6 +278,7 @@ pub async fn check(
                  token to the session it creates), then the Mcp-Session-Id it returns",
             );
         }
+        parts.extensions.insert(Message(message));
         Body::from(bytes)
     } else if is_mcp && session.is_none() {
         return refusal(
@@ -246,19 +295,27 @@ pub async fn check(
             .bindings
             .lock()
             .ok()
-            .and_then(|b| b.get(id).map(|b| b.fingerprint));
-        if let Some(fingerprint) = bound
-            && fingerprint != identity.fingerprint()
-        {
-            return refusal(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                "this session belongs to another project or caller: the project and token \
-                 must be the ones sent with `initialize`",
-            );
+            .and_then(|b| b.get(id).map(|b| (b.fingerprint, b.task.upgrade())));
+        if let Some((fingerprint, task)) = bound {
+            if fingerprint != identity.fingerprint() {
+                return refusal(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    "this session belongs to another project or caller: the project and token \
+                     must be the ones sent with `initialize`",
+                );
+            }
+            if let Some(task) = task {
+                task.touch();
+                parts.extensions.insert(SessionTask(task));
+            }
         }
     }
 
+    let slot = TaskSlot::default();
+    if initialize {
+        parts.extensions.insert(slot.clone());
+    }
     parts.extensions.insert(identity.clone());
     let delete = parts.method == Method::DELETE;
     let mut response = next.run(Request::from_parts(parts, body)).await;
@@ -276,6 +333,8 @@ pub async fn check(
             Binding {
                 fingerprint: identity.fingerprint(),
                 nonce: identity.nonce,
+                task: slot.0.get().cloned().unwrap_or_default(),
+                created: Instant::now(),
             },
         );
     }

@@ -2,6 +2,7 @@
 //! Unix socket (MCP Streamable HTTP), one session per task, with identity checked on every
 //! request.
 
+pub mod direct;
 pub mod handler;
 pub mod identity;
 pub mod metering;

@@ -242,6 +242,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         metrics,
         meter: Meter::open(&metering_sink)
             .with_context(|| format!("metering sink {metering_sink}"))?,
+        clock: std::time::Instant::now(),
     });
 
     let listener = socket::bind(&socket).await?;

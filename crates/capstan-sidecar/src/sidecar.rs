@@ -31,6 +31,8 @@ pub struct Sidecar {
     pub metrics: Metrics,
     /// The metering sink.
     pub meter: Meter,
+    /// Zero point of the sessions' idle clocks.
+    pub clock: Instant,
 }
 
 /// A composition for one identity, with the documents it came from.

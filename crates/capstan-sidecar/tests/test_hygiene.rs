@@ -222,3 +222,51 @@ fn a_regular_file_at_the_socket_path_should_not_be_deleted() {
     assert_eq!(std::fs::read_to_string(&socket).unwrap(), "precious");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_tool_call_in_a_session_should_be_answered_with_json_and_its_headers_checked() {
+    let (_provider, sidecar) = streamco_sidecar();
+    let session = sidecar.curl_initialize("demo-project", "t");
+    let headers = |version: &'static str| {
+        [
+            (PROJECT_HEADER, "demo-project"),
+            ("authorization", "Bearer t"),
+            ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", version),
+        ]
+    };
+    let (code, body, response_headers) =
+        sidecar.curl("POST", "/mcp", &headers("2025-11-25"), Some(CALL));
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        response_headers
+            .to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{response_headers}"
+    );
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["jsonrpc"], "2.0");
+    assert_eq!(answer["id"], 2);
+    assert_eq!(answer["result"]["isError"], false, "{body}");
+
+    // A revision the sidecar does not speak, or a method header contradicting the body.
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &headers("2026-07-28"), Some(CALL));
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("MCP-Protocol-Version"), "{body}");
+    let mut contradicting = headers("2025-11-25").to_vec();
+    contradicting.push(("mcp-method", "tools/list"));
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &contradicting, Some(CALL));
+    assert_eq!(code, 400, "{body}");
+
+    // Malformed params are a JSON-RPC error, not a crash.
+    let (code, body, _) = sidecar.curl(
+        "POST",
+        "/mcp",
+        &headers("2025-11-25"),
+        Some(r#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"arguments":{}}}"#),
+    );
+    assert_eq!(code, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["id"], "x");
+    assert_eq!(answer["error"]["code"], -32602, "{body}");
+}

@@ -451,3 +451,128 @@ async fn capstanctl_should_show_the_composition_and_call_a_tool() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("is the sidecar running?"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_session_should_end_and_a_busy_one_should_not() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(
+        &streamco(&provider),
+        &[provider.host()],
+        &[("CAPSTAN_SESSION_IDLE_SECONDS", "1")],
+    );
+    let idle = sidecar.curl_initialize("demo-project", "t");
+    let busy = sidecar.session("demo-project", Some("t")).await;
+    // Only tool calls on the busy session, for twice the idle time.
+    for _ in 0..10 {
+        let result = busy
+            .call_tool(call("streamco__streams_list", json!({})))
+            .await
+            .unwrap();
+        assert_ne!(result.is_error, Some(true));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The idle session is gone: its id is unknown now, and its upstream session was closed.
+    let (code, body, _) = sidecar.curl(
+        "POST",
+        "/mcp",
+        &[
+            (PROJECT_HEADER, "demo-project"),
+            ("authorization", "Bearer t"),
+            ("mcp-session-id", &idle),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        Some(
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"streamco__streams_list","arguments":{}}}"#,
+        ),
+    );
+    assert_eq!(code, 404, "{body}");
+    let deletes = provider
+        .requests()
+        .await
+        .iter()
+        .filter(|r| r["method"] == "DELETE")
+        .count();
+    assert_eq!(deletes, 1, "exactly the idle session's upstream is closed");
+    // The busy session still works.
+    let result = busy
+        .call_tool(call("streamco__streams_get", json!({"name": "orders"})))
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true));
+    busy.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_upstream_mid_session_should_fail_only_its_tools() {
+    let broken = DemoProvider::start(&[]);
+    let healthy = DemoProvider::start(&[]);
+    let documents = json!([
+        binding("broken", None, "broken", &broken, &["streams_list"]),
+        binding("healthy", None, "healthy", &healthy, &["streams_list"]),
+    ]);
+    let sidecar = Sidecar::start(&documents, &[broken.host(), healthy.host()], &[]);
+    let session = sidecar.session("p", None).await;
+    broken.set_faults(&["malformed"]).await;
+    let failed = session
+        .call_tool(call("broken__streams_list", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(failed.is_error, Some(true));
+    let error = &failed.structured_content.unwrap()["error"];
+    assert_eq!(error["kind"], "upstream_malformed", "{error}");
+    assert_eq!(error["retryable"], false);
+    let ok = session
+        .call_tool(call("healthy__streams_list", json!({})))
+        .await
+        .unwrap();
+    assert_ne!(ok.is_error, Some(true));
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_should_count_sessions_calls_and_source_reads() {
+    let provider = DemoProvider::start(&[]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let sidecar = Sidecar::start(
+        &streamco(&provider),
+        &[provider.host()],
+        &[("CAPSTAN_METRICS_ADDRESS", &address)],
+    );
+    let session = sidecar.session("demo-project", None).await;
+    session
+        .call_tool(call("streamco__streams_get", json!({"name": "orders"})))
+        .await
+        .unwrap();
+    session
+        .call_tool(call("streamco__streams_get", json!({})))
+        .await
+        .unwrap();
+    let text = client()
+        .get(format!("http://{address}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "capstan_sidecar_sessions_active 1",
+        "capstan_sidecar_sessions_total 1",
+        "capstan_sidecar_compose_duration_seconds_count 1",
+        r#"capstan_sidecar_tool_calls_total{outcome="ok"} 1"#,
+        r#"capstan_sidecar_tool_calls_total{outcome="invalid_input"} 1"#,
+        r#"capstan_sidecar_source_reads_total{outcome="miss"} 1"#,
+        "capstan_sidecar_upstream_connect_failures_total 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "no line {line:?} in\n{text}"
+        );
+    }
+    session.cancel().await.unwrap();
+}

@@ -28,8 +28,13 @@ pub fn binary(package: &str, bin: &str) -> PathBuf {
         return path.clone();
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // The caller's profile. `cargo bench` runs its targets with `--bench`: building with the
+    // bench profile (output in target/release too) reuses the bench build's artifacts instead
+    // of rebuilding the dependency graph under the release profile's fingerprints.
     let profile: &[&str] = if cfg!(debug_assertions) {
         &[]
+    } else if std::env::args().any(|arg| arg == "--bench") {
+        &["--profile", "bench"]
     } else {
         &["--release"]
     };
