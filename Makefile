@@ -31,9 +31,10 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 .PHONY: tools
-tools: ## Build (once) the pinned kube-apiserver, etcd, helm and the Python mcp SDK into ~/.cache/capstan
+tools: ## Build (once) the pinned kube-apiserver, etcd, helm and the Python and TypeScript MCP SDKs into ~/.cache/capstan
 	e2e/build-tools
 	e2e/python-env
+	e2e/node-env
 
 .PHONY: test
 test: lint tools ## Lint, then every test: unit, integration, e2e on a real apiserver

@@ -57,6 +57,67 @@ async fn the_python_sdk_client_should_initialize_list_read_instructions_and_call
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_client_should_initialize_list_read_instructions_and_call() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    // ES modules find packages next to the script: run a copy from the SDK's directory.
+    let dir = node_dir();
+    let script = dir.join(format!("sidecar-client-{}.mjs", std::process::id()));
+    std::fs::copy(
+        repo_root().join("crates/capstan-sidecar/tests/node/client.mjs"),
+        &script,
+    )
+    .unwrap();
+    let output = Command::new("node")
+        .arg(&script)
+        .arg(&sidecar.socket)
+        .args([
+            "demo-project",
+            "caller-token",
+            "streamco__streams_get",
+            r#"{"name": "clickstream"}"#,
+        ])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&script);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(seen["protocolVersion"], "2025-11-25");
+    assert_eq!(
+        seen["tools"],
+        json!([
+            "streamco__pipeline_diagnose",
+            "streamco__streams_get",
+            "streamco__streams_list",
+            "load_skill"
+        ])
+    );
+    let instructions = seen["instructions"].as_str().unwrap();
+    assert!(instructions.contains("## Overview — streaming.streamco.example"));
+    assert!(instructions.contains("- lag-triage (streaming.streamco.example): Step-by-step"));
+    assert_eq!(seen["isError"], false);
+    assert_eq!(seen["structured"]["state"], "Lagging");
+    // The client ended its session: the upstream session was closed too.
+    let mut closed = false;
+    for _ in 0..50 {
+        closed = provider
+            .requests()
+            .await
+            .iter()
+            .any(|r| r["method"] == "DELETE");
+        if closed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(closed, "the upstream session was not closed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn two_projects_should_see_only_their_own_documents() {
     let provider = DemoProvider::start(&[]);
     let documents = json!([

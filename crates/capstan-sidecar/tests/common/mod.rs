@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub use capstan_demo_provider::harness::{DemoProvider, binary, client, python, repo_root};
+pub use capstan_demo_provider::harness::{
+    DemoProvider, binary, client, node_dir, python, repo_root,
+};
 use rmcp::model::ClientConfig;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
