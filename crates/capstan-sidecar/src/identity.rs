@@ -116,6 +116,14 @@ impl Sessions {
         }
     }
 
+    /// Whether session `id` is bound.
+    pub fn is_bound(&self, id: &str) -> bool {
+        self.bindings
+            .lock()
+            .map(|b| b.contains_key(id))
+            .unwrap_or(false)
+    }
+
     /// The sessions idle for at least `limit`: their task's last request is that old (none
     /// while a call runs), or they have no task and were created that long ago.
     pub fn idle(&self, limit: Duration) -> Vec<String> {

@@ -3,6 +3,7 @@
 //! accepts; a Unix socket has no DNS-rebinding exposure, the fixed value just keeps requests
 //! uniform).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,8 +12,8 @@ use axum::extract::State;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
+use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 
@@ -88,20 +89,84 @@ async fn composition(State(sidecar): State<Arc<Sidecar>>, parts: Parts) -> Respo
     axum::Json(body).into_response()
 }
 
+/// How long an rmcp session may exist without a binding before it is closed. A binding is
+/// made when `initialize` answers; a client that goes away while its `initialize` is still
+/// composing leaves a session nobody bound (rmcp's own keep-alive is off, see `router`).
+/// Generous: composing may wait for upstream and knowledge timeouts.
+const ORPHAN_GRACE: Duration = Duration::from_secs(60);
+
 /// Closes sessions idle for `idle`: unbinds them (later requests are not served) and ends the
 /// rmcp session, which drops the task and closes its upstreams.
 async fn reap_idle(sessions: Arc<Sessions>, manager: Arc<LocalSessionManager>, idle: Duration) {
     let period = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut orphans = HashMap::new();
     loop {
         tick.tick().await;
-        for id in sessions.idle(idle) {
-            sessions.remove(&id);
-            if let Err(error) = manager.close_session(&id.as_str().into()).await {
-                tracing::warn!(%error, "closing an idle session");
-            }
-            tracing::info!(?idle, "idle session closed");
+        reap_once(&sessions, &manager, idle, &mut orphans).await;
+    }
+}
+
+/// One pass of the reaper: idle bound sessions, then rmcp sessions unbound for longer than
+/// [`ORPHAN_GRACE`] (`orphans` remembers since when each was seen unbound).
+async fn reap_once(
+    sessions: &Sessions,
+    manager: &LocalSessionManager,
+    idle: Duration,
+    orphans: &mut HashMap<SessionId, tokio::time::Instant>,
+) {
+    for id in sessions.idle(idle) {
+        sessions.remove(&id);
+        close(manager, &id.as_str().into(), "idle").await;
+    }
+    let live: Vec<SessionId> = manager.sessions.read().await.keys().cloned().collect();
+    orphans.retain(|id, _| live.contains(id));
+    let grace = ORPHAN_GRACE.max(idle);
+    for id in live {
+        if sessions.is_bound(&id) {
+            orphans.remove(&id);
+            continue;
         }
+        let since = *orphans
+            .entry(id.clone())
+            .or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() >= grace {
+            orphans.remove(&id);
+            close(manager, &id, "never bound").await;
+        }
+    }
+}
+
+async fn close(manager: &LocalSessionManager, id: &SessionId, why: &str) {
+    if let Err(error) = manager.close_session(id).await {
+        tracing::warn!(%error, why, "closing a session");
+    }
+    tracing::info!(why, "session closed");
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use axum::http::HeaderName;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_session_nobody_bound_should_be_closed_after_the_grace() {
+        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"));
+        let manager = LocalSessionManager::default();
+        let (id, _transport) = manager.create_session().await.unwrap();
+        let mut orphans = HashMap::new();
+        let idle = Duration::from_secs(1);
+        reap_once(&sessions, &manager, idle, &mut orphans).await;
+        assert!(manager.has_session(&id).await.unwrap(), "closed too early");
+        tokio::time::advance(ORPHAN_GRACE / 2).await;
+        reap_once(&sessions, &manager, idle, &mut orphans).await;
+        assert!(manager.has_session(&id).await.unwrap(), "closed too early");
+        tokio::time::advance(ORPHAN_GRACE / 2).await;
+        reap_once(&sessions, &manager, idle, &mut orphans).await;
+        assert!(!manager.has_session(&id).await.unwrap(), "still open");
+        assert!(orphans.is_empty());
     }
 }
