@@ -78,23 +78,7 @@ pub fn documents(text: &str) -> Vec<Document> {
         .collect()
 }
 
-/// A binding document with one MCP server and optional knowledge and skills.
-pub fn binding(name: &str, server: &str, endpoint: &str, include: &[&str]) -> Value {
-    serde_json::json!({
-        "metadata": { "name": name },
-        "spec": {
-            "serviceRef": { "name": name },
-            "serviceName": format!("{name}.example"),
-            "serviceAgentRef": { "name": format!("{name}-agent") },
-            "configurationVersion": "v1",
-            "tools": { "mcpServers": [{
-                "name": server,
-                "endpoint": endpoint,
-                "toolSelector": { "include": include },
-            }]}
-        }
-    })
-}
+pub use capstan_demo_provider::harness::binding_document as binding;
 
 pub fn composer(mcp_hosts: &[String], fetch_hosts: &[String], limits: Limits) -> Composer {
     capstan_compose::install_crypto_provider();

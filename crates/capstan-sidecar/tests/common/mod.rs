@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub use capstan_demo_provider::harness::{
-    DemoProvider, binary, client, node_dir, python, repo_root,
+    DemoProvider, binary, binding_document, client, node_dir, python, repo_root,
 };
 use rmcp::model::ClientConfig;
 use rmcp::service::RunningService;
@@ -232,20 +232,7 @@ pub fn binding(
     provider: &DemoProvider,
     include: &[&str],
 ) -> Value {
-    let mut document = json!({
-        "metadata": { "name": name },
-        "spec": {
-            "serviceRef": { "name": name },
-            "serviceName": format!("{name}.example"),
-            "serviceAgentRef": { "name": format!("{name}-agent") },
-            "configurationVersion": "v1",
-            "tools": { "mcpServers": [{
-                "name": server,
-                "endpoint": provider.url("/mcp"),
-                "toolSelector": { "include": include },
-            }]}
-        }
-    });
+    let mut document = binding_document(name, server, &provider.url("/mcp"), include);
     if let Some(project) = project {
         document["metadata"]["namespace"] = json!(project);
     }
