@@ -39,18 +39,18 @@ pub struct Sidecar {
 pub struct ComposedTask {
     /// The live composition.
     pub composed: Composed,
-    /// The documents composed.
-    pub documents: Vec<Document>,
+    /// The documents composed (shared with the cache, not copied per session).
+    pub documents: Arc<Vec<Document>>,
 }
 
 impl Sidecar {
     /// The project's documents (never an error: an unreachable source composes nothing).
-    pub async fn documents(&self, project: &str) -> Vec<Document> {
+    pub async fn documents(&self, project: &str) -> Arc<Vec<Document>> {
         match &self.documents {
             Documents::Cached(cache) => {
                 let (documents, outcome) = cache.documents(project).await;
                 self.metrics.source_read(outcome.label());
-                documents.as_ref().clone()
+                documents
             }
             Documents::Direct(source) => {
                 let documents = read_or_empty(source.as_ref(), project).await;
@@ -61,7 +61,7 @@ impl Sidecar {
                     Outcome::Miss
                 };
                 self.metrics.source_read(outcome.label());
-                documents
+                Arc::new(documents)
             }
         }
     }
