@@ -59,13 +59,13 @@ pub struct Task {
     busy: AtomicUsize,
 }
 
-/// Counts a running call; the session is touched when the call starts and when it ends.
+/// Counts a running call; the session is touched again when it ends (the identity middleware
+/// touched it when the request arrived).
 struct Busy<'a>(&'a Task);
 
 impl<'a> Busy<'a> {
     fn new(task: &'a Task) -> Self {
         task.busy.fetch_add(1, Ordering::AcqRel);
-        task.touch();
         Self(task)
     }
 }
