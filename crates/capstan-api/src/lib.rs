@@ -12,6 +12,7 @@ pub mod crd;
 pub mod document;
 pub mod parse;
 pub mod patterns;
+pub mod project;
 pub mod qualifier;
 pub mod validate;
 
@@ -22,6 +23,7 @@ pub use binding::{
 };
 pub use document::{CapabilityDocument, DocumentMeta};
 pub use parse::{API_VERSION, InvalidObject, Object, ParseError, Parsed, ParsedObject, parse};
+pub use project::{ProjectNameError, check_project_name};
 pub use qualifier::{RouteConstraint, RouteQualifier, RouteQualifierSpec, RouteQualifierStatus};
 pub use validate::{FieldError, validate, validate_qualifier};
 

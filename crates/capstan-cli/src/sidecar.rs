@@ -27,8 +27,9 @@ pub struct Target {
         default_value = "/var/run/capstan/composer.sock"
     )]
     socket: PathBuf,
-    /// The project to act in.
-    #[arg(long, env = "CAPSTAN_PROJECT")]
+    /// The project to act in (a Kubernetes object name: lower-case letters, digits, '-'
+    /// and '.').
+    #[arg(long, env = "CAPSTAN_PROJECT", value_parser = project_name)]
     project: String,
     /// The caller's bearer token (sent as `Authorization: Bearer …`, never to providers).
     #[arg(long, env = "CAPSTAN_TOKEN")]
@@ -40,6 +41,11 @@ pub struct Target {
         default_value = "X-Capstan-Project"
     )]
     project_header: String,
+}
+
+/// Refuses what the sidecar would refuse, with the same rule, before anything is sent.
+fn project_name(value: &str) -> Result<String, capstan_api::ProjectNameError> {
+    capstan_api::check_project_name(value).map(|()| value.to_owned())
 }
 
 /// `capstanctl compose`.
