@@ -6,7 +6,7 @@ use futures::StreamExt;
 use reqwest::redirect;
 use thiserror::Error;
 
-use crate::guard::{EndpointGuard, GuardedResolver, Refusal, address_refused};
+use crate::guard::{EndpointGuard, Refusal, address_refused};
 
 /// Redirects followed per fetch: enough for a moved document, few enough to bound a loop.
 pub const MAX_REDIRECTS: usize = 5;
@@ -78,7 +78,7 @@ impl Fetcher {
                 Err(refusal) => attempt.error(refusal),
             }
         });
-        let client = guarded_client_builder().redirect(policy).build()?;
+        let client = guarded_client_builder(&guard).redirect(policy).build()?;
         Ok(Self { client, guard })
     }
 
@@ -133,11 +133,12 @@ impl Fetcher {
     }
 }
 
-/// A reqwest builder with the settings every guarded client shares: the checking resolver
-/// and no proxy taken from the environment (a proxy would dial on our behalf, unchecked).
-pub fn guarded_client_builder() -> reqwest::ClientBuilder {
+/// A reqwest builder with the settings every guarded client shares: `guard`'s checking
+/// resolver and no proxy taken from the environment (a proxy would dial on our behalf,
+/// unchecked).
+pub fn guarded_client_builder(guard: &EndpointGuard) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
-        .dns_resolver(std::sync::Arc::new(GuardedResolver))
+        .dns_resolver(std::sync::Arc::new(guard.resolver()))
         .no_proxy()
 }
 

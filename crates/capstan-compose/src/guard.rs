@@ -1,23 +1,42 @@
-//! EndpointGuard: decides whether a URL taken from a capability document may be dialed.
+//! EndpointGuard: decides whether a URL taken from a capability document may be dialed, and
+//! which addresses it may reach.
 //!
 //! Every URL a provider publishes (MCP endpoints, knowledge sources, skill bodies) is checked at
 //! the dial site: http(s) only, no userinfo, the host matched against an operator's allow-list,
 //! and every address the connection could reach checked — IP literals as the addresses they
 //! are (the URL parser reads `2130706433`, `0x7f.0.0.1` and `127.1` as 127.0.0.1), names
 //! through [`GuardedResolver`], whose checked answers are the only addresses the client dials.
-//! Link-local and cloud metadata addresses are refused whatever the allow-list says.
+//!
+//! The address policy for names (README, "Security"):
+//! - link-local, cloud metadata, unspecified, multicast and broadcast addresses are refused
+//!   whatever the allow-list says;
+//! - an address covered by an IP or CIDR entry is admitted;
+//! - a public address is admitted;
+//! - a name listed **exactly** may also resolve to private ranges (an in-cluster service), but
+//!   to loopback only when the entry is `localhost` (or a loopback IP/CIDR is listed, above);
+//! - a name admitted only by a **wildcard** entry must resolve to public addresses or into an
+//!   IP/CIDR entry: a provider who controls `evil.providers.example` must not reach the
+//!   assistant pod's own loopback or the cluster's private network through it.
+//!
+//! One refused answer refuses the name (a rebinding server mixes good and bad answers). The
+//! resolver sees names, not ports, so "listed exactly" means an exact entry for the name with
+//! any port; the allow-list check before it has already matched the port.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
+use ipnet::IpNet;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use thiserror::Error;
 
 /// An allow-list entry that cannot be read.
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("host pattern {pattern:?}: {reason} (expected `host`, `*.suffix` or either with `:port`)")]
+#[error(
+    "host pattern {pattern:?}: {reason} (expected `host`, `*.suffix`, an IP, each with an \
+     optional `:port`, or a CIDR such as `10.96.0.0/12`)"
+)]
 pub struct PatternError {
     /// The entry as given.
     pub pattern: String,
@@ -34,9 +53,13 @@ enum HostMatch {
     Suffix(String),
     /// One address, however the URL spells it.
     Ip(IpAddr),
+    /// A range of addresses (any port): IP-literal URLs inside it, and the answers of
+    /// admitted names.
+    Net(IpNet),
 }
 
-/// One allow-list entry: `host`, `*.suffix` or an IP, each with an optional `:port`.
+/// One allow-list entry: `host`, `*.suffix` or an IP, each with an optional `:port`, or a
+/// CIDR range.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostPattern {
     host: HostMatch,
@@ -44,8 +67,8 @@ pub struct HostPattern {
 }
 
 impl HostPattern {
-    /// Reads an entry such as `mcp.example.com`, `*.gateway.example:8443`, `127.0.0.1:7810`
-    /// or `[::1]:7810`.
+    /// Reads an entry such as `mcp.example.com`, `*.gateway.example:8443`, `127.0.0.1:7810`,
+    /// `[::1]:7810` or `10.96.0.0/12`.
     pub fn parse(pattern: &str) -> Result<Self, PatternError> {
         let error = |reason| PatternError {
             pattern: pattern.to_owned(),
@@ -54,6 +77,14 @@ impl HostPattern {
         let trimmed = pattern.trim();
         if trimmed.is_empty() {
             return Err(error("empty"));
+        }
+        if let Ok(net) = trimmed.parse::<IpNet>() {
+            // Host bits are dropped (`10.96.0.1/12` is 10.96.0.0/12), as Kubernetes reads
+            // CIDRs; IPv4-mapped IPv6 ranges are not accepted (list the IPv4 range).
+            return Ok(Self {
+                host: HostMatch::Net(net.trunc()),
+                port: None,
+            });
         }
         if trimmed.contains("://") || trimmed.contains('/') || trimmed.contains('@') {
             return Err(error("a host, not a URL"));
@@ -93,16 +124,34 @@ impl HostPattern {
         if self.port.is_some_and(|p| p != port) {
             return false;
         }
-        match (&self.host, host) {
-            (HostMatch::Name(name), url::Host::Domain(domain)) => name == domain,
-            (HostMatch::Suffix(suffix), url::Host::Domain(domain)) => {
-                domain.len() > suffix.len() && domain.ends_with(suffix.as_str())
+        let literal = match host {
+            url::Host::Ipv4(ip) => Some(IpAddr::V4(*ip)),
+            url::Host::Ipv6(ip) => Some(canonical((*ip).into())),
+            url::Host::Domain(_) => None,
+        };
+        match (&self.host, host, literal) {
+            (HostMatch::Name(name), url::Host::Domain(domain), _) => name == domain,
+            (HostMatch::Suffix(suffix), url::Host::Domain(domain), _) => {
+                suffix_admits(suffix, domain)
             }
-            (HostMatch::Ip(allowed), url::Host::Ipv4(ip)) => *allowed == IpAddr::V4(*ip),
-            (HostMatch::Ip(allowed), url::Host::Ipv6(ip)) => *allowed == canonical((*ip).into()),
+            (HostMatch::Ip(allowed), _, Some(ip)) => *allowed == ip,
+            (HostMatch::Net(net), _, Some(ip)) => net.contains(&ip),
             _ => false,
         }
     }
+
+    /// Whether this entry covers `ip` as a resolved answer (IP and CIDR entries do).
+    fn covers(&self, ip: IpAddr) -> bool {
+        match &self.host {
+            HostMatch::Ip(allowed) => *allowed == ip,
+            HostMatch::Net(net) => net.contains(&ip),
+            HostMatch::Name(_) | HostMatch::Suffix(_) => false,
+        }
+    }
+}
+
+fn suffix_admits(suffix: &str, domain: &str) -> bool {
+    domain.len() > suffix.len() && domain.ends_with(suffix)
 }
 
 impl fmt::Display for HostPattern {
@@ -112,6 +161,7 @@ impl fmt::Display for HostPattern {
             HostMatch::Suffix(suffix) => write!(f, "*{suffix}")?,
             HostMatch::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]")?,
             HostMatch::Ip(ip) => write!(f, "{ip}")?,
+            HostMatch::Net(net) => write!(f, "{net}")?,
         }
         match self.port {
             Some(port) => write!(f, ":{port}"),
@@ -166,6 +216,13 @@ impl EndpointGuard {
         self.patterns.iter()
     }
 
+    /// The resolver that applies this allow-list's address policy to names.
+    pub fn resolver(&self) -> GuardedResolver {
+        GuardedResolver {
+            guard: self.clone(),
+        }
+    }
+
     /// Checks everything about `url` that can be known without resolving it.
     pub fn check(&self, url: &str) -> Result<Checked, Refusal> {
         let refuse = |reason: String| Refusal {
@@ -195,7 +252,7 @@ impl EndpointGuard {
             url::Host::Domain(_) => None,
         };
         if let Some(ip) = literal
-            && let Some(why) = always_refused(ip)
+            && let AddressScope::Refused(why) = AddressScope::of(ip)
         {
             return Err(refuse(format!("address {ip} is {why}")));
         }
@@ -210,6 +267,62 @@ impl EndpointGuard {
             )));
         }
         Ok(Checked { url: parsed })
+    }
+
+    /// Checks the answers of a lookup of `host` (a name this guard admitted): every answer
+    /// must pass the address policy of the module documentation, or the name is refused.
+    pub fn check_answers(&self, host: &str, answers: &[IpAddr]) -> Result<(), AddressRefused> {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let exact = self.patterns.iter().find_map(|p| match &p.host {
+            HostMatch::Name(name) if *name == host => Some(name.as_str()),
+            _ => None,
+        });
+        let wildcard = self
+            .patterns
+            .iter()
+            .find(|p| matches!(&p.host, HostMatch::Suffix(suffix) if suffix_admits(suffix, &host)));
+        for &answer in answers {
+            let ip = canonical(answer);
+            let refused = |reason: String| AddressRefused {
+                host: host.clone(),
+                ip,
+                reason,
+            };
+            let scope = AddressScope::of(ip);
+            if let AddressScope::Refused(why) = scope {
+                return Err(refused(why.to_owned()));
+            }
+            if self.patterns.iter().any(|p| p.covers(ip)) || scope == AddressScope::Public {
+                continue;
+            }
+            match (exact, wildcard) {
+                (Some("localhost"), _) => {}
+                (Some(_), _) if scope == AddressScope::Private => {}
+                (Some(name), _) => {
+                    return Err(refused(format!(
+                        "loopback; the entry {name} admits loopback only when the entry is \
+                         `localhost` or a loopback address or CIDR is listed"
+                    )));
+                }
+                (None, Some(entry)) => {
+                    let kind = match scope {
+                        AddressScope::Loopback => "loopback",
+                        _ => "a private address",
+                    };
+                    return Err(refused(format!(
+                        "{kind}; a name admitted by the wildcard entry {entry} must resolve to \
+                         public addresses or into an IP or CIDR entry of the allow-list"
+                    )));
+                }
+                (None, None) => {
+                    return Err(refused(format!(
+                        "not public, and host {host} is not in the allow-list ({})",
+                        self.describe()
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -232,29 +345,115 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Addresses no allow-list can open, with the reason.
-pub fn always_refused(ip: IpAddr) -> Option<&'static str> {
-    // Cloud instance metadata services outside the link-local ranges.
-    const METADATA_V4: [Ipv4Addr; 2] = [
-        Ipv4Addr::new(100, 100, 100, 200), // Alibaba Cloud
-        Ipv4Addr::new(192, 0, 0, 192),     // Oracle Cloud
-    ];
-    const METADATA_V6: [Ipv6Addr; 1] = [Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)]; // AWS
-    match canonical(ip) {
-        IpAddr::V4(v4) if v4.is_link_local() => Some("link-local (cloud metadata lives there)"),
-        IpAddr::V4(v4) if METADATA_V4.contains(&v4) => Some("a cloud metadata address"),
-        IpAddr::V4(v4) if v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast() => {
-            Some("not a unicast address")
+/// Where an address leads, for the address policy.
+///
+/// Hand-written because the standard library's `is_global` is not stable; the ranges are
+/// IANA's special-purpose registries (IPv4 and IPv6), read conservatively: a range that is
+/// not plainly global unicast counts as private.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddressScope {
+    /// Never dialed, whatever the allow-list says (the reason).
+    Refused(&'static str),
+    /// The host's own loopback (127.0.0.0/8, ::1).
+    Loopback,
+    /// Private, shared, reserved or documentation ranges: not reachable from the internet.
+    Private,
+    /// Global unicast.
+    Public,
+}
+
+impl AddressScope {
+    /// The scope of `ip` (IPv4-mapped IPv6 as the IPv4 address it carries).
+    pub fn of(ip: IpAddr) -> Self {
+        match canonical(ip) {
+            IpAddr::V4(v4) => Self::of_v4(v4),
+            IpAddr::V6(v6) => Self::of_v6(v6),
         }
-        IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80 => Some("link-local"),
-        IpAddr::V6(v6) if METADATA_V6.contains(&v6) => Some("a cloud metadata address"),
-        IpAddr::V6(v6) if v6.is_unspecified() || v6.is_multicast() => Some("not a unicast address"),
-        _ => None,
+    }
+
+    fn of_v4(v4: Ipv4Addr) -> Self {
+        // Cloud instance metadata services outside the link-local ranges.
+        const METADATA: [Ipv4Addr; 2] = [
+            Ipv4Addr::new(100, 100, 100, 200), // Alibaba Cloud
+            Ipv4Addr::new(192, 0, 0, 192),     // Oracle Cloud
+        ];
+        // Not reachable from the internet: RFC 1918, shared address space (RFC 6598), IETF
+        // protocol assignments, documentation, 6to4 relay anycast, benchmarking, reserved.
+        const PRIVATE: [(Ipv4Addr, u8); 11] = [
+            (Ipv4Addr::new(10, 0, 0, 0), 8),
+            (Ipv4Addr::new(100, 64, 0, 0), 10),
+            (Ipv4Addr::new(172, 16, 0, 0), 12),
+            (Ipv4Addr::new(192, 0, 0, 0), 24),
+            (Ipv4Addr::new(192, 0, 2, 0), 24),
+            (Ipv4Addr::new(192, 88, 99, 0), 24),
+            (Ipv4Addr::new(192, 168, 0, 0), 16),
+            (Ipv4Addr::new(198, 18, 0, 0), 15),
+            (Ipv4Addr::new(198, 51, 100, 0), 24),
+            (Ipv4Addr::new(203, 0, 113, 0), 24),
+            (Ipv4Addr::new(240, 0, 0, 0), 4),
+        ];
+        if v4.is_link_local() {
+            return Self::Refused("link-local (cloud metadata lives there)");
+        }
+        if METADATA.contains(&v4) {
+            return Self::Refused("a cloud metadata address");
+        }
+        // 0.0.0.0/8 ("this network"): Linux connects 0.0.0.0 to the host itself.
+        if v4.octets()[0] == 0 || v4.is_broadcast() || v4.is_multicast() {
+            return Self::Refused("not a unicast address");
+        }
+        if v4.is_loopback() {
+            return Self::Loopback;
+        }
+        let bits = u32::from(v4);
+        let inside = |(net, len): &(Ipv4Addr, u8)| {
+            let mask = u32::MAX << (32 - u32::from(*len));
+            bits & mask == u32::from(*net)
+        };
+        if PRIVATE.iter().any(inside) {
+            Self::Private
+        } else {
+            Self::Public
+        }
+    }
+
+    fn of_v6(v6: Ipv6Addr) -> Self {
+        const METADATA: [Ipv6Addr; 1] = [Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)]; // AWS
+        let segments = v6.segments();
+        if (segments[0] & 0xffc0) == 0xfe80 {
+            return Self::Refused("link-local");
+        }
+        if METADATA.contains(&v6) {
+            return Self::Refused("a cloud metadata address");
+        }
+        if v6.is_unspecified() || v6.is_multicast() {
+            return Self::Refused("not a unicast address");
+        }
+        if v6.is_loopback() {
+            return Self::Loopback;
+        }
+        // NAT64 (64:ff9b::/96) reaches the IPv4 address it carries.
+        if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+            let [a, b, c, d] = v6.octets()[12..] else {
+                return Self::Private;
+            };
+            return Self::of_v4(Ipv4Addr::new(a, b, c, d));
+        }
+        // Global unicast is 2000::/3, less IETF protocol assignments (2001::/23),
+        // documentation (2001:db8::/32, 3fff::/20) and 6to4 (2002::/16, which carries an
+        // IPv4 address of any kind).
+        let global = match segments {
+            [0x2001, second, ..] if second < 0x0200 => false,
+            [0x2001, 0x0db8, ..] | [0x2002, ..] => false,
+            [first, ..] if first & 0xfff0 == 0x3ff0 => false,
+            [first, ..] => first & 0xe000 == 0x2000,
+        };
+        if global { Self::Public } else { Self::Private }
     }
 }
 
 /// A resolved name whose answers included a refused address.
-#[derive(Debug, Error)]
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[error("host {host} resolves to {ip}, which is {reason}")]
 pub struct AddressRefused {
     /// The name looked up.
@@ -262,35 +461,39 @@ pub struct AddressRefused {
     /// The refused answer.
     pub ip: IpAddr,
     /// Why it is refused.
-    pub reason: &'static str,
+    pub reason: String,
 }
 
-/// The DNS resolver of every guarded client: resolves once, checks **every** answer, and hands
-/// the client only those answers, so the address checked is the address dialed (no second
-/// lookup a rebinding server could answer differently).
-#[derive(Clone, Debug, Default)]
-pub struct GuardedResolver;
+/// The DNS resolver of every guarded client: resolves once, checks **every** answer against
+/// its guard's address policy, and hands the client only those answers, so the address
+/// checked is the address dialed (no second lookup a rebinding server could answer
+/// differently).
+#[derive(Clone, Debug)]
+pub struct GuardedResolver {
+    guard: EndpointGuard,
+}
+
+impl GuardedResolver {
+    /// Looks `host` up and checks the answers.
+    pub async fn lookup(
+        &self,
+        host: &str,
+    ) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
+        let answers: Vec<SocketAddr> = tokio::net::lookup_host((host, 0)).await?.collect();
+        if answers.is_empty() {
+            return Err(format!("host {host} has no addresses").into());
+        }
+        let ips: Vec<IpAddr> = answers.iter().map(SocketAddr::ip).collect();
+        self.guard.check_answers(host, &ips)?;
+        Ok(answers)
+    }
+}
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
+        let resolver = self.clone();
         Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let answers: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if answers.is_empty() {
-                return Err(format!("host {host} has no addresses").into());
-            }
-            // One bad answer refuses the name: a rebinding server mixes good and bad answers.
-            for answer in &answers {
-                if let Some(reason) = always_refused(answer.ip()) {
-                    return Err(Box::new(AddressRefused {
-                        host,
-                        ip: answer.ip(),
-                        reason,
-                    })
-                        as Box<dyn std::error::Error + Send + Sync>);
-                }
-            }
+            let answers = resolver.lookup(name.as_str()).await?;
             let addrs: Addrs = Box::new(answers.into_iter());
             Ok(addrs)
         })
@@ -427,14 +630,191 @@ mod tests {
         );
     }
 
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    /// The scopes, from IANA's special-purpose registries read by hand (not by the code).
+    #[test]
+    fn addresses_should_be_scoped_by_where_they_lead() {
+        use AddressScope::*;
+        for (address, scope) in [
+            ("8.8.8.8", Public),
+            ("1.1.1.1", Public),
+            ("127.0.0.1", Loopback),
+            ("127.9.9.9", Loopback),
+            ("::1", Loopback),
+            ("::ffff:127.0.0.1", Loopback),
+            ("10.0.0.1", Private),
+            ("10.96.0.10", Private),
+            ("172.16.0.1", Private),
+            ("172.31.255.255", Private),
+            ("172.32.0.1", Public),
+            ("192.168.1.1", Private),
+            ("100.64.0.1", Private),
+            ("198.18.0.1", Private),
+            ("203.0.113.7", Private),
+            ("240.0.0.1", Private),
+            ("fd12:3456::1", Private),
+            ("fec0::1", Private),
+            ("2001:db8::1", Private),
+            ("2002:7f00:1::1", Private),
+            ("2001:4860:4860::8888", Public),
+            ("2606:4700::1111", Public),
+            ("64:ff9b::808:808", Public),
+            ("64:ff9b::a00:1", Private),
+            ("::ffff:10.0.0.1", Private),
+        ] {
+            assert_eq!(AddressScope::of(ip(address)), scope, "{address}");
+        }
+        for address in [
+            "169.254.169.254",
+            "100.100.100.200",
+            "192.0.0.192",
+            "fd00:ec2::254",
+            "fe80::1",
+            "0.0.0.0",
+            "0.1.2.3",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::",
+            "ff02::1",
+            "64:ff9b::a9fe:a9fe",
+        ] {
+            assert!(
+                matches!(AddressScope::of(ip(address)), Refused(_)),
+                "{address}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_wildcard_name_should_resolve_only_to_public_addresses_or_into_a_cidr_entry() {
+        let g = guard(&["*.providers.example"]);
+        assert_eq!(
+            g.check_answers("api.providers.example", &[ip("8.8.8.8")]),
+            Ok(())
+        );
+        let refused = g
+            .check_answers("api.providers.example", &[ip("127.0.0.1")])
+            .unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "host api.providers.example resolves to 127.0.0.1, which is loopback; a name \
+             admitted by the wildcard entry *.providers.example must resolve to public \
+             addresses or into an IP or CIDR entry of the allow-list"
+        );
+        let refused = g
+            .check_answers("api.providers.example", &[ip("10.0.0.1")])
+            .unwrap_err();
+        assert!(
+            refused.reason.starts_with("a private address; "),
+            "{refused}"
+        );
+        // One bad answer among good ones refuses the name.
+        let refused = g
+            .check_answers("api.providers.example", &[ip("8.8.8.8"), ip("10.0.0.1")])
+            .unwrap_err();
+        assert_eq!(refused.ip, ip("10.0.0.1"));
+        // A covering CIDR entry admits the private answer, and only inside it.
+        let g = guard(&["*.providers.example", "10.0.0.0/8"]);
+        assert_eq!(
+            g.check_answers("api.providers.example", &[ip("10.0.0.1")]),
+            Ok(())
+        );
+        assert!(
+            g.check_answers("api.providers.example", &[ip("192.168.0.1")])
+                .is_err()
+        );
+        assert!(
+            g.check_answers("api.providers.example", &[ip("127.0.0.1")])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn an_exact_name_may_resolve_to_private_ranges_but_to_loopback_only_through_a_loopback_entry() {
+        let g = guard(&["mcp.cluster.local:8080"]);
+        assert_eq!(
+            g.check_answers("mcp.cluster.local", &[ip("10.96.3.4")]),
+            Ok(())
+        );
+        assert_eq!(
+            g.check_answers("MCP.cluster.local.", &[ip("fd00::5")]),
+            Ok(())
+        );
+        let refused = g
+            .check_answers("mcp.cluster.local", &[ip("127.0.0.1")])
+            .unwrap_err();
+        assert!(
+            refused
+                .reason
+                .starts_with("loopback; the entry mcp.cluster.local"),
+            "{refused}"
+        );
+        assert!(g.check_answers("mcp.cluster.local", &[ip("::1")]).is_err());
+        // A loopback address or CIDR listed: loopback answers it covers are admitted.
+        let g = guard(&["mcp.cluster.local", "127.0.0.1:7810"]);
+        assert_eq!(
+            g.check_answers("mcp.cluster.local", &[ip("127.0.0.1")]),
+            Ok(())
+        );
+        assert!(
+            g.check_answers("mcp.cluster.local", &[ip("127.0.0.2")])
+                .is_err()
+        );
+        let g = guard(&["mcp.cluster.local", "127.0.0.0/8"]);
+        assert_eq!(
+            g.check_answers("mcp.cluster.local", &[ip("127.0.0.2")]),
+            Ok(())
+        );
+        // The `localhost` entry admits loopback.
+        let g = guard(&["localhost:7810"]);
+        assert_eq!(
+            g.check_answers("localhost", &[ip("127.0.0.1"), ip("::1")]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn metadata_answers_should_be_refused_whatever_is_listed() {
+        let g = guard(&["metadata.internal", "169.254.0.0/16", "0.0.0.0/0"]);
+        for answer in ["169.254.169.254", "100.100.100.200", "fe80::1"] {
+            let refused = g
+                .check_answers("metadata.internal", &[ip("10.0.0.1"), ip(answer)])
+                .unwrap_err();
+            assert_eq!(refused.ip, ip(answer));
+        }
+    }
+
+    #[test]
+    fn a_cidr_entry_should_admit_ip_literals_inside_it_on_any_port() {
+        let g = guard(&["10.96.0.1/12"]);
+        assert!(g.check("http://10.100.1.2:8080/mcp").is_ok());
+        assert!(g.check("http://10.112.0.1/mcp").is_err());
+        assert_eq!(
+            g.patterns().map(ToString::to_string).collect::<Vec<_>>(),
+            ["10.96.0.0/12"]
+        );
+        assert!(guard(&["fd00::/8"]).check("http://[fd12::1]:81/").is_ok());
+    }
+
     #[tokio::test]
-    async fn the_resolver_should_refuse_a_name_with_any_bad_answer() {
-        let name: Name = "localhost".parse().unwrap_or_else(|_| panic!("name"));
-        let addrs: Vec<SocketAddr> = GuardedResolver
-            .resolve(name)
+    async fn the_resolver_should_answer_only_checked_addresses() {
+        // `localhost` resolves to loopback (/etc/hosts): admitted by a `localhost` entry,
+        // refused when only an unrelated exact entry would vouch for it.
+        let answers = guard(&["localhost"])
+            .resolver()
+            .lookup("localhost")
             .await
-            .unwrap_or_else(|e| panic!("{e}"))
-            .collect();
-        assert!(addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
+            .unwrap();
+        assert!(!answers.is_empty());
+        assert!(answers.iter().all(|a| a.ip().is_loopback()), "{answers:?}");
+        let error = guard(&["other.example"])
+            .resolver()
+            .lookup("localhost")
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("which is not public"), "{error}");
     }
 }

@@ -26,6 +26,8 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpResponseLimits,
 };
 
+use crate::guard::{AddressRefused, address_refused};
+
 /// How long an abandoned response stream may take to end before its connection is closed
 /// instead of reused.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
@@ -36,6 +38,7 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 pub struct PooledClient {
     http: reqwest::Client,
     session: Arc<OnceLock<String>>,
+    refused: Arc<OnceLock<AddressRefused>>,
 }
 
 type PostResult = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>;
@@ -46,7 +49,15 @@ impl PooledClient {
         Self {
             http,
             session: Arc::default(),
+            refused: Arc::default(),
         }
+    }
+
+    /// The guard's refusal of the server's address, if a request failed on one. rmcp keeps
+    /// only the text of a client error, not its cause, so the refusal is noted here, where
+    /// the error still has its source chain.
+    pub fn refused(&self) -> Option<&AddressRefused> {
+        self.refused.get()
     }
 
     /// The session id the server assigned, once it has answered `initialize`.
@@ -74,7 +85,14 @@ impl PooledClient {
                     custom_headers,
                     limits,
                 )
-                .await?;
+                .await
+                .inspect_err(|error| {
+                    if let StreamableHttpError::Client(error) = error
+                        && let Some(refused) = address_refused(error)
+                    {
+                        let _ = self.refused.set(refused.clone());
+                    }
+                })?;
             if let StreamableHttpPostResponse::Sse(_, Some(session))
             | StreamableHttpPostResponse::Json(_, Some(session)) = &response
             {

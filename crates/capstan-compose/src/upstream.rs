@@ -132,7 +132,7 @@ impl Connector {
     /// initialize and list its tools.
     pub fn new(guard: EndpointGuard, timeout: Duration) -> Result<Self, ClientError> {
         // MCP follows no redirects: a redirect would move the session somewhere unchecked.
-        let http = guarded_client_builder()
+        let http = guarded_client_builder(&guard)
             .redirect(reqwest::redirect::Policy::none())
             // Kept-alive connections are reused: `PooledClient` reads every response stream
             // to its end, which is what makes pooling safe (see pooled.rs).
@@ -187,7 +187,7 @@ async fn connect(
     {
         Ok(Ok(client)) => client,
         Ok(Err(error)) => {
-            if let Some(refused) = address_refused(&error) {
+            if let Some(refused) = pooled.refused().or_else(|| address_refused(&error)) {
                 return Err(ConnectError::Refused(Refusal {
                     url: endpoint.to_owned(),
                     reason: refused.to_string(),

@@ -367,26 +367,6 @@ async fn the_allowed_name_should_be_dialed_at_its_checked_address() {
     composed.close().await;
 }
 
-/// A document with knowledge sources only.
-fn knowledge_binding(urls: &[String]) -> String {
-    let sources: Vec<Value> = urls
-        .iter()
-        .enumerate()
-        .map(|(i, url)| json!({"type": "Markdown", "title": format!("Doc {i}"), "url": url}))
-        .collect();
-    serde_json::to_string(&json!([{
-        "metadata": { "name": "docs" },
-        "spec": {
-            "serviceRef": { "name": "docs" },
-            "serviceName": "docs.example",
-            "serviceAgentRef": { "name": "docs-agent" },
-            "configurationVersion": "v7",
-            "knowledge": { "sources": sources }
-        }
-    }]))
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn one_failing_knowledge_source_should_not_degrade_the_binding() {
     let provider = DemoProvider::start(&[]);

@@ -67,16 +67,26 @@ pub struct DemoProvider {
 }
 
 impl DemoProvider {
-    /// Starts the demo provider with the given faults.
+    /// Starts the demo provider on a free loopback port with the given faults.
     pub fn start(faults: &[&str]) -> Self {
+        Self::start_on("127.0.0.1:0", faults, &[])
+    }
+
+    /// Starts the demo provider on `listen` (port 0 picks one) with the given faults,
+    /// accepting MCP requests addressed to `allowed_hosts` too.
+    pub fn start_on(listen: &str, faults: &[&str], allowed_hosts: &[&str]) -> Self {
         let mut command = Command::new(binary("capstan-demo-provider", "demo-provider"));
         command
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .env_remove("DEMO_PROVIDER_FAULTS")
+            .env_remove("DEMO_PROVIDER_ALLOWED_HOSTS")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         for fault in faults {
             command.args(["--fault", fault]);
+        }
+        for host in allowed_hosts {
+            command.args(["--allowed-host", host]);
         }
         let mut child = command
             .spawn()

@@ -41,6 +41,15 @@ struct Config {
     /// Faults to start with (see the module documentation).
     #[arg(long = "fault", env = "DEMO_PROVIDER_FAULTS", value_delimiter = ',')]
     faults: Vec<String>,
+
+    /// Host names MCP requests may carry besides localhost, 127.0.0.1 and ::1 (the MCP
+    /// server's DNS-rebinding check), e.g. the name a sidecar dials it by.
+    #[arg(
+        long = "allowed-host",
+        env = "DEMO_PROVIDER_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    allowed_hosts: Vec<String>,
 }
 
 /// One recorded HTTP request.
@@ -286,7 +295,12 @@ async fn main() -> anyhow::Result<()> {
         Default::default(),
         StreamableHttpServerConfig::default()
             .with_sse_keep_alive(None)
-            .with_allowed_hosts(["localhost", "127.0.0.1", "::1"]),
+            .with_allowed_hosts(
+                ["localhost", "127.0.0.1", "::1"]
+                    .into_iter()
+                    .map(str::to_owned)
+                    .chain(config.allowed_hosts),
+            ),
     );
     let app = Router::new()
         .route("/llms-full.txt", get(knowledge))

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use capstan_compose::{Composer, Document, EndpointGuard, Fetcher, Limits};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub use capstan_demo_provider::harness::{DemoProvider, python, repo_root};
 
@@ -87,5 +87,25 @@ pub fn composer(mcp_hosts: &[String], fetch_hosts: &[String], limits: Limits) ->
         Fetcher::new(EndpointGuard::new(fetch_hosts).unwrap()).unwrap(),
         limits,
     )
+    .unwrap()
+}
+
+/// A document with knowledge sources only.
+pub fn knowledge_binding(urls: &[String]) -> String {
+    let sources: Vec<Value> = urls
+        .iter()
+        .enumerate()
+        .map(|(i, url)| json!({"type": "Markdown", "title": format!("Doc {i}"), "url": url}))
+        .collect();
+    serde_json::to_string(&json!([{
+        "metadata": { "name": "docs" },
+        "spec": {
+            "serviceRef": { "name": "docs" },
+            "serviceName": "docs.example",
+            "serviceAgentRef": { "name": "docs-agent" },
+            "configurationVersion": "v7",
+            "knowledge": { "sources": sources }
+        }
+    }]))
     .unwrap()
 }
