@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use capstan_api::{CapabilityBinding, CapabilityDocument, Parsed};
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -48,6 +49,14 @@ impl SourceError {
             message: message.into(),
         }
     }
+}
+
+/// Refuses a project that is not a project name before a source builds a path, a URL or a
+/// cache key from it (`..` would otherwise be a dot-segment the URL parser resolves away).
+/// The sidecar refuses such names first; this keeps every source safe on its own.
+fn check_project(source_kind: &'static str, project: &str) -> Result<(), SourceError> {
+    capstan_api::check_project_name(project)
+        .map_err(|error| SourceError::new(source_kind, project, error.to_string()))
 }
 
 /// Yields the capability documents entitled to a project, in first-wins order.
@@ -147,6 +156,7 @@ impl DocumentSource for FixtureSource {
         project: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
         Box::pin(async move {
+            check_project("fixture", project)?;
             let error = |message: String| SourceError::new("fixture", project, message);
             let origin = self.path.display().to_string();
             let text = tokio::fs::read_to_string(&self.path)
@@ -163,14 +173,21 @@ impl DocumentSource for FixtureSource {
 pub struct HttpSource {
     base: reqwest::Url,
     client: reqwest::Client,
+    max_body: usize,
 }
 
 /// Per-request limit of the provider API. 5 s: the contract's number.
 pub const HTTP_SOURCE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Largest provider API answer read. 8 MiB: ~7,000 documents of the StreamCo example's size,
+/// far more than one project is entitled to, and small enough that a broken or hostile
+/// provider cannot make every sidecar buffer without bound.
+pub const DEFAULT_PROVIDER_MAX_BODY: usize = 8 * 1024 * 1024;
+
 impl HttpSource {
-    /// A source for the provider API at `base` (the configured, trusted provider URL).
-    pub fn new(base: &str) -> Result<Self, SourceError> {
+    /// A source for the provider API at `base` (the configured, trusted provider URL), reading
+    /// answers of at most `max_body` bytes.
+    pub fn new(base: &str, max_body: usize) -> Result<Self, SourceError> {
         let error = |message: String| SourceError::new("http", "", message);
         let base =
             reqwest::Url::parse(base).map_err(|e| error(format!("provider URL {base:?}: {e}")))?;
@@ -178,7 +195,45 @@ impl HttpSource {
             .timeout(HTTP_SOURCE_TIMEOUT)
             .build()
             .map_err(|e| error(format!("building the HTTP client: {e}")))?;
-        Ok(Self { base, client })
+        Ok(Self {
+            base,
+            client,
+            max_body,
+        })
+    }
+
+    /// Reads the body up to the cap: a longer answer is refused whole (a cut JSON list would
+    /// not parse, and a silently shortened one would drop documents).
+    async fn body(&self, response: reqwest::Response) -> Result<String, String> {
+        let too_long = |size: String| {
+            format!(
+                "the answer is {size}, over the {} byte limit (CAPABILITY_PROVIDER_MAX_BYTES)",
+                self.max_body
+            )
+        };
+        if let Some(length) = response.content_length()
+            && length > u64::try_from(self.max_body).unwrap_or(u64::MAX)
+        {
+            return Err(too_long(format!("{length} bytes")));
+        }
+        let mut body = Vec::new();
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| format!("reading the body: {e}"))?;
+            if body.len() + chunk.len() > self.max_body {
+                return Err(too_long(format!(
+                    "more than {} bytes",
+                    body.len() + chunk.len()
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        String::from_utf8(body).map_err(|e| format!("the body is not UTF-8: {e}"))
+    }
+
+    /// The provider API's base URL.
+    pub fn base(&self) -> &reqwest::Url {
+        &self.base
     }
 
     fn url(&self, project: &str) -> reqwest::Url {
@@ -199,6 +254,7 @@ impl DocumentSource for HttpSource {
         project: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
         Box::pin(async move {
+            check_project("http", project)?;
             let url = self.url(project);
             let error =
                 |message: String| SourceError::new("http", project, format!("{url}: {message}"));
@@ -213,10 +269,7 @@ impl DocumentSource for HttpSource {
             if !status.is_success() {
                 return Err(error(format!("HTTP {status}")));
             }
-            let text = response
-                .text()
-                .await
-                .map_err(|e| error(format!("reading the body: {e}")))?;
+            let text = self.body(response).await.map_err(error)?;
             let trimmed = text.trim_start();
             if !(trimmed.starts_with('[') || trimmed.starts_with('{')) {
                 return Err(error("the body is not a JSON array or List".into()));
@@ -277,6 +330,7 @@ impl DocumentSource for CrdSource {
         project: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
         Box::pin(async move {
+            check_project("crd", project)?;
             let error = |message: String| SourceError::new("crd", project, message);
             let client = self.client(project).map_err(error)?;
             let api: Api<DynamicObject> =

@@ -7,8 +7,10 @@ mod common;
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use capstan_compose::source::read_or_empty;
-use capstan_compose::{DocumentSource, FixtureSource, HttpSource};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use capstan_compose::source::{DEFAULT_PROVIDER_MAX_BODY, read_or_empty};
+use capstan_compose::{CrdSource, DocumentSource, FixtureSource, HttpSource};
 use serde_json::json;
 
 fn document(name: &str, namespace: Option<&str>) -> serde_json::Value {
@@ -19,11 +21,26 @@ fn document(name: &str, namespace: Option<&str>) -> serde_json::Value {
     document
 }
 
+/// Requests the test server received, across all tests of this binary (each test compares
+/// counts it took itself before and after).
+static SERVED: AtomicUsize = AtomicUsize::new(0);
+
+/// A list of `count` valid documents, as JSON text.
+fn list_of(count: usize) -> String {
+    let items: Vec<_> = (0..count)
+        .map(|i| document(&format!("doc-{i}"), None))
+        .collect();
+    serde_json::to_string(&items).unwrap()
+}
+
 /// Answers per project: `good` a valid list, `mixed` one valid and one invalid document,
 /// `empty` an empty list, `down` 503, `garbage` HTML, `scalar` a JSON string, `other` a
-/// document for another project; `a b` (escaped) is echoed to prove escaping.
+/// document for another project, `huge` a valid list of ~9 MiB with a Content-Length,
+/// `huge-chunked` the same list streamed without one, `big` a list just under 8 MiB. The
+/// `{project}` segment is matched exactly as sent (percent-encoding undone by the router).
 async fn serve() -> String {
     async fn documents(Path(project): Path<String>) -> axum::response::Response {
+        SERVED.fetch_add(1, Ordering::SeqCst);
         match project.as_str() {
             "good" => axum::Json(json!({"items": [document("one", Some("good"))]})).into_response(),
             "mixed" => {
@@ -41,7 +58,17 @@ async fn serve() -> String {
             "other" => {
                 axum::Json(json!([document("theirs", Some("someone-else"))])).into_response()
             }
-            "a b/c" => axum::Json(json!([document("escaped", None)])).into_response(),
+            "huge" => list_of(huge()).into_response(),
+            "huge-chunked" => {
+                let text = list_of(huge());
+                let chunks: Vec<Result<String, std::io::Error>> = text
+                    .as_bytes()
+                    .chunks(64 * 1024)
+                    .map(|c| Ok(String::from_utf8_lossy(c).into_owned()))
+                    .collect();
+                axum::body::Body::from_stream(futures::stream::iter(chunks)).into_response()
+            }
+            "big" => list_of(big()).into_response(),
             _ => StatusCode::NOT_FOUND.into_response(),
         }
     }
@@ -62,26 +89,104 @@ fn names(documents: &[capstan_compose::Document]) -> Vec<&str> {
 #[tokio::test]
 async fn http_source_should_read_a_project_list() {
     capstan_compose::install_crypto_provider();
-    let source = HttpSource::new(&serve().await).unwrap();
+    let source = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
     assert_eq!(names(&source.documents("good").await.unwrap()), ["one"]);
-    assert_eq!(
-        names(&source.documents("a b/c").await.unwrap()),
-        ["escaped"]
-    );
     assert!(source.documents("empty").await.unwrap().is_empty());
+}
+
+/// Documents in the `huge` answers (~9 MiB of JSON) and the `big` one (~7.5 MiB).
+fn huge() -> usize {
+    9 * 1024 * 1024 / list_of(1).len()
+}
+
+fn big() -> usize {
+    15 * 512 * 1024 / list_of(1).len()
+}
+
+#[tokio::test]
+async fn http_source_should_refuse_an_answer_over_its_byte_limit() {
+    capstan_compose::install_crypto_provider();
+    let source = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
+    // The test's oracle for the sizes, computed here and not by the source.
+    assert!(list_of(huge()).len() > 8 * 1024 * 1024);
+    assert!(list_of(big()).len() < 8 * 1024 * 1024);
+    let error = source.documents("huge").await.unwrap_err();
+    assert_eq!(
+        error.message,
+        format!(
+            "{}projects/huge/capability-documents: the answer is {} bytes, over the 8388608 byte limit \
+             (CAPABILITY_PROVIDER_MAX_BYTES)",
+            source.base(),
+            list_of(huge()).len()
+        )
+    );
+    let error = source.documents("huge-chunked").await.unwrap_err();
+    assert!(
+        error.message.contains("the answer is more than ")
+            && error
+                .message
+                .ends_with("over the 8388608 byte limit (CAPABILITY_PROVIDER_MAX_BYTES)"),
+        "{error}"
+    );
+    // Under the limit, every document is kept.
+    assert_eq!(source.documents("big").await.unwrap().len(), big());
+    // A smaller limit applies as configured.
+    let small = HttpSource::new(&serve().await, 1024).unwrap();
+    let error = small.documents("big").await.unwrap_err();
+    assert!(
+        error.message.contains("over the 1024 byte limit"),
+        "{error}"
+    );
+}
+
+/// Names the sidecar refuses, and so must every source on its own.
+const NOT_PROJECT_NAMES: [&str; 8] = ["..", ".", "a/b", "%2e%2e", "A", "a..b", "", "projé"];
+
+#[tokio::test]
+async fn every_source_should_refuse_a_project_that_is_not_a_project_name_without_reading() {
+    capstan_compose::install_crypto_provider();
+    let http = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
+    let fixture =
+        FixtureSource::new(common::repo_root().join("examples/streamco/capability-documents.json"));
+    // Nothing listens on port 1: had the crd source dialed, its error would say so.
+    let crd = CrdSource::new(
+        kube::Config::new("http://127.0.0.1:1".parse().unwrap()),
+        Some("http://127.0.0.1:1/projects/{project}/control-plane".into()),
+    );
+    let long = "a".repeat(254);
+    let served = SERVED.load(Ordering::SeqCst);
+    for project in NOT_PROJECT_NAMES.iter().copied().chain([long.as_str()]) {
+        let sources: [(&str, &dyn DocumentSource); 3] =
+            [("http", &http), ("fixture", &fixture), ("crd", &crd)];
+        for (kind, source) in sources {
+            let error = source.documents(project).await.unwrap_err();
+            assert_eq!(error.source_kind, kind);
+            assert!(
+                error
+                    .message
+                    .ends_with(capstan_api::project::PROJECT_NAME_RULE),
+                "{kind} {project:?}: {error}"
+            );
+        }
+    }
+    assert_eq!(
+        SERVED.load(Ordering::SeqCst),
+        served,
+        "the provider API was asked"
+    );
 }
 
 #[tokio::test]
 async fn http_source_should_skip_invalid_documents_and_keep_valid_ones() {
     capstan_compose::install_crypto_provider();
-    let source = HttpSource::new(&serve().await).unwrap();
+    let source = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
     assert_eq!(names(&source.documents("mixed").await.unwrap()), ["kept"]);
 }
 
 #[tokio::test]
 async fn http_source_should_drop_documents_for_another_project() {
     capstan_compose::install_crypto_provider();
-    let source = HttpSource::new(&serve().await).unwrap();
+    let source = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
     assert!(source.documents("other").await.unwrap().is_empty());
 }
 
@@ -89,7 +194,7 @@ async fn http_source_should_drop_documents_for_another_project() {
 async fn http_source_failures_should_read_as_no_capabilities() {
     capstan_compose::install_crypto_provider();
     let base = serve().await;
-    let source = HttpSource::new(&base).unwrap();
+    let source = HttpSource::new(&base, DEFAULT_PROVIDER_MAX_BODY).unwrap();
     for (project, why) in [
         ("down", "HTTP 503"),
         ("garbage", "not a JSON array or List"),
@@ -101,7 +206,7 @@ async fn http_source_failures_should_read_as_no_capabilities() {
         assert!(read_or_empty(&source, project).await.is_empty());
     }
     // A transport error: nothing listens there.
-    let refused = HttpSource::new("http://127.0.0.1:1/").unwrap();
+    let refused = HttpSource::new("http://127.0.0.1:1/", DEFAULT_PROVIDER_MAX_BODY).unwrap();
     let error = refused.documents("good").await.unwrap_err();
     assert!(
         error.to_string().starts_with(

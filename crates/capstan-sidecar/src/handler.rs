@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::identity::Identity;
+use crate::identity::{Identity, SessionPermit};
 use crate::metering::ToolInvocation;
 use crate::sidecar::Sidecar;
 use crate::tool_error::{ErrorKind, ToolError};
@@ -57,6 +57,8 @@ pub struct Task {
     last_used: AtomicU64,
     /// Calls running now.
     busy: AtomicUsize,
+    /// This session's place among the open sessions, released when the task ends.
+    _permit: Option<SessionPermit>,
 }
 
 /// Counts a running call; the session is touched again when it ends (the identity middleware
@@ -77,10 +79,40 @@ impl Drop for Busy<'_> {
     }
 }
 
-/// Where `initialize` leaves the task it created, for the identity middleware to bind to
-/// the session id rmcp answers with.
+/// Passed between the identity middleware and `initialize`: the middleware offers the
+/// session's permit (its place among the open sessions), `initialize` keeps it in the task it
+/// creates and leaves the task here for the middleware to bind to the session id rmcp answers
+/// with.
 #[derive(Clone, Default)]
-pub struct TaskSlot(pub Arc<std::sync::OnceLock<Weak<Task>>>);
+pub struct TaskSlot(Arc<SlotInner>);
+
+#[derive(Default)]
+struct SlotInner {
+    task: std::sync::OnceLock<Weak<Task>>,
+    permit: std::sync::Mutex<Option<SessionPermit>>,
+}
+
+impl TaskSlot {
+    /// Offers the permit the new session's task will hold.
+    pub fn offer(&self, permit: SessionPermit) {
+        if let Ok(mut slot) = self.0.permit.lock() {
+            *slot = Some(permit);
+        }
+    }
+
+    /// The task `initialize` created, if it created one.
+    pub fn task(&self) -> Weak<Task> {
+        self.0.task.get().cloned().unwrap_or_default()
+    }
+
+    fn take_permit(&self) -> Option<SessionPermit> {
+        self.0.permit.lock().ok().and_then(|mut p| p.take())
+    }
+
+    fn set_task(&self, task: &Arc<Task>) {
+        let _ = self.0.task.set(Arc::downgrade(task));
+    }
+}
 
 impl Drop for Task {
     fn drop(&mut self) {
@@ -107,10 +139,22 @@ impl SessionHandler {
         }
     }
 
-    fn task(&self) -> Result<&Arc<Task>, McpError> {
-        self.task
+    /// The session's task, for the caller it is bound to and nobody else: the only way a
+    /// handler method reaches the task, so every method that serves the session checks the
+    /// identity (the identity middleware checked it too, before rmcp saw the request).
+    fn task(&self, context: &RequestContext<RoleServer>) -> Result<&Arc<Task>, McpError> {
+        let task = self
+            .task
             .get()
-            .ok_or_else(|| McpError::invalid_request("the session is not initialized", None))
+            .ok_or_else(|| McpError::invalid_request("the session is not initialized", None))?;
+        match identity_of(context) {
+            Some(caller) if caller.fingerprint() == task.identity.fingerprint() => Ok(task),
+            _ => Err(McpError::invalid_request(
+                "this session belongs to another project or caller: the project and token must \
+                 be the ones sent with `initialize`",
+                None,
+            )),
+        }
     }
 }
 
@@ -190,6 +234,11 @@ impl Task {
                 .unwrap_or_else(ToolError::into_result));
         }
         self.call_provider_tool(&name, arguments).await
+    }
+
+    /// What `initialize` composed for this task.
+    pub fn composed(&self) -> &Composed {
+        &self.composed
     }
 
     /// Marks the session as used now (the idle timeout counts from the last request).
@@ -376,6 +425,10 @@ impl ServerHandler for SessionHandler {
             result.instructions = Some(composition.instructions.clone());
         }
         let max_duration = max_task_duration(&composed.documents);
+        let slot = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<TaskSlot>());
         let task = Arc::new(Task {
             sidecar: self.sidecar.clone(),
             identity: identity.clone(),
@@ -386,14 +439,11 @@ impl ServerHandler for SessionHandler {
             expired: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
             busy: AtomicUsize::new(0),
+            _permit: slot.and_then(TaskSlot::take_permit),
         });
         task.touch();
-        if let Some(slot) = context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<TaskSlot>())
-        {
-            let _ = slot.0.set(Arc::downgrade(&task));
+        if let Some(slot) = slot {
+            slot.set_task(&task);
         }
         self.sidecar.metrics.sessions_active.inc();
         self.sidecar.metrics.sessions_total.inc();
@@ -421,9 +471,9 @@ impl ServerHandler for SessionHandler {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let task = self.task()?;
+        let task = self.task(&context)?;
         Ok(ListToolsResult::with_all_items(task.tools.clone()))
     }
 
@@ -432,7 +482,7 @@ impl ServerHandler for SessionHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let task = self.task()?;
+        let task = self.task(&context)?;
         task.call(identity_of(&context).as_ref(), request)
             .await
             .map(CallToolResponse::Complete)

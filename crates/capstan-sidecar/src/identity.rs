@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use tracing::error;
 
 use crate::handler::{Task, TaskSlot};
 
@@ -72,6 +73,14 @@ struct Binding {
     created: Instant,
 }
 
+/// What a session id names, as the binding table knows it.
+enum Lookup {
+    /// Bound: the identity's digest and the live task, if `initialize` made one.
+    Bound([u8; 32], Option<Arc<Task>>),
+    /// Not bound (never, or no longer): nothing of this session is served.
+    Unbound,
+}
+
 /// The live task of the session a request belongs to, for the handlers after this middleware.
 #[derive(Clone)]
 pub struct SessionTask(pub Arc<Task>);
@@ -80,21 +89,70 @@ pub struct SessionTask(pub Arc<Task>);
 #[derive(Clone, Debug)]
 pub struct Message(pub serde_json::Value);
 
+/// Default cap on open sessions. 1,024: one assistant runs a handful of tasks at a time; the
+/// sidecar benchmark measured ~330 KiB per session with three upstreams, so the cap bounds
+/// the sidecar near a third of a GiB, and each session's upstream connections with it.
+pub const DEFAULT_MAX_SESSIONS: usize = 1024;
+
+/// What a client told "too many sessions" should wait before trying again: sessions end on
+/// DELETE or idle, so under churn a slot frees within seconds.
+pub const SESSIONS_RETRY_AFTER_SECONDS: u64 = 5;
+
+/// A place among the open sessions, held by a session's task for its whole life (so a task
+/// whose client went away mid-`initialize` still counts until the reaper ends it).
+pub type SessionPermit = tokio::sync::OwnedSemaphorePermit;
+
 /// Session id → the identity bound at `initialize`.
 pub struct Sessions {
     project_header: HeaderName,
     bindings: Mutex<HashMap<String, Binding>>,
     next_nonce: AtomicU64,
+    permits: Arc<tokio::sync::Semaphore>,
+    max_sessions: usize,
 }
 
 impl Sessions {
-    /// Bindings for requests naming their project in `project_header`.
-    pub fn new(project_header: HeaderName) -> Self {
+    /// Bindings for requests naming their project in `project_header`, with at most
+    /// `max_sessions` sessions open at once.
+    pub fn new(project_header: HeaderName, max_sessions: usize) -> Self {
         Self {
             project_header,
             bindings: Mutex::new(HashMap::new()),
             next_nonce: AtomicU64::new(1),
+            permits: Arc::new(tokio::sync::Semaphore::new(max_sessions)),
+            max_sessions,
         }
+    }
+
+    /// The most sessions open at once.
+    pub fn max_sessions(&self) -> usize {
+        self.max_sessions
+    }
+
+    /// A place for a new session, or none when `max_sessions` are open.
+    pub fn admit(&self) -> Option<SessionPermit> {
+        self.permits.clone().try_acquire_owned().ok()
+    }
+
+    /// The live task bound to a session of the caller with `fingerprint`, if any (the newest
+    /// binding wins), so inspection can reuse its composition.
+    pub fn live_task(&self, fingerprint: &[u8; 32]) -> Option<Arc<Task>> {
+        let bindings = self.bindings.lock().ok()?;
+        bindings
+            .values()
+            .filter(|b| b.fingerprint == *fingerprint)
+            .max_by_key(|b| b.created)
+            .and_then(|b| b.task.upgrade())
+    }
+
+    /// What the table knows of session `id`; `Err` when the table cannot be read (its lock
+    /// is poisoned), which callers must treat as a refusal.
+    fn lookup(&self, id: &str) -> Result<Lookup, ()> {
+        let bindings = self.bindings.lock().map_err(|_| ())?;
+        Ok(match bindings.get(id) {
+            Some(binding) => Lookup::Bound(binding.fingerprint, binding.task.upgrade()),
+            None => Lookup::Unbound,
+        })
     }
 
     /// The header carrying the project.
@@ -152,12 +210,7 @@ impl Sessions {
 
     /// Reads the identity of a request, or why it is refused.
     pub fn identity(&self, headers: &HeaderMap) -> Result<Identity, Refused> {
-        let project = headers
-            .get(&self.project_header)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|p| !p.is_empty());
-        let Some(project) = project else {
+        let Some(value) = headers.get(&self.project_header) else {
             return Err(Refused {
                 status: StatusCode::BAD_REQUEST,
                 message: format!(
@@ -166,10 +219,13 @@ impl Sessions {
                 ),
             });
         };
-        if project.len() > 253 || project.chars().any(char::is_control) {
+        // Bytes that are not visible ASCII cannot be a project name; show them as text.
+        let project = String::from_utf8_lossy(value.as_bytes());
+        let project = project.trim();
+        if let Err(error) = capstan_api::check_project_name(project) {
             return Err(Refused {
                 status: StatusCode::BAD_REQUEST,
-                message: format!("the {} header is not a project name", self.project_header),
+                message: format!("the {} header: {error}", self.project_header),
             });
         }
         let token = match headers.get(header::AUTHORIZATION) {
@@ -223,6 +279,27 @@ pub fn refusal(status: StatusCode, kind: &str, message: &str) -> Response {
     )
         .into_response()
 }
+
+/// The answer to a request naming a session that is not bound: 404, as MCP prescribes for a
+/// session that has ended, with a JSON-RPC error body (the shape the TypeScript SDK's servers
+/// send), so clients start a new session with `initialize`.
+pub fn session_not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({
+            "jsonrpc": "2.0", "id": null,
+            "error": {
+                "code": SESSION_NOT_FOUND_CODE,
+                "message": "Session not found: it has ended or never existed; send `initialize` \
+                            to start a new one",
+            }
+        })),
+    )
+        .into_response()
+}
+
+/// The JSON-RPC error code of [`session_not_found`] (the TypeScript SDK's servers use it).
+pub const SESSION_NOT_FOUND_CODE: i64 = -32001;
 
 /// Whether a JSON-RPC message is an `initialize` request (alone or first in a batch).
 fn is_initialize(value: &serde_json::Value) -> bool {
@@ -298,14 +375,21 @@ pub async fn check(
         body
     };
 
+    // Fail closed: a session id must name a bound session of this caller. An id the table
+    // does not know (made up, ended by the reaper, or an `initialize` that never bound) is
+    // gone as far as this caller is concerned, whatever rmcp still holds.
     if let Some(id) = &session {
-        let bound = sessions
-            .bindings
-            .lock()
-            .ok()
-            .and_then(|b| b.get(id).map(|b| (b.fingerprint, b.task.upgrade())));
-        if let Some((fingerprint, task)) = bound {
-            if fingerprint != identity.fingerprint() {
+        match sessions.lookup(id) {
+            Err(()) => {
+                error!("the session table is unreadable (a panic poisoned its lock)");
+                return refusal(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "the sidecar cannot check this session; nothing was served",
+                );
+            }
+            Ok(Lookup::Unbound) => return session_not_found(),
+            Ok(Lookup::Bound(fingerprint, _)) if fingerprint != identity.fingerprint() => {
                 return refusal(
                     StatusCode::FORBIDDEN,
                     "forbidden",
@@ -313,15 +397,34 @@ pub async fn check(
                      must be the ones sent with `initialize`",
                 );
             }
-            if let Some(task) = task {
-                task.touch();
-                parts.extensions.insert(SessionTask(task));
+            Ok(Lookup::Bound(_, task)) => {
+                if let Some(task) = task {
+                    task.touch();
+                    parts.extensions.insert(SessionTask(task));
+                }
             }
         }
     }
 
     let slot = TaskSlot::default();
     if initialize {
+        let Some(permit) = sessions.admit() else {
+            let mut response = refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                &format!(
+                    "{} sessions are open, the most this sidecar serves \
+                     (CAPSTAN_MAX_SESSIONS); end one (DELETE) or retry later",
+                    sessions.max_sessions
+                ),
+            );
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(SESSIONS_RETRY_AFTER_SECONDS),
+            );
+            return response;
+        };
+        slot.offer(permit);
         parts.extensions.insert(slot.clone());
     }
     parts.extensions.insert(identity.clone());
@@ -334,17 +437,23 @@ pub async fn check(
             .headers()
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
-        && let Ok(mut bindings) = sessions.bindings.lock()
     {
-        bindings.insert(
-            id.to_owned(),
-            Binding {
-                fingerprint: identity.fingerprint(),
-                nonce: identity.nonce,
-                task: slot.0.get().cloned().unwrap_or_default(),
-                created: Instant::now(),
-            },
-        );
+        // A binding that cannot be written leaves the session unbound: every later request
+        // naming it is refused (404), never served unchecked.
+        match sessions.bindings.lock() {
+            Ok(mut bindings) => {
+                bindings.insert(
+                    id.to_owned(),
+                    Binding {
+                        fingerprint: identity.fingerprint(),
+                        nonce: identity.nonce,
+                        task: slot.task(),
+                        created: Instant::now(),
+                    },
+                );
+            }
+            Err(_) => error!("the session table is unreadable; the new session stays unbound"),
+        }
     }
     if delete
         && response.status().is_success()
@@ -379,7 +488,7 @@ mod tests {
 
     #[test]
     fn identity_should_need_a_project_and_a_well_formed_token() {
-        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"));
+        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"), 4);
         assert_eq!(
             sessions.identity(&headers(&[])).unwrap_err().status,
             StatusCode::BAD_REQUEST
@@ -413,6 +522,136 @@ mod tests {
         assert_ne!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.fingerprint(), c.fingerprint());
         assert_ne!(a.nonce, b.nonce);
+    }
+
+    #[test]
+    fn a_project_that_is_not_a_project_name_should_be_refused_naming_the_rule() {
+        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"), 4);
+        let long = "a".repeat(254);
+        for project in ["..", ".", "a/b", "%2e%2e", "A", "a..b", long.as_str()] {
+            let refused = sessions
+                .identity(&headers(&[("x-capstan-project", project)]))
+                .unwrap_err();
+            assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{project}");
+            assert!(
+                refused
+                    .message
+                    .starts_with("the x-capstan-project header: ")
+                    && refused
+                        .message
+                        .ends_with(capstan_api::project::PROJECT_NAME_RULE),
+                "{project}: {}",
+                refused.message
+            );
+        }
+        // Bytes outside visible ASCII (UTF-8 for "projé").
+        let mut non_ascii = HeaderMap::new();
+        non_ascii.insert(
+            "x-capstan-project",
+            HeaderValue::from_bytes("projé".as_bytes()).unwrap(),
+        );
+        let refused = sessions.identity(&non_ascii).unwrap_err();
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+        assert!(
+            refused.message.contains("contains 'é'"),
+            "{}",
+            refused.message
+        );
+    }
+
+    #[test]
+    fn sessions_should_be_admitted_up_to_the_cap_and_again_when_one_ends() {
+        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"), 2);
+        let first = sessions.admit().unwrap();
+        let _second = sessions.admit().unwrap();
+        assert!(sessions.admit().is_none());
+        drop(first);
+        assert!(sessions.admit().is_some());
+    }
+
+    /// A router whose only handler counts what reaches it, behind the identity middleware.
+    fn guarded(sessions: &Arc<Sessions>) -> (axum::Router, Arc<AtomicU64>) {
+        let reached = Arc::new(AtomicU64::new(0));
+        let counter = reached.clone();
+        let router = axum::Router::new()
+            .fallback(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { "served" }
+            })
+            .layer(axum::middleware::from_fn_with_state(
+                sessions.clone(),
+                check,
+            ));
+        (router, reached)
+    }
+
+    fn in_session(id: &str, body: &str) -> Request {
+        Request::builder()
+            .method(Method::POST)
+            .uri("/mcp")
+            .header("x-capstan-project", "p")
+            .header(header::AUTHORIZATION, "Bearer t")
+            .header(SESSION_HEADER, id)
+            .body(Body::from(body.to_owned()))
+            .unwrap()
+    }
+
+    const LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+
+    #[tokio::test]
+    async fn a_session_id_that_is_not_bound_should_never_pass() {
+        use tower::ServiceExt as _;
+        let sessions = Arc::new(Sessions::new(
+            HeaderName::from_static("x-capstan-project"),
+            4,
+        ));
+        let (router, reached) = guarded(&sessions);
+        for body in [LIST, r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#] {
+            let response = router
+                .clone()
+                .oneshot(in_session("made-up", body))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::NOT_FOUND);
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["error"]["code"], SESSION_NOT_FOUND_CODE);
+        }
+        // GET (the stream) and DELETE name a session too.
+        for method in [Method::GET, Method::DELETE] {
+            let request = Request::builder()
+                .method(method)
+                .uri("/mcp")
+                .header("x-capstan-project", "p")
+                .header(SESSION_HEADER, "made-up")
+                .body(Body::empty())
+                .unwrap();
+            let response = router.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        }
+        assert_eq!(reached.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_poisoned_session_table_should_refuse_with_500_not_pass() {
+        use tower::ServiceExt as _;
+        let sessions = Arc::new(Sessions::new(
+            HeaderName::from_static("x-capstan-project"),
+            4,
+        ));
+        let poisoner = sessions.clone();
+        let _ = std::thread::spawn(move || {
+            let _held = poisoner.bindings.lock();
+            panic!("poisoning the session table for the test");
+        })
+        .join();
+        assert!(sessions.bindings.is_poisoned());
+        let (router, reached) = guarded(&sessions);
+        let response = router.oneshot(in_session("any", LIST)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(reached.load(Ordering::SeqCst), 0);
     }
 
     #[test]

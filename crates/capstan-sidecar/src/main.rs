@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::http::HeaderName;
+use capstan_compose::source::DEFAULT_PROVIDER_MAX_BODY;
 use capstan_compose::{
     CachedSource, Composer, CrdSource, EndpointGuard, Fetcher, FixtureSource, HttpSource, Limits,
 };
-use capstan_sidecar::identity::Sessions;
+use capstan_sidecar::identity::{DEFAULT_MAX_SESSIONS, Sessions};
 use capstan_sidecar::metering::Meter;
 use capstan_sidecar::metrics::Metrics;
 use capstan_sidecar::sidecar::{Documents, Sidecar};
@@ -63,6 +64,11 @@ struct Config {
     /// The capability-provider API base URL (source `http`).
     #[arg(long, env = "CAPABILITY_PROVIDER_URL")]
     provider_url: Option<String>,
+
+    /// Largest capability-provider API answer read, in bytes (source `http`); a longer one
+    /// reads as no capabilities, logged with its size.
+    #[arg(long, env = "CAPABILITY_PROVIDER_MAX_BYTES", default_value_t = DEFAULT_PROVIDER_MAX_BODY)]
+    provider_max_bytes: usize,
 
     /// The project's control-plane URL, with `{project}` (source `crd`); without one, the
     /// cluster of the sidecar's own credential.
@@ -118,6 +124,10 @@ struct Config {
     #[arg(long, env = "CAPSTAN_SESSION_IDLE_SECONDS", default_value_t = 600)]
     session_idle_seconds: u64,
 
+    /// Sessions open at most; an `initialize` beyond it is answered 503 with Retry-After.
+    #[arg(long, env = "CAPSTAN_MAX_SESSIONS", default_value_t = DEFAULT_MAX_SESSIONS)]
+    max_sessions: usize,
+
     /// The request header naming the caller's project.
     #[arg(
         long,
@@ -155,6 +165,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         source,
         docs_fixture,
         provider_url,
+        provider_max_bytes,
         crd_url_template,
         kubeconfig,
         crd_cache_ttl_seconds,
@@ -168,6 +179,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         knowledge_total_cap,
         skill_cap,
         session_idle_seconds,
+        max_sessions,
         project_header,
         metrics_address,
         metering_sink,
@@ -192,7 +204,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         SourceKind::Http => {
             let url = provider_url
                 .context("CAPABILITY_SOURCE=http needs CAPABILITY_PROVIDER_URL (--provider-url)")?;
-            Documents::Direct(Arc::new(HttpSource::new(&url)?))
+            Documents::Direct(Arc::new(HttpSource::new(&url, provider_max_bytes)?))
         }
         SourceKind::Crd => {
             let config = match kubeconfig {
@@ -238,7 +250,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let sidecar = Arc::new(Sidecar {
         documents,
         composer,
-        sessions: Arc::new(Sessions::new(project_header)),
+        sessions: Arc::new(Sessions::new(project_header, max_sessions)),
         metrics,
         meter: Meter::open(&metering_sink)
             .with_context(|| format!("metering sink {metering_sink}"))?,

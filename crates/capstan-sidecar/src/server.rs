@@ -7,11 +7,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Extension, Router};
+use capstan_compose::Composed;
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -19,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::direct;
 use crate::handler::{LOAD_SKILL, SessionHandler};
-use crate::identity::{self, Identity, MAX_BODY_BYTES, Sessions};
+use crate::identity::{self, Identity, MAX_BODY_BYTES, SessionTask, Sessions};
 use crate::sidecar::Sidecar;
 
 /// The Host value MCP requests must carry: clients connect to `http://localhost/mcp`.
@@ -48,9 +49,10 @@ pub fn router(sidecar: Arc<Sidecar>, idle: Duration) -> Router {
                 .with_allowed_hosts([HOST])
                 .with_max_request_body_bytes(MAX_BODY_BYTES),
         );
+    let views = Arc::new(CompositionViews::new(sidecar.sessions.max_sessions()));
     Router::new()
         .nest_service("/mcp", mcp)
-        .route("/v1/composition", get(composition))
+        .route("/v1/composition", get(composition).layer(Extension(views)))
         .layer(axum::middleware::from_fn(direct::tools_call))
         .layer(axum::middleware::from_fn_with_state(
             sidecar.sessions.clone(),
@@ -60,9 +62,18 @@ pub fn router(sidecar: Arc<Sidecar>, idle: Duration) -> Router {
         .with_state(sidecar)
 }
 
-/// `GET /v1/composition`: composes the caller's project and returns it as JSON (tools with
-/// `mutating`, per-binding outcomes with `degraded` and `reasons`, instructions, skills).
-async fn composition(State(sidecar): State<Arc<Sidecar>>, parts: Parts) -> Response {
+/// `GET /v1/composition`: the caller's composition as JSON (tools with `mutating`,
+/// per-binding outcomes with `degraded` and `reasons`, instructions, skills).
+///
+/// Served from the caller's live session when there is one (the session named by
+/// `Mcp-Session-Id`, else the caller's newest session): no new upstream connection. Otherwise
+/// composed at most once per (project, caller) per [`VIEW_TTL`]; concurrent requests share
+/// that one composition.
+async fn composition(
+    State(sidecar): State<Arc<Sidecar>>,
+    Extension(views): Extension<Arc<CompositionViews>>,
+    parts: Parts,
+) -> Response {
     let Some(identity) = parts.extensions.get::<Identity>().cloned() else {
         return identity::refusal(
             axum::http::StatusCode::BAD_REQUEST,
@@ -70,8 +81,35 @@ async fn composition(State(sidecar): State<Arc<Sidecar>>, parts: Parts) -> Respo
             "no caller identity",
         );
     };
-    let task = sidecar.compose(&identity).await;
-    let composition = &task.composed.composition;
+    let live = parts
+        .extensions
+        .get::<SessionTask>()
+        .map(|SessionTask(task)| task.clone())
+        .or_else(|| sidecar.sessions.live_task(&identity.fingerprint()));
+    if let Some(task) = live {
+        return axum::Json(composition_view(&identity.project, task.composed())).into_response();
+    }
+    let Some(cell) = views.cell(identity.fingerprint()).await else {
+        return identity::refusal(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "too many callers are inspecting compositions at once; retry in a few seconds",
+        );
+    };
+    let body = cell
+        .get_or_init(|| async {
+            let task = sidecar.compose(&identity).await;
+            let body = composition_view(&identity.project, &task.composed);
+            task.composed.close().await;
+            body
+        })
+        .await;
+    axum::Json(body.clone()).into_response()
+}
+
+/// The JSON view of a composition.
+fn composition_view(project: &str, composed: &Composed) -> Value {
+    let composition = &composed.composition;
     let mut body = serde_json::to_value(composition).unwrap_or(Value::Null);
     if let Some(bindings) = body.get_mut("bindings").and_then(Value::as_array_mut) {
         for (view, outcome) in bindings.iter_mut().zip(&composition.bindings) {
@@ -79,14 +117,64 @@ async fn composition(State(sidecar): State<Arc<Sidecar>>, parts: Parts) -> Respo
             view["reasons"] = json!(outcome.reasons());
         }
     }
-    body["project"] = json!(identity.project);
+    body["project"] = json!(project);
     body["builtins"] = if composition.skills.is_empty() {
         json!([])
     } else {
         json!([LOAD_SKILL])
     };
-    task.composed.close().await;
-    axum::Json(body).into_response()
+    body
+}
+
+/// How long a composition made for inspection answers the same caller. 5 s: long enough that
+/// a burst of inspections (a dashboard, a retry loop) composes once, short enough that an
+/// edited binding shows on the next look.
+pub const VIEW_TTL: Duration = Duration::from_secs(5);
+
+/// Compositions made for `GET /v1/composition` outside a session, per caller (digest of
+/// project and token), each kept for [`VIEW_TTL`] from the moment it was started.
+struct CompositionViews {
+    entries: tokio::sync::Mutex<HashMap<[u8; 32], View>>,
+    /// Callers held at most (the session cap: no more callers than sessions are expected).
+    capacity: usize,
+}
+
+struct View {
+    started: tokio::time::Instant,
+    answer: Arc<tokio::sync::OnceCell<Value>>,
+}
+
+impl CompositionViews {
+    fn new(capacity: usize) -> Self {
+        Self {
+            entries: tokio::sync::Mutex::default(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The caller's composition in the making or made within [`VIEW_TTL`], or a new empty
+    /// one; none when `capacity` other callers hold fresh ones.
+    async fn cell(&self, caller: [u8; 32]) -> Option<Arc<tokio::sync::OnceCell<Value>>> {
+        let mut entries = self.entries.lock().await;
+        if let Some(view) = entries.get(&caller)
+            && view.started.elapsed() < VIEW_TTL
+        {
+            return Some(view.answer.clone());
+        }
+        entries.retain(|_, view| view.started.elapsed() < VIEW_TTL);
+        if entries.len() >= self.capacity {
+            return None;
+        }
+        let answer = Arc::new(tokio::sync::OnceCell::new());
+        entries.insert(
+            caller,
+            View {
+                started: tokio::time::Instant::now(),
+                answer: answer.clone(),
+            },
+        );
+        Some(answer)
+    }
 }
 
 /// How long an rmcp session may exist without a binding before it is closed. A binding is
@@ -154,7 +242,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_session_nobody_bound_should_be_closed_after_the_grace() {
-        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"));
+        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"), 4);
         let manager = LocalSessionManager::default();
         let (id, _transport) = manager.create_session().await.unwrap();
         let mut orphans = HashMap::new();

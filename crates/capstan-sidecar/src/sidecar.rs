@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use capstan_compose::source::read_or_empty;
 use capstan_compose::{CachedSource, Composed, Composer, Document, DocumentSource, Outcome};
+
+use tracing::warn;
 
 use crate::identity::{Identity, Sessions};
 use crate::metering::Meter;
@@ -53,12 +54,15 @@ impl Sidecar {
                 documents
             }
             Documents::Direct(source) => {
-                let documents = read_or_empty(source.as_ref(), project).await;
-                // Direct sources have no cache: a read is a miss, or empty.
-                let outcome = if documents.is_empty() {
-                    Outcome::Empty
-                } else {
-                    Outcome::Miss
+                // Direct sources have no cache: a read is a miss, empty, or an error — an
+                // outage is never counted as "the project has no capabilities".
+                let (documents, outcome) = match source.documents(project).await {
+                    Ok(documents) if documents.is_empty() => (documents, Outcome::Empty),
+                    Ok(documents) => (documents, Outcome::Miss),
+                    Err(error) => {
+                        warn!(%error, "capability documents unavailable; composing built-ins only");
+                        (Vec::new(), Outcome::Error)
+                    }
                 };
                 self.metrics.source_read(outcome.label());
                 Arc::new(documents)

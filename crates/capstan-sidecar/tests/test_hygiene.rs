@@ -270,3 +270,177 @@ fn a_tool_call_in_a_session_should_be_answered_with_json_and_its_headers_checked
     assert_eq!(answer["id"], "x");
     assert_eq!(answer["error"]["code"], -32602, "{body}");
 }
+
+/// The POSTs the provider received on `/mcp`.
+async fn provider_posts(provider: &DemoProvider) -> usize {
+    provider
+        .requests()
+        .await
+        .iter()
+        .filter(|r| r["method"] == "POST" && r["path"] == "/mcp")
+        .count()
+}
+
+fn assert_session_not_found(code: u16, body: &str, what: &str) {
+    assert_eq!(code, 404, "{what}: {body}");
+    let answer: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    assert_eq!(answer["error"]["code"], -32001, "{what}: {body}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("send `initialize` to start a new one"),
+        "{what}: {body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn session_ids_that_are_not_bound_should_be_refused_with_404_before_anything_runs() {
+    let (provider, sidecar) = streamco_sidecar();
+    let ended = sidecar.curl_initialize("demo-project", "t");
+    let headers = |id: &str| {
+        [
+            (PROJECT_HEADER, "demo-project".to_owned()),
+            ("authorization", "Bearer t".to_owned()),
+            ("mcp-session-id", id.to_owned()),
+            ("mcp-protocol-version", "2025-11-25".to_owned()),
+        ]
+    };
+    let (code, _, _) = sidecar.curl(
+        "DELETE",
+        "/mcp",
+        &headers(&ended)
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect::<Vec<_>>(),
+        None,
+    );
+    assert_eq!(code, 204);
+    let before = provider_posts(&provider).await;
+    for id in ["made-up-session", ended.as_str()] {
+        let headers = headers(id);
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        for body in [
+            CALL,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#,
+        ] {
+            let (code, answer, _) = sidecar.curl("POST", "/mcp", &headers, Some(body));
+            assert_session_not_found(code, &answer, &format!("{id} {body}"));
+        }
+        let (code, answer, _) = sidecar.curl("GET", "/v1/composition", &headers, None);
+        assert_session_not_found(code, &answer, &format!("{id} /v1/composition"));
+    }
+    // Not one of those requests reached the provider.
+    assert_eq!(provider_posts(&provider).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn projects_that_are_not_project_names_should_be_refused_before_any_source_is_asked() {
+    let api = RecordingProviderApi::start(serde_json::json!([])).await;
+    let sidecar = Sidecar::start(
+        &serde_json::json!([]),
+        &[],
+        &[
+            ("CAPABILITY_SOURCE", "http"),
+            ("CAPABILITY_PROVIDER_URL", &api.url),
+        ],
+    );
+    let long = "a".repeat(254);
+    for project in [
+        "..",
+        ".",
+        "a/b",
+        "%2e%2e",
+        "A",
+        "a..b",
+        long.as_str(),
+        "projé",
+    ] {
+        let headers = [(PROJECT_HEADER, project), ("authorization", "Bearer t")];
+        let (code, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(INITIALIZE));
+        assert_eq!(code, 400, "{project}: {body}");
+        assert!(
+            body.contains("a project name is a Kubernetes object name (DNS-1123 subdomain)"),
+            "{project}: {body}"
+        );
+        let (code, body, _) = sidecar.curl("GET", "/v1/composition", &headers, None);
+        assert_eq!(code, 400, "{project}: {body}");
+    }
+    assert_eq!(api.count(), 0, "the provider API was asked");
+    // The oracle works: a project name is passed on.
+    let (code, body, _) = sidecar.curl(
+        "POST",
+        "/mcp",
+        &[(PROJECT_HEADER, "a.b-c"), ("authorization", "Bearer t")],
+        Some(INITIALIZE),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(api.count(), 1);
+}
+
+#[test]
+fn sessions_beyond_the_cap_should_be_refused_with_503_and_the_open_ones_served() {
+    // No documents: sessions are cheap, the cap is what is tested.
+    let sidecar = Sidecar::start(&serde_json::json!([]), &[], &[]);
+    let initialize = |project: &str| {
+        sidecar.raw(
+            "POST",
+            "/mcp",
+            &[(PROJECT_HEADER, project), ("authorization", "Bearer t")],
+            INITIALIZE,
+        )
+    };
+    let ids: Vec<String> = (0..1024)
+        .map(|_| {
+            let (code, head, body) = initialize("demo-project");
+            assert_eq!(code, 200, "{body}");
+            header_value(&head, "mcp-session-id").expect("a session id")
+        })
+        .collect();
+    let (code, head, body) = initialize("demo-project");
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(header_value(&head, "retry-after").as_deref(), Some("5"));
+    assert!(
+        body.contains("1024 sessions are open, the most this sidecar serves"),
+        "{body}"
+    );
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    for id in &ids {
+        let (code, _, body) = sidecar.raw(
+            "POST",
+            "/mcp",
+            &[
+                (PROJECT_HEADER, "demo-project"),
+                ("authorization", "Bearer t"),
+                ("mcp-session-id", id),
+                ("mcp-protocol-version", "2025-11-25"),
+            ],
+            list,
+        );
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains(r#""tools":[]"#), "{body}");
+    }
+    // Ending one session frees its place.
+    let (code, _, _) = sidecar.raw(
+        "DELETE",
+        "/mcp",
+        &[
+            (PROJECT_HEADER, "demo-project"),
+            ("authorization", "Bearer t"),
+            ("mcp-session-id", &ids[0]),
+        ],
+        "",
+    );
+    assert_eq!(code, 204);
+    let mut admitted = false;
+    for _ in 0..100 {
+        let (code, _, _) = initialize("demo-project");
+        if code == 200 {
+            admitted = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(admitted, "the ended session's place was not freed");
+}

@@ -530,7 +530,10 @@ async fn an_idle_session_should_end_and_a_busy_one_should_not() {
             r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"streamco__streams_list","arguments":{}}}"#,
         ),
     );
+    // Refused by the sidecar's own check (a JSON-RPC body), not by rmcp's session table.
     assert_eq!(code, 404, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["error"]["code"], -32001, "{body}");
     let deletes = provider
         .requests()
         .await
@@ -574,20 +577,21 @@ async fn a_malformed_upstream_mid_session_should_fail_only_its_tools() {
     session.cancel().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn metrics_should_count_sessions_calls_and_source_reads() {
-    let provider = DemoProvider::start(&[]);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let address = format!("127.0.0.1:{port}");
+/// A sidecar on the StreamCo fixture serving `/metrics`, and the metrics address.
+fn streamco_with_metrics(provider: &DemoProvider) -> (Sidecar, String) {
+    let address = free_address();
     let sidecar = Sidecar::start(
-        &streamco(&provider),
+        &streamco(provider),
         &[provider.host()],
         &[("CAPSTAN_METRICS_ADDRESS", &address)],
     );
+    (sidecar, address)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_should_count_sessions_calls_and_source_reads() {
+    let provider = DemoProvider::start(&[]);
+    let (sidecar, address) = streamco_with_metrics(&provider);
     let session = sidecar.session("demo-project", None).await;
     session
         .call_tool(call("streamco__streams_get", json!({"name": "orders"})))
@@ -597,14 +601,7 @@ async fn metrics_should_count_sessions_calls_and_source_reads() {
         .call_tool(call("streamco__streams_get", json!({})))
         .await
         .unwrap();
-    let text = client()
-        .get(format!("http://{address}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics(&address).await;
     for line in [
         "capstan_sidecar_sessions_active 1",
         "capstan_sidecar_sessions_total 1",
@@ -619,5 +616,114 @@ async fn metrics_should_count_sessions_calls_and_source_reads() {
             "no line {line:?} in\n{text}"
         );
     }
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_outage_should_be_counted_as_an_error_not_as_no_capabilities() {
+    // Nothing listens on the provider API's port: every read fails.
+    let address = free_address();
+    let dead = format!("http://{}", free_address());
+    let sidecar = Sidecar::start(
+        &json!([]),
+        &[],
+        &[
+            ("CAPABILITY_SOURCE", "http"),
+            ("CAPABILITY_PROVIDER_URL", &dead),
+            ("CAPSTAN_METRICS_ADDRESS", &address),
+        ],
+    );
+    let session = sidecar.session("demo-project", None).await;
+    session.cancel().await.unwrap();
+    // A provider API that answers, with no documents for the project: that is `empty`.
+    let api = RecordingProviderApi::start(json!([])).await;
+    let answering = Sidecar::start(
+        &json!([]),
+        &[],
+        &[
+            ("CAPABILITY_SOURCE", "http"),
+            ("CAPABILITY_PROVIDER_URL", &api.url),
+            ("CAPSTAN_METRICS_ADDRESS", &free_address()),
+        ],
+    );
+    let (code, _, _) = answering.curl(
+        "GET",
+        "/v1/composition",
+        &[(PROJECT_HEADER, "demo-project")],
+        None,
+    );
+    assert_eq!((code, api.count()), (200, 1));
+    let text = metrics(&address).await;
+    assert!(
+        text.lines()
+            .any(|l| l == r#"capstan_sidecar_source_reads_total{outcome="error"} 1"#),
+        "{text}"
+    );
+    assert!(!text.contains(r#"outcome="empty""#), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_composition_requests_should_compose_once_per_caller() {
+    let provider = DemoProvider::start(&[]);
+    let (sidecar, address) = streamco_with_metrics(&provider);
+    let compositions = |text: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("capstan_sidecar_compose_duration_seconds_count "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(compositions(&metrics(&address).await), 0);
+    let socket = sidecar.socket.clone();
+    let answers = futures::future::join_all((0..50).map(|_| {
+        let socket = socket.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new("curl")
+                .args(["-s", "--unix-socket"])
+                .arg(&socket)
+                .args([
+                    "-H",
+                    "X-Capstan-Project: demo-project",
+                    "-H",
+                    "Authorization: Bearer t",
+                    "http://localhost/v1/composition",
+                ])
+                .output()
+                .unwrap()
+        })
+    }))
+    .await;
+    for answer in answers {
+        let composition: Value = serde_json::from_slice(&answer.unwrap().stdout).unwrap();
+        assert_eq!(composition["project"], "demo-project");
+        assert_eq!(composition["tools"].as_array().unwrap().len(), 3);
+    }
+    assert_eq!(compositions(&metrics(&address).await), 1);
+    // Another caller composes for itself.
+    let (code, _, _) = sidecar.curl(
+        "GET",
+        "/v1/composition",
+        &[
+            (PROJECT_HEADER, "demo-project"),
+            ("authorization", "Bearer u"),
+        ],
+        None,
+    );
+    assert_eq!(code, 200);
+    assert_eq!(compositions(&metrics(&address).await), 2);
+    // A caller with a live session is answered from it: the session composed once, and
+    // inspecting composes nothing more.
+    let session = sidecar.session("demo-project", Some("v")).await;
+    assert_eq!(compositions(&metrics(&address).await), 3);
+    let (code, body, _) = sidecar.curl(
+        "GET",
+        "/v1/composition",
+        &[
+            (PROJECT_HEADER, "demo-project"),
+            ("authorization", "Bearer v"),
+        ],
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(compositions(&metrics(&address).await), 3);
     session.cancel().await.unwrap();
 }

@@ -175,6 +175,40 @@ impl Sidecar {
         (code.trim().parse().unwrap_or(0), body.to_owned(), headers)
     }
 
+    /// One HTTP/1.1 request over the socket without a child process (for tests that send
+    /// thousands): returns (status, response head, body as received).
+    pub fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, String, String) {
+        use std::io::{Read, Write};
+        let mut stream = std::os::unix::net::UnixStream::connect(&self.socket).unwrap();
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\
+             content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+             content-length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            request.push_str(&format!("{k}: {v}\r\n"));
+        }
+        request.push_str("\r\n");
+        request.push_str(body);
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        (status, head.to_owned(), body.to_owned())
+    }
+
     /// Opens a session with curl; returns its id.
     pub fn curl_initialize(&self, project: &str, token: &str) -> String {
         let (code, body, headers) = self.curl(
@@ -246,6 +280,71 @@ pub fn streamco(provider: &DemoProvider) -> Value {
             .unwrap()
             .replace("127.0.0.1:7810", &provider.host());
     serde_json::from_str(&text).unwrap()
+}
+
+/// The value of header `name` in a response head or curl's header dump.
+pub fn header_value(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_owned())
+    })
+}
+
+/// The body of an `initialize` request.
+pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}"#;
+
+/// A capability-provider API on loopback that answers every project with `documents` and
+/// counts the requests it receives.
+pub struct RecordingProviderApi {
+    pub url: String,
+    pub requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl RecordingProviderApi {
+    pub async fn start(documents: Value) -> Self {
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = requests.clone();
+        let app = axum::Router::new().route(
+            "/projects/{project}/capability-documents",
+            axum::routing::get(move || {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let documents = documents.clone();
+                async move { axum::Json(documents) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { url, requests }
+    }
+
+    pub fn count(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Reads the sidecar's `/metrics` at `address`.
+pub async fn metrics(address: &str) -> String {
+    client()
+        .get(format!("http://{address}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// A free TCP address on loopback for the sidecar's metrics.
+pub fn free_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
 }
 
 /// Arguments as an MCP argument object.
