@@ -59,7 +59,37 @@ pub fn router(sidecar: Arc<Sidecar>, idle: Duration) -> Router {
             identity::check,
         ))
         .route("/healthz", get(|| async { "ok\n" }))
+        .layer(axum::middleware::from_fn(check_host))
         .with_state(sidecar)
+}
+
+/// Refuses a request whose Host is not [`HOST`], on every path. rmcp checks the Host of what
+/// reaches it, but `tools/call` in a session and `/v1/composition` are answered before rmcp;
+/// one check in front of everything keeps the rule the same for all of them.
+async fn check_host(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let host = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok());
+    let allowed = host.is_some_and(|host| {
+        host == HOST
+            || host
+                .strip_prefix(HOST)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .is_some_and(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if !allowed {
+        return identity::refusal(
+            axum::http::StatusCode::FORBIDDEN,
+            "forbidden",
+            &format!(
+                "the Host header must be {HOST} (connect to http://{HOST}/mcp over the socket), \
+                 not {}",
+                host.unwrap_or("missing")
+            ),
+        );
+    }
+    next.run(request).await
 }
 
 /// `GET /v1/composition`: the caller's composition as JSON (tools with `mutating`,

@@ -444,3 +444,54 @@ fn sessions_beyond_the_cap_should_be_refused_with_503_and_the_open_ones_served()
     }
     assert!(admitted, "the ended session's place was not freed");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_other_than_localhost_should_be_refused_on_every_path() {
+    let (provider, sidecar) = streamco_sidecar();
+    let session = sidecar.curl_initialize("demo-project", "t");
+    let before = provider.tool_calls().await;
+    let identity = [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+    ];
+    let in_session = [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let list = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#;
+    for host in [
+        "evil.example",
+        "127.0.0.1",
+        "localhost.evil.example",
+        "localhost:x",
+    ] {
+        for (method, path, headers, body) in [
+            ("POST", "/mcp", &identity[..], Some(INITIALIZE)),
+            // A tools/call in a session: answered before rmcp's own Host check.
+            ("POST", "/mcp", &in_session[..], Some(CALL)),
+            ("POST", "/mcp", &in_session[..], Some(list)),
+            ("GET", "/mcp", &in_session[..], None),
+            ("DELETE", "/mcp", &in_session[..], None),
+            ("GET", "/v1/composition", &identity[..], None),
+            ("GET", "/healthz", &[][..], None),
+        ] {
+            let mut headers = headers.to_vec();
+            headers.push(("host", host));
+            let (code, answer, _) = sidecar.curl(method, path, &headers, body);
+            assert_eq!(code, 403, "{host} {method} {path}: {answer}");
+            assert!(
+                answer.contains("the Host header must be localhost"),
+                "{host} {method} {path}: {answer}"
+            );
+        }
+    }
+    assert_eq!(provider.tool_calls().await, before);
+    // With the right Host the same session (not ended by the refused DELETE) is served.
+    let (code, answer, _) = sidecar.curl("POST", "/mcp", &in_session, Some(CALL));
+    assert_eq!(code, 200, "{answer}");
+    let mut expected = before;
+    expected.push("streams_list".to_owned());
+    assert_eq!(provider.tool_calls().await, expected);
+}
