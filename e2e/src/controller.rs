@@ -57,44 +57,42 @@ pub fn controller_binary() -> Result<PathBuf, HarnessError> {
         })
 }
 
-/// Applies the controller's RBAC and creates a service account `name` bound to it, returning a
-/// kubeconfig that authenticates as that account (so the audit log tells replicas apart).
-pub fn service_account_kubeconfig(
+/// Runs kubectl on the test plane, failing with what it printed.
+fn kubectl(
     plane: &ControlPlane,
-    name: &str,
-) -> Result<PathBuf, HarnessError> {
-    let kubectl = |args: &[&str], input: Option<&str>| -> Result<String, HarnessError> {
-        let output = plane.kubectl_with_input(args, input);
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-        } else {
-            Err(HarnessError::Command {
-                command: format!("kubectl {}", args.join(" ")),
-                status: output.status.to_string(),
-                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-            })
-        }
-    };
-    kubectl(&["apply", "-f", "config/rbac/controller.yaml"], None)?;
-    let bindings = format!(
+    args: &[&str],
+    input: Option<&str>,
+) -> Result<String, HarnessError> {
+    let output = plane.kubectl_with_input(args, input);
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(HarnessError::Command {
+            command: format!("kubectl {}", args.join(" ")),
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+}
+
+/// Creates service account `name` in [`NAMESPACE`] (and the namespace) and returns a kubeconfig
+/// that authenticates as it, with no permissions of its own: bind what the test grants with
+/// [`bind_cluster_role`] and [`bind_role`].
+pub fn service_account(plane: &ControlPlane, name: &str) -> Result<PathBuf, HarnessError> {
+    let account = format!(
         r#"{{"apiVersion": "v1", "kind": "List", "items": [
-            {{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {{"name": "{name}", "namespace": "{NAMESPACE}"}}}},
-            {{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-              "metadata": {{"name": "capstan-controller-{name}"}},
-              "roleRef": {{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "capstan-controller"}},
-              "subjects": [{{"kind": "ServiceAccount", "name": "{name}", "namespace": "{NAMESPACE}"}}]}},
-            {{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-              "metadata": {{"name": "capstan-controller-leader-election-{name}", "namespace": "{NAMESPACE}"}},
-              "roleRef": {{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "capstan-controller-leader-election"}},
-              "subjects": [{{"kind": "ServiceAccount", "name": "{name}", "namespace": "{NAMESPACE}"}}]}}
+            {{"apiVersion": "v1", "kind": "Namespace", "metadata": {{"name": "{NAMESPACE}"}}}},
+            {{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {{"name": "{name}", "namespace": "{NAMESPACE}"}}}}
         ]}}"#
     );
-    kubectl(&["apply", "-f", "-"], Some(&bindings))?;
+    kubectl(plane, &["apply", "-f", "-"], Some(&account))?;
     let token = kubectl(
+        plane,
         &["create", "token", name, "-n", NAMESPACE, "--duration", "2h"],
         None,
     )?;
     let server = kubectl(
+        plane,
         &[
             "config",
             "view",
@@ -105,6 +103,7 @@ pub fn service_account_kubeconfig(
         None,
     )?;
     let ca = kubectl(
+        plane,
         &[
             "config",
             "view",
@@ -126,6 +125,55 @@ pub fn service_account_kubeconfig(
         source,
     })?;
     Ok(path)
+}
+
+/// Binds service account `account` of [`NAMESPACE`] to the ClusterRole `role`.
+pub fn bind_cluster_role(
+    plane: &ControlPlane,
+    account: &str,
+    role: &str,
+) -> Result<(), HarnessError> {
+    let binding = format!(
+        r#"{{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {{"name": "{role}-{account}"}},
+            "roleRef": {{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "{role}"}},
+            "subjects": [{{"kind": "ServiceAccount", "name": "{account}", "namespace": "{NAMESPACE}"}}]}}"#
+    );
+    kubectl(plane, &["apply", "-f", "-"], Some(&binding)).map(drop)
+}
+
+/// Binds service account `account` to the Role `role`, both in [`NAMESPACE`].
+pub fn bind_role(plane: &ControlPlane, account: &str, role: &str) -> Result<(), HarnessError> {
+    let binding = format!(
+        r#"{{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {{"name": "{role}-{account}", "namespace": "{NAMESPACE}"}},
+            "roleRef": {{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "{role}"}},
+            "subjects": [{{"kind": "ServiceAccount", "name": "{account}", "namespace": "{NAMESPACE}"}}]}}"#
+    );
+    kubectl(plane, &["apply", "-f", "-"], Some(&binding)).map(drop)
+}
+
+/// The controller's ClusterRole and leader-election Role in `config/rbac/controller.yaml`.
+pub const CONTROLLER_ROLE: &str = "capstan-controller";
+/// See [`CONTROLLER_ROLE`].
+pub const LEADER_ELECTION_ROLE: &str = "capstan-controller-leader-election";
+
+/// Applies the controller's RBAC (`config/rbac/controller.yaml`).
+pub fn apply_controller_rbac(plane: &ControlPlane) -> Result<(), HarnessError> {
+    kubectl(plane, &["apply", "-f", "config/rbac/controller.yaml"], None).map(drop)
+}
+
+/// Applies the controller's RBAC and creates a service account `name` bound to it, returning a
+/// kubeconfig that authenticates as that account (so the audit log tells replicas apart).
+pub fn service_account_kubeconfig(
+    plane: &ControlPlane,
+    name: &str,
+) -> Result<PathBuf, HarnessError> {
+    apply_controller_rbac(plane)?;
+    let kubeconfig = service_account(plane, name)?;
+    bind_cluster_role(plane, name, CONTROLLER_ROLE)?;
+    bind_role(plane, name, LEADER_ELECTION_ROLE)?;
+    Ok(kubeconfig)
 }
 
 /// A running controller process; stopped (SIGTERM, then SIGKILL) when dropped.

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 
 use capstan_api::API_VERSION;
 use capstan_controller::status::MAX_MESSAGE_LEN;
-use capstan_e2e::controller::{ControllerProcess, service_account_kubeconfig};
+use capstan_e2e::controller::{
+    CONTROLLER_ROLE, ControllerProcess, LEADER_ELECTION_ROLE, NAMESPACE, apply_controller_rbac,
+    bind_cluster_role, bind_role, service_account, service_account_kubeconfig,
+};
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
 use capstan_e2e::{FIELD_MANAGER, HarnessError, printed, repo_root};
 use kube::Client;
@@ -59,6 +62,14 @@ fn main() -> ExitCode {
                 leader_election,
             ),
             trial("an_apiserver_restart_should_be_survived", apiserver_restart),
+            trial(
+                "a_gracefully_stopped_leader_should_release_its_lease_for_the_standby",
+                graceful_handover,
+            ),
+            trial(
+                "readyz_should_wait_for_the_first_sync",
+                readiness_follows_the_first_sync,
+            ),
         ],
     )
 }
@@ -427,6 +438,17 @@ fn http_get(address: &str, path: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The HTTP status of a GET on the controller's address (0 when nothing answers).
+fn http_status(address: &str, path: &str) -> u16 {
+    std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!("http://{address}{path}"))
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn leader_election(env: &Env) -> Outcome {
     let lease = [
         "--lease-name",
@@ -516,5 +538,102 @@ fn apiserver_restart(env: &Env) -> Outcome {
     let mut controller = controller;
     check(controller.is_running(), || {
         format!("the controller exited:\n{}", controller.log_text())
+    })
+}
+
+/// A leader stopped with SIGTERM releases its Lease, so the standby takes over at once. The
+/// lease lasts 300 s, five times the trial's patience: the standby can write within the
+/// patience only if the lease was released, not because it expired.
+fn graceful_handover(env: &Env) -> Outcome {
+    let lease = [
+        "--lease-name",
+        "capstan-e2e-graceful",
+        "--lease-duration-seconds",
+        "300",
+        "--lease-grace-seconds",
+        "5",
+    ];
+    let mut replicas = [
+        controller(env, "graceful-a", &lease)?,
+        controller(env, "graceful-b", &lease)?,
+    ];
+    env.runtime.block_on(async {
+        let client = &env.client;
+        let first = vec!["graceful-before".to_owned()];
+        apply(client, "CapabilityBinding", &first[0], valid_spec()).await?;
+        wait_accepted(client, "CapabilityBinding", &first[0], "True", "Validated").await?;
+        let writers = status_writes(env, "capabilitybindings", &first);
+        check(writers.len() == 1, || format!("writers {writers:?}"))?;
+        let (leader, standby) = if writers.keys().any(|u| u.ends_with(":graceful-a")) {
+            (0, "graceful-b")
+        } else {
+            (1, "graceful-a")
+        };
+        replicas[leader].stop();
+        let after = vec!["graceful-after".to_owned()];
+        apply(client, "CapabilityBinding", &after[0], valid_spec()).await?;
+        wait_accepted(client, "CapabilityBinding", &after[0], "True", "Validated").await?;
+        let writers = status_writes(env, "capabilitybindings", &after);
+        check(
+            writers.len() == 1 && writers.keys().all(|u| u.ends_with(&format!(":{standby}"))),
+            || format!("after the graceful stop: {writers:?}"),
+        )
+    })
+}
+
+/// `/readyz` answers 503 until the controller's caches have synced, then 200. The controller
+/// runs as an account that may hold its Lease but not yet read bindings: its lists are
+/// refused (the audit log shows the 403s), it stays unready, and it becomes ready once the
+/// ClusterRole is bound.
+fn readiness_follows_the_first_sync(env: &Env) -> Outcome {
+    let account = "unsynced";
+    let plane = &env.plane;
+    apply_controller_rbac(plane).map_err(|e| e.to_string())?;
+    let kubeconfig = service_account(plane, account).map_err(|e| e.to_string())?;
+    bind_role(plane, account, LEADER_ELECTION_ROLE).map_err(|e| e.to_string())?;
+    let controller = ControllerProcess::start(
+        plane,
+        &kubeconfig,
+        account,
+        &["--lease-name", "capstan-e2e-unsynced"],
+    )
+    .map_err(|e| e.to_string())?;
+    let user = format!("system:serviceaccount:{NAMESPACE}:{account}");
+    env.runtime.block_on(async {
+        eventually(
+            PATIENCE,
+            || async {
+                let refused = plane
+                    .audit_events()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|event| {
+                        event["user"]["username"] == user.as_str()
+                            && event["objectRef"]["resource"] == "capabilitybindings"
+                            && event["verb"] == "list"
+                            && event["responseStatus"]["code"] == 403
+                    });
+                refused.then_some(())
+            },
+            || "the unsynced controller's list is refused".to_owned(),
+        )
+        .await?;
+        eventually(
+            PATIENCE,
+            || async { (http_status(&controller.address, "/healthz") == 200).then_some(()) },
+            || "/healthz answers".to_owned(),
+        )
+        .await?;
+        let unready = http_status(&controller.address, "/readyz");
+        check(unready == 503, || {
+            format!("/readyz answered {unready} before the first sync")
+        })?;
+        bind_cluster_role(plane, account, CONTROLLER_ROLE).map_err(|e| e.to_string())?;
+        eventually(
+            PATIENCE,
+            || async { (http_status(&controller.address, "/readyz") == 200).then_some(()) },
+            || "/readyz answers 200 after the first sync".to_owned(),
+        )
+        .await
     })
 }

@@ -3,6 +3,7 @@
 //! writer.
 
 pub mod cached;
+pub mod leader;
 pub mod metrics;
 pub mod reconcile;
 pub mod server;

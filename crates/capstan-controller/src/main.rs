@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use capstan_controller::cached::{CachedBinding, CachedQualifier};
+use capstan_controller::leader::{Leadership, LeaseSettings};
 use capstan_controller::metrics::Metrics;
 use capstan_controller::reconcile::{
     Context, WriteMode, binding_error_policy, reconcile_binding, reconcile_qualifiers,
@@ -21,7 +22,6 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, Config as KubeConfig, Resource};
-use kube_lease_manager::LeaseManagerBuilder;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -154,16 +154,19 @@ async fn run(config: Config) -> anyhow::Result<()> {
     ));
 
     // Leader election: only the holder writes; the standby keeps its caches warm.
-    let lease = LeaseManagerBuilder::new(client.clone(), &lease_name)
-        .with_namespace(&lease_namespace)
-        .with_identity(&identity)
-        .with_duration(lease_duration_seconds)
-        .with_grace(lease_grace_seconds)
-        .with_field_manager(format!("{FIELD_MANAGER}-lease"))
-        .build()
-        .await
-        .with_context(|| format!("lease {lease_namespace}/{lease_name}"))?;
-    let (leader, lease_task) = lease.watch().await;
+    let leadership = Leadership::start(
+        client.clone(),
+        LeaseSettings {
+            name: lease_name.clone(),
+            namespace: lease_namespace.clone(),
+            identity: identity.clone(),
+            duration_seconds: lease_duration_seconds,
+            grace_seconds: lease_grace_seconds,
+            field_manager: format!("{FIELD_MANAGER}-lease"),
+        },
+    )
+    .await?;
+    let leader = leadership.leader();
     info!(%identity, lease = %format!("{lease_namespace}/{lease_name}"), "leader election started");
 
     let (queue, queue_rx) = status_queue(status_queue_capacity);
@@ -260,18 +263,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
 
     // Graceful shutdown: stop the loops, then release the lease so the standby takes over
     // at once instead of after the lease expires.
-    // The lease task releases the lease once every leadership receiver is gone.
     qualifier_loop.abort();
     worker.abort();
     leadership_log.abort();
     let _ = tokio::join!(qualifier_loop, worker, leadership_log);
-    drop(leader);
-    match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
-        Ok(Ok(Ok(_))) => info!("lease released"),
-        Ok(Ok(Err(error))) => warn!(%error, "releasing the lease"),
-        Ok(Err(error)) => warn!(%error, "lease task"),
-        Err(_) => warn!("lease not released within 5 s; the standby takes over when it expires"),
-    }
+    leadership.stop().await;
     match server.await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => error!(%error, "metrics server"),
