@@ -37,6 +37,14 @@ fn main() -> ExitCode {
             generation_follows_spec,
         ),
     ];
+    trials.push(trial(
+        "kubectl_should_refuse_a_list_with_an_invalid_item_whole_naming_its_fields",
+        list_by_kubectl,
+    ));
+    trials.push(trial(
+        "client_should_admit_the_valid_items_of_a_list_and_refuse_the_invalid_one",
+        list_by_client,
+    ));
     for case in refusal_cases() {
         let case = Arc::new(case);
         let by_kubectl = case.clone();
@@ -253,18 +261,103 @@ fn example_binding(name: &str) -> CapabilityBinding {
 // ---------------------------------------------------------------------------------------------
 // Refused objects, from the invalid corpus
 
+/// Files in the invalid corpus. Every one becomes a case here (one object each, or the list
+/// trial for `mixed-list`); a file added, removed or left unread fails the suite instead of
+/// shrinking it.
+const CORPUS_FILES: usize = 77;
+
+/// The one corpus file that is a List: applied as a List, its valid items must be admitted.
+const LIST_CASE: &str = "mixed-list";
+
 struct Case {
     name: String,
     object: Value,
-    /// The field paths runtime validation names, with its messages; admission must name each
-    /// (or an enclosing field, for rules the apiserver reports on the list or object holding
-    /// the field).
-    errors: Vec<(String, String)>,
+    expect: Expect,
 }
+
+/// What admission must say about a case.
+enum Expect {
+    /// The field paths runtime validation names (from the golden file), with its messages;
+    /// admission must name each path exactly (see [`ADMISSION_PATHS`] for the few it cannot).
+    Fields(Vec<(String, String)>),
+    /// The object's envelope (apiVersion, name) is wrong: kubectl and the apiserver's decoder
+    /// refuse it before any schema applies, each in its own words, which must say this.
+    Envelope {
+        kubectl: &'static str,
+        client: &'static str,
+    },
+}
+
+/// Envelope cases: kubectl checks apiVersion and the name before sending, and the
+/// apiserver decodes the envelope before the CRD's schema sees the object.
+const ENVELOPE: &[(&str, &str, &str)] = &[
+    (
+        "cr-missing-apiVersion",
+        "apiVersion not set",
+        "the API version in the data () does not match the expected API version",
+    ),
+    (
+        "cr-wrong-apiVersion",
+        "no matches for kind \"CapabilityBinding\" in version \"capabilities.assistant.miloapis.com/v1\"",
+        "CapabilityBinding in version \"v1\" cannot be handled as a CapabilityBinding",
+    ),
+    (
+        "cr-missing-name",
+        "resource name may not be empty",
+        "metadata.name: Required value",
+    ),
+    (
+        "rq-missing-name",
+        "resource name may not be empty",
+        "metadata.name: Required value",
+    ),
+    (
+        "doc-metadata-name-number",
+        "cannot unmarshal number into Go struct field ObjectMeta.metadata.name of type string",
+        "cannot unmarshal number into Go struct field ObjectMeta.name of type string",
+    ),
+];
+
+/// Golden paths the apiserver names differently, by case, with the path it names. Each is a limit of
+/// admission, not a looser check: everything else must be named exactly.
+const ADMISSION_PATHS: &[(&str, &str, &str)] = &[
+    // A CEL rule on a server sees the list it checks, not the entry that broke it
+    // (`fieldPath` is static, so it cannot carry the entry's index).
+    (
+        "doc-capability-tool-not-included",
+        "spec.tools.mcpServers[0].capabilities[0].tool",
+        "spec.tools.mcpServers[0].capabilities",
+    ),
+    (
+        "doc-mutating-not-included",
+        "spec.tools.mcpServers[0].mutating[0]",
+        "spec.tools.mcpServers[0].mutating",
+    ),
+    // A duplicate list-map key is reported on the entry, not on its key field.
+    (
+        "doc-duplicate-server-names",
+        "spec.tools.mcpServers[1].name",
+        "spec.tools.mcpServers[1]",
+    ),
+    (
+        "doc-duplicate-skill-names",
+        "spec.skills[1].name",
+        "spec.skills[1]",
+    ),
+    // Strict decoding reads an object where a list belongs as unknown fields inside it.
+    (
+        "doc-type-concepts-object",
+        "spec.knowledge.concepts",
+        "spec.knowledge.concepts.gvk",
+    ),
+];
 
 impl Case {
     fn keeps_name(&self) -> bool {
-        self.errors.iter().any(|(path, _)| path == "metadata.name")
+        match &self.expect {
+            Expect::Envelope { .. } => true,
+            Expect::Fields(errors) => errors.iter().any(|(path, _)| path == "metadata.name"),
+        }
     }
 }
 
@@ -285,53 +378,70 @@ fn corpus_dir() -> PathBuf {
     repo_root().join("crates/capstan-api/tests/corpus/invalid")
 }
 
-fn refusal_cases() -> Vec<Case> {
+/// The corpus files (JSON and YAML) by name.
+fn corpus_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
-        .map(|dir| dir.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
+        .unwrap_or_else(|e| panic!("{}: {e}", corpus_dir().display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("json" | "yaml")
+            )
+        })
+        .collect();
     files.sort();
+    assert_eq!(
+        files.len(),
+        CORPUS_FILES,
+        "the invalid corpus changed: update CORPUS_FILES with the cases"
+    );
+    files
+}
+
+fn stem(file: &Path) -> String {
+    file.file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_else(|| panic!("{}: no name", file.display()))
+        .to_owned()
+}
+
+/// The golden lines of a corpus file as (path, message); every corpus file has them.
+fn golden(file: &Path) -> Vec<(String, String)> {
+    let path = file.with_extension("golden");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let errors: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|line| {
+            line.split_once(": ")
+                .and_then(|(_, rest)| rest.split_once(": "))
+        })
+        .map(|(path, message)| (path.to_owned(), message.to_owned()))
+        .collect();
+    assert!(!errors.is_empty(), "{}: no error lines", path.display());
+    errors
+}
+
+fn refusal_cases() -> Vec<Case> {
     let mut cases = Vec::new();
-    for file in files {
-        if !matches!(
-            file.extension().and_then(|e| e.to_str()),
-            Some("json" | "yaml")
-        ) {
+    for file in corpus_files() {
+        let stem = stem(&file);
+        if stem == LIST_CASE {
             continue;
         }
         let mut objects = read_objects(&file);
-        if objects.len() != 1 {
-            continue; // Lists are about the parser, not admission.
-        }
-        let golden = std::fs::read_to_string(file.with_extension("golden")).unwrap_or_default();
-        // Spec errors and the qualifier name bound; a missing or mistyped name or apiVersion is
-        // refused by the client before any request is made.
-        let errors: Vec<(String, String)> = golden
-            .lines()
-            .filter_map(|line| {
-                line.split_once(": ")
-                    .and_then(|(_, rest)| rest.split_once(": "))
-            })
-            .map(|(path, message)| (path.to_owned(), message.to_owned()))
-            .filter(|(path, message)| {
-                path == "spec"
-                    || path.starts_with("spec.")
-                    || (path == "metadata.name" && message.starts_with("must be at most"))
-            })
-            .collect();
-        let stem = file
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("case")
-            .to_owned();
+        assert_eq!(objects.len(), 1, "{}: one object per case", file.display());
         let mut object = objects.remove(0);
-        let is_list = object["kind"]
-            .as_str()
-            .is_some_and(|kind| kind.ends_with("List"));
-        if errors.is_empty() || !object.is_object() || is_list {
-            continue;
-        }
-        let is_qualifier = object["kind"] == "RouteQualifier";
-        if !is_qualifier {
+        let envelope = ENVELOPE.iter().find(|(name, _, _)| *name == stem);
+        let expect = match envelope {
+            Some((_, kubectl, client)) => Expect::Envelope { kubectl, client },
+            None => Expect::Fields(golden(&file)),
+        };
+        let is_document = !matches!(
+            object["kind"].as_str(),
+            Some("CapabilityBinding" | "RouteQualifier")
+        );
+        if is_document {
             // A capability document becomes the CapabilityBinding carrying the same spec.
             object["apiVersion"] = json!(API_VERSION);
             object["kind"] = json!("CapabilityBinding");
@@ -342,13 +452,14 @@ fn refusal_cases() -> Vec<Case> {
         let case = Case {
             name: stem.clone(),
             object: Value::Null,
-            errors,
+            expect,
         };
         if !case.keeps_name() {
             object["metadata"] = json!({ "name": stem.to_lowercase() });
         }
         cases.push(Case { object, ..case });
     }
+    assert_eq!(cases.len(), CORPUS_FILES - 1, "a corpus file made no case");
     cases
 }
 
@@ -366,36 +477,48 @@ fn read_objects(path: &Path) -> Vec<Value> {
     }
 }
 
-/// Whether `error` names `path` or a field enclosing it below the top-level spec field
-/// (`spec.tools.mcpServers[0].mutating[1]` → `spec.tools.mcpServers[0].mutating`, …).
+/// Whether `error` names `path` itself: the path followed by something that cannot continue
+/// it (so `spec.skills` is not named by `spec.skills[0].source`, nor
+/// `spec.tools.mcpServers[0].mutating[1]` by `spec.tools.mcpServers[0].mutating`).
 fn names_field(error: &str, path: &str) -> bool {
-    let mut candidate = path;
-    loop {
-        if error.contains(candidate) {
-            return true;
-        }
-        match candidate.rfind(['.', '[']) {
-            Some(at) if candidate[..at].matches(['.', '[']).count() >= 2 => {
-                candidate = &candidate[..at]
-            }
-            _ => return false,
-        }
-    }
+    error.match_indices(path).any(|(at, _)| {
+        !error[at + path.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c == '.' || c == '[' || c.is_alphanumeric() || c == '_')
+    })
 }
 
-/// Checks a refusal against the case: every field runtime validation names must be named,
-/// except CEL-backed ones when the apiserver says it skipped its rules.
-fn check_refusal(case: &Case, error: &str) -> Outcome {
-    let rules_skipped = error.contains("some validation rules were not checked");
-    for (path, message) in &case.errors {
-        if rules_skipped && is_cel_rule(message) {
-            continue;
+/// Checks a refusal against the case. `kubectl` tells which client's words an envelope case
+/// expects.
+fn check_refusal(case: &Case, error: &str, kubectl: bool) -> Outcome {
+    match &case.expect {
+        Expect::Envelope {
+            kubectl: by_kubectl,
+            client,
+        } => {
+            let expected = if kubectl { by_kubectl } else { client };
+            check(error.contains(expected), || {
+                format!("refusal does not say {expected:?}:\n{error}")
+            })
         }
-        check(names_field(error, path), || {
-            format!("refusal does not name {path} ({message}):\n{error}")
-        })?;
+        Expect::Fields(errors) => {
+            let rules_skipped = error.contains("some validation rules were not checked");
+            for (path, message) in errors {
+                if rules_skipped && is_cel_rule(message) {
+                    continue;
+                }
+                let named = ADMISSION_PATHS
+                    .iter()
+                    .find(|(name, golden, _)| *name == case.name && golden == path)
+                    .map_or(path.as_str(), |(_, _, admission)| admission);
+                check(names_field(error, named), || {
+                    format!("refusal does not name {named} ({message}):\n{error}")
+                })?;
+            }
+            Ok(())
+        }
     }
-    Ok(())
 }
 
 fn with_suffix(case: &Case, suffix: &str) -> Value {
@@ -414,7 +537,7 @@ fn refused_by_kubectl(suite: &Suite, case: &Case) -> Outcome {
     check(!output.status.success(), || {
         format!("admitted:\n{}", printed(&output))
     })?;
-    check_refusal(case, &String::from_utf8_lossy(&output.stderr))
+    check_refusal(case, &String::from_utf8_lossy(&output.stderr), true)
 }
 
 /// A create as a catalog controller issues it, with strict field validation (what kubectl asks
@@ -431,12 +554,129 @@ fn refused_by_client(suite: &Suite, case: &Case) -> Outcome {
         *request.uri_mut() = uri.parse().map_err(|e| format!("{uri}: {e}"))?;
         match suite.client.request::<Value>(request).await {
             Ok(_) => Err(format!("admitted: {object}").into()),
-            Err(kube::Error::Api(status)) => {
-                check_refusal(case, &format!("{} {:?}", status.message, status.details))
-            }
+            Err(kube::Error::Api(status)) => check_refusal(
+                case,
+                &format!("{} {:?}", status.message, status.details),
+                false,
+            ),
             Err(other) => Err(format!("not an API refusal: {other}").into()),
         }
     })
+}
+
+/// The list case: its items renamed with `suffix`, and the golden errors of each item by its
+/// original name.
+fn list_case(suffix: &str) -> (Vec<Value>, Vec<(String, String, String)>) {
+    let file = corpus_dir().join(format!("{LIST_CASE}.yaml"));
+    let list = read_objects(&file).pop().unwrap_or_default();
+    let items: Vec<Value> = list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut item| {
+            let name = item["metadata"]["name"]
+                .as_str()
+                .unwrap_or("item")
+                .to_owned();
+            item["metadata"]["name"] = json!(format!("list-{name}-{suffix}"));
+            item
+        })
+        .collect();
+    let text = std::fs::read_to_string(file.with_extension("golden")).unwrap_or_default();
+    let errors = text
+        .lines()
+        .filter_map(|line| {
+            let (object, rest) = line.split_once(": ")?;
+            let (path, message) = rest.split_once(": ")?;
+            Some((object.to_owned(), path.to_owned(), message.to_owned()))
+        })
+        .collect();
+    (items, errors)
+}
+
+/// Checks that the items of the list case named in `errors` were refused (naming each path
+/// in `refusal`) and the others exist: one invalid item loses none of its siblings.
+fn check_list_outcome(
+    suite: &Suite,
+    items: &[Value],
+    errors: &[(String, String, String)],
+    refusal: &str,
+    suffix: &str,
+) -> Outcome {
+    check(errors.len() == 2, || format!("golden errors {errors:?}"))?;
+    for (object, path, message) in errors {
+        check(names_field(refusal, path), || {
+            format!(
+                "refusal does not name {path} of {object} ({message}):
+{refusal}"
+            )
+        })?;
+    }
+    suite.runtime.block_on(async {
+        let api: Api<CapabilityBinding> = Api::all(suite.client.clone());
+        for item in items {
+            let name = item["metadata"]["name"].as_str().unwrap_or_default();
+            let invalid = errors
+                .iter()
+                .any(|(object, _, _)| name == format!("list-{object}-{suffix}"));
+            let found = api.get_opt(name).await.map_err(|e| e.to_string())?;
+            check(found.is_some() != invalid, || {
+                format!("{name}: exists {}, invalid {invalid}", found.is_some())
+            })?;
+        }
+        Ok(())
+    })
+}
+
+/// kubectl validates a whole file against the published schema before sending any of it: a
+/// List with one invalid item is refused whole, naming the item's fields in kubectl's own
+/// notation, and nothing is created.
+fn list_by_kubectl(suite: &Suite) -> Outcome {
+    let (items, errors) = list_case("k");
+    check(errors.len() == 2, || format!("golden errors {errors:?}"))?;
+    // A List is core v1; the corpus file leaves that out because the parser does not need it.
+    let list = json!({ "apiVersion": "v1", "kind": "List", "items": items });
+    let output = suite
+        .plane
+        .kubectl_with_input(&["apply", "-f", "-"], Some(&list.to_string()));
+    check(!output.status.success(), || {
+        format!("admitted:\n{}", printed(&output))
+    })?;
+    let refusal = String::from_utf8_lossy(&output.stderr).into_owned();
+    for expected in [
+        "ValidationError(CapabilityBinding.spec): missing required field \"serviceName\"",
+        "ValidationError(CapabilityBinding.spec.skills[0]): missing required field \"source\"",
+    ] {
+        check(refusal.contains(expected), || {
+            format!("refusal does not say {expected:?}:\n{refusal}")
+        })?;
+    }
+    suite.runtime.block_on(async {
+        let api: Api<CapabilityBinding> = Api::all(suite.client.clone());
+        for item in &items {
+            let name = item["metadata"]["name"].as_str().unwrap_or_default();
+            let found = api.get_opt(name).await.map_err(|e| e.to_string())?;
+            check(found.is_none(), || format!("{name} was created"))?;
+        }
+        Ok(())
+    })
+}
+
+fn list_by_client(suite: &Suite) -> Outcome {
+    let (items, errors) = list_case("c");
+    let mut refusals = String::new();
+    suite.runtime.block_on(async {
+        for item in &items {
+            let api = dynamic_api(&suite.client, item);
+            let name = item["metadata"]["name"].as_str().unwrap_or_default();
+            let params = PatchParams::apply(FIELD_MANAGER).validation_strict();
+            if let Err(error) = api.patch(name, &params, &Patch::Apply(item)).await {
+                refusals.push_str(&format!("{name}: {error}\n"));
+            }
+        }
+    });
+    check_list_outcome(suite, &items, &errors, &refusals, "c")
 }
 
 fn dynamic_api(client: &Client, object: &Value) -> Api<DynamicObject> {
