@@ -160,8 +160,21 @@ fn every_enum_of_the_crd_should_be_enforced_at_runtime_with_its_values() {
 fn qualifier_crd_should_list_the_constraint_kinds_runtime_accepts() {
     let schema = spec_schema::<RouteQualifier>();
     let kinds = &schema["properties"]["constraint"]["properties"]["kind"]["enum"];
-    assert_eq!(
-        kinds,
-        &serde_json::json!(capstan_api::qualifier::CONSTRAINT_KINDS)
-    );
+    // The four kinds of design.md, written out: not the constant the CRD was generated from.
+    assert_eq!(kinds, &serde_json::json!(["none", "only", "ignore", "pin"]));
+    // And runtime validation accepts exactly those.
+    for kind in ["none", "only", "ignore", "pin", "pinned", "Only"] {
+        let spec = match kind {
+            "none" => serde_json::json!({ "constraint": { "kind": "none" } }),
+            "pin" => serde_json::json!({ "constraint": { "kind": "pin", "target": "exa" } }),
+            other => serde_json::json!({ "constraint": { "kind": other, "targets": ["exa"] } }),
+        };
+        let errors = capstan_api::validate::validate_qualifier_spec(&spec);
+        let refused = errors.iter().any(|e| e.path == "spec.constraint.kind");
+        assert_eq!(
+            refused,
+            !matches!(kind, "none" | "only" | "ignore" | "pin"),
+            "{kind}: {errors:?}"
+        );
+    }
 }

@@ -92,6 +92,9 @@ impl HostPattern {
         // Let the URL parser split host and port, so the pattern reads exactly as a URL's
         // authority would (IPv6 brackets, IPv4 spellings, case).
         let wildcard = trimmed.strip_prefix("*.");
+        if wildcard.is_some_and(|rest| rest.parse::<IpAddr>().is_ok()) {
+            return Err(error("a wildcard must be followed by a domain"));
+        }
         let authority = match wildcard {
             Some(rest) => format!("wildcard.{rest}"),
             None => trimmed.to_owned(),
@@ -523,6 +526,16 @@ mod tests {
         EndpointGuard::new(patterns).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Asserts that `url` is refused for not being on the allow-list (not for some other
+    /// reason, such as a parse error).
+    fn assert_not_listed(g: &EndpointGuard, url: &str) {
+        let refused = g.check(url).unwrap_err();
+        assert!(
+            refused.reason.contains("is not in the allow-list"),
+            "{url}: {refused}"
+        );
+    }
+
     #[test]
     fn exact_hosts_and_ports_should_match_exactly() {
         let g = guard(&["mcp.example.com", "127.0.0.1:7810"]);
@@ -535,7 +548,7 @@ mod tests {
             "endpoint http://127.0.0.1:7811/mcp was not dialed: address 127.0.0.1 (from host \
              127.0.0.1) port 7811 is not in the allow-list (mcp.example.com, 127.0.0.1:7810)"
         );
-        assert!(g.check("http://evil.mcp.example.com/").is_err());
+        assert_not_listed(&g, "http://evil.mcp.example.com/");
     }
 
     #[test]
@@ -543,9 +556,9 @@ mod tests {
         let g = guard(&["*.gw.example:8443"]);
         assert!(g.check("https://a.gw.example:8443/mcp").is_ok());
         assert!(g.check("https://a.b.gw.example:8443/mcp").is_ok());
-        assert!(g.check("https://gw.example:8443/mcp").is_err());
-        assert!(g.check("https://evilgw.example:8443/mcp").is_err());
-        assert!(g.check("https://a.gw.example/mcp").is_err());
+        assert_not_listed(&g, "https://gw.example:8443/mcp");
+        assert_not_listed(&g, "https://evilgw.example:8443/mcp");
+        assert_not_listed(&g, "https://a.gw.example/mcp");
     }
 
     #[test]
@@ -617,8 +630,20 @@ mod tests {
 
     #[test]
     fn bad_patterns_should_be_reported() {
-        for pattern in ["", "http://x/", "*.", "*.127.0.0.1", "host:", "a@b"] {
-            assert!(HostPattern::parse(pattern).is_err(), "{pattern:?}");
+        for (pattern, reason) in [
+            ("", "empty"),
+            ("http://x/", "a host, not a URL"),
+            ("*.", "a wildcard must be followed by a domain"),
+            ("*.127.0.0.1", "a wildcard must be followed by a domain"),
+            ("host:", "empty port"),
+            ("a@b", "a host, not a URL"),
+            ("10.0.0.0/33", "a host, not a URL"),
+        ] {
+            assert_eq!(
+                HostPattern::parse(pattern).map_err(|e| e.reason),
+                Err(reason),
+                "{pattern:?}"
+            );
         }
         assert_eq!(
             EndpointGuard::from_list("a.example, *.b.example:8443,[::1]:9")
@@ -722,14 +747,15 @@ mod tests {
             g.check_answers("api.providers.example", &[ip("10.0.0.1")]),
             Ok(())
         );
-        assert!(
-            g.check_answers("api.providers.example", &[ip("192.168.0.1")])
-                .is_err()
-        );
-        assert!(
-            g.check_answers("api.providers.example", &[ip("127.0.0.1")])
-                .is_err()
-        );
+        for outside in ["192.168.0.1", "127.0.0.1"] {
+            let refused = g
+                .check_answers("api.providers.example", &[ip(outside)])
+                .unwrap_err();
+            assert!(
+                refused.reason.contains("must resolve to public addresses"),
+                "{refused}"
+            );
+        }
     }
 
     #[test]
@@ -752,17 +778,20 @@ mod tests {
                 .starts_with("loopback; the entry mcp.cluster.local"),
             "{refused}"
         );
-        assert!(g.check_answers("mcp.cluster.local", &[ip("::1")]).is_err());
+        let refused = g
+            .check_answers("mcp.cluster.local", &[ip("::1")])
+            .unwrap_err();
+        assert!(refused.reason.starts_with("loopback; "), "{refused}");
         // A loopback address or CIDR listed: loopback answers it covers are admitted.
         let g = guard(&["mcp.cluster.local", "127.0.0.1:7810"]);
         assert_eq!(
             g.check_answers("mcp.cluster.local", &[ip("127.0.0.1")]),
             Ok(())
         );
-        assert!(
-            g.check_answers("mcp.cluster.local", &[ip("127.0.0.2")])
-                .is_err()
-        );
+        let refused = g
+            .check_answers("mcp.cluster.local", &[ip("127.0.0.2")])
+            .unwrap_err();
+        assert!(refused.reason.starts_with("loopback; "), "{refused}");
         let g = guard(&["mcp.cluster.local", "127.0.0.0/8"]);
         assert_eq!(
             g.check_answers("mcp.cluster.local", &[ip("127.0.0.2")]),
@@ -791,7 +820,7 @@ mod tests {
     fn a_cidr_entry_should_admit_ip_literals_inside_it_on_any_port() {
         let g = guard(&["10.96.0.1/12"]);
         assert!(g.check("http://10.100.1.2:8080/mcp").is_ok());
-        assert!(g.check("http://10.112.0.1/mcp").is_err());
+        assert_not_listed(&g, "http://10.112.0.1/mcp");
         assert_eq!(
             g.patterns().map(ToString::to_string).collect::<Vec<_>>(),
             ["10.96.0.0/12"]

@@ -13,8 +13,8 @@ mod common;
 use std::process::Command;
 
 use capstan_compose::{Composition, Limits};
-use common::{DemoProvider, binding, composer, documents, knowledge_binding};
-use serde_json::{Value, json};
+use common::{DemoProvider, compose_binding, composer, documents, knowledge_binding};
+use serde_json::Value;
 
 /// Set in the environment of the run inside the namespace.
 const INSIDE: &str = "CAPSTAN_TEST_IN_NAMESPACE";
@@ -44,19 +44,21 @@ fn inside_namespace(test: &str) -> bool {
     std::fs::write(&hosts, HOSTS).unwrap();
     let script = "set -e; ip link set lo up; ip addr add 10.0.0.1/32 dev lo; \
                   mount --bind \"$1\" /etc/hosts; shift; exec \"$@\"";
-    let status = Command::new("unshare")
+    let output = Command::new("unshare")
         .args(["--mount", "--net", "--", "sh", "-c", script, "sh"])
         .arg(&hosts)
         .arg(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(INSIDE, "1")
-        .status()
+        .output()
         .expect("running unshare (util-linux)");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
-        status.success(),
+        output.status.success(),
         "{test} failed inside its namespace (it needs root for `unshare --mount --net` and \
-         `ip` from iproute2; see the output above)"
+         `ip` from iproute2):\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
     );
     false
 }
@@ -72,16 +74,8 @@ async fn mcp_requests(provider: &DemoProvider) -> Vec<Value> {
 }
 
 async fn compose_one(endpoint: &str, hosts: &[String]) -> Composition {
-    let text = serde_json::to_string(&json!([binding(
-        "provider",
-        "streamco",
-        endpoint,
-        &["streams_list"]
-    )]))
-    .unwrap();
-    let composed = composer(hosts, hosts, Limits::default())
-        .compose(&documents(&text))
-        .await;
+    let composed =
+        compose_binding(hosts, "provider", "streamco", endpoint, &["streams_list"]).await;
     let composition = composed.composition.clone();
     composed.close().await;
     composition

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use capstan_compose::compose::ToolCallError;
 use capstan_compose::upstream::CallError;
@@ -19,6 +19,14 @@ fn tool_names(composition: &Composition) -> Vec<&str> {
 
 fn args(value: Value) -> Option<serde_json::Map<String, Value>> {
     value.as_object().cloned()
+}
+
+/// Asserts that a call was refused as a tool this composition does not have.
+fn assert_unknown<T: std::fmt::Debug>(answer: Result<T, ToolCallError>, name: &str) {
+    match answer {
+        Err(ToolCallError::Unknown { name: asked }) => assert_eq!(asked, name),
+        other => panic!("{name}: expected an unknown tool, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -77,7 +85,11 @@ async fn streamco_should_compose_against_the_demo_provider() {
         "{skill}"
     );
     assert!(skill.contains("1. Call streams_list and find streams whose state is Lagging."));
-    assert!(composed.load_skill("nope").await.is_err());
+    let error = composed.load_skill("nope").await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "no skill named \"nope\" is available; the instructions list the ones that are"
+    );
     composed.close().await;
 }
 
@@ -93,17 +105,21 @@ async fn tools_outside_the_allow_list_should_be_refused_by_any_name() {
         "streamco__streams_export",
         "streamco__streams_restart",
     ] {
-        let error = composed.call_tool(name, None).await.unwrap_err();
-        assert!(
-            matches!(error, ToolCallError::Unknown { .. }),
-            "{name}: {error}"
-        );
+        assert_unknown(composed.call_tool(name, None).await, name);
     }
     // The raw upstream name of an allowed tool is not a composed name either.
-    assert!(composed.call_tool("streams_list", None).await.is_err());
-    let requests = provider.requests().await;
-    let calls: Vec<&Value> = requests.iter().filter(|r| r["method"] == "POST").collect();
-    assert!(!calls.is_empty());
+    assert_unknown(
+        composed.call_tool("streams_list", None).await,
+        "streams_list",
+    );
+    // None of those reached the provider, whose log records every tool called; an allowed
+    // call does.
+    assert_eq!(provider.tool_calls().await, Vec::<String>::new());
+    composed
+        .call_tool("streamco__streams_list", None)
+        .await
+        .unwrap();
+    assert_eq!(provider.tool_calls().await, ["streams_list"]);
     composed.close().await;
 }
 
@@ -135,17 +151,15 @@ async fn streamco_should_compose_against_an_independent_python_server() {
         .unwrap();
     let text = serde_json::to_string(&result).unwrap();
     assert!(text.contains("python"), "{text}");
-    assert!(
-        composed
-            .call_tool("streamco__streams_export", None)
-            .await
-            .is_err()
+    assert_unknown(
+        composed.call_tool("streamco__streams_export", None).await,
+        "streamco__streams_export",
     );
     composed.close().await;
 }
 
 /// Two bindings: `bad` on a faulty provider, `good` on a healthy one.
-async fn compose_with_fault(fault: &str, limits: Limits) -> (Composition, Duration) {
+async fn compose_with_fault(fault: &str, limits: Limits) -> Composition {
     let faulty = DemoProvider::start(&[fault]);
     let healthy = DemoProvider::start(&[]);
     let hosts = vec![faulty.host(), healthy.host()];
@@ -159,14 +173,16 @@ async fn compose_with_fault(fault: &str, limits: Limits) -> (Composition, Durati
         binding("good", "good", &healthy.url("/mcp"), &["streams_list"]),
     ]))
     .unwrap();
-    let started = Instant::now();
-    let composed = composer(&hosts, &hosts, limits)
-        .compose(&documents(&text))
-        .await;
-    let took = started.elapsed();
+    // A safety net against a hang, not a measurement: the connect timeout is what bounds it.
+    let composed = tokio::time::timeout(
+        Duration::from_secs(120),
+        composer(&hosts, &hosts, limits).compose(&documents(&text)),
+    )
+    .await
+    .expect("composing did not finish");
     let composition = composed.composition.clone();
     composed.close().await;
-    (composition, took)
+    composition
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -175,11 +191,7 @@ async fn a_hanging_upstream_should_degrade_only_its_binding_within_the_timeout()
         connect_timeout: Duration::from_secs(2),
         ..Limits::default()
     };
-    let (composition, took) = compose_with_fault("hang", limits).await;
-    assert!(
-        took < Duration::from_secs(2) + Duration::from_secs(3),
-        "took {took:?}"
-    );
+    let composition = compose_with_fault("hang", limits).await;
     assert_eq!(tool_names(&composition), ["good__streams_list"]);
     let bad = &composition.bindings[0];
     assert!(bad.degraded());
@@ -193,7 +205,7 @@ async fn a_hanging_upstream_should_degrade_only_its_binding_within_the_timeout()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_http_500_should_degrade_only_its_binding() {
-    let (composition, _) = compose_with_fault("http-500", Limits::default()).await;
+    let composition = compose_with_fault("http-500", Limits::default()).await;
     assert_eq!(tool_names(&composition), ["good__streams_list"]);
     let bad = &composition.bindings[0];
     assert!(bad.degraded());
@@ -206,7 +218,7 @@ async fn an_http_500_should_degrade_only_its_binding() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_malformed_response_should_degrade_only_its_binding() {
-    let (composition, _) = compose_with_fault("malformed", Limits::default()).await;
+    let composition = compose_with_fault("malformed", Limits::default()).await;
     assert_eq!(tool_names(&composition), ["good__streams_list"]);
     assert!(composition.bindings[0].degraded());
     assert!(!composition.bindings[1].degraded());
@@ -214,7 +226,7 @@ async fn a_malformed_response_should_degrade_only_its_binding() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_declared_tool_the_server_lacks_should_be_reported_missing() {
-    let (composition, _) = compose_with_fault("drop-tool:streams_get", Limits::default()).await;
+    let composition = compose_with_fault("drop-tool:streams_get", Limits::default()).await;
     assert_eq!(
         tool_names(&composition),
         ["bad__streams_list", "good__streams_list"]
@@ -268,16 +280,14 @@ async fn the_first_binding_should_win_a_namespaced_name() {
 async fn an_endpoint_outside_the_allow_list_should_never_be_dialed() {
     let provider = DemoProvider::start(&[]);
     let hosts = vec!["mcp.example.com".to_owned()];
-    let text = serde_json::to_string(&json!([binding(
+    let composed = compose_binding(
+        &hosts,
         "outside",
         "streamco",
         &provider.url("/mcp"),
-        &["streams_list"]
-    )]))
-    .unwrap();
-    let composed = composer(&hosts, &hosts, Limits::default())
-        .compose(&documents(&text))
-        .await;
+        &["streams_list"],
+    )
+    .await;
     let outcome = &composed.composition.bindings[0];
     assert_eq!(
         outcome.refused,
@@ -488,6 +498,114 @@ async fn a_redirect_to_a_refused_host_should_not_be_followed() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_endpoint_that_redirects_should_not_be_followed() {
+    // Both hosts are allowed; the first sends every MCP request to the second. MCP follows no
+    // redirect: a session moved elsewhere would be a session nobody checked.
+    let provider = DemoProvider::start(&[]);
+    let target = provider.url("/mcp");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::any(move || {
+            let target = target.clone();
+            async move {
+                (
+                    axum::http::StatusCode::TEMPORARY_REDIRECT,
+                    [(axum::http::header::LOCATION, target)],
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let hosts = vec![address.to_string(), provider.host()];
+    let endpoint = format!("http://{address}/mcp");
+    let composed = compose_binding(&hosts, "moved", "streamco", &endpoint, &["streams_list"]).await;
+    let outcome = &composed.composition.bindings[0];
+    assert!(composed.composition.tools.is_empty());
+    assert_eq!(outcome.upstream_errors.len(), 1, "{outcome:?}");
+    assert!(
+        outcome.upstream_errors[0].starts_with(&format!("connecting to {endpoint}: ")),
+        "{outcome:?}"
+    );
+    assert!(
+        provider
+            .requests()
+            .await
+            .iter()
+            .all(|r| r["path"] == "/debug/requests"),
+        "the redirect was followed"
+    );
+    composed.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn knowledge_redirects_should_be_followed_up_to_five_hops_each_checked_again() {
+    // `/hop/N` redirects to `/hop/N-1`; `/hop/0` answers. `/out/N` does the same, but
+    // `/out/0` redirects to 127.0.0.2, which the allow-list does not name.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = axum::Router::new().route(
+        "/{chain}/{n}",
+        axum::routing::get(
+            move |axum::extract::Path((chain, n)): axum::extract::Path<(String, u32)>| {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async move {
+                    use axum::response::IntoResponse;
+                    let location = match (chain.as_str(), n) {
+                        ("hop", 0) => return "arrived after the hops".into_response(),
+                        ("out", 0) => format!("http://127.0.0.2:{}/hop/0", address.port()),
+                        (chain, n) => format!("/{chain}/{}", n - 1),
+                    };
+                    (
+                        axum::http::StatusCode::FOUND,
+                        [(axum::http::header::LOCATION, location)],
+                    )
+                        .into_response()
+                }
+            },
+        ),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let hosts = vec![address.to_string()];
+    let text = knowledge_binding(&[
+        format!("http://{address}/hop/5"),
+        format!("http://{address}/hop/6"),
+        format!("http://{address}/out/3"),
+    ]);
+    let composed = composer(&hosts, &hosts, Limits::default())
+        .compose(&documents(&text))
+        .await;
+    let composition = &composed.composition;
+    // Five redirects are followed.
+    assert!(
+        composition.instructions.contains("arrived after the hops"),
+        "{}",
+        composition.instructions
+    );
+    let errors = &composition.bindings[0].knowledge_errors;
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    // A sixth is not: /hop/6 … /hop/1 were asked, /hop/0 never.
+    assert!(
+        errors[0].starts_with(&format!("http://{address}/hop/6: "))
+            && errors[0].contains("more than 5 redirects"),
+        "{errors:?}"
+    );
+    // Every hop is checked: three allowed hops, then a refused one.
+    assert!(
+        errors[1].starts_with(&format!(
+            "endpoint http://{address}/out/3 was not dialed: redirected to http://127.0.0.2:"
+        )) && errors[1].contains("is not in the allow-list"),
+        "{errors:?}"
+    );
+    // Requests: 6 for /hop/5 (5..0), 6 for /hop/6 (6..1), 4 for /out/3 (3..0).
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 16);
+    composed.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_upstream_dying_after_composition_should_fail_only_its_calls() {
     let doomed = DemoProvider::start(&[]);
     let healthy = DemoProvider::start(&[]);
@@ -517,11 +635,13 @@ async fn an_upstream_dying_after_composition_should_fail_only_its_calls() {
         ),
         "{error:?}"
     );
-    assert!(
-        composed
-            .call_tool("healthy__streams_list", None)
-            .await
-            .is_ok()
+    let healthy = composed
+        .call_tool("healthy__streams_list", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        healthy.structured_content.unwrap()["streams"][0]["name"],
+        "orders"
     );
     composed.close().await;
 }
@@ -590,8 +710,19 @@ async fn a_tool_taking_a_project_argument_should_never_be_exposed() {
     let outcome = &composed.composition.bindings[0];
     assert_eq!(outcome.project_arguments, ["streamco/streams_by_project"]);
     assert!(outcome.degraded());
+    // Written out here, not by the composer: no exposed schema has a `project` property in
+    // any case.
     for tool in &composed.composition.tools {
-        assert!(!capstan_compose::compose::takes_project(&tool.input_schema));
+        let properties = tool
+            .input_schema
+            .get("properties")
+            .and_then(Value::as_object);
+        assert!(
+            properties.is_none_or(|p| p.keys().all(|k| !k.eq_ignore_ascii_case("project"))),
+            "{}: {:?}",
+            tool.name,
+            tool.input_schema
+        );
     }
     composed.close().await;
 }

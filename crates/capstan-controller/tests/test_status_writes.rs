@@ -65,6 +65,30 @@ fn projection(status: &DesiredStatus) -> (i64, bool) {
     )
 }
 
+/// What the cache shows a reader, read field by field rather than through the worker's own
+/// transition check: observedGeneration, whether Accepted is "True", its reason, and the
+/// condition's observedGeneration. `None` while nothing was written.
+fn shown(have: &ObservedStatus) -> Option<(i64, bool, String, Option<i64>)> {
+    let accepted = have.conditions.iter().find(|c| c.type_ == "Accepted")?;
+    Some((
+        have.observed_generation?,
+        accepted.status == "True",
+        accepted.reason.clone(),
+        accepted.observed_generation,
+    ))
+}
+
+/// What a reader should see once `want` is written.
+fn expected(want: &DesiredStatus) -> Option<(i64, bool, String, Option<i64>)> {
+    let (generation, accepted) = projection(want);
+    Some((
+        generation,
+        accepted,
+        want.conditions[0].reason.to_owned(),
+        Some(generation),
+    ))
+}
+
 struct World {
     cache: HashMap<ObjectKey, ObservedStatus>,
     writes: HashMap<ObjectKey, usize>,
@@ -118,7 +142,7 @@ proptest! {
         for (k, want) in &last {
             if !last_dropped[k] {
                 let have = world.cache.get(k).cloned().unwrap_or_default();
-                prop_assert!(!is_transition(&have, want), "{k}: cache {have:?} is not the last desired {want:?}");
+                prop_assert_eq!(shown(&have), expected(want), "{}: cache {:?}", k, have);
             }
         }
         // The periodic resync sends every object's current desired status again.
@@ -131,11 +155,13 @@ proptest! {
 
         for (k, want) in &last {
             let have = &world.cache[k];
-            prop_assert!(!is_transition(have, want), "{k}: cache {have:?} is not the last desired {want:?}");
+            prop_assert_eq!(shown(have), expected(want), "{}: cache {:?}", k, have);
             let sequence = &sent[k];
             let transitions = 1 + sequence.windows(2).filter(|pair| pair[0] != pair[1]).count();
             let writes = world.writes.get(k).copied().unwrap_or(0);
             prop_assert!(writes <= transitions, "{k}: {writes} writes for {transitions} transitions in {sequence:?}");
+            // Something was written: the cache started empty and now shows a status.
+            prop_assert!(writes >= 1, "{k}: shown without a write");
         }
     }
 }

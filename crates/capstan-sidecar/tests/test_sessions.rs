@@ -6,6 +6,8 @@
 mod common;
 
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::*;
@@ -85,20 +87,21 @@ async fn the_typescript_sdk_client_should_initialize_list_read_instructions_and_
         .unwrap();
     let _ = std::fs::remove_file(&script);
     assert_sdk_client_saw_streamco(&output);
-    // The client ended its session: the upstream session was closed too.
-    let mut closed = false;
-    for _ in 0..50 {
-        closed = provider
-            .requests()
-            .await
-            .iter()
-            .any(|r| r["method"] == "DELETE");
-        if closed {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(closed, "the upstream session was not closed");
+    // The client ended its session: the upstream session is closed too.
+    eventually("the upstream session is closed", || async {
+        upstream_deletes(&provider).await.checked_sub(1)
+    })
+    .await;
+}
+
+/// The DELETEs of MCP sessions the provider received (an upstream session closed).
+async fn upstream_deletes(provider: &DemoProvider) -> usize {
+    provider
+        .requests()
+        .await
+        .iter()
+        .filter(|r| r["method"] == "DELETE" && r["path"] == "/mcp")
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -137,11 +140,11 @@ async fn two_projects_should_see_only_their_own_documents() {
         ["beta__streams_get"]
     );
     // Another project's tool cannot be called by naming it.
-    assert!(
-        a.call_tool(call("beta__streams_get", json!({"name": "orders"})))
-            .await
-            .is_err()
-    );
+    let error = a
+        .call_tool(call("beta__streams_get", json!({"name": "orders"})))
+        .await
+        .unwrap_err();
+    assert_no_such_tool(&error, "beta__streams_get");
     a.cancel().await.unwrap();
     b.cancel().await.unwrap();
 }
@@ -155,23 +158,13 @@ async fn ending_a_session_should_close_its_upstream_sessions() {
         .call_tool(call("streamco__streams_list", json!({})))
         .await
         .unwrap();
-    let deletes = |requests: &[Value]| {
-        requests
-            .iter()
-            .filter(|r| r["method"] == "DELETE" && r["path"] == "/mcp")
-            .count()
-    };
-    assert_eq!(deletes(&provider.requests().await), 0);
+    assert_eq!(upstream_deletes(&provider).await, 0);
     session.cancel().await.unwrap();
-    let mut closed = 0;
-    for _ in 0..50 {
-        closed = deletes(&provider.requests().await);
-        if closed > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(closed, 1, "the upstream session was not closed");
+    let closed = eventually("the upstream session is closed", || async {
+        Some(upstream_deletes(&provider).await).filter(|n| *n > 0)
+    })
+    .await;
+    assert_eq!(closed, 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -186,13 +179,16 @@ async fn max_task_duration_should_end_the_task() {
         .await
         .unwrap();
     assert_ne!(before.is_error, Some(true));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let after = session
-        .call_tool(call("streamco__streams_list", json!({})))
-        .await
-        .unwrap();
-    assert_eq!(after.is_error, Some(true));
-    let error = &after.structured_content.unwrap()["error"];
+    assert_eq!(upstream_deletes(&provider).await, 0);
+    // Calls are served until the deadline, refused after it.
+    let error = eventually("a call after the time limit is rejected", || async {
+        let result = session
+            .call_tool(call("streamco__streams_list", json!({})))
+            .await
+            .unwrap();
+        (result.is_error == Some(true)).then(|| result.structured_content.unwrap()["error"].clone())
+    })
+    .await;
     assert_eq!(error["kind"], "rejected");
     assert!(
         error["message"]
@@ -202,13 +198,7 @@ async fn max_task_duration_should_end_the_task() {
         "{error}"
     );
     // The upstream was closed at the deadline, not at the session's end.
-    assert!(
-        provider
-            .requests()
-            .await
-            .iter()
-            .any(|r| r["method"] == "DELETE")
-    );
+    assert_eq!(upstream_deletes(&provider).await, 1);
     session.cancel().await.unwrap();
 }
 
@@ -350,6 +340,7 @@ async fn arguments_should_be_checked_against_the_input_schema() {
     let provider = DemoProvider::start(&[]);
     let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
     let session = sidecar.session("demo-project", None).await;
+    let before = provider.tool_calls().await;
     let result = session
         .call_tool(call("streamco__streams_get", json!({})))
         .await
@@ -373,24 +364,15 @@ async fn arguments_should_be_checked_against_the_input_schema() {
         (&error["kind"], &error["field"]),
         (&json!("invalid_input"), &json!("name"))
     );
-    // Nothing invalid was forwarded.
-    let forwarded = provider
-        .requests()
-        .await
-        .iter()
-        .filter(|r| r["method"] == "POST")
-        .count();
+    // Nothing invalid was forwarded; a valid call is.
+    assert_eq!(provider.tool_calls().await, before);
     session
         .call_tool(call("streamco__streams_get", json!({"name": "orders"})))
         .await
         .unwrap();
-    let after = provider
-        .requests()
-        .await
-        .iter()
-        .filter(|r| r["method"] == "POST")
-        .count();
-    assert_eq!(after, forwarded + 1);
+    let mut expected = before;
+    expected.push("streams_get".to_owned());
+    assert_eq!(provider.tool_calls().await, expected);
     session.cancel().await.unwrap();
 }
 
@@ -507,40 +489,46 @@ async fn an_idle_session_should_end_and_a_busy_one_should_not() {
     );
     let idle = sidecar.curl_initialize("demo-project", "t");
     let busy = sidecar.session("demo-project", Some("t")).await;
-    // Only tool calls on the busy session, for twice the idle time.
-    for _ in 0..10 {
-        let result = busy
-            .call_tool(call("streamco__streams_list", json!({})))
-            .await
-            .unwrap();
-        assert_ne!(result.is_error, Some(true));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    // The idle session is gone: its id is unknown now, and its upstream session was closed.
-    let (code, body, _) = sidecar.curl(
-        "POST",
-        "/mcp",
-        &[
-            (PROJECT_HEADER, "demo-project"),
-            ("authorization", "Bearer t"),
-            ("mcp-session-id", &idle),
-            ("mcp-protocol-version", "2025-11-25"),
-        ],
-        Some(
-            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"streamco__streams_list","arguments":{}}}"#,
-        ),
+    // Tool calls on the busy session only, until the idle one has been reaped (its upstream
+    // session closed — observed at the provider, since a request would keep it alive).
+    let stop = Arc::new(AtomicBool::new(false));
+    let caller = tokio::spawn({
+        let peer = busy.peer().clone();
+        let stop = stop.clone();
+        async move {
+            let mut calls = 0;
+            while !stop.load(Ordering::Acquire) {
+                let result = peer
+                    .call_tool(call("streamco__streams_list", json!({})))
+                    .await
+                    .unwrap();
+                assert_ne!(result.is_error, Some(true));
+                calls += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            calls
+        }
+    });
+    eventually("the idle session's upstream is closed", || async {
+        (upstream_deletes(&provider).await > 0).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::Release);
+    assert!(caller.await.unwrap() > 0);
+    // The idle session is gone: its id is refused by the sidecar's own check (a JSON-RPC
+    // body, not rmcp's plain-text 404).
+    let (code, body) = sidecar.curl_in_session(
+        &idle,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"streamco__streams_list","arguments":{}}}"#,
     );
-    // Refused by the sidecar's own check (a JSON-RPC body), not by rmcp's session table.
     assert_eq!(code, 404, "{body}");
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["error"]["code"], -32001, "{body}");
-    let deletes = provider
-        .requests()
-        .await
-        .iter()
-        .filter(|r| r["method"] == "DELETE")
-        .count();
-    assert_eq!(deletes, 1, "exactly the idle session's upstream is closed");
+    assert_eq!(
+        upstream_deletes(&provider).await,
+        1,
+        "exactly the idle session's upstream is closed"
+    );
     // The busy session still works.
     let result = busy
         .call_tool(call("streamco__streams_get", json!({"name": "orders"})))
@@ -725,5 +713,102 @@ async fn concurrent_composition_requests_should_compose_once_per_caller() {
     );
     assert_eq!(code, 200, "{body}");
     assert_eq!(compositions(&metrics(&address).await), 3);
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_call_should_keep_its_session_alive_past_the_idle_timeout() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(
+        &streamco(&provider),
+        &[provider.host()],
+        &[
+            ("CAPSTAN_SESSION_IDLE_SECONDS", "1"),
+            ("CAPSTAN_CALL_TIMEOUT_SECONDS", "3"),
+        ],
+    );
+    let session = sidecar.session("demo-project", Some("t")).await;
+    // The provider stops answering calls: this one runs until the call timeout (3 s), three
+    // times the idle timeout, with no other request on the session.
+    provider.set_faults(&["hang-calls"]).await;
+    let result = session
+        .call_tool(call("streamco__streams_list", json!({})))
+        .await
+        .unwrap();
+    let error = &result.structured_content.unwrap()["error"];
+    assert_eq!(error["kind"], "upstream_unavailable", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within 3s"),
+        "{error}"
+    );
+    provider.set_faults(&[]).await;
+    // The session outlived the call: it was busy, not idle.
+    let result = session
+        .call_tool(call("streamco__streams_get", json!({"name": "orders"})))
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true));
+    assert_eq!(upstream_deletes(&provider).await, 0);
+    session.cancel().await.unwrap();
+}
+
+/// Asserts that `error` is the protocol error for a tool this session does not have.
+fn assert_no_such_tool(error: &rmcp::ServiceError, name: &str) {
+    match error {
+        rmcp::ServiceError::McpError(error) => {
+            assert_eq!(
+                error.code,
+                rmcp::model::ErrorCode::INVALID_PARAMS,
+                "{error:?}"
+            );
+            assert!(
+                error
+                    .message
+                    .contains(&format!("no tool named {name:?} is available")),
+                "{error:?}"
+            );
+        }
+        other => panic!("{name}: expected a JSON-RPC error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tools_outside_the_allow_list_should_never_reach_the_provider() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let session = sidecar.session("demo-project", Some("t")).await;
+    let before = provider.tool_calls().await;
+    // The provider offers streams_export and streams_restart; the allow-list does not.
+    for name in [
+        "streams_export",
+        "streamco__streams_export",
+        "streamco__streams_restart",
+        "streams_list",
+    ] {
+        let error = session
+            .call_tool(call(name, json!({"name": "orders"})))
+            .await
+            .unwrap_err();
+        assert_no_such_tool(&error, name);
+    }
+    // The same through the direct path, raw.
+    let id = sidecar.curl_initialize("demo-project", "t");
+    let (code, body) = sidecar.curl_in_session(
+        &id,
+        r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"streamco__streams_export","arguments":{}}}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("-32602"), "{body}");
+    assert_eq!(provider.tool_calls().await, before);
+    // The recording sees calls that are allowed: the oracle can tell.
+    session
+        .call_tool(call("streamco__streams_list", json!({})))
+        .await
+        .unwrap();
+    let after = provider.tool_calls().await;
+    assert_eq!(after[before.len()..], ["streams_list"]);
     session.cancel().await.unwrap();
 }

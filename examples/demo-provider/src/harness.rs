@@ -126,6 +126,17 @@ impl DemoProvider {
             .unwrap_or_else(|e| panic!("decoding the provider's requests: {e}"))
     }
 
+    /// The tools named by the `tools/call` requests the provider received, in order.
+    pub async fn tool_calls(&self) -> Vec<String> {
+        self.requests()
+            .await
+            .iter()
+            .filter_map(|r| r["rpc"].as_array())
+            .flatten()
+            .filter_map(|m| m["tool"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Replaces the provider's faults.
     pub async fn set_faults(&self, faults: &[&str]) {
         let body = serde_json::to_string(faults).unwrap_or_default();

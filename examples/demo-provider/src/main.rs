@@ -4,9 +4,11 @@
 //!
 //! Faults for tests, set with `--fault` (repeatable), `DEMO_PROVIDER_FAULTS` (comma-separated)
 //! or at run time with `PUT /debug/faults` (a JSON array):
-//! `hang` (MCP requests never answer), `http-500`, `malformed` (MCP answers are not JSON-RPC),
+//! `hang` (MCP requests never answer), `hang-calls` (`tools/call` requests never answer),
+//! `http-500`, `malformed` (MCP answers are not JSON-RPC),
 //! `drop-tool:<name>` (left out of `tools/list`), `oversized-knowledge` (1 MiB of knowledge).
-//! Every request's method, path and headers are recorded; `GET /debug/requests` returns them.
+//! Every request's method, path and headers are recorded, and for MCP POSTs the JSON-RPC
+//! method and the tool a `tools/call` names; `GET /debug/requests` returns them.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -58,7 +60,37 @@ struct Recorded {
     method: String,
     path: String,
     headers: BTreeMap<String, String>,
+    /// The JSON-RPC messages of an MCP POST: method, and the tool of a `tools/call`.
+    rpc: Vec<RpcMessage>,
 }
+
+/// What one JSON-RPC message asked for.
+#[derive(Clone, Debug, Serialize)]
+struct RpcMessage {
+    method: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool: Option<String>,
+}
+
+impl RpcMessage {
+    /// The messages of a body (one message or a batch); nothing for a body that is not JSON.
+    fn read(body: &[u8]) -> Vec<Self> {
+        let one = |message: &serde_json::Value| Self {
+            method: message["method"].as_str().map(str::to_owned),
+            tool: (message["method"] == "tools/call")
+                .then(|| message["params"]["name"].as_str().map(str::to_owned))
+                .flatten(),
+        };
+        match serde_json::from_slice::<serde_json::Value>(body) {
+            Ok(serde_json::Value::Array(batch)) => batch.iter().map(one).collect(),
+            Ok(message) => vec![one(&message)],
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// Largest MCP request body the provider reads to record it: far above any test's call.
+const MAX_RECORDED_BODY: usize = 16 * 1024 * 1024;
 
 #[derive(Default)]
 struct Shared {
@@ -246,11 +278,25 @@ async fn record_and_fault(
     request: Request,
     next: Next,
 ) -> Response {
+    let (parts, body) = request.into_parts();
+    let is_mcp = parts.uri.path().starts_with("/mcp");
+    let (body, rpc) = if is_mcp && parts.method == axum::http::Method::POST {
+        match axum::body::to_bytes(body, MAX_RECORDED_BODY).await {
+            Ok(bytes) => {
+                let rpc = RpcMessage::read(&bytes);
+                (Body::from(bytes), rpc)
+            }
+            Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "body too large\n").into_response(),
+        }
+    } else {
+        (body, Vec::new())
+    };
+    let calls_a_tool = rpc.iter().any(|m| m.tool.is_some());
     let recorded = Recorded {
-        method: request.method().to_string(),
-        path: request.uri().path().to_owned(),
-        headers: request
-            .headers()
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_owned(),
+        headers: parts
+            .headers
             .iter()
             .map(|(k, v)| {
                 (
@@ -259,12 +305,14 @@ async fn record_and_fault(
                 )
             })
             .collect(),
+        rpc,
     };
     if let Ok(mut requests) = shared.requests.lock() {
         requests.push(recorded);
     }
-    if request.uri().path().starts_with("/mcp") {
-        if shared.has("hang") {
+    let request = Request::from_parts(parts, body);
+    if is_mcp {
+        if shared.has("hang") || (calls_a_tool && shared.has("hang-calls")) {
             std::future::pending::<()>().await;
         }
         if shared.has("http-500") {

@@ -109,3 +109,18 @@ pub fn knowledge_binding(urls: &[String]) -> String {
     }]))
     .unwrap()
 }
+
+/// Composes one binding `name` whose MCP server `server` at `endpoint` allows `include`, with
+/// `hosts` on both allow-lists.
+pub async fn compose_binding(
+    hosts: &[String],
+    name: &str,
+    server: &str,
+    endpoint: &str,
+    include: &[&str],
+) -> capstan_compose::Composed {
+    let text = serde_json::to_string(&json!([binding(name, server, endpoint, include)])).unwrap();
+    composer(hosts, hosts, Limits::default())
+        .compose(&documents(&text))
+        .await
+}

@@ -228,6 +228,23 @@ impl Sidecar {
             .expect("a session id")
     }
 
+    /// POSTs `body` in session `id`, as the caller `curl_initialize("demo-project", "t")`
+    /// bound to it; returns (HTTP status, body).
+    pub fn curl_in_session(&self, id: &str, body: &str) -> (u16, String) {
+        let (code, body, _) = self.curl(
+            "POST",
+            "/mcp",
+            &[
+                (PROJECT_HEADER, "demo-project"),
+                ("authorization", "Bearer t"),
+                ("mcp-session-id", id),
+                ("mcp-protocol-version", "2025-11-25"),
+            ],
+            Some(body),
+        );
+        (code, body)
+    }
+
     /// The metering events written so far.
     pub fn meter_events(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.metering)
@@ -345,6 +362,29 @@ pub fn free_address() -> String {
         .unwrap()
         .port();
     format!("127.0.0.1:{port}")
+}
+
+/// How long a condition may take to hold before a test fails: generous, because the machine
+/// may be busy; tests assert outcomes, not speed.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Polls `probe` until it yields a value, failing the test with `what` after [`PATIENCE`].
+pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "not within {PATIENCE:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Arguments as an MCP argument object.
