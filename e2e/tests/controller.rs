@@ -186,6 +186,24 @@ fn controller(
         .map_err(|e| e.to_string().into())
 }
 
+/// The writers of the bindings `names` in the audit log, once it shows at least one: the audit
+/// event of a write is logged as its response completes, so it may trail the status a reader
+/// already sees.
+async fn logged_writers(
+    env: &Env,
+    names: &[String],
+) -> Result<BTreeMap<String, usize>, libtest_mimic::Failed> {
+    eventually(
+        PATIENCE,
+        || async {
+            let writers = status_writes(env, "capabilitybindings", names);
+            (!writers.is_empty()).then_some(writers)
+        },
+        || format!("the writes of {names:?} in the audit log"),
+    )
+    .await
+}
+
 /// Successful status writes recorded by the apiserver for objects of `resource` named in
 /// `names`, by user.
 fn status_writes(env: &Env, resource: &str, names: &[String]) -> BTreeMap<String, usize> {
@@ -488,7 +506,8 @@ fn leader_election(env: &Env) -> Outcome {
         apply(client, "CapabilityBinding", "ha-after", valid_spec()).await?;
         wait_accepted(client, "CapabilityBinding", "ha-after", "True", "Validated").await?;
         let handover = killed.elapsed();
-        let writers = status_writes(env, "capabilitybindings", &["ha-after".to_owned()]);
+        let after = ["ha-after".to_owned()];
+        let writers = logged_writers(env, &after).await?;
         check(
             writers
                 .keys()
@@ -562,7 +581,7 @@ fn graceful_handover(env: &Env) -> Outcome {
         let first = vec!["graceful-before".to_owned()];
         apply(client, "CapabilityBinding", &first[0], valid_spec()).await?;
         wait_accepted(client, "CapabilityBinding", &first[0], "True", "Validated").await?;
-        let writers = status_writes(env, "capabilitybindings", &first);
+        let writers = logged_writers(env, &first).await?;
         check(writers.len() == 1, || format!("writers {writers:?}"))?;
         let (leader, standby) = if writers.keys().any(|u| u.ends_with(":graceful-a")) {
             (0, "graceful-b")
@@ -573,7 +592,7 @@ fn graceful_handover(env: &Env) -> Outcome {
         let after = vec!["graceful-after".to_owned()];
         apply(client, "CapabilityBinding", &after[0], valid_spec()).await?;
         wait_accepted(client, "CapabilityBinding", &after[0], "True", "Validated").await?;
-        let writers = status_writes(env, "capabilitybindings", &after);
+        let writers = logged_writers(env, &after).await?;
         check(
             writers.len() == 1 && writers.keys().all(|u| u.ends_with(&format!(":{standby}"))),
             || format!("after the graceful stop: {writers:?}"),
