@@ -15,6 +15,7 @@ pub mod patterns;
 pub mod project;
 pub mod qualifier;
 pub mod validate;
+pub mod wire;
 
 pub use binding::{
     Authority, CapabilityBinding, CapabilityBindingSpec, CapabilityBindingStatus,
