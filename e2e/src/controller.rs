@@ -4,57 +4,16 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 
-use crate::{ControlPlane, HarnessError, printed, repo_root};
+use crate::{ControlPlane, HarnessError};
 
 /// The namespace the controller's Lease and service accounts live in.
 pub const NAMESPACE: &str = "capstan-system";
 
-/// The controller binary, built once per test binary (a no-op when up to date).
-pub fn controller_binary() -> Result<PathBuf, HarnessError> {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            // A release build under `cargo bench`, so measurements are of optimised code.
-            let profile: &[&str] = if cfg!(debug_assertions) {
-                &[]
-            } else {
-                &["--release"]
-            };
-            let output = Command::new(cargo)
-                .args([
-                    "build",
-                    "-q",
-                    "-p",
-                    "capstan-controller",
-                    "--bin",
-                    "capstan-controller",
-                ])
-                .args(profile)
-                .current_dir(repo_root())
-                .output()
-                .map_err(|e| format!("cargo build: {e}"))?;
-            if !output.status.success() {
-                return Err(format!(
-                    "cargo build -p capstan-controller failed:\n{}",
-                    printed(&output)
-                ));
-            }
-            // Tests run from <target>/<profile>/deps; the binary sits in <target>/<profile>.
-            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            let dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .ok_or("test binary has no target dir")?;
-            Ok(dir.join("capstan-controller"))
-        })
-        .clone()
-        .map_err(|message| HarnessError::Io {
-            path: "capstan-controller".into(),
-            source: std::io::Error::other(message),
-        })
+/// The controller binary, as the tests' own build made it (see
+/// `capstan_demo_provider::harness::binary`).
+pub fn controller_binary() -> PathBuf {
+    capstan_demo_provider::harness::binary("capstan-controller")
 }
 
 /// Runs kubectl on the test plane, failing with what it printed.
@@ -194,7 +153,7 @@ impl ControllerProcess {
         name: &str,
         args: &[&str],
     ) -> Result<Self, HarnessError> {
-        let binary = controller_binary()?;
+        let binary = controller_binary();
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|source| HarnessError::Io {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_compose::{CachedSource, CrdSource, DocumentSource, Outcome as CacheOutcome};
+use capstan_compose::{CachedSource, CrdSource, DocumentSource, ReadOutcome as CacheOutcome};
 use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::suite::{Env, Outcome, check, trial};
 use capstan_e2e::{FIELD_MANAGER, HarnessError};

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use capstan_api::wire::{DEFAULT_SOCKET, MCP_URL, PROJECT_HEADER, SOCKET_HOST};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -14,18 +15,11 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, UnixSocketHttpClient};
 use serde_json::Value;
 
-/// The base URL requests use over the socket (the Host value the sidecar accepts).
-const BASE: &str = "http://localhost";
-
 /// Where the sidecar listens and who is asking.
 #[derive(Debug, clap::Args)]
 pub struct Target {
     /// The sidecar's Unix socket.
-    #[arg(
-        long,
-        env = "CAPSTAN_SOCKET",
-        default_value = "/var/run/capstan/composer.sock"
-    )]
+    #[arg(long, env = "CAPSTAN_SOCKET", default_value = DEFAULT_SOCKET)]
     socket: PathBuf,
     /// The project to act in (a Kubernetes object name: lower-case letters, digits, '-'
     /// and '.').
@@ -35,11 +29,7 @@ pub struct Target {
     #[arg(long, env = "CAPSTAN_TOKEN")]
     token: Option<String>,
     /// The header naming the project (as the sidecar is configured).
-    #[arg(
-        long,
-        env = "CAPSTAN_PROJECT_HEADER",
-        default_value = "X-Capstan-Project"
-    )]
+    #[arg(long, env = "CAPSTAN_PROJECT_HEADER", default_value = PROJECT_HEADER)]
     project_header: String,
 }
 
@@ -113,8 +103,8 @@ async fn fetch_composition(target: &Target) -> Result<Value, String> {
         .await
         .map_err(|e| format!("{}: {e}", socket.display()))?;
     tokio::spawn(connection);
-    let mut request = hyper::Request::get(format!("{BASE}/v1/composition"))
-        .header(hyper::header::HOST, "localhost")
+    let mut request = hyper::Request::get(format!("http://{SOCKET_HOST}/v1/composition"))
+        .header(hyper::header::HOST, SOCKET_HOST)
         .header(target.project_header.as_str(), target.project.as_str());
     if let Some(token) = &target.token {
         request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
@@ -243,18 +233,17 @@ async fn call_tool(
     arguments: Value,
 ) -> Result<(String, bool), String> {
     let socket = target.socket.to_string_lossy().into_owned();
-    let url = format!("{BASE}/mcp");
     let header = http::HeaderName::try_from(target.project_header.as_str())
         .map_err(|e| format!("project header: {e}"))?;
     let value = http::HeaderValue::try_from(target.project.as_str())
         .map_err(|e| format!("project: {e}"))?;
-    let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone())
+    let mut config = StreamableHttpClientTransportConfig::with_uri(MCP_URL)
         .custom_headers(HashMap::from([(header, value)]));
     if let Some(token) = &target.token {
         config = config.auth_header(token.clone());
     }
     let transport = StreamableHttpClientTransport::with_client(
-        UnixSocketHttpClient::new(&socket, &url),
+        UnixSocketHttpClient::new(&socket, MCP_URL),
         config,
     );
     let client = ClientConfig::default()

@@ -1,53 +1,20 @@
-//! A per-project cache in front of a document source: TTL, the last good answer served when a
-//! refresh fails, empty answers never cached, bounded with expired entries evicted first.
+//! A per-project cache in front of a document source (the crd source): TTL, the last good
+//! answer served when a refresh fails, empty answers never cached, bounded with expired
+//! entries evicted first.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::compose::Document;
+use crate::document::Document;
+use crate::read::{ProjectDocuments, ReadOutcome};
 use crate::source::DocumentSource;
-
-/// How a read was answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// A fresh cached answer.
-    Hit,
-    /// Fetched from the source (and cached).
-    Miss,
-    /// The source failed; the last good answer was served.
-    StaleServed,
-    /// The source failed and nothing was cached: no documents.
-    Error,
-    /// The source answered with no documents (not cached).
-    Empty,
-}
-
-impl Outcome {
-    /// The metric label (`hit`, `miss`, `stale_served`, `error`, `empty`).
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Hit => "hit",
-            Self::Miss => "miss",
-            Self::StaleServed => "stale_served",
-            Self::Error => "error",
-            Self::Empty => "empty",
-        }
-    }
-
-    const ALL: [Outcome; 5] = [
-        Self::Hit,
-        Self::Miss,
-        Self::StaleServed,
-        Self::Error,
-        Self::Empty,
-    ];
-}
 
 /// Default entry lifetime. 60 s: matches the SAR cache's TTL, so a revoked entitlement
 /// lingers no longer than a revoked authorization already does.
@@ -93,8 +60,11 @@ impl CachedSource {
     }
 
     /// How many reads ended in `outcome` so far.
-    pub fn count(&self, outcome: Outcome) -> u64 {
-        let index = Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
+    pub fn count(&self, outcome: ReadOutcome) -> u64 {
+        let index = ReadOutcome::ALL
+            .iter()
+            .position(|o| *o == outcome)
+            .unwrap_or(0);
         self.counts[index].load(Ordering::Relaxed)
     }
 
@@ -113,20 +83,23 @@ impl CachedSource {
         self.entries.lock().await.contains_key(project)
     }
 
-    fn counted(&self, outcome: Outcome) -> Outcome {
-        let index = Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
+    fn counted(&self, outcome: ReadOutcome) -> ReadOutcome {
+        let index = ReadOutcome::ALL
+            .iter()
+            .position(|o| *o == outcome)
+            .unwrap_or(0);
         self.counts[index].fetch_add(1, Ordering::Relaxed);
         outcome
     }
 
     /// The project's documents and how they were obtained.
-    pub async fn documents(&self, project: &str) -> (Arc<Vec<Document>>, Outcome) {
+    pub async fn documents(&self, project: &str) -> (Arc<Vec<Document>>, ReadOutcome) {
         {
             let entries = self.entries.lock().await;
             if let Some(entry) = entries.get(project)
                 && entry.fetched.elapsed() < self.ttl
             {
-                return (entry.documents.clone(), self.counted(Outcome::Hit));
+                return (entry.documents.clone(), self.counted(ReadOutcome::Hit));
             }
         }
         // Fetch without holding the lock: one slow project must not stall the others.
@@ -137,7 +110,7 @@ impl CachedSource {
                 // An empty answer is the truth (no bindings, or not yet), never pinned for a
                 // TTL; it also retires any older answer.
                 entries.remove(project);
-                (Arc::new(Vec::new()), self.counted(Outcome::Empty))
+                (Arc::new(Vec::new()), self.counted(ReadOutcome::Empty))
             }
             Ok(documents) => {
                 let documents = Arc::new(documents);
@@ -151,16 +124,19 @@ impl CachedSource {
                         fetched: Instant::now(),
                     },
                 );
-                (documents, self.counted(Outcome::Miss))
+                (documents, self.counted(ReadOutcome::Miss))
             }
             Err(error) => match entries.get(project) {
                 Some(entry) => {
                     warn!(%error, age = ?entry.fetched.elapsed(), "serving the last good capability documents");
-                    (entry.documents.clone(), self.counted(Outcome::StaleServed))
+                    (
+                        entry.documents.clone(),
+                        self.counted(ReadOutcome::StaleServed),
+                    )
                 }
                 None => {
                     warn!(%error, "capability documents unavailable; composing built-ins only");
-                    (Arc::new(Vec::new()), self.counted(Outcome::Error))
+                    (Arc::new(Vec::new()), self.counted(ReadOutcome::Error))
                 }
             },
         }
@@ -180,6 +156,12 @@ impl CachedSource {
         {
             entries.remove(&oldest);
         }
+    }
+}
+
+impl ProjectDocuments for CachedSource {
+    fn read<'a>(&'a self, project: &'a str) -> BoxFuture<'a, (Arc<Vec<Document>>, ReadOutcome)> {
+        Box::pin(self.documents(project))
     }
 }
 
@@ -256,13 +238,13 @@ mod tests {
         let source = Arc::new(Scripted::default());
         source.script("p", &[Ok(2), Ok(3)]);
         let cache = cache(&source, 4);
-        assert_eq!(cache.documents("p").await.1, Outcome::Miss);
+        assert_eq!(cache.documents("p").await.1, ReadOutcome::Miss);
         tokio::time::advance(Duration::from_secs(59)).await;
         let (documents, outcome) = cache.documents("p").await;
-        assert_eq!((documents.len(), outcome), (2, Outcome::Hit));
+        assert_eq!((documents.len(), outcome), (2, ReadOutcome::Hit));
         tokio::time::advance(Duration::from_secs(1)).await;
         let (documents, outcome) = cache.documents("p").await;
-        assert_eq!((documents.len(), outcome), (3, Outcome::Miss));
+        assert_eq!((documents.len(), outcome), (3, ReadOutcome::Miss));
         assert_eq!(source.reads.load(Ordering::Relaxed), 2);
     }
 
@@ -274,10 +256,10 @@ mod tests {
         cache.documents("p").await;
         tokio::time::advance(Duration::from_secs(61)).await;
         let (documents, outcome) = cache.documents("p").await;
-        assert_eq!((documents.len(), outcome), (2, Outcome::StaleServed));
+        assert_eq!((documents.len(), outcome), (2, ReadOutcome::StaleServed));
         // The stale entry is not refreshed by serving it: the next read tries again.
         let (documents, outcome) = cache.documents("p").await;
-        assert_eq!((documents.len(), outcome), (1, Outcome::Miss));
+        assert_eq!((documents.len(), outcome), (1, ReadOutcome::Miss));
     }
 
     #[tokio::test(start_paused = true)]
@@ -286,7 +268,7 @@ mod tests {
         source.script("p", &[Err(())]);
         let cache = cache(&source, 4);
         let (documents, outcome) = cache.documents("p").await;
-        assert_eq!((documents.len(), outcome), (0, Outcome::Error));
+        assert_eq!((documents.len(), outcome), (0, ReadOutcome::Error));
         assert!(cache.is_empty().await);
     }
 
@@ -295,17 +277,17 @@ mod tests {
         let source = Arc::new(Scripted::default());
         source.script("p", &[Ok(0), Ok(2), Ok(0), Err(())]);
         let cache = cache(&source, 4);
-        assert_eq!(cache.documents("p").await.1, Outcome::Empty);
+        assert_eq!(cache.documents("p").await.1, ReadOutcome::Empty);
         assert!(!cache.contains("p").await);
         // A newly entitled project is seen at once, not after a TTL of "nothing".
-        assert_eq!(cache.documents("p").await.1, Outcome::Miss);
+        assert_eq!(cache.documents("p").await.1, ReadOutcome::Miss);
         tokio::time::advance(Duration::from_secs(61)).await;
         // An empty answer retires the older one: a failure afterwards has nothing stale.
-        assert_eq!(cache.documents("p").await.1, Outcome::Empty);
-        assert_eq!(cache.documents("p").await.1, Outcome::Error);
-        assert_eq!(cache.count(Outcome::Empty), 2);
-        assert_eq!(cache.count(Outcome::Miss), 1);
-        assert_eq!(cache.count(Outcome::Error), 1);
+        assert_eq!(cache.documents("p").await.1, ReadOutcome::Empty);
+        assert_eq!(cache.documents("p").await.1, ReadOutcome::Error);
+        assert_eq!(cache.count(ReadOutcome::Empty), 2);
+        assert_eq!(cache.count(ReadOutcome::Miss), 1);
+        assert_eq!(cache.count(ReadOutcome::Error), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,7 +6,8 @@ use futures::StreamExt;
 use reqwest::redirect;
 use thiserror::Error;
 
-use crate::guard::{EndpointGuard, Refusal, address_refused};
+use crate::errors::{chain_text, find_in_chain};
+use crate::guard::{AddressRefused, EndpointGuard, Refusal};
 
 /// Redirects followed per fetch: enough for a moved document, few enough to bound a loop.
 pub const MAX_REDIRECTS: usize = 5;
@@ -144,17 +145,13 @@ pub fn guarded_client_builder(guard: &EndpointGuard) -> reqwest::ClientBuilder {
 
 /// Turns a reqwest error into a refusal when the guard was behind it.
 fn classify(url: &str, error: &reqwest::Error) -> FetchError {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = current {
-        if let Some(refusal) = e.downcast_ref::<Refusal>() {
-            return FetchError::Refused(Refusal {
-                url: url.to_owned(),
-                reason: format!("redirected to {}: {}", refusal.url, refusal.reason),
-            });
-        }
-        current = e.source();
+    if let Some(refusal) = find_in_chain::<Refusal>(error) {
+        return FetchError::Refused(Refusal {
+            url: url.to_owned(),
+            reason: format!("redirected to {}: {}", refusal.url, refusal.reason),
+        });
     }
-    if let Some(refused) = address_refused(error) {
+    if let Some(refused) = find_in_chain::<AddressRefused>(error) {
         return FetchError::Refused(Refusal {
             url: url.to_owned(),
             reason: refused.to_string(),
@@ -162,21 +159,6 @@ fn classify(url: &str, error: &reqwest::Error) -> FetchError {
     }
     FetchError::Transport {
         url: url.to_owned(),
-        message: error_chain(error),
+        message: chain_text(error),
     }
-}
-
-/// An error and its sources on one line.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut current = error.source();
-    while let Some(e) = current {
-        let text = e.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        current = e.source();
-    }
-    message
 }

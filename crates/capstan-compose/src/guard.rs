@@ -503,20 +503,6 @@ impl Resolve for GuardedResolver {
     }
 }
 
-/// Finds an [`AddressRefused`] in an error's source chain (reqwest wraps resolver errors).
-pub fn address_refused<'a>(
-    error: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a AddressRefused> {
-    let mut current = Some(error);
-    while let Some(e) = current {
-        if let Some(refused) = e.downcast_ref::<AddressRefused>() {
-            return Some(refused);
-        }
-        current = e.source();
-    }
-    None
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -5,8 +5,10 @@ use std::fmt::Write as _;
 
 use capstan_api::binding::KnowledgeSourceType;
 
-use crate::compose::{Document, Limits, SkillSummary};
+use crate::composition::SkillSummary;
+use crate::document::Document;
 use crate::fetch::{FetchError, Fetched, Fetcher};
+use crate::limits::Limits;
 
 /// One knowledge source's fetch.
 #[derive(Debug)]

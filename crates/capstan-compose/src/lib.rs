@@ -1,23 +1,43 @@
 //! capstan-compose: turns a project's capability documents into one composed tool set —
 //! sources and their cache, the endpoint guard, knowledge, skills and MCP upstreams — with a
 //! per-binding outcome the sidecar serves and the controller's probe reports.
+//!
+//! How the modules depend on each other: `docs/architecture.md#capstan-compose`.
 
-pub mod cache;
-pub mod compose;
-pub mod fetch;
-pub mod guard;
-pub mod knowledge;
-pub mod pooled;
-pub mod source;
-pub mod upstream;
+mod cache;
+mod call_error;
+mod compose;
+mod composition;
+mod direct_call;
+mod document;
+mod errors;
+mod fetch;
+mod guard;
+mod knowledge;
+mod limits;
+mod pooled;
+mod read;
+mod source;
+mod upstream;
 
-pub use cache::{CachedSource, Outcome};
-pub use compose::{
-    BindingOutcome, Composed, ComposedTool, Composer, Composition, Document, Limits, SkillSummary,
+pub use cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
+pub use call_error::CallError;
+pub use compose::{Composed, Composer, SkillError, ToolCallError, composed_name, sanitize};
+pub use composition::{BindingOutcome, Collision, ComposedTool, Composition, SkillSummary};
+pub use document::Document;
+pub use errors::{chain_text, find_in_chain};
+pub use fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};
+pub use guard::{AddressRefused, AddressScope, EndpointGuard, HostPattern, PatternError, Refusal};
+pub use limits::{
+    DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FETCH_TIMEOUT,
+    DEFAULT_KNOWLEDGE_SOURCE_CAP, DEFAULT_KNOWLEDGE_TOTAL_CAP, DEFAULT_SKILL_CAP, Limits,
 };
-pub use fetch::Fetcher;
-pub use guard::{EndpointGuard, Refusal};
-pub use source::{CrdSource, DocumentSource, FixtureSource, HttpSource, SourceError};
+pub use read::{ProjectDocuments, ReadOutcome, Uncached};
+pub use source::{
+    CrdSource, DEFAULT_PROVIDER_MAX_BODY, DocumentSource, FixtureSource, HTTP_SOURCE_TIMEOUT,
+    HttpSource, SourceError,
+};
+pub use upstream::ConnectError;
 
 /// Installs the process-wide TLS crypto provider (ring, the one kube uses) unless one is
 /// installed already. Call once before building clients.

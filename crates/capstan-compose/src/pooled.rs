@@ -26,7 +26,8 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpResponseLimits,
 };
 
-use crate::guard::{AddressRefused, address_refused};
+use crate::errors::find_in_chain;
+use crate::guard::AddressRefused;
 
 /// How long an abandoned response stream may take to end before its connection is closed
 /// instead of reused.
@@ -88,7 +89,7 @@ impl PooledClient {
                 .await
                 .inspect_err(|error| {
                     if let StreamableHttpError::Client(error) = error
-                        && let Some(refused) = address_refused(error)
+                        && let Some(refused) = find_in_chain::<AddressRefused>(error)
                     {
                         let _ = self.refused.set(refused.clone());
                     }

@@ -4,8 +4,7 @@
 //! Every source reads through `capstan_api::parse`, so one schema and one validator serve all
 //! three. A source answers `Err` only when it could not read at all; invalid documents are
 //! skipped with a warning and the valid ones kept. What an `Err` becomes (no capabilities, or
-//! the last good answer) is the caller's policy: see [`read_or_empty`] and
-//! [`crate::cache::CachedSource`].
+//! the last good answer) is the reader's policy: see `read.rs` and `cache.rs`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,7 +18,8 @@ use serde_json::json;
 use thiserror::Error;
 use tracing::warn;
 
-use crate::compose::Document;
+use crate::document::Document;
+use crate::errors::chain_text;
 
 /// Bytes escaped in a project name placed in a URL path: everything but RFC 3986 unreserved.
 const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -66,18 +66,6 @@ pub trait DocumentSource: Send + Sync {
         &'a self,
         project: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>>;
-}
-
-/// The documents of `project`, or none when the source cannot answer (logged): a provider
-/// outage never fails a task, the assistant proceeds with its built-ins.
-pub async fn read_or_empty(source: &dyn DocumentSource, project: &str) -> Vec<Document> {
-    match source.documents(project).await {
-        Ok(documents) => documents,
-        Err(error) => {
-            warn!(%error, "capability documents unavailable; composing built-ins only");
-            Vec::new()
-        }
-    }
 }
 
 /// Valid documents of `parsed` (invalid ones logged and skipped), named by `metadata.name` or
@@ -264,7 +252,7 @@ impl DocumentSource for HttpSource {
                 .header(reqwest::header::ACCEPT, "application/json")
                 .send()
                 .await
-                .map_err(|e| error(crate::fetch::error_chain(&e)))?;
+                .map_err(|e| error(chain_text(&e)))?;
             let status = response.status();
             if !status.is_success() {
                 return Err(error(format!("HTTP {status}")));

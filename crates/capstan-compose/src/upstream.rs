@@ -1,24 +1,26 @@
 //! MCP upstreams: one rmcp Streamable HTTP client per `mcpServers[]` entry.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
-use futures::StreamExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientConfig, ErrorCode, JsonObject, Tool,
 };
 use rmcp::service::{RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
 use rmcp::{RoleClient, ServiceExt};
-use serde_json::{Value, json};
-use sse_stream::SseStream;
-use std::sync::atomic::{AtomicBool, AtomicU64};
 use thiserror::Error;
 
-use crate::fetch::{ClientError, error_chain, guarded_client_builder};
-use crate::guard::{EndpointGuard, Refusal, address_refused};
-use crate::pooled::{DrainOnDrop, PooledClient};
+use crate::call_error::CallError;
+use crate::direct_call::DirectCalls;
+use crate::errors::{chain_text, find_in_chain};
+use crate::fetch::{ClientError, guarded_client_builder};
+use crate::guard::{AddressRefused, EndpointGuard, Refusal};
+use crate::pooled::PooledClient;
 
 /// How long an idle upstream connection is kept for reuse.
 const POOL_IDLE: Duration = Duration::from_secs(30);
@@ -47,45 +49,6 @@ pub enum ConnectError {
     },
 }
 
-/// Why a forwarded call produced no result. Each maps onto one of design.md's error kinds.
-#[derive(Clone, Debug, Error, PartialEq, Eq)]
-pub enum CallError {
-    /// The tool is not on the server's allow-list.
-    #[error("tool {tool} is not allowed on MCP server {server}")]
-    NotAllowed {
-        /// The MCP server entry.
-        server: String,
-        /// The tool's upstream name.
-        tool: String,
-    },
-    /// The upstream refused the arguments.
-    #[error("{server} refused the arguments of {tool}: {message}")]
-    InvalidInput {
-        /// The MCP server entry.
-        server: String,
-        /// The tool's upstream name.
-        tool: String,
-        /// The upstream's message.
-        message: String,
-    },
-    /// The upstream cannot be reached or did not answer in time.
-    #[error("{server} is unavailable: {message}")]
-    Unavailable {
-        /// The MCP server entry.
-        server: String,
-        /// What failed.
-        message: String,
-    },
-    /// The upstream answered with something that is not a tool result.
-    #[error("{server} answered with a malformed response: {message}")]
-    Malformed {
-        /// The MCP server entry.
-        server: String,
-        /// What was wrong.
-        message: String,
-    },
-}
-
 /// An initialized client of one MCP server, limited to its allow-list.
 pub struct Upstream {
     /// The `mcpServers[].name` entry.
@@ -96,15 +59,6 @@ pub struct Upstream {
     client: RunningService<RoleClient, ClientConfig>,
     direct: Option<DirectCalls>,
     closed: AtomicBool,
-}
-
-/// What a tool call needs to go straight to the server (see [`Upstream::call`]).
-struct DirectCalls {
-    http: reqwest::Client,
-    url: String,
-    session: String,
-    version: String,
-    next_id: AtomicU64,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -187,13 +141,16 @@ async fn connect(
     {
         Ok(Ok(client)) => client,
         Ok(Err(error)) => {
-            if let Some(refused) = pooled.refused().or_else(|| address_refused(&error)) {
+            if let Some(refused) = pooled
+                .refused()
+                .or_else(|| find_in_chain::<AddressRefused>(&error))
+            {
                 return Err(ConnectError::Refused(Refusal {
                     url: endpoint.to_owned(),
                     reason: refused.to_string(),
                 }));
             }
-            return Err(connect_error(error_chain(&error)));
+            return Err(connect_error(chain_text(&error)));
         }
         Err(_) => return Err(connect_error(format!("no answer within {timeout:?}"))),
     };
@@ -203,7 +160,7 @@ async fn connect(
             let _ = client.cancel().await;
             return Err(ConnectError::List {
                 endpoint: endpoint.to_owned(),
-                message: error_chain(&error),
+                message: chain_text(&error),
             });
         }
         Err(_) => {
@@ -222,6 +179,7 @@ async fn connect(
     let direct = match (pooled.session(), version) {
         (Some(session), Some(version)) if version.as_str() <= SESSION_REVISIONS_UP_TO => {
             Some(DirectCalls {
+                server: server.to_owned(),
                 http,
                 url: checked.url.as_str().to_owned(),
                 session: session.to_owned(),
@@ -263,7 +221,7 @@ impl Upstream {
         }
         let answer = match &self.direct {
             Some(direct) if !self.closed.load(std::sync::atomic::Ordering::Acquire) => {
-                tokio::time::timeout(timeout, self.call_direct(direct, tool, arguments)).await
+                tokio::time::timeout(timeout, direct.call(tool, arguments)).await
             }
             _ => {
                 let mut params = CallToolRequestParams::new(tool.to_owned());
@@ -285,140 +243,6 @@ impl Upstream {
         })
     }
 
-    /// One `tools/call` POSTed in the caller's own task on the session rmcp opened.
-    ///
-    /// rmcp's client routes every request through its service loop, its transport worker and
-    /// a task per response stream, and back (the sidecar benchmark's profile was dominated by
-    /// those task switches; this path cut the forwarded call's latency by a third). The
-    /// session's lifecycle — initialize, tools/list, the GET stream, DELETE — stays with
-    /// rmcp; this sends one request and reads its answer (JSON, or the SSE stream up to the
-    /// response with this request's id), under the same limits rmcp applies.
-    async fn call_direct(
-        &self,
-        direct: &DirectCalls,
-        tool: &str,
-        arguments: Option<JsonObject>,
-    ) -> Result<CallToolResult, CallError> {
-        let unavailable = |message: String| CallError::Unavailable {
-            server: self.server.clone(),
-            message,
-        };
-        let malformed = |message: String| CallError::Malformed {
-            server: self.server.clone(),
-            message,
-        };
-        let id = format!(
-            "capstan-{}",
-            direct
-                .next_id
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
-        let request = json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "method": "tools/call",
-            "params": { "name": tool, "arguments": arguments.unwrap_or_default() },
-        });
-        let response = direct
-            .http
-            .post(&direct.url)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::ACCEPT, "application/json, text/event-stream")
-            .header("mcp-session-id", &direct.session)
-            .header("mcp-protocol-version", &direct.version)
-            .body(serde_json::to_vec(&request).unwrap_or_default())
-            .send()
-            .await
-            .map_err(|error| unavailable(error_chain(&error)))?;
-        let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Err(unavailable(
-                "the server no longer knows this session (HTTP 404)".into(),
-            ));
-        }
-        let content_type = response
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase()
-            })
-            .unwrap_or_default();
-        let mut answer = match content_type.as_str() {
-            "application/json" => {
-                let body = read_limited(response, MAX_ANSWER_BYTES)
-                    .await
-                    .map_err(|e| unavailable(error_chain(&e)))?;
-                serde_json::from_slice::<Value>(&body)
-                    .map_err(|e| malformed(format!("the answer is not JSON: {e}")))?
-            }
-            "text/event-stream" if status.is_success() => {
-                let mut size = 0usize;
-                let bytes = response.bytes_stream().map(move |chunk| {
-                    let chunk = chunk?;
-                    size += chunk.len();
-                    if size > MAX_ANSWER_BYTES {
-                        return Err(ReadError::TooLarge);
-                    }
-                    Ok(chunk)
-                });
-                let mut events = DrainOnDrop::new(SseStream::from_bytes_stream(bytes).boxed());
-                loop {
-                    let Some(event) = events.next().await else {
-                        return Err(malformed(
-                            "the response stream ended without an answer".into(),
-                        ));
-                    };
-                    let event = event.map_err(|e| unavailable(error_chain(&e)))?;
-                    let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
-                        continue;
-                    };
-                    let message = serde_json::from_str::<Value>(&data)
-                        .map_err(|e| malformed(format!("an event is not JSON: {e}")))?;
-                    // Notifications (progress, logs) are not forwarded.
-                    if message.get("id") == Some(&Value::String(id.clone())) {
-                        break message;
-                    }
-                }
-            }
-            _ => {
-                return Err(if status.is_success() {
-                    malformed(format!("unexpected content type {content_type:?}"))
-                } else {
-                    unavailable(format!("HTTP {status}"))
-                });
-            }
-        };
-        if let Some(error) = answer.get("error") {
-            let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
-            let message = error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            return Err(if code == i64::from(ErrorCode::INVALID_PARAMS.0) {
-                CallError::InvalidInput {
-                    server: self.server.clone(),
-                    tool: tool.to_owned(),
-                    message,
-                }
-            } else {
-                unavailable(format!("error {code}: {message}"))
-            });
-        }
-        let Some(result) = answer.get_mut("result").map(Value::take) else {
-            return Err(malformed(
-                "the answer to tools/call has neither a result nor an error".into(),
-            ));
-        };
-        serde_json::from_value::<CallToolResult>(result)
-            .map_err(|_| malformed("the answer to tools/call is not a tool result".into()))
-    }
-
     fn classify(&self, tool: &str, error: &ServiceError) -> CallError {
         let server = self.server.clone();
         match error {
@@ -433,14 +257,14 @@ impl Upstream {
                 server,
                 message: "the answer to tools/call is not a tool result".into(),
             },
-            other => {
-                let message = error_chain(other);
-                if looks_malformed(&message) {
-                    CallError::Malformed { server, message }
-                } else {
-                    CallError::Unavailable { server, message }
-                }
-            }
+            other if is_malformed(other) => CallError::Malformed {
+                server,
+                message: chain_text(other),
+            },
+            other => CallError::Unavailable {
+                server,
+                message: chain_text(other),
+            },
         }
     }
 
@@ -458,43 +282,54 @@ impl Upstream {
     }
 }
 
-/// The largest answer a direct call reads: rmcp's own limit for a JSON response.
-const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
-
 /// The newest protocol revision with sessions (later ones are served through rmcp only).
 const SESSION_REVISIONS_UP_TO: &str = "2025-11-25";
 
-/// Why an answer could not be read.
-#[derive(Debug, Error)]
-enum ReadError {
-    #[error(transparent)]
-    Http(#[from] reqwest::Error),
-    #[error("the answer exceeds {MAX_ANSWER_BYTES} bytes")]
-    TooLarge,
+/// Whether an rmcp error is an answer that could not be read (rather than no answer): its
+/// cause is a JSON error or one of the transport's decoding failures.
+fn is_malformed(error: &ServiceError) -> bool {
+    find_in_chain::<serde_json::Error>(error).is_some()
+        || find_in_chain::<StreamableHttpError<reqwest::Error>>(error).is_some_and(|error| {
+            matches!(
+                error,
+                StreamableHttpError::Deserialize(_)
+                    | StreamableHttpError::UnexpectedContentType(_)
+                    | StreamableHttpError::UnexpectedServerResponse(_)
+                    | StreamableHttpError::ResponseBodyTooLarge { .. }
+            )
+        })
 }
 
-async fn read_limited(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, ReadError> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        if body.len() + chunk.len() > limit {
-            return Err(ReadError::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use rmcp::transport::DynamicTransportError;
+
+    use super::*;
+
+    fn transport_error(error: StreamableHttpError<reqwest::Error>) -> ServiceError {
+        ServiceError::TransportSend(DynamicTransportError::from_parts(
+            "streamable-http",
+            std::any::TypeId::of::<()>(),
+            Box::new(error),
+        ))
     }
-    Ok(body)
-}
 
-/// rmcp reports an undecodable body as a transport error; its text names the decoding step.
-fn looks_malformed(message: &str) -> bool {
-    let lower = message.to_ascii_lowercase();
-    [
-        "deserialize",
-        "parse",
-        "expected value",
-        "invalid type",
-        "unexpected content type",
-        "json",
-    ]
-    .iter()
-    .any(|needle| lower.contains(needle))
+    #[test]
+    fn an_answer_that_cannot_be_read_should_be_malformed_and_no_answer_unavailable() {
+        let json = serde_json::from_str::<serde_json::Value>("{").unwrap_err();
+        for malformed in [
+            StreamableHttpError::Deserialize(json),
+            StreamableHttpError::UnexpectedContentType(Some("text/html".into())),
+        ] {
+            assert!(is_malformed(&transport_error(malformed)));
+        }
+        for unavailable in [
+            StreamableHttpError::Io(std::io::Error::other("connection reset")),
+            StreamableHttpError::TransportChannelClosed,
+        ] {
+            assert!(!is_malformed(&transport_error(unavailable)));
+        }
+        assert!(!is_malformed(&ServiceError::TransportClosed));
+    }
 }

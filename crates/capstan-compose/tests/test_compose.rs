@@ -7,8 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use capstan_compose::compose::ToolCallError;
-use capstan_compose::upstream::CallError;
+use capstan_compose::{CallError, ToolCallError};
 use capstan_compose::{Composition, Limits};
 use common::*;
 use serde_json::{Value, json};

@@ -7,10 +7,13 @@ mod common;
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use capstan_compose::source::{DEFAULT_PROVIDER_MAX_BODY, read_or_empty};
-use capstan_compose::{CrdSource, DocumentSource, FixtureSource, HttpSource};
+use capstan_compose::{
+    CrdSource, DEFAULT_PROVIDER_MAX_BODY, DocumentSource, FixtureSource, HttpSource,
+    ProjectDocuments, ReadOutcome, Uncached,
+};
 use serde_json::json;
 
 fn document(name: &str, namespace: Option<&str>) -> serde_json::Value {
@@ -80,6 +83,17 @@ async fn serve() -> String {
     );
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{address}/api/")
+}
+
+/// A failing source reads as no documents, counted as an error (never as "empty").
+async fn assert_no_capabilities(source: &HttpSource, project: &str) {
+    let reader = Uncached::new(Arc::new(source.clone()));
+    let (documents, outcome) = reader.read(project).await;
+    assert_eq!(
+        (documents.len(), outcome),
+        (0, ReadOutcome::Error),
+        "{project}"
+    );
 }
 
 fn names(documents: &[capstan_compose::Document]) -> Vec<&str> {
@@ -203,7 +217,7 @@ async fn http_source_failures_should_read_as_no_capabilities() {
     ] {
         let error = source.documents(project).await.unwrap_err();
         assert!(error.to_string().contains(why), "{project}: {error}");
-        assert!(read_or_empty(&source, project).await.is_empty());
+        assert_no_capabilities(&source, project).await;
     }
     // A transport error: nothing listens there.
     let refused = HttpSource::new("http://127.0.0.1:1/", DEFAULT_PROVIDER_MAX_BODY).unwrap();
@@ -214,7 +228,7 @@ async fn http_source_failures_should_read_as_no_capabilities() {
         ),
         "{error}"
     );
-    assert!(read_or_empty(&refused, "good").await.is_empty());
+    assert_no_capabilities(&refused, "good").await;
 }
 
 #[tokio::test]

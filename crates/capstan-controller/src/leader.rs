@@ -197,6 +197,19 @@ async fn elect(
     }
 }
 
+/// Yields once each time this replica becomes leader, so every object is evaluated by the
+/// new writer.
+pub fn became_leader(leader: watch::Receiver<bool>) -> impl futures::Stream<Item = ()> + Send {
+    futures::stream::unfold(leader, |mut leader| async move {
+        loop {
+            leader.changed().await.ok()?;
+            if *leader.borrow_and_update() {
+                return Some(((), leader));
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -1,12 +1,26 @@
 //! capstan-controller: reconciles CapabilityBindings and RouteQualifiers and reports what it
 //! found in their status conditions, through a bounded, coalescing status queue drained by one
 //! writer.
+//!
+//! How an object flows through the modules: `docs/architecture.md#capstan-controller`.
 
-pub mod cached;
-pub mod leader;
-pub mod metrics;
-pub mod reconcile;
-pub mod server;
+mod cached;
+mod config;
+mod leader;
+mod metrics;
+mod qualifiers;
+mod reconcile;
+mod run;
 pub mod status;
 pub mod status_queue;
-pub mod writer;
+mod writer;
+
+pub use config::{
+    Config, DEFAULT_LEASE_DURATION_SECONDS, DEFAULT_LEASE_GRACE_SECONDS, DEFAULT_RESYNC_SECONDS,
+    DEFAULT_STATUS_QUEUE_CAPACITY,
+};
+pub use leader::{Leadership, LeaseError, LeaseSettings};
+pub use qualifiers::accepted_conditions;
+pub use reconcile::WriteMode;
+pub use run::{RunError, run};
+pub use writer::FIELD_MANAGER;

@@ -7,24 +7,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_api::RouteQualifierSpec;
-use capstan_api::conditions::accepted;
-use capstan_api::validate::{
-    validate_binding_spec, validate_qualifier_name, validate_qualifier_spec,
-};
-use capstan_route::{Qualifier, Verdict};
+use capstan_api::validate::validate_binding_spec;
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use thiserror::Error;
 use tokio::sync::watch;
 use tracing::{instrument, warn};
 
-use crate::cached::{CachedBinding, CachedQualifier};
+use crate::cached::CachedBinding;
 use crate::metrics::Metrics;
-use crate::status::{
-    ConditionStatus, DesiredCondition, DesiredStatus, Kind, MAX_MESSAGE_LEN, ObjectKey,
-    ObservedStatus, bounded_message,
-};
+use crate::status::{DesiredStatus, Kind, ObjectKey, ObservedStatus, accepted_condition};
 use crate::status_queue::StatusSender;
 use crate::writer::write_status;
 
@@ -80,7 +72,8 @@ pub struct Context {
 }
 
 impl Context {
-    async fn submit(
+    /// Hands `desired` to the status queue (or, in the `every-reconcile` baseline, writes it).
+    pub(crate) async fn submit(
         &self,
         key: ObjectKey,
         observed: &ObservedStatus,
@@ -112,24 +105,6 @@ impl Context {
             % 100;
         let resync = self.resync + self.resync.mul_f64(jitter_permille as f64 / 1000.0);
         Action::requeue(resync)
-    }
-}
-
-fn accepted_condition(errors: &[String]) -> DesiredCondition {
-    if errors.is_empty() {
-        DesiredCondition {
-            type_: accepted::TYPE,
-            status: ConditionStatus::True,
-            reason: accepted::VALIDATED,
-            message: "the spec is valid".into(),
-        }
-    } else {
-        DesiredCondition {
-            type_: accepted::TYPE,
-            status: ConditionStatus::False,
-            reason: accepted::VALIDATION_FAILED,
-            message: bounded_message(errors, MAX_MESSAGE_LEN),
-        }
     }
 }
 
@@ -171,76 +146,4 @@ pub fn binding_error_policy(_: Arc<CachedBinding>, error: &Error, ctx: Arc<Conte
     warn!(%error, "reconcile failed");
     ctx.metrics.reconciled(Kind::Binding, error.metric_label());
     Action::requeue(Duration::from_secs(5))
-}
-
-/// Evaluates every RouteQualifier together (a verdict depends on the whole set, deletions
-/// included) and sends each one's `Accepted` condition.
-pub async fn reconcile_qualifiers(
-    qualifiers: &[Arc<CachedQualifier>],
-    ctx: &Context,
-) -> Result<(), Error> {
-    let mut invalid = Vec::new();
-    let mut valid: Vec<(&CachedQualifier, String, RouteQualifierSpec)> = Vec::new();
-    for object in qualifiers {
-        let name = object.name_any();
-        let spec = object.spec();
-        let mut errors: Vec<String> = validate_qualifier_spec(&spec)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        errors.extend(validate_qualifier_name(&name).map(|e| e.to_string()));
-        match serde_json::from_value::<RouteQualifierSpec>(spec) {
-            Ok(parsed) if errors.is_empty() => valid.push((object, name, parsed)),
-            Ok(_) => invalid.push((object, errors)),
-            Err(error) => {
-                if errors.is_empty() {
-                    errors.push(format!("spec: cannot be decoded: {error}"));
-                }
-                invalid.push((object, errors));
-            }
-        }
-    }
-    let verdicts = capstan_route::verdicts(
-        &valid
-            .iter()
-            .map(|(_, name, spec)| Qualifier { name, spec })
-            .collect::<Vec<_>>(),
-    );
-
-    let mut desired: Vec<(&CachedQualifier, DesiredCondition)> = Vec::new();
-    for (object, errors) in invalid {
-        desired.push((object, accepted_condition(&errors)));
-    }
-    for (object, name, _) in &valid {
-        let condition = match verdicts.get(name) {
-            None | Some(Verdict::Accepted) => accepted_condition(&[]),
-            Some(verdict @ Verdict::LimitExceeded { .. }) => DesiredCondition {
-                type_: accepted::TYPE,
-                status: ConditionStatus::False,
-                reason: accepted::LIMIT_EXCEEDED,
-                message: verdict.message(name),
-            },
-            Some(verdict @ Verdict::Conflict(_)) => DesiredCondition {
-                type_: accepted::TYPE,
-                status: ConditionStatus::False,
-                reason: accepted::CONFLICT,
-                message: bounded_message(&[verdict.message(name)], MAX_MESSAGE_LEN),
-            },
-        };
-        desired.push((object, condition));
-    }
-    for (object, condition) in desired {
-        ctx.metrics.reconciled(Kind::Qualifier, condition.reason);
-        let status = DesiredStatus {
-            generation: object.metadata.generation.unwrap_or_default(),
-            conditions: vec![condition],
-            tools: None,
-        };
-        let key = ObjectKey {
-            kind: Kind::Qualifier,
-            name: object.name_any(),
-        };
-        ctx.submit(key, &object.status, status).await?;
-    }
-    Ok(())
 }

@@ -7,11 +7,11 @@
 
 use std::fmt;
 
+use capstan_api::API_VERSION;
+use capstan_api::conditions::accepted;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde::Deserialize;
 use serde_json::{Value, json};
-
-use capstan_api::API_VERSION;
 
 /// The longest condition message written, in characters. Validation can report hundreds of
 /// errors; a message that fits a `kubectl describe` screen with a count of what was left out
@@ -126,6 +126,25 @@ impl ObservedStatus {
 
     fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+/// The `Accepted` condition of a spec with these validation errors (none: accepted).
+pub fn accepted_condition(errors: &[String]) -> DesiredCondition {
+    if errors.is_empty() {
+        DesiredCondition {
+            type_: accepted::TYPE,
+            status: ConditionStatus::True,
+            reason: accepted::VALIDATED,
+            message: "the spec is valid".into(),
+        }
+    } else {
+        DesiredCondition {
+            type_: accepted::TYPE,
+            status: ConditionStatus::False,
+            reason: accepted::VALIDATION_FAILED,
+            message: bounded_message(errors, MAX_MESSAGE_LEN),
+        }
     }
 }
 

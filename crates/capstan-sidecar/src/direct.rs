@@ -18,12 +18,14 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use capstan_api::wire::{MCP_METHOD, MCP_PROTOCOL_VERSION};
 use rmcp::ErrorData as McpError;
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 
-use crate::handler::SUPPORTED_VERSIONS;
-use crate::identity::{Identity, Message, SessionTask};
+use crate::identity::Identity;
+use crate::mcp::SUPPORTED_VERSIONS;
+use crate::middleware::{Message, SessionTask};
 
 /// The middleware: serves `tools/call` of a live session, passes everything else on.
 pub async fn tools_call(mut request: Request, next: Next) -> Response {
@@ -81,7 +83,7 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
 /// contradicts the body, is refused with 400.
 fn header_mismatch(request: &Request) -> Option<Response> {
     let headers = request.headers();
-    if let Some(version) = headers.get("mcp-protocol-version") {
+    if let Some(version) = headers.get(MCP_PROTOCOL_VERSION) {
         let known = version
             .to_str()
             .is_ok_and(|v| SUPPORTED_VERSIONS.iter().any(|s| s.as_str() == v));
@@ -91,7 +93,7 @@ fn header_mismatch(request: &Request) -> Option<Response> {
             ));
         }
     }
-    if let Some(method) = headers.get("mcp-method")
+    if let Some(method) = headers.get(MCP_METHOD)
         && method.as_bytes() != b"tools/call"
     {
         return Some(bad_request(

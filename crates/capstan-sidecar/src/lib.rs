@@ -1,13 +1,28 @@
 //! capstan-sidecar: serves a project's composed tool set to the assistant beside it over a
 //! Unix socket (MCP Streamable HTTP), one session per task, with identity checked on every
 //! request.
+//!
+//! How a request flows through the modules: `docs/architecture.md#capstan-sidecar`.
 
-pub mod direct;
-pub mod handler;
-pub mod identity;
-pub mod metering;
-pub mod metrics;
-pub mod server;
-pub mod sidecar;
-pub mod socket;
-pub mod tool_error;
+mod compose;
+mod config;
+mod direct;
+mod identity;
+mod inspect;
+mod mcp;
+mod metering;
+mod metrics;
+mod middleware;
+mod reaper;
+mod run;
+mod server;
+mod sessions;
+mod socket;
+mod task;
+mod tool_error;
+
+pub use config::{Config, DEFAULT_SESSION_IDLE_SECONDS, SourceKind};
+pub use run::{RunError, run};
+pub use sessions::DEFAULT_MAX_SESSIONS;
+pub use socket::SOCKET_MODE;
+pub use tool_error::{ErrorKind, ToolError};

@@ -2,7 +2,7 @@
 //! `structuredContent.error = {kind, message, retryable, field?}` (design.md, "Errors a
 //! consumer can act on").
 
-use capstan_compose::upstream::CallError;
+use capstan_compose::CallError;
 use rmcp::model::CallToolResult;
 use serde::Serialize;
 use serde_json::json;

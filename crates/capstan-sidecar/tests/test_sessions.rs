@@ -390,7 +390,7 @@ async fn capstanctl_should_show_the_composition_and_call_a_tool() {
         }
     }));
     let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
-    let capstanctl = binary("capstan-cli", "capstanctl");
+    let capstanctl = binary("capstanctl");
     let socket = sidecar.socket.to_str().unwrap();
     let table = Command::new(&capstanctl)
         .args(["compose", "--socket", socket, "--project", "demo-project"])

@@ -1,11 +1,10 @@
 //! Processes for tests: workspace binaries and the demo provider.
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -18,45 +17,62 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| panic!("no workspace root above {}", env!("CARGO_MANIFEST_DIR")))
 }
 
-/// Builds `bin` of `package` once per process, in the caller's profile (release under
-/// `cargo bench`, so benchmarks measure optimised binaries), and returns its path.
-pub fn binary(package: &str, bin: &str) -> PathBuf {
-    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
-    let built = BUILT.get_or_init(Mutex::default);
-    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(path) = built.get(bin) {
-        return path.clone();
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    // The caller's profile. `cargo bench` runs its targets with `--bench`: building with the
-    // bench profile (output in target/release too) reuses the bench build's artifacts instead
-    // of rebuilding the dependency graph under the release profile's fingerprints.
-    let profile: &[&str] = if cfg!(debug_assertions) {
-        &[]
-    } else if std::env::args().any(|arg| arg == "--bench") {
-        &["--profile", "bench"]
-    } else {
-        &["--release"]
-    };
-    let status = Command::new(cargo)
-        .args(["build", "-q", "-p", package, "--bin", bin])
-        .args(profile)
-        .current_dir(repo_root())
-        .status()
-        .unwrap_or_else(|e| panic!("running cargo build: {e}"));
-    assert!(
-        status.success(),
-        "cargo build -p {package} --bin {bin} failed"
-    );
-    // Test binaries run from <target>/<profile>/deps; binaries sit in <target>/<profile>.
+/// Set by `make test` and `make bench` once their one build has made every workspace binary:
+/// the harness then uses them as they are.
+pub const PREBUILT: &str = "CAPSTAN_BINARIES_PREBUILT";
+
+/// The workspace binary `bin`, as the tests' own build made it.
+///
+/// `cargo test --workspace` builds every binary with the same feature set as the tests
+/// (packages with integration tests get their binaries built; the demo provider has one for
+/// that reason), so under `make test` nothing is built here. Run some other way (`cargo test
+/// -p …`), the binaries are built once per process with the command `make test` uses, so no
+/// second feature set is compiled: `cargo test --workspace --no-run` (debug), or `cargo build
+/// --profile bench --workspace --bins --benches` under `cargo bench`.
+pub fn binary(bin: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        if std::env::var_os(PREBUILT).is_none() {
+            build_workspace_binaries();
+        }
+    });
+    // Test and bench executables run from <target>/<profile>/deps; binaries sit in
+    // <target>/<profile>.
     let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current exe: {e}"));
     let path = exe
         .parent()
         .and_then(Path::parent)
         .unwrap_or_else(|| panic!("{} has no target dir", exe.display()))
         .join(bin);
-    built.insert(bin.to_owned(), path.clone());
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `make test` (or `cargo test --workspace`)",
+        path.display()
+    );
     path
+}
+
+fn build_workspace_binaries() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let args: &[&str] = if cfg!(debug_assertions) {
+        &["test", "--workspace", "--no-run", "-q"]
+    } else {
+        &[
+            "build",
+            "--profile",
+            "bench",
+            "--workspace",
+            "--bins",
+            "--benches",
+            "-q",
+        ]
+    };
+    let status = Command::new(cargo)
+        .args(args)
+        .current_dir(repo_root())
+        .status()
+        .unwrap_or_else(|e| panic!("running cargo: {e}"));
+    assert!(status.success(), "cargo {} failed", args.join(" "));
 }
 
 /// A running demo provider on a free loopback port; stopped on drop.
@@ -75,7 +91,7 @@ impl DemoProvider {
     /// Starts the demo provider on `listen` (port 0 picks one) with the given faults,
     /// accepting MCP requests addressed to `allowed_hosts` too.
     pub fn start_on(listen: &str, faults: &[&str], allowed_hosts: &[&str]) -> Self {
-        let mut command = Command::new(binary("capstan-demo-provider", "demo-provider"));
+        let mut command = Command::new(binary("demo-provider"));
         command
             .args(["--listen", listen])
             .env_remove("DEMO_PROVIDER_FAULTS")

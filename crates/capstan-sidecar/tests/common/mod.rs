@@ -87,7 +87,7 @@ impl Sidecar {
         hosts: &[String],
         env: &[(&str, &str)],
     ) -> Command {
-        let mut command = Command::new(binary("capstan-sidecar", "capstan-sidecar"));
+        let mut command = Command::new(binary("capstan-sidecar"));
         command
             .env("CAPSTAN_SOCKET", socket)
             .env("CAPABILITY_SOURCE", "fixture")

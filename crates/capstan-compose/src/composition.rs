@@ -1,0 +1,143 @@
+//! The composition as data: tools, the instructions, skills and a per-binding outcome — what
+//! `GET /v1/composition` shows and the controller's probe reads.
+
+use rmcp::model::{JsonObject, ToolAnnotations};
+use serde::Serialize;
+
+/// A tool in the composed set.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComposedTool {
+    /// The name the assistant sees: `<server>__<tool>`, sanitized.
+    pub name: String,
+    /// The binding that contributed it.
+    pub binding: String,
+    /// The binding's `serviceName` (the metering dimension).
+    pub service_name: String,
+    /// The `mcpServers[].name` entry.
+    pub server: String,
+    /// The upstream's own name for the tool.
+    pub upstream_tool: String,
+    /// The upstream's description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The upstream's input schema.
+    pub input_schema: JsonObject,
+    /// MCP annotations (a mutating tool always carries `readOnlyHint: false`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolAnnotations>,
+    /// Whether the document flags the tool as mutating.
+    pub mutating: bool,
+}
+
+/// A skill offered in the instructions.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillSummary {
+    /// The skill's name (what `load_skill` takes).
+    pub name: String,
+    /// Its one-line description.
+    pub description: String,
+    /// The binding that contributed it.
+    pub binding: String,
+    /// The binding's `serviceName`.
+    pub service_name: String,
+    /// Where the body is fetched from.
+    pub source: String,
+    /// The binding's `configurationVersion`.
+    pub configuration_version: String,
+}
+
+/// A name this binding declared that another binding won.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Collision {
+    /// The contested name.
+    pub name: String,
+    /// The binding that holds it.
+    pub won_by: String,
+}
+
+/// What composition made of one binding.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingOutcome {
+    /// The binding.
+    pub binding: String,
+    /// Its `serviceName`.
+    pub service_name: String,
+    /// Tools exposed, by composed name.
+    pub exposed: Vec<String>,
+    /// Allowed tools the server does not offer, as `<server>/<tool>`.
+    pub missing: Vec<String>,
+    /// Tool names won by an earlier binding.
+    pub collisions: Vec<Collision>,
+    /// Skill names won by an earlier binding.
+    pub skill_collisions: Vec<Collision>,
+    /// Allowed tools not exposed because their input schema takes a project: the project is
+    /// never an argument (it comes from the request, never from what the model writes).
+    pub project_arguments: Vec<String>,
+    /// Endpoints the guard refused (the refusal text says "was not dialed").
+    pub refused: Vec<String>,
+    /// Connect, initialize and `tools/list` failures.
+    pub upstream_errors: Vec<String>,
+    /// Knowledge sources declared.
+    pub knowledge_total: usize,
+    /// Knowledge sources that delivered nothing, with why.
+    pub knowledge_errors: Vec<String>,
+    /// Knowledge sources cut at a byte cap (delivered, not lost).
+    pub knowledge_truncated: usize,
+}
+
+impl BindingOutcome {
+    /// Whether the binding could not deliver everything it declared: refused or failing
+    /// endpoints, missing tools, lost collisions, or all of its knowledge lost. One knowledge
+    /// source failing among others, or truncation, is not degradation.
+    pub fn degraded(&self) -> bool {
+        !self.reasons().is_empty()
+    }
+
+    /// Why the binding is degraded, one sentence per fact (empty when it is not).
+    pub fn reasons(&self) -> Vec<String> {
+        let mut reasons: Vec<String> = self.refused.clone();
+        reasons.extend(self.upstream_errors.iter().cloned());
+        reasons.extend(
+            self.missing
+                .iter()
+                .map(|m| format!("declared tool {m} is not offered by the server")),
+        );
+        reasons.extend(self.project_arguments.iter().map(|t| {
+            format!("tool {t} takes a project argument and is not exposed: the project is never an argument")
+        }));
+        reasons.extend(self.collisions.iter().map(|c| {
+            format!(
+                "tool name {} is already taken by binding {}",
+                c.name, c.won_by
+            )
+        }));
+        if self.knowledge_total > 0 && self.knowledge_errors.len() == self.knowledge_total {
+            reasons.push(format!(
+                "all {} knowledge sources failed: {}",
+                self.knowledge_total,
+                self.knowledge_errors.join("; ")
+            ));
+        }
+        reasons
+    }
+}
+
+/// The composition as data: what `GET /v1/composition` shows and the controller's probe reads.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Composition {
+    /// The tools, in document order, then server order, then tool name.
+    pub tools: Vec<ComposedTool>,
+    /// The composed names of mutating tools.
+    pub mutating: Vec<String>,
+    /// The prompt additions: knowledge, concepts and the skills list.
+    pub instructions: String,
+    /// The skills offered.
+    pub skills: Vec<SkillSummary>,
+    /// One outcome per binding, in document order.
+    pub bindings: Vec<BindingOutcome>,
+}

@@ -1,0 +1,93 @@
+//! The controller's settings: one clap struct, every flag with an environment variable, every
+//! tunable default a named constant with the reason for its value.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use capstan_process::LogFormat;
+
+use crate::reconcile::WriteMode;
+
+/// Objects that may wait for a status write at once. 16,384: above the 5,000 bindings the
+/// benchmark runs, so a full resync of a large cluster never drops.
+pub const DEFAULT_STATUS_QUEUE_CAPACITY: usize = 16_384;
+
+/// Seconds between full reconciles. 300 s: the backstop for a dropped update costs one pass
+/// over the cache every five minutes, and writes nothing when nothing changed.
+pub const DEFAULT_RESYNC_SECONDS: u64 = 300;
+
+/// Seconds a lease stays valid after a renewal. 15 s: client-go's leader-election default; a
+/// killed leader is replaced within it, a gracefully stopped one at once.
+pub const DEFAULT_LEASE_DURATION_SECONDS: u64 = 15;
+
+/// Seconds before expiry the leader renews. 5 s: a third of the duration, room for one slow
+/// apiserver answer.
+pub const DEFAULT_LEASE_GRACE_SECONDS: u64 = 5;
+
+/// Capstan's controller. Every flag can also be set from the environment variable shown.
+#[derive(Debug, clap::Parser)]
+#[command(name = "capstan-controller", version, about)]
+pub struct Config {
+    /// Kubeconfig file; without one, the in-cluster service account (or the default
+    /// kubeconfig) is used.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Address serving /metrics, /healthz and /readyz.
+    #[arg(long, env = "CAPSTAN_LISTEN_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub listen_address: SocketAddr,
+
+    /// Objects that may wait for a status write at once. Size it above the number of objects
+    /// so a full resync never drops; a dropped update is recovered by the next resync.
+    #[arg(long, env = "CAPSTAN_STATUS_QUEUE_CAPACITY", default_value_t = DEFAULT_STATUS_QUEUE_CAPACITY)]
+    pub status_queue_capacity: usize,
+
+    /// Seconds between full reconciles of every object (plus up to 10% jitter): the backstop
+    /// for anything dropped or missed.
+    #[arg(long, env = "CAPSTAN_RESYNC_SECONDS", default_value_t = DEFAULT_RESYNC_SECONDS)]
+    pub resync_seconds: u64,
+
+    /// How statuses are written: `transitions` (queued, only on change) or
+    /// `every-reconcile` (the naive baseline, for benchmarks).
+    #[arg(
+        long,
+        env = "CAPSTAN_WRITE_MODE",
+        value_enum,
+        default_value = "transitions"
+    )]
+    pub write_mode: WriteMode,
+
+    /// Name of the coordination.k8s.io Lease used for leader election.
+    #[arg(long, env = "CAPSTAN_LEASE_NAME", default_value = "capstan-controller")]
+    pub lease_name: String,
+
+    /// Namespace of the Lease (usually the controller's own).
+    #[arg(
+        long,
+        env = "CAPSTAN_LEASE_NAMESPACE",
+        default_value = "capstan-system"
+    )]
+    pub lease_namespace: String,
+
+    /// Seconds a lease stays valid after its last renewal; a standby takes over this long
+    /// after the leader stops renewing.
+    #[arg(long, env = "CAPSTAN_LEASE_DURATION_SECONDS", default_value_t = DEFAULT_LEASE_DURATION_SECONDS)]
+    pub lease_duration_seconds: u64,
+
+    /// Seconds before expiry at which the leader renews.
+    #[arg(long, env = "CAPSTAN_LEASE_GRACE_SECONDS", default_value_t = DEFAULT_LEASE_GRACE_SECONDS)]
+    pub lease_grace_seconds: u64,
+
+    /// This replica's identity in the Lease; defaults to the pod name (POD_NAME) or the host
+    /// name, with the process id.
+    #[arg(long, env = "CAPSTAN_IDENTITY")]
+    pub identity: Option<String>,
+
+    /// Log filter, e.g. `info` or `capstan_controller=debug,kube=info`.
+    #[arg(long, env = "CAPSTAN_LOG", default_value = "info")]
+    pub log: String,
+
+    /// Log format.
+    #[arg(long, env = "CAPSTAN_LOG_FORMAT", value_enum, default_value = "json")]
+    pub log_format: LogFormat,
+}

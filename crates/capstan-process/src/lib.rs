@@ -1,0 +1,15 @@
+//! capstan-process: what Capstan's two binaries share as processes — one log format, signals
+//! and graceful shutdown, and the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
+//!
+//! A crate of its own rather than a module of `capstan-api` or `capstan-compose`: both
+//! binaries need it, and neither library should carry an HTTP server, a log subscriber and
+//! signal handling into the programs that only validate or compose (`capstanctl`, a catalog
+//! controller using `capstan-api`).
+
+mod admin;
+mod logging;
+mod shutdown;
+
+pub use admin::{AdminError, Readiness, serve_admin};
+pub use logging::{LogFormat, LoggingError, init_logging};
+pub use shutdown::Shutdown;

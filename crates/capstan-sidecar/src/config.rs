@@ -1,0 +1,129 @@
+//! The sidecar's settings: one clap struct, every flag with an environment variable, every
+//! default a named constant shared with the code that uses it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use capstan_api::wire::{DEFAULT_SOCKET, PROJECT_HEADER};
+use capstan_process::LogFormat;
+
+/// Where capability documents come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SourceKind {
+    /// A local JSON or YAML file (CAPABILITY_DOCS_FIXTURE).
+    Fixture,
+    /// The capability-provider API (CAPABILITY_PROVIDER_URL).
+    Http,
+    /// CapabilityBindings on the project's control plane, cached per project.
+    Crd,
+}
+
+/// Capstan's composer sidecar: serves a project's composed tool set to the assistant beside it,
+/// over a Unix socket (MCP Streamable HTTP at `http://localhost/mcp`). Every flag can also be
+/// set from the environment variable shown.
+#[derive(Debug, clap::Parser)]
+#[command(name = "capstan-sidecar", version, about)]
+pub struct Config {
+    /// The Unix socket to serve on (mode 0660; a stale socket is replaced).
+    #[arg(long, env = "CAPSTAN_SOCKET", default_value = DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+
+    /// Where capability documents come from.
+    #[arg(long, env = "CAPABILITY_SOURCE", value_enum)]
+    pub source: SourceKind,
+
+    /// The fixture file (source `fixture`).
+    #[arg(long, env = "CAPABILITY_DOCS_FIXTURE")]
+    pub docs_fixture: Option<PathBuf>,
+
+    /// The capability-provider API base URL (source `http`).
+    #[arg(long, env = "CAPABILITY_PROVIDER_URL")]
+    pub provider_url: Option<String>,
+
+    /// Largest capability-provider API answer read, in bytes (source `http`); a longer one
+    /// reads as no capabilities, logged with its size.
+    #[arg(long, env = "CAPABILITY_PROVIDER_MAX_BYTES", default_value_t = capstan_compose::DEFAULT_PROVIDER_MAX_BODY)]
+    pub provider_max_bytes: usize,
+
+    /// The project's control-plane URL, with `{project}` (source `crd`); without one, the
+    /// cluster of the sidecar's own credential.
+    #[arg(long, env = "CAPABILITY_CRD_URL_TEMPLATE")]
+    pub crd_url_template: Option<String>,
+
+    /// Kubeconfig for the crd source; without one, the in-cluster service account.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Seconds a project's bindings are cached (source `crd`).
+    #[arg(long, env = "CAPABILITY_CRD_CACHE_TTL_SECONDS", default_value_t = capstan_compose::DEFAULT_TTL.as_secs())]
+    pub crd_cache_ttl_seconds: u64,
+
+    /// Projects cached at most (source `crd`).
+    #[arg(long, env = "CAPABILITY_CRD_CACHE_CAPACITY", default_value_t = capstan_compose::DEFAULT_CAPACITY)]
+    pub crd_cache_capacity: usize,
+
+    /// Hosts MCP endpoints may name: `host`, `*.suffix`, IPs (each with an optional `:port`)
+    /// and CIDRs, comma-separated. Empty admits none.
+    #[arg(long, env = "CAPABILITY_MCP_ENDPOINT_HOSTS", default_value = "")]
+    pub mcp_endpoint_hosts: String,
+
+    /// Hosts knowledge sources and skill bodies may be fetched from (same form).
+    #[arg(long, env = "CAPABILITY_FETCH_HOSTS", default_value = "")]
+    pub fetch_hosts: String,
+
+    /// Seconds to connect, initialize and list one MCP upstream.
+    #[arg(long, env = "CAPSTAN_CONNECT_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CONNECT_TIMEOUT.as_secs())]
+    pub connect_timeout_seconds: u64,
+
+    /// Seconds one forwarded tool call may take.
+    #[arg(long, env = "CAPSTAN_CALL_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CALL_TIMEOUT.as_secs())]
+    pub call_timeout_seconds: u64,
+
+    /// Seconds to fetch one knowledge source or skill body.
+    #[arg(long, env = "CAPSTAN_FETCH_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_FETCH_TIMEOUT.as_secs())]
+    pub fetch_timeout_seconds: u64,
+
+    /// Bytes kept of one knowledge source.
+    #[arg(long, env = "CAPSTAN_KNOWLEDGE_SOURCE_CAP", default_value_t = capstan_compose::DEFAULT_KNOWLEDGE_SOURCE_CAP)]
+    pub knowledge_source_cap: usize,
+
+    /// Bytes of knowledge in the instructions altogether.
+    #[arg(long, env = "CAPSTAN_KNOWLEDGE_TOTAL_CAP", default_value_t = capstan_compose::DEFAULT_KNOWLEDGE_TOTAL_CAP)]
+    pub knowledge_total_cap: usize,
+
+    /// Bytes kept of one skill body.
+    #[arg(long, env = "CAPSTAN_SKILL_CAP", default_value_t = capstan_compose::DEFAULT_SKILL_CAP)]
+    pub skill_cap: usize,
+
+    /// Seconds without a request after which a session ends and its upstreams close.
+    #[arg(long, env = "CAPSTAN_SESSION_IDLE_SECONDS", default_value_t = DEFAULT_SESSION_IDLE_SECONDS)]
+    pub session_idle_seconds: u64,
+
+    /// Sessions open at most; an `initialize` beyond it is answered 503 with Retry-After.
+    #[arg(long, env = "CAPSTAN_MAX_SESSIONS", default_value_t = crate::sessions::DEFAULT_MAX_SESSIONS)]
+    pub max_sessions: usize,
+
+    /// The request header naming the caller's project.
+    #[arg(long, env = "CAPSTAN_PROJECT_HEADER", default_value = PROJECT_HEADER)]
+    pub project_header: String,
+
+    /// Serve /metrics, /healthz and /readyz on this TCP address (off unless set).
+    #[arg(long, env = "CAPSTAN_METRICS_ADDRESS")]
+    pub metrics_address: Option<SocketAddr>,
+
+    /// Where tool-invocation events go: `stdout`, `stderr`, `off`, or a file (appended).
+    #[arg(long, env = "CAPSTAN_METERING_SINK", default_value = "stdout")]
+    pub metering_sink: String,
+
+    /// Log filter, e.g. `info` or `capstan_sidecar=debug`.
+    #[arg(long, env = "CAPSTAN_LOG", default_value = "info")]
+    pub log: String,
+
+    /// Log format (logs go to stderr).
+    #[arg(long, env = "CAPSTAN_LOG_FORMAT", value_enum, default_value = "json")]
+    pub log_format: LogFormat,
+}
+
+/// Seconds a session may go without a request. 600 s: an assistant's task pauses for a
+/// person's reply; a session's upstream connections are cheap to keep that long.
+pub const DEFAULT_SESSION_IDLE_SECONDS: u64 = 600;

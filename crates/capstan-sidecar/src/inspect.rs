@@ -1,0 +1,142 @@
+//! `GET /v1/composition`: a caller's composition as JSON, for inspection (`capstanctl compose`)
+//! and non-MCP clients — from the caller's live session when there is one, otherwise composed
+//! at most once per (project, caller) every few seconds, so inspection cannot be made to open
+//! upstream connections at will.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use capstan_compose::Composed;
+use serde_json::{Value, json};
+
+use crate::compose::ProjectComposer;
+use crate::identity::{Identity, refusal};
+use crate::middleware::SessionTask;
+use crate::sessions::Sessions;
+use crate::task::LOAD_SKILL;
+
+/// What inspection reads: live sessions first, else the composer.
+pub struct Inspection {
+    /// The bound sessions (their tasks' compositions).
+    pub sessions: Arc<Sessions>,
+    /// Composes for callers without a live session.
+    pub composer: Arc<ProjectComposer>,
+    /// Compositions made for inspection, per caller.
+    pub views: CompositionViews,
+}
+
+/// `GET /v1/composition`: the caller's composition as JSON (tools with `mutating`,
+/// per-binding outcomes with `degraded` and `reasons`, instructions, skills).
+///
+/// Served from the caller's live session when there is one (the session named by
+/// `Mcp-Session-Id`, else the caller's newest session): no new upstream connection. Otherwise
+/// composed at most once per (project, caller) per [`VIEW_TTL`]; concurrent requests share
+/// that one composition.
+pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts) -> Response {
+    let Some(identity) = parts.extensions.get::<Identity>().cloned() else {
+        return refusal(
+            axum::http::StatusCode::BAD_REQUEST,
+            "forbidden",
+            "no caller identity",
+        );
+    };
+    let live = parts
+        .extensions
+        .get::<SessionTask>()
+        .map(|SessionTask(task)| task.clone())
+        .or_else(|| inspection.sessions.live_task(&identity.fingerprint()));
+    if let Some(task) = live {
+        return axum::Json(composition_view(&identity.project, task.composed())).into_response();
+    }
+    let Some(cell) = inspection.views.cell(identity.fingerprint()).await else {
+        return refusal(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "too many callers are inspecting compositions at once; retry in a few seconds",
+        );
+    };
+    let body = cell
+        .get_or_init(|| async {
+            let project = inspection.composer.compose(&identity).await;
+            let body = composition_view(&identity.project, &project.composed);
+            project.composed.close().await;
+            body
+        })
+        .await;
+    axum::Json(body.clone()).into_response()
+}
+
+/// The JSON view of a composition.
+fn composition_view(project: &str, composed: &Composed) -> Value {
+    let composition = &composed.composition;
+    let mut body = serde_json::to_value(composition).unwrap_or(Value::Null);
+    if let Some(bindings) = body.get_mut("bindings").and_then(Value::as_array_mut) {
+        for (view, outcome) in bindings.iter_mut().zip(&composition.bindings) {
+            view["degraded"] = json!(outcome.degraded());
+            view["reasons"] = json!(outcome.reasons());
+        }
+    }
+    body["project"] = json!(project);
+    body["builtins"] = if composition.skills.is_empty() {
+        json!([])
+    } else {
+        json!([LOAD_SKILL])
+    };
+    body
+}
+
+/// How long a composition made for inspection answers the same caller. 5 s: long enough that
+/// a burst of inspections (a dashboard, a retry loop) composes once, short enough that an
+/// edited binding shows on the next look.
+pub const VIEW_TTL: Duration = Duration::from_secs(5);
+
+/// Compositions made for `GET /v1/composition` outside a session, per caller (digest of
+/// project and token), each kept for [`VIEW_TTL`] from the moment it was started.
+pub struct CompositionViews {
+    entries: tokio::sync::Mutex<HashMap<[u8; 32], View>>,
+    /// Callers held at most (the session cap: no more callers than sessions are expected).
+    capacity: usize,
+}
+
+struct View {
+    started: tokio::time::Instant,
+    answer: Arc<tokio::sync::OnceCell<Value>>,
+}
+
+impl CompositionViews {
+    /// Views for at most `capacity` callers at once.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            entries: tokio::sync::Mutex::default(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The caller's composition in the making or made within [`VIEW_TTL`], or a new empty
+    /// one; none when `capacity` other callers hold fresh ones.
+    async fn cell(&self, caller: [u8; 32]) -> Option<Arc<tokio::sync::OnceCell<Value>>> {
+        let mut entries = self.entries.lock().await;
+        if let Some(view) = entries.get(&caller)
+            && view.started.elapsed() < VIEW_TTL
+        {
+            return Some(view.answer.clone());
+        }
+        entries.retain(|_, view| view.started.elapsed() < VIEW_TTL);
+        if entries.len() >= self.capacity {
+            return None;
+        }
+        let answer = Arc::new(tokio::sync::OnceCell::new());
+        entries.insert(
+            caller,
+            View {
+                started: tokio::time::Instant::now(),
+                answer: answer.clone(),
+            },
+        );
+        Some(answer)
+    }
+}

@@ -1,0 +1,348 @@
+//! The per-request checks in front of everything on the socket: the Host, the caller's
+//! identity on every request, and for MCP requests the session — a session id must name a
+//! session bound to this caller; `initialize` is admitted within the session cap and bound to
+//! its caller when it answers.
+//!
+//! An MCP request without a session must be an `initialize`: the sidecar speaks only the
+//! session-based protocol revisions (see `mcp.rs`), so no tool call can slip past the binding
+//! by skipping `initialize`.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use capstan_api::wire::{MCP_SESSION_ID, SOCKET_HOST};
+use serde_json::json;
+use tracing::error;
+
+use crate::identity::{Identity, refusal};
+use crate::sessions::{Lookup, SESSIONS_RETRY_AFTER_SECONDS, Sessions, TaskSlot};
+use crate::task::Task;
+
+/// Largest request body the sidecar reads. 4 MiB: far above any tool call's arguments, small
+/// enough that a runaway client cannot make the sidecar buffer much.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// The JSON-RPC error code of [`session_not_found`] (the TypeScript SDK's servers use it).
+pub const SESSION_NOT_FOUND_CODE: i64 = -32001;
+
+/// The live task of the session a request belongs to, for the handlers after the middleware.
+#[derive(Clone)]
+pub struct SessionTask(pub Arc<Task>);
+
+/// The JSON-RPC message of an MCP POST, parsed once by the middleware.
+#[derive(Clone, Debug)]
+pub struct Message(pub serde_json::Value);
+
+/// Refuses a request whose Host is not `localhost`, on every path. rmcp checks the Host of
+/// what reaches it, but `tools/call` in a session and `/v1/composition` are answered before
+/// rmcp; one check in front of everything keeps the rule the same for all of them.
+pub async fn check_host(request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok());
+    let allowed = host.is_some_and(|host| {
+        host == SOCKET_HOST
+            || host
+                .strip_prefix(SOCKET_HOST)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .is_some_and(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if !allowed {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            &format!(
+                "the Host header must be {SOCKET_HOST} (connect to http://{SOCKET_HOST}/mcp over \
+                 the socket), not {}",
+                host.unwrap_or("missing")
+            ),
+        );
+    }
+    next.run(request).await
+}
+
+/// The answer to a request naming a session that is not bound: 404, as MCP prescribes for a
+/// session that has ended, with a JSON-RPC error body (the shape the TypeScript SDK's servers
+/// send), so clients start a new session with `initialize`.
+pub fn session_not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({
+            "jsonrpc": "2.0", "id": null,
+            "error": {
+                "code": SESSION_NOT_FOUND_CODE,
+                "message": "Session not found: it has ended or never existed; send `initialize` \
+                            to start a new one",
+            }
+        })),
+    )
+        .into_response()
+}
+
+fn unreadable_table() -> Response {
+    error!("the session table is unreadable (a panic poisoned its lock)");
+    refusal(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "the sidecar cannot check this session; nothing was served",
+    )
+}
+
+/// Whether a JSON-RPC message is an `initialize` request (alone or first in a batch).
+fn is_initialize(value: &serde_json::Value) -> bool {
+    let first = match value {
+        serde_json::Value::Array(items) => items.first(),
+        other => Some(other),
+    };
+    first.is_some_and(|m| m["method"] == "initialize")
+}
+
+/// The identity check on every request; session binding for MCP requests.
+pub async fn check(
+    State(sessions): State<Arc<Sessions>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let identity = match Identity::from_headers(request.headers(), sessions.project_header()) {
+        Ok(identity) => identity,
+        Err(refused) => return refused.into_response(),
+    };
+    let session = request
+        .headers()
+        .get(MCP_SESSION_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let is_mcp = request.uri().path() == "/mcp" || request.uri().path().starts_with("/mcp/");
+
+    let (mut parts, body) = request.into_parts();
+    let mut initialize = false;
+    let body = if is_mcp && parts.method == Method::POST {
+        let bytes: Bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                return refusal(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "invalid_input",
+                    &format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
+                );
+            }
+        };
+        // Parsed once, here: rmcp would answer a malformed body with 415, not a JSON-RPC error.
+        let message = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(message) => message,
+            Err(error) => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(json!({
+                        "jsonrpc": "2.0", "id": null,
+                        "error": { "code": -32700, "message": format!("parse error: the body is not JSON ({error})") }
+                    })),
+                )
+                    .into_response();
+            }
+        };
+        initialize = is_initialize(&message);
+        if session.is_none() && !initialize {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                "forbidden",
+                "no MCP session: send `initialize` first (the sidecar binds your project and \
+                 token to the session it creates), then the Mcp-Session-Id it returns",
+            );
+        }
+        parts.extensions.insert(Message(message));
+        Body::from(bytes)
+    } else if is_mcp && session.is_none() {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            "forbidden",
+            "no MCP session: send `initialize` first",
+        );
+    } else {
+        body
+    };
+
+    // Fail closed: a session id must name a bound session of this caller. An id the table
+    // does not know (made up, reaped, or an `initialize` that never bound) is gone as far as
+    // this caller is concerned, whatever rmcp still holds.
+    if let Some(id) = &session {
+        match sessions.lookup(id) {
+            Err(_) => return unreadable_table(),
+            Ok(Lookup::Unbound) => return session_not_found(),
+            Ok(Lookup::Bound(fingerprint, _)) if fingerprint != identity.fingerprint() => {
+                return refusal(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    "this session belongs to another project or caller: the project and token \
+                     must be the ones sent with `initialize`",
+                );
+            }
+            Ok(Lookup::Bound(_, task)) => {
+                task.touch();
+                parts.extensions.insert(SessionTask(task));
+            }
+        }
+    }
+
+    let slot = TaskSlot::default();
+    if initialize {
+        let Some(permit) = sessions.admit() else {
+            let mut response = refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                &format!(
+                    "{} sessions are open, the most this sidecar serves \
+                     (CAPSTAN_MAX_SESSIONS); end one (DELETE) or retry later",
+                    sessions.max_sessions()
+                ),
+            );
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(SESSIONS_RETRY_AFTER_SECONDS),
+            );
+            return response;
+        };
+        slot.offer(permit);
+        parts.extensions.insert(slot.clone());
+    }
+    let fingerprint = identity.fingerprint();
+    parts.extensions.insert(identity);
+    let delete = parts.method == Method::DELETE;
+    let mut response = next.run(Request::from_parts(parts, body)).await;
+
+    // A session is bound when its `initialize` made a task; one that made none stays unbound,
+    // and every later request naming it is refused (404), never served unchecked.
+    if initialize
+        && response.status().is_success()
+        && let Some(id) = response
+            .headers()
+            .get(MCP_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+        && let Some(task) = slot.task()
+        && sessions.bind(id, fingerprint, &task).is_err()
+    {
+        error!("the session table is unreadable; the new session stays unbound");
+    }
+    if delete
+        && response.status().is_success()
+        && let Some(id) = &session
+    {
+        sessions.remove(id);
+    }
+    // A finished DELETE has no body to accept later: 204 is what clients expect (the Python
+    // SDK warns on anything but 200 or 204).
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use axum::http::HeaderName;
+
+    use super::*;
+
+    /// A router whose only handler counts what reaches it, behind the identity middleware.
+    fn guarded(sessions: &Arc<Sessions>) -> (axum::Router, Arc<AtomicU64>) {
+        let reached = Arc::new(AtomicU64::new(0));
+        let counter = reached.clone();
+        let router = axum::Router::new()
+            .fallback(move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { "served" }
+            })
+            .layer(axum::middleware::from_fn_with_state(
+                sessions.clone(),
+                check,
+            ));
+        (router, reached)
+    }
+
+    fn sessions() -> Arc<Sessions> {
+        Arc::new(Sessions::new(
+            HeaderName::from_static("x-capstan-project"),
+            4,
+        ))
+    }
+
+    fn in_session(id: &str, body: &str) -> Request {
+        Request::builder()
+            .method(Method::POST)
+            .uri("/mcp")
+            .header("x-capstan-project", "p")
+            .header(header::AUTHORIZATION, "Bearer t")
+            .header(MCP_SESSION_ID, id)
+            .body(Body::from(body.to_owned()))
+            .unwrap()
+    }
+
+    const LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+
+    #[tokio::test]
+    async fn a_session_id_that_is_not_bound_should_never_pass() {
+        use tower::ServiceExt as _;
+        let sessions = sessions();
+        let (router, reached) = guarded(&sessions);
+        for body in [LIST, r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#] {
+            let response = router
+                .clone()
+                .oneshot(in_session("made-up", body))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::NOT_FOUND);
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["error"]["code"], SESSION_NOT_FOUND_CODE);
+        }
+        // GET (the stream) and DELETE name a session too.
+        for method in [Method::GET, Method::DELETE] {
+            let request = Request::builder()
+                .method(method)
+                .uri("/mcp")
+                .header("x-capstan-project", "p")
+                .header(MCP_SESSION_ID, "made-up")
+                .body(Body::empty())
+                .unwrap();
+            let response = router.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        }
+        assert_eq!(reached.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_poisoned_session_table_should_refuse_with_500_not_pass() {
+        use tower::ServiceExt as _;
+        let sessions = sessions();
+        sessions.poison();
+        let (router, reached) = guarded(&sessions);
+        let response = router.oneshot(in_session("any", LIST)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(reached.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn only_initialize_should_open_a_session() {
+        let message = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+        assert!(is_initialize(&message(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#
+        )));
+        assert!(is_initialize(&message(
+            r#"[{"jsonrpc":"2.0","id":1,"method":"initialize"}]"#
+        )));
+        assert!(!is_initialize(&message(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#
+        )));
+        assert!(!is_initialize(&message(r#""not a message""#)));
+    }
+}

@@ -1,0 +1,222 @@
+//! The binding table: which caller each MCP session belongs to, and how many sessions may be
+//! open.
+//!
+//! A session is bound when its `initialize` made a task; the table holds the task weakly, so a
+//! binding whose task is gone (the session ended) is dead and serves nothing — no callback from
+//! the task is needed to forget it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderName;
+
+use crate::task::Task;
+
+/// Default cap on open sessions. 1,024: one assistant runs a handful of tasks at a time; the
+/// sidecar benchmark measured ~330 KiB per session with three upstreams, so the cap bounds
+/// the sidecar near a third of a GiB, and each session's upstream connections with it.
+pub const DEFAULT_MAX_SESSIONS: usize = 1024;
+
+/// What a client told "too many sessions" should wait before trying again: sessions end on
+/// DELETE or idle, so under churn a place frees within seconds.
+pub const SESSIONS_RETRY_AFTER_SECONDS: u64 = 5;
+
+/// A place among the open sessions, held by a session's task for its whole life (so a task
+/// whose client went away mid-`initialize` still counts until the reaper ends it).
+pub type SessionPermit = tokio::sync::OwnedSemaphorePermit;
+
+struct Binding {
+    fingerprint: [u8; 32],
+    task: Weak<Task>,
+    created: Instant,
+}
+
+/// What a session id names, as the binding table knows it.
+pub enum Lookup {
+    /// Bound to the caller with this identity digest, with its live task.
+    Bound([u8; 32], Arc<Task>),
+    /// Not bound (never, or no longer): nothing of this session is served.
+    Unbound,
+}
+
+/// The binding table could not be read: a panic poisoned its lock. Callers refuse the request.
+#[derive(Debug)]
+pub struct Poisoned;
+
+/// Session id → the identity bound at `initialize`, and the session cap.
+pub struct Sessions {
+    project_header: HeaderName,
+    bindings: Mutex<HashMap<String, Binding>>,
+    permits: Arc<tokio::sync::Semaphore>,
+    max_sessions: usize,
+}
+
+impl Sessions {
+    /// Bindings for requests naming their project in `project_header`, with at most
+    /// `max_sessions` sessions open at once.
+    pub fn new(project_header: HeaderName, max_sessions: usize) -> Self {
+        Self {
+            project_header,
+            bindings: Mutex::new(HashMap::new()),
+            permits: Arc::new(tokio::sync::Semaphore::new(max_sessions)),
+            max_sessions,
+        }
+    }
+
+    /// The header carrying the project.
+    pub fn project_header(&self) -> &HeaderName {
+        &self.project_header
+    }
+
+    /// The most sessions open at once.
+    pub fn max_sessions(&self) -> usize {
+        self.max_sessions
+    }
+
+    /// A place for a new session, or none when `max_sessions` are open.
+    pub fn admit(&self) -> Option<SessionPermit> {
+        self.permits.clone().try_acquire_owned().ok()
+    }
+
+    /// Binds session `id` to the caller with `fingerprint` and its `task`.
+    pub fn bind(&self, id: &str, fingerprint: [u8; 32], task: &Arc<Task>) -> Result<(), Poisoned> {
+        let mut bindings = self.bindings.lock().map_err(|_| Poisoned)?;
+        bindings.insert(
+            id.to_owned(),
+            Binding {
+                fingerprint,
+                task: Arc::downgrade(task),
+                created: Instant::now(),
+            },
+        );
+        Ok(())
+    }
+
+    /// What the table knows of session `id`.
+    pub fn lookup(&self, id: &str) -> Result<Lookup, Poisoned> {
+        let bindings = self.bindings.lock().map_err(|_| Poisoned)?;
+        Ok(match bindings.get(id) {
+            Some(binding) => match binding.task.upgrade() {
+                Some(task) => Lookup::Bound(binding.fingerprint, task),
+                None => Lookup::Unbound,
+            },
+            None => Lookup::Unbound,
+        })
+    }
+
+    /// The live task bound to a session of the caller with `fingerprint`, if any (the newest
+    /// binding wins), so inspection can reuse its composition.
+    pub fn live_task(&self, fingerprint: &[u8; 32]) -> Option<Arc<Task>> {
+        let bindings = self.bindings.lock().ok()?;
+        bindings
+            .values()
+            .filter(|b| b.fingerprint == *fingerprint)
+            .filter_map(|b| Some((b.created, b.task.upgrade()?)))
+            .max_by_key(|(created, _)| *created)
+            .map(|(_, task)| task)
+    }
+
+    /// Removes the binding of session `id`: later requests naming it are not served.
+    pub fn remove(&self, id: &str) {
+        if let Ok(mut bindings) = self.bindings.lock() {
+            bindings.remove(id);
+        }
+    }
+
+    /// Whether session `id` is bound to a live task.
+    pub fn is_bound(&self, id: &str) -> bool {
+        matches!(self.lookup(id), Ok(Lookup::Bound(..)))
+    }
+
+    /// The sessions to end: those whose task has been idle for at least `limit` (never while
+    /// a call runs), and dead ones (their task is gone).
+    pub fn idle(&self, limit: Duration) -> Vec<String> {
+        let Ok(bindings) = self.bindings.lock() else {
+            return Vec::new();
+        };
+        bindings
+            .iter()
+            .filter(|(_, binding)| {
+                binding
+                    .task
+                    .upgrade()
+                    .is_none_or(|task| task.idle() >= limit)
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn poison(self: &Arc<Self>) {
+        let sessions = self.clone();
+        let _ = std::thread::spawn(move || {
+            let _held = sessions.bindings.lock();
+            panic!("poisoning the session table for the test");
+        })
+        .join();
+    }
+}
+
+/// Passed from the identity middleware to `initialize` and back: the middleware offers the new
+/// session's permit, `initialize` keeps it in the task it creates and leaves the task here for
+/// the middleware to bind to the session id rmcp answers with.
+#[derive(Clone, Default)]
+pub struct TaskSlot(Arc<SlotInner>);
+
+#[derive(Default)]
+struct SlotInner {
+    task: OnceLock<Weak<Task>>,
+    permit: Mutex<Option<SessionPermit>>,
+}
+
+impl TaskSlot {
+    /// Offers the permit the new session's task will hold.
+    pub fn offer(&self, permit: SessionPermit) {
+        if let Ok(mut slot) = self.0.permit.lock() {
+            *slot = Some(permit);
+        }
+    }
+
+    /// Takes the offered permit (once).
+    pub fn take_permit(&self) -> Option<SessionPermit> {
+        self.0.permit.lock().ok().and_then(|mut p| p.take())
+    }
+
+    /// Leaves the task `initialize` created.
+    pub fn set_task(&self, task: &Arc<Task>) {
+        let _ = self.0.task.set(Arc::downgrade(task));
+    }
+
+    /// The task `initialize` created, while it lives.
+    pub fn task(&self) -> Option<Arc<Task>> {
+        self.0.task.get().and_then(Weak::upgrade)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_should_be_admitted_up_to_the_cap_and_again_when_one_ends() {
+        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"), 2);
+        let first = sessions.admit().unwrap();
+        let _second = sessions.admit().unwrap();
+        assert!(sessions.admit().is_none());
+        drop(first);
+        assert!(sessions.admit().is_some());
+    }
+
+    #[test]
+    fn an_unknown_session_should_be_unbound_and_a_poisoned_table_an_error() {
+        let sessions = Arc::new(Sessions::new(
+            HeaderName::from_static("x-capstan-project"),
+            2,
+        ));
+        assert!(matches!(sessions.lookup("nope"), Ok(Lookup::Unbound)));
+        sessions.poison();
+        assert!(sessions.lookup("nope").is_err());
+    }
+}

@@ -1,0 +1,366 @@
+//! A task: one MCP session's composition and who it is for — its tools and their input
+//! validators, the idle clock, the time limit, and the metering of its calls. The session's end
+//! drops the task, which closes its upstream sessions.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use capstan_api::validate::pointer_to_path;
+use capstan_compose::{Composed, Document, SkillError, ToolCallError};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations,
+};
+use serde_json::{Value, json};
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::identity::Identity;
+use crate::metering::{Meter, ToolInvocation};
+use crate::metrics::Metrics;
+use crate::tool_error::{ErrorKind, ToolError};
+
+/// The built-in that fetches a skill's body.
+pub const LOAD_SKILL: &str = "load_skill";
+
+/// What every task shares: metrics, the metering sink and the zero point of idle clocks.
+#[derive(Clone)]
+pub struct TaskContext {
+    /// The sidecar's metrics.
+    pub metrics: Metrics,
+    /// Where tool-invocation events go.
+    pub meter: Arc<Meter>,
+    /// Zero point of the sessions' idle clocks.
+    pub clock: Instant,
+}
+
+/// A task: what `initialize` composed, and who it is for.
+pub struct Task {
+    context: TaskContext,
+    identity: Identity,
+    composed: Composed,
+    tools: Vec<Tool>,
+    validators: HashMap<String, jsonschema::Validator>,
+    max_duration: Option<Duration>,
+    expired: AtomicBool,
+    /// Milliseconds since `TaskContext::clock` at the session's last request.
+    last_used: AtomicU64,
+    /// Calls running now.
+    busy: AtomicUsize,
+    /// This session's place among the open sessions, released when the task ends.
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// Counts a running call; the session is touched again when it ends (the identity middleware
+/// touched it when the request arrived).
+struct Busy<'a>(&'a Task);
+
+impl<'a> Busy<'a> {
+    fn new(task: &'a Task) -> Self {
+        task.busy.fetch_add(1, Ordering::AcqRel);
+        Self(task)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // The session ended (DELETE or idle timeout): close its upstream sessions.
+        self.composed.shutdown();
+        self.context.metrics.sessions_active.dec();
+        info!(project = %self.identity.project, "session ended; upstreams closed");
+    }
+}
+
+/// The smallest `authority.maxTaskDurationSeconds` among the documents.
+fn max_task_duration(documents: &[Document]) -> Option<Duration> {
+    documents
+        .iter()
+        .filter_map(|d| d.spec.authority.as_ref()?.max_task_duration_seconds)
+        .filter(|seconds| *seconds > 0)
+        .min()
+        .map(|seconds| Duration::from_secs(u64::from(seconds)))
+}
+
+fn load_skill_tool() -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": { "name": { "type": "string", "description": "The skill's name, as listed under Available skills." } },
+        "required": ["name"],
+        "additionalProperties": false
+    });
+    let mut tool = Tool::new(
+        LOAD_SKILL,
+        "Load the full procedure of one of the Available skills listed in your instructions.",
+        Arc::new(schema.as_object().cloned().unwrap_or_default()),
+    );
+    tool.annotations = Some(ToolAnnotations::new().read_only(true));
+    tool
+}
+
+impl Task {
+    /// The task of `identity` over `composed` (made from `documents`), holding `permit` for its
+    /// life. Starts the clock of the smallest `maxTaskDurationSeconds`, if any.
+    pub fn start(
+        context: TaskContext,
+        identity: Identity,
+        composed: Composed,
+        documents: &[Document],
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Arc<Self> {
+        let composition = &composed.composition;
+        let mut tools: Vec<Tool> = composition
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool = Tool::new(
+                    t.name.clone(),
+                    t.description.clone().unwrap_or_default(),
+                    Arc::new(t.input_schema.clone()),
+                );
+                tool.annotations = t.annotations.clone();
+                tool
+            })
+            .collect();
+        if !composition.skills.is_empty() {
+            tools.push(load_skill_tool());
+        }
+        let mut validators = HashMap::new();
+        for tool in &composition.tools {
+            match jsonschema::validator_for(&Value::Object(tool.input_schema.clone())) {
+                Ok(validator) => {
+                    validators.insert(tool.name.clone(), validator);
+                }
+                Err(error) => {
+                    warn!(tool = %tool.name, %error, "input schema not usable for checking; arguments pass unchecked")
+                }
+            }
+        }
+        let max_duration = max_task_duration(documents);
+        context.metrics.sessions_active.inc();
+        context.metrics.sessions_total.inc();
+        let task = Arc::new(Self {
+            context,
+            identity,
+            composed,
+            tools,
+            validators,
+            max_duration,
+            expired: AtomicBool::new(false),
+            last_used: AtomicU64::new(0),
+            busy: AtomicUsize::new(0),
+            _permit: permit,
+        });
+        task.touch();
+        if let Some(limit) = max_duration {
+            let weak: Weak<Task> = Arc::downgrade(&task);
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                if let Some(task) = weak.upgrade() {
+                    task.expired.store(true, Ordering::Release);
+                    task.composed.shutdown();
+                    info!(project = %task.identity.project, ?limit, "task time limit reached; upstreams closed");
+                }
+            });
+        }
+        task
+    }
+
+    /// Who the task is for.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// What `initialize` composed for this task.
+    pub fn composed(&self) -> &Composed {
+        &self.composed
+    }
+
+    /// The tools `tools/list` shows.
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    /// Serves one `tools/call` of this session, whichever path it arrived on (rmcp's session
+    /// worker, or `direct.rs`): identity, the task's time limit, then a built-in or a
+    /// provider tool. Errors a consumer can act on come back as tool results; only an unknown
+    /// tool is a protocol error.
+    pub async fn call(
+        &self,
+        caller: Option<&Identity>,
+        request: CallToolRequestParams,
+    ) -> Result<CallToolResult, McpError> {
+        let _busy = Busy::new(self);
+        if caller.is_none_or(|caller| caller.fingerprint() != self.identity.fingerprint()) {
+            return Ok(ToolError::new(
+                ErrorKind::Forbidden,
+                "this session belongs to another project or caller",
+            )
+            .into_result());
+        }
+        if self.expired.load(Ordering::Acquire) {
+            let limit = self.max_duration.unwrap_or_default();
+            return Ok(ToolError::new(
+                ErrorKind::Rejected,
+                format!(
+                    "this task's time limit ({}s, the smallest maxTaskDurationSeconds of its \
+                     bindings) has passed; start a new session",
+                    limit.as_secs()
+                ),
+            )
+            .into_result());
+        }
+        let CallToolRequestParams {
+            name, arguments, ..
+        } = request;
+        if name == LOAD_SKILL && !self.composed.composition.skills.is_empty() {
+            let arguments = Value::Object(arguments.unwrap_or_default());
+            return Ok(self
+                .load_skill(&arguments)
+                .await
+                .unwrap_or_else(ToolError::into_result));
+        }
+        self.call_provider_tool(&name, arguments).await
+    }
+
+    /// Marks the session as used now (the idle timeout counts from the last request).
+    pub fn touch(&self) {
+        let now = self.context.clock.elapsed().as_millis();
+        self.last_used
+            .store(u64::try_from(now).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// How long the session has been idle: zero while a call runs, else the time since its
+    /// last request or call.
+    pub fn idle(&self) -> Duration {
+        if self.busy.load(Ordering::Acquire) > 0 {
+            return Duration::ZERO;
+        }
+        let now = self.context.clock.elapsed().as_millis();
+        let now = u64::try_from(now).unwrap_or(u64::MAX);
+        Duration::from_millis(now.saturating_sub(self.last_used.load(Ordering::Relaxed)))
+    }
+
+    fn validate(&self, tool: &str, arguments: &Value) -> Result<(), ToolError> {
+        let Some(validator) = self.validators.get(tool) else {
+            return Ok(());
+        };
+        let Some(error) = validator.iter_errors(arguments).next() else {
+            return Ok(());
+        };
+        let field = pointer_to_path(arguments, error.instance_path().as_str());
+        let shown = if field.is_empty() {
+            "arguments"
+        } else {
+            field.as_str()
+        };
+        Err(ToolError {
+            kind: ErrorKind::InvalidInput,
+            message: format!("{shown}: {error}; see the tool's input schema"),
+            field: (!field.is_empty()).then_some(field),
+        })
+    }
+
+    async fn load_skill(&self, arguments: &Value) -> Result<CallToolResult, ToolError> {
+        let Some(name) = arguments.get("name").and_then(Value::as_str) else {
+            let mut error = ToolError::new(ErrorKind::InvalidInput, "name: required (a string)");
+            error.field = Some("name".into());
+            return Err(error);
+        };
+        match self.composed.load_skill(name).await {
+            Ok(body) => Ok(CallToolResult::success(vec![ContentBlock::text(body)])),
+            Err(error @ SkillError::Unknown { .. }) => {
+                let mut error = ToolError::new(ErrorKind::InvalidInput, error.to_string());
+                error.field = Some("name".into());
+                Err(error)
+            }
+            Err(error @ SkillError::Fetch { .. }) => Err(ToolError::new(
+                ErrorKind::UpstreamUnavailable,
+                error.to_string(),
+            )),
+        }
+    }
+
+    async fn call_provider_tool(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(tool) = self.composed.tool(name) else {
+            return Err(McpError::invalid_params(
+                format!(
+                    "no tool named {name:?} is available to this assistant; tools/list shows the ones that are"
+                ),
+                None,
+            ));
+        };
+        let span = info_span!(
+            "tool_call",
+            tool.name = %name,
+            tool.mutating = tool.mutating,
+            service.name = %tool.service_name,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let arguments = Value::Object(arguments.unwrap_or_default());
+        let result = match self.validate(name, &arguments) {
+            Err(error) => Err(error),
+            Ok(()) => match self
+                .composed
+                .call_tool(
+                    name,
+                    match arguments {
+                        Value::Object(map) => Some(map),
+                        _ => None,
+                    },
+                )
+                .instrument(span.clone())
+                .await
+            {
+                Ok(result) => Ok(result),
+                Err(ToolCallError::Upstream(error)) => Err(ToolError::from(error)),
+                Err(error @ ToolCallError::Unknown { .. }) => {
+                    Err(ToolError::new(ErrorKind::Forbidden, error.to_string()))
+                }
+            },
+        };
+        let outcome = match &result {
+            Ok(r) if r.is_error == Some(true) => "tool_error",
+            Ok(_) => "ok",
+            Err(error) => error.kind.as_str(),
+        };
+        span.record("outcome", outcome);
+        self.context.metrics.tool_call(outcome);
+        self.context.meter.record(&ToolInvocation {
+            time: k8s_openapi::jiff::Timestamp::now().to_string(),
+            project: &self.identity.project,
+            service: &tool.service_name,
+            binding: &tool.binding,
+            tool: name,
+            outcome,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        });
+        Ok(result.unwrap_or_else(ToolError::into_result))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_load_skill_schema_should_take_only_a_name() {
+        let tool = load_skill_tool();
+        assert_eq!(tool.input_schema["required"], json!(["name"]));
+        assert!(tool.input_schema["properties"].get("project").is_none());
+    }
+}
