@@ -24,6 +24,8 @@ pub mod composed {
     /// False: an endpoint was refused or unreachable, a declared tool is missing, a name was
     /// already taken, or every knowledge source was lost.
     pub const COMPOSITION_DEGRADED: &str = "CompositionDegraded";
-    /// Unknown: the binding has not been probed yet.
+    /// Unknown: the binding has not been probed yet, or probing is off.
     pub const NOT_PROBED: &str = "NotProbed";
+    /// False: the spec is not accepted, so nothing of it is composed.
+    pub const NOT_ACCEPTED: &str = "NotAccepted";
 }

@@ -8,10 +8,13 @@ use thiserror::Error;
 use tracing::{debug, warn};
 
 use crate::call_error::CallError;
-use crate::composition::{BindingOutcome, Collision, ComposedTool, Composition, SkillSummary};
+use crate::composition::{
+    BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
+    UpstreamStage,
+};
 use crate::document::Document;
 use crate::fetch::{ClientError, FetchError, Fetcher};
-use crate::guard::EndpointGuard;
+use crate::guard::{EndpointGuard, PatternError};
 use crate::knowledge;
 use crate::limits::Limits;
 use crate::upstream::{ConnectError, Connector, Upstream};
@@ -34,6 +37,23 @@ pub enum SkillError {
         #[source]
         source: FetchError,
     },
+}
+
+/// A composer could not be set up from its settings; each names the setting to fix.
+#[derive(Debug, Error)]
+pub enum SetupError {
+    /// An allow-list entry cannot be read.
+    #[error("{setting}: {source}")]
+    AllowList {
+        /// The setting.
+        setting: &'static str,
+        /// The entry and why.
+        #[source]
+        source: PatternError,
+    },
+    /// An HTTP client could not be built.
+    #[error(transparent)]
+    Client(#[from] ClientError),
 }
 
 /// Why a composed tool call produced no result.
@@ -157,6 +177,7 @@ pub fn composed_name(server: &str, tool: &str) -> String {
 struct ServerResult {
     doc: usize,
     server: String,
+    endpoint: String,
     allowed: BTreeSet<String>,
     mutating: BTreeSet<String>,
     result: Result<(Upstream, Vec<Tool>), ConnectError>,
@@ -175,6 +196,27 @@ impl Composer {
             fetcher,
             limits,
         })
+    }
+
+    /// A composer from the two allow-list settings both binaries share
+    /// (`CAPABILITY_MCP_ENDPOINT_HOSTS`, `CAPABILITY_FETCH_HOSTS`: comma-separated entries).
+    pub fn from_allow_lists(
+        mcp_endpoint_hosts: &str,
+        fetch_hosts: &str,
+        limits: Limits,
+    ) -> Result<Self, SetupError> {
+        let allow_list = |setting: &'static str, list: &str| {
+            EndpointGuard::from_list(list)
+                .map_err(|source| SetupError::AllowList { setting, source })
+        };
+        let mcp = allow_list("CAPABILITY_MCP_ENDPOINT_HOSTS", mcp_endpoint_hosts)?;
+        let fetch = allow_list("CAPABILITY_FETCH_HOSTS", fetch_hosts)?;
+        Ok(Self::new(mcp, Fetcher::new(fetch)?, limits)?)
+    }
+
+    /// The MCP allow-list admits nothing (the binaries warn about it).
+    pub fn dials_nothing(&self) -> bool {
+        self.connector.admits_nothing()
     }
 
     /// The limits in force.
@@ -208,6 +250,7 @@ impl Composer {
                 ServerResult {
                     doc,
                     server: server.name.clone(),
+                    endpoint: server.endpoint.clone(),
                     allowed,
                     mutating,
                     result,
@@ -245,6 +288,14 @@ impl Composer {
                 }
                 Err(error) => {
                     warn!(binding = %document.binding, %error, "MCP upstream failed");
+                    outcome.upstream_failures.push(UpstreamFailure {
+                        server: server.server.clone(),
+                        endpoint: server.endpoint.clone(),
+                        stage: match error {
+                            ConnectError::List { .. } => UpstreamStage::List,
+                            _ => UpstreamStage::Connect,
+                        },
+                    });
                     outcome.upstream_errors.push(error.to_string());
                     continue;
                 }

@@ -79,8 +79,11 @@ pub struct BindingOutcome {
     pub project_arguments: Vec<String>,
     /// Endpoints the guard refused (the refusal text says "was not dialed").
     pub refused: Vec<String>,
-    /// Connect, initialize and `tools/list` failures.
+    /// Connect, initialize and `tools/list` failures, with their details.
     pub upstream_errors: Vec<String>,
+    /// The same failures without details that vary between attempts (ports, durations): what
+    /// a status may show and compare.
+    pub upstream_failures: Vec<UpstreamFailure>,
     /// Knowledge sources declared.
     pub knowledge_total: usize,
     /// Knowledge sources that delivered nothing, with why.
@@ -97,10 +100,26 @@ impl BindingOutcome {
         !self.reasons().is_empty()
     }
 
-    /// Why the binding is degraded, one sentence per fact (empty when it is not).
+    /// Why the binding is degraded in sentences that stay the same while the facts do (no
+    /// ports, durations or OS error text): what the controller's `Composed` condition shows,
+    /// so an unchanged problem is never rewritten. Empty when the binding is not degraded.
+    pub fn stable_reasons(&self) -> Vec<String> {
+        self.sentences(false)
+    }
+
+    /// Why the binding is degraded, one sentence per fact with its details (empty when it is
+    /// not): what logs and `GET /v1/composition` show.
     pub fn reasons(&self) -> Vec<String> {
+        self.sentences(true)
+    }
+
+    fn sentences(&self, detailed: bool) -> Vec<String> {
         let mut reasons: Vec<String> = self.refused.clone();
-        reasons.extend(self.upstream_errors.iter().cloned());
+        if detailed {
+            reasons.extend(self.upstream_errors.iter().cloned());
+        } else {
+            reasons.extend(self.upstream_failures.iter().map(ToString::to_string));
+        }
         reasons.extend(
             self.missing
                 .iter()
@@ -116,11 +135,12 @@ impl BindingOutcome {
             )
         }));
         if self.knowledge_total > 0 && self.knowledge_errors.len() == self.knowledge_total {
-            reasons.push(format!(
-                "all {} knowledge sources failed: {}",
-                self.knowledge_total,
-                self.knowledge_errors.join("; ")
-            ));
+            let mut lost = format!("all {} knowledge sources failed", self.knowledge_total);
+            if detailed {
+                lost.push_str(": ");
+                lost.push_str(&self.knowledge_errors.join("; "));
+            }
+            reasons.push(lost);
         }
         reasons
     }
@@ -140,4 +160,36 @@ pub struct Composition {
     pub skills: Vec<SkillSummary>,
     /// One outcome per binding, in document order.
     pub bindings: Vec<BindingOutcome>,
+}
+
+/// An MCP upstream that contributed no tools, without the details that vary between attempts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamFailure {
+    /// The `mcpServers[].name` entry.
+    pub server: String,
+    /// Its endpoint.
+    pub endpoint: String,
+    /// Which step failed.
+    pub stage: UpstreamStage,
+}
+
+/// The step at which an upstream failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UpstreamStage {
+    /// Connecting, `initialize`, or no answer within the connect timeout.
+    Connect,
+    /// `tools/list`.
+    List,
+}
+
+impl std::fmt::Display for UpstreamFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.stage {
+            UpstreamStage::Connect => "could not be connected and initialized",
+            UpstreamStage::List => "did not list its tools",
+        };
+        write!(f, "MCP server {} at {} {what}", self.server, self.endpoint)
+    }
 }

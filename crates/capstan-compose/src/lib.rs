@@ -22,8 +22,13 @@ mod upstream;
 
 pub use cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
 pub use call_error::CallError;
-pub use compose::{Composed, Composer, SkillError, ToolCallError, composed_name, sanitize};
-pub use composition::{BindingOutcome, Collision, ComposedTool, Composition, SkillSummary};
+pub use compose::{
+    Composed, Composer, SetupError, SkillError, ToolCallError, composed_name, sanitize,
+};
+pub use composition::{
+    BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
+    UpstreamStage,
+};
 pub use document::Document;
 pub use errors::{chain_text, find_in_chain};
 pub use fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};

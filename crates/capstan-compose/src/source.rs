@@ -328,18 +328,9 @@ impl DocumentSource for CrdSource {
                 .await
                 .map_err(|e| error(format!("listing CapabilityBindings: {e}")))?
                 .items;
-            // First wins in creation order; the name breaks ties (timestamps have 1 s
-            // resolution).
-            list.sort_by(|a, b| {
-                (
-                    &a.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    &a.metadata.name,
-                )
-                    .cmp(&(
-                        &b.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                        &b.metadata.name,
-                    ))
-            });
+            // First wins in creation order, then by name: the controller's probe uses the same
+            // order for collisions.
+            list.sort_by(|a, b| capstan_api::binding::first_wins_order(&a.metadata, &b.metadata));
             // Each spec goes through the same parse and validation path as the other sources.
             let items: Vec<serde_json::Value> = list
                 .iter()

@@ -100,6 +100,11 @@ impl Connector {
         })
     }
 
+    /// Whether the allow-list admits nothing.
+    pub fn admits_nothing(&self) -> bool {
+        self.guard.patterns().next().is_none()
+    }
+
     /// Connects to `endpoint` (guard first) and lists its tools.
     pub async fn connect(
         &self,

@@ -4,53 +4,11 @@
 #![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use capstan_compose::{Composer, Document, EndpointGuard, Fetcher, Limits};
 use serde_json::{Value, json};
 
-pub use capstan_demo_provider::harness::{DemoProvider, python, repo_root};
-
-/// An MCP server written with the Python `mcp` SDK (MCPServer, FastMCP's successor).
-pub struct PythonServer {
-    child: Child,
-    pub address: SocketAddr,
-}
-
-impl PythonServer {
-    pub fn start() -> Self {
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            listener.local_addr().unwrap().port()
-        };
-        let script = repo_root().join("crates/capstan-compose/tests/python/streamco_server.py");
-        let child = Command::new(python())
-            .arg(script)
-            .arg(port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python server");
-        let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let started = Instant::now();
-        while std::net::TcpStream::connect(address).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "python server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Self { child, address }
-    }
-}
-
-impl Drop for PythonServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+pub use capstan_demo_provider::harness::{DemoProvider, PythonServer, python, repo_root};
 
 /// The StreamCo fixture with its endpoints moved to `address`.
 pub fn streamco_documents(address: SocketAddr) -> Vec<Document> {
