@@ -10,6 +10,10 @@
 //!   re-lists and reconciles every binding, as a resync does);
 //! - the controller's peak RSS.
 //!
+//! Then one round with the Composed probe on, against the demo provider: time until every
+//! binding shows its Composed verdict, status writes, writes over three unchanged probe
+//! rounds, the MCP sessions opened at the provider per probe round, and peak RSS.
+//!
 //! Reports medians and the ratios between the modes. Nothing here is asserted.
 
 use std::collections::BTreeMap;
@@ -41,13 +45,151 @@ fn main() {
     let plane =
         ControlPlane::start("bench-controller").unwrap_or_else(|e| panic!("control plane: {e}"));
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime.block_on(bench(&plane))
+        runtime.block_on(async {
+            // CAPSTAN_BENCH_PROBE_ONLY=1 runs the probe round alone (the write-mode rounds take
+            // ~15 min).
+            let rounds = if std::env::var_os("CAPSTAN_BENCH_PROBE_ONLY").is_some() {
+                install_crds(&plane).await;
+                Vec::new()
+            } else {
+                bench(&plane).await
+            };
+            let probe = probe_round(&plane).await;
+            (rounds, probe)
+        })
     }));
     let _ = plane.stop();
     match result {
-        Ok(rounds) => report(&rounds),
+        Ok((rounds, probe)) => {
+            report(&rounds);
+            println!("{probe}");
+        }
         Err(panic) => std::panic::resume_unwind(panic),
     }
+}
+
+/// Seconds between probes in the probe round: 5,000 bindings at 8 at once fit well inside.
+const PROBE_INTERVAL_SECONDS: u64 = 60;
+
+/// Bindings showing a Composed verdict (Composed, CompositionDegraded or NotAccepted) for their
+/// current generation.
+async fn composed_count(api: &Api<DynamicObject>) -> usize {
+    let list = api
+        .list(&ListParams::default().match_any())
+        .await
+        .unwrap_or_else(|e| panic!("list: {e}"));
+    list.items
+        .iter()
+        .filter(|object| {
+            let generation = object.metadata.generation;
+            object.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|conditions| {
+                    conditions.iter().any(|c| {
+                        c["type"] == "Composed"
+                            && c["reason"] != "NotProbed"
+                            && c["observedGeneration"].as_i64() == generation
+                    })
+                })
+        })
+        .count()
+}
+
+/// The `initialize` requests the provider received: MCP sessions opened.
+async fn sessions_opened(provider: &capstan_demo_provider::harness::DemoProvider) -> usize {
+    provider
+        .requests()
+        .await
+        .iter()
+        .filter_map(|r| r["rpc"].as_array())
+        .flatten()
+        .filter(|m| m["method"] == "initialize")
+        .count()
+}
+
+/// The probe round: every binding's endpoint on a running demo provider, probing on.
+async fn probe_round(plane: &ControlPlane) -> String {
+    let client = plane.client().await.unwrap_or_else(|e| panic!("{e}"));
+    let api: Api<DynamicObject> = Api::all_with(client, &binding_resource());
+    let provider = capstan_demo_provider::harness::DemoProvider::start(&[]);
+    let endpoint = provider.url("/mcp");
+    apply_all(&api, |index| {
+        let mut spec = spec(index, 99);
+        spec["tools"]["mcpServers"][0]["endpoint"] = json!(endpoint);
+        // Each binding its own server name: no binding takes another's tools.
+        spec["tools"]["mcpServers"][0]["name"] = json!(format!("s{index}"));
+        if let Some(spec) = spec.as_object_mut() {
+            spec.remove("skills");
+        }
+        spec
+    })
+    .await;
+    let identity = "bench-probe";
+    let kubeconfig = service_account_kubeconfig(plane, identity).unwrap_or_else(|e| panic!("{e}"));
+    let user = format!("system:serviceaccount:capstan-system:{identity}");
+    let host = provider.host();
+    let interval = PROBE_INTERVAL_SECONDS.to_string();
+    let args = [
+        "--log",
+        "warn",
+        "--mcp-endpoint-hosts",
+        &host,
+        "--probe-interval-seconds",
+        &interval,
+    ];
+    let before = sessions_opened(&provider).await;
+    let started = Instant::now();
+    let mut controller = ControllerProcess::start(plane, &kubeconfig, identity, &args)
+        .unwrap_or_else(|e| panic!("{e}"));
+    loop {
+        if composed_count(&api).await == BINDINGS {
+            break;
+        }
+        assert!(
+            controller.is_running(),
+            "the controller exited:\n{}",
+            controller.log_text()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "not all Composed in 15 min"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let all_composed = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = writes_by(plane, &user);
+    let first_round_sessions = sessions_opened(&provider).await - before;
+    // Three more probe rounds with nothing changing.
+    let probes = || metric(&controller, "capstan_controller_probes_total{");
+    let probed = probes();
+    let rounds_started = Instant::now();
+    let valid = (BINDINGS - BINDINGS / INVALID_EVERY) as f64;
+    while probes() < probed + 3.0 * valid {
+        assert!(
+            rounds_started.elapsed() < Duration::from_secs(20 * PROBE_INTERVAL_SECONDS),
+            "three probe rounds did not finish"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let unchanged_writes = writes_by(plane, &user) - writes;
+    let sessions = sessions_opened(&provider).await - before;
+    let probe_sum = metric(&controller, "capstan_controller_probe_duration_seconds_sum");
+    let probe_count = metric(
+        &controller,
+        "capstan_controller_probe_duration_seconds_count",
+    );
+    let peak = controller.pid().map_or(0.0, peak_rss_mib);
+    drop(controller);
+    format!(
+        "probe round ({BINDINGS} bindings, {}% invalid, demo provider, interval {PROBE_INTERVAL_SECONDS} s, \
+         8 at once): all Composed after {all_composed:.2?}, {writes} status writes, \
+         {unchanged_writes} during 3 unchanged probe rounds, {first_round_sessions} MCP sessions \
+         in the first round ({sessions} over 4 rounds), mean probe {:.1} ms, peak RSS {peak:.1} MiB",
+        100 / INVALID_EVERY,
+        1000.0 * probe_sum / probe_count.max(1.0)
+    )
 }
 
 fn binding_resource() -> ApiResource {
@@ -73,21 +215,23 @@ fn spec(index: usize, round: usize) -> Value {
     spec
 }
 
-/// Applies every binding's spec for `round` (32 requests in flight).
-async fn apply_all(api: &Api<DynamicObject>, round: usize) {
+/// Applies every binding with the spec `spec_of` gives its index (32 requests in flight).
+async fn apply_all(api: &Api<DynamicObject>, spec_of: impl Fn(usize) -> Value) {
     futures::stream::iter(0..BINDINGS)
-        .map(|index| async move {
+        .map(|index| {
             let name = format!("bench-{index:05}");
             let object = json!({
                 "apiVersion": capstan_api::API_VERSION, "kind": "CapabilityBinding",
-                "metadata": { "name": name }, "spec": spec(index, round),
+                "metadata": { "name": name }, "spec": spec_of(index),
             });
-            api.patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&object),
-            )
-            .await
+            async move {
+                api.patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&object),
+                )
+                .await
+            }
         })
         .buffer_unordered(32)
         .try_for_each(|_| async { Ok(()) })
@@ -195,7 +339,9 @@ fn peak_rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-async fn bench(plane: &ControlPlane) -> Vec<Round> {
+/// The CRDs, the binding CRD with an open spec schema (so invalid bindings reach the
+/// controller).
+async fn install_crds(plane: &ControlPlane) {
     let client = plane.client().await.unwrap_or_else(|e| panic!("{e}"));
     plane
         .install_crds(&client)
@@ -205,10 +351,15 @@ async fn bench(plane: &ControlPlane) -> Vec<Round> {
         .install_open_binding_crd(&client)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+}
+
+async fn bench(plane: &ControlPlane) -> Vec<Round> {
+    install_crds(plane).await;
+    let client = plane.client().await.unwrap_or_else(|e| panic!("{e}"));
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &binding_resource());
 
     let created = Instant::now();
-    apply_all(&api, 0).await;
+    apply_all(&api, |index| spec(index, 0)).await;
     eprintln!("created {BINDINGS} bindings in {:.1?}", created.elapsed());
     // One list before the clock starts: the first list of the bindings after they were
     // created has been seen to take ~95 s on this apiserver (the first round's controller
@@ -227,14 +378,23 @@ async fn bench(plane: &ControlPlane) -> Vec<Round> {
             ("every-reconcile", "every-reconcile"),
         ] {
             // A new generation for every binding: this round's controller has 5,000 to write.
-            apply_all(&api, round * 10 + rounds.len()).await;
+            let generation = round * 10 + rounds.len();
+            apply_all(&api, |index| spec(index, generation)).await;
             let identity = format!("bench-{mode}-{round}");
             let kubeconfig =
                 service_account_kubeconfig(plane, &identity).unwrap_or_else(|e| panic!("{e}"));
             let user = format!("system:serviceaccount:capstan-system:{identity}");
 
             let started = Instant::now();
-            let args = ["--write-mode", flag, "--log", "warn"];
+            // Probing off: these rounds measure Accepted writes (the probe has its own round).
+            let args = [
+                "--write-mode",
+                flag,
+                "--log",
+                "warn",
+                "--probe-interval-seconds",
+                "0",
+            ];
             let mut controller = ControllerProcess::start(plane, &kubeconfig, &identity, &args)
                 .unwrap_or_else(|e| panic!("{e}"));
             let mut progress = Vec::new();
@@ -320,6 +480,9 @@ fn median<T: PartialOrd + Copy>(mut values: Vec<T>) -> T {
 }
 
 fn report(rounds: &[Round]) {
+    if rounds.is_empty() {
+        return;
+    }
     println!(
         "\ncapstan-controller: {BINDINGS} bindings ({}% invalid), medians of {ROUNDS} rounds, modes alternated",
         100 / INVALID_EVERY

@@ -20,6 +20,7 @@ use kube::{Client, Config};
 use thiserror::Error;
 
 pub mod controller;
+pub mod objects;
 pub mod suite;
 
 /// The field manager e2e tests write with.

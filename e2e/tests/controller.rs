@@ -11,16 +11,15 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use capstan_api::API_VERSION;
 use capstan_controller::status::MAX_MESSAGE_LEN;
 use capstan_e2e::controller::{
     CONTROLLER_ROLE, ControllerProcess, LEADER_ELECTION_ROLE, NAMESPACE, apply_controller_rbac,
     bind_cluster_role, bind_role, service_account, service_account_kubeconfig,
 };
+use capstan_e2e::objects::{ConditionView, apply, delete, wait_condition};
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
-use capstan_e2e::{FIELD_MANAGER, HarnessError, printed, repo_root};
+use capstan_e2e::{HarnessError, printed, repo_root};
 use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// How long an outcome may take to appear before a trial fails: generous, because the machine
@@ -82,69 +81,12 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-fn resource(kind: &str) -> ApiResource {
-    if kind == "RouteQualifier" {
-        ApiResource::erase::<capstan_api::RouteQualifier>(&())
-    } else {
-        ApiResource::erase::<capstan_api::CapabilityBinding>(&())
-    }
-}
-
 fn valid_spec() -> Value {
     let text =
         std::fs::read_to_string(repo_root().join("examples/streamco/capability-bindings.yaml"))
             .unwrap_or_else(|e| panic!("{e}"));
     let binding: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
     binding["spec"].clone()
-}
-
-/// Creates or replaces an object (server-side apply as the test's own field manager).
-async fn apply(client: &Client, kind: &str, name: &str, spec: Value) -> Result<(), String> {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
-    let object = json!({ "apiVersion": API_VERSION, "kind": kind, "metadata": { "name": name }, "spec": spec });
-    api.patch(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .map(drop)
-    .map_err(|e| format!("apply {kind}/{name}: {e}"))
-}
-
-async fn delete(client: &Client, kind: &str, name: &str) {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
-    let _ = api.delete(name, &DeleteParams::default()).await;
-}
-
-/// An object's Accepted condition as a reader sees it.
-#[derive(Clone, Debug, PartialEq)]
-struct Accepted {
-    status: String,
-    reason: String,
-    message: String,
-    observed_generation: Option<i64>,
-    generation: Option<i64>,
-}
-
-async fn accepted(client: &Client, kind: &str, name: &str) -> Option<Accepted> {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
-    let object = api.get(name).await.ok()?;
-    let conditions = object
-        .data
-        .get("status")?
-        .get("conditions")?
-        .as_array()?
-        .clone();
-    let condition = conditions.iter().find(|c| c["type"] == "Accepted")?;
-    let text = |key: &str| condition[key].as_str().unwrap_or_default().to_owned();
-    Some(Accepted {
-        status: text("status"),
-        reason: text("reason"),
-        message: text("message"),
-        observed_generation: condition["observedGeneration"].as_i64(),
-        generation: object.metadata.generation,
-    })
 }
 
 /// Waits until the object's Accepted condition has `status` and `reason` for its current
@@ -155,25 +97,8 @@ async fn wait_accepted(
     name: &str,
     status: &str,
     reason: &str,
-) -> Result<Accepted, libtest_mimic::Failed> {
-    let last = std::sync::Mutex::new(None);
-    eventually(
-        PATIENCE,
-        || async {
-            let found = accepted(client, kind, name).await;
-            *last.lock().unwrap_or_else(|e| e.into_inner()) = found.clone();
-            found.filter(|a| {
-                a.status == status && a.reason == reason && a.observed_generation == a.generation
-            })
-        },
-        || {
-            format!(
-                "{kind}/{name} Accepted={status}/{reason}; last seen {:?}",
-                last.lock().map(|l| l.clone())
-            )
-        },
-    )
-    .await
+) -> Result<ConditionView, libtest_mimic::Failed> {
+    wait_condition(client, kind, name, "Accepted", (status, reason), PATIENCE).await
 }
 
 fn controller(
@@ -403,7 +328,13 @@ fn qualifier_limit(env: &Env) -> Outcome {
 }
 
 fn resync_writes_nothing(env: &Env) -> Outcome {
-    let controller = controller(env, "solo", &["--resync-seconds", "2"])?;
+    // Probing off: this trial counts Accepted writes (a probe's first verdict is a transition
+    // of its own, NotProbed to Composed; `composed.rs` counts those).
+    let controller = controller(
+        env,
+        "solo",
+        &["--resync-seconds", "2", "--probe-interval-seconds", "0"],
+    )?;
     env.runtime.block_on(async {
         let client = &env.client;
         let names: Vec<String> = (0..10).map(|i| format!("quiet-{i}")).collect();

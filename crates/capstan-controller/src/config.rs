@@ -83,6 +83,28 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_IDENTITY")]
     pub identity: Option<String>,
 
+    /// Seconds between Composed probes of one binding (plus up to 10% jitter); 0 turns probing
+    /// off (`Composed=Unknown`, NotProbed). A spec change is probed at once.
+    #[arg(long, env = "CAPSTAN_PROBE_INTERVAL_SECONDS", default_value_t = crate::probe::DEFAULT_PROBE_INTERVAL_SECONDS)]
+    pub probe_interval_seconds: u64,
+
+    /// Probes running at once.
+    #[arg(long, env = "CAPSTAN_PROBE_CONCURRENCY", default_value_t = crate::probe::DEFAULT_PROBE_CONCURRENCY)]
+    pub probe_concurrency: usize,
+
+    /// Seconds one probe may take before it is cut (and reads as degraded).
+    #[arg(long, env = "CAPSTAN_PROBE_DEADLINE_SECONDS", default_value_t = crate::probe::DEFAULT_PROBE_DEADLINE_SECONDS)]
+    pub probe_deadline_seconds: u64,
+
+    /// Hosts MCP endpoints may name, as the sidecar's setting of the same name: `host`,
+    /// `*.suffix`, IPs (each with an optional `:port`) and CIDRs, comma-separated.
+    #[arg(long, env = "CAPABILITY_MCP_ENDPOINT_HOSTS", default_value = "")]
+    pub mcp_endpoint_hosts: String,
+
+    /// Hosts knowledge sources may be fetched from, as the sidecar's setting of the same name.
+    #[arg(long, env = "CAPABILITY_FETCH_HOSTS", default_value = "")]
+    pub fetch_hosts: String,
+
     /// Log filter, e.g. `info` or `capstan_controller=debug,kube=info`.
     #[arg(long, env = "CAPSTAN_LOG", default_value = "info")]
     pub log: String,

@@ -5,9 +5,11 @@
 //! How an object flows through the modules: `docs/architecture.md#capstan-controller`.
 
 mod cached;
+mod composed;
 mod config;
 mod leader;
 mod metrics;
+mod probe;
 mod qualifiers;
 mod reconcile;
 mod run;
@@ -20,6 +22,9 @@ pub use config::{
     DEFAULT_STATUS_QUEUE_CAPACITY,
 };
 pub use leader::{Leadership, LeaseError, LeaseSettings};
+pub use probe::{
+    DEFAULT_PROBE_CONCURRENCY, DEFAULT_PROBE_DEADLINE_SECONDS, DEFAULT_PROBE_INTERVAL_SECONDS,
+};
 pub use qualifiers::accepted_conditions;
 pub use reconcile::WriteMode;
 pub use run::{RunError, run};

@@ -106,6 +106,19 @@ pub struct Metrics {
     pub reconciles: Family<ReconcileLabels, Counter>,
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge,
+    /// Composed probes, by outcome (`composed`, `degraded`, `timeout`).
+    pub probes: Family<ProbeLabels, Counter>,
+    /// How long each probe took.
+    pub probe_duration: Histogram,
+    /// Probes running now.
+    pub probes_in_flight: Gauge,
+}
+
+/// The label set of probe counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    /// `composed`, `degraded` or `timeout`.
+    pub outcome: &'static str,
 }
 
 impl Metrics {
@@ -121,6 +134,13 @@ impl Metrics {
             queue_depth: Gauge::default(),
             reconciles: Family::default(),
             leader: Gauge::default(),
+            probes: Family::default(),
+            // 5 ms to ~40 s: a local provider answers in milliseconds, a hanging one is cut
+            // at the probe deadline.
+            probe_duration: Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.005, 2.0, 14),
+            ),
+            probes_in_flight: Gauge::default(),
         };
         let registry = registry.sub_registry_with_prefix("capstan_controller");
         registry.register(
@@ -152,6 +172,21 @@ impl Metrics {
             "leader",
             "1 while this replica holds the leader lease",
             metrics.leader.clone(),
+        );
+        registry.register(
+            "probes",
+            "Composed probes by outcome (composed, degraded, timeout)",
+            metrics.probes.clone(),
+        );
+        registry.register(
+            "probe_duration_seconds",
+            "Duration of Composed probes",
+            metrics.probe_duration.clone(),
+        );
+        registry.register(
+            "probes_in_flight",
+            "Composed probes running now",
+            metrics.probes_in_flight.clone(),
         );
         metrics
     }

@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use capstan_api::binding::first_wins_key;
+use capstan_api::conditions::composed;
 use capstan_api::validate::validate_binding_spec;
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
@@ -16,7 +18,11 @@ use tracing::{instrument, warn};
 
 use crate::cached::CachedBinding;
 use crate::metrics::Metrics;
-use crate::status::{DesiredStatus, Kind, ObjectKey, ObservedStatus, accepted_condition};
+use crate::probe::Prober;
+use crate::status::{
+    ConditionStatus, DesiredCondition, DesiredStatus, Kind, ObjectKey, ObservedStatus,
+    accepted_condition,
+};
 use crate::status_queue::StatusSender;
 use crate::writer::write_status;
 
@@ -65,6 +71,8 @@ pub struct Context {
     pub mode: WriteMode,
     /// How often every object is reconciled again, recovering anything dropped.
     pub resync: Duration,
+    /// Runs Composed probes and keeps their findings; `None` when probing is off.
+    pub probe: Option<Arc<Prober>>,
     /// True while this replica holds the Lease. The queue's worker checks it itself; the
     /// `every-reconcile` baseline writes only while it is true, so two baseline replicas
     /// never both write either.
@@ -98,36 +106,81 @@ impl Context {
 
     /// The resync interval with up to 10% jitter, so objects created together do not resync
     /// together forever.
-    fn resync_action(&self, name: &str) -> Action {
+    pub(crate) fn resync_interval(&self, name: &str) -> Duration {
         let jitter_permille = name
             .bytes()
             .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
             % 100;
-        let resync = self.resync + self.resync.mul_f64(jitter_permille as f64 / 1000.0);
-        Action::requeue(resync)
+        self.resync + self.resync.mul_f64(jitter_permille as f64 / 1000.0)
     }
 }
 
-/// Reconciles one CapabilityBinding: validates its spec and sends the `Accepted` condition.
+/// Reconciles one CapabilityBinding: validates its spec, starts a Composed probe when one is
+/// due, and sends the `Accepted` and `Composed` conditions together (server-side apply drops
+/// an owned condition left out).
 #[instrument(skip_all, fields(name = %binding.name_any(), generation = binding.metadata.generation))]
 pub async fn reconcile_binding(
     binding: Arc<CachedBinding>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let name = binding.name_any();
-    let errors: Vec<String> = validate_binding_spec(&binding.spec())
+    let generation = binding.metadata.generation.unwrap_or_default();
+    let spec = binding.spec();
+    let errors: Vec<String> = validate_binding_spec(&spec)
         .iter()
         .map(ToString::to_string)
         .collect();
     if !errors.is_empty() {
         warn!(errors = errors.len(), first = %errors[0], "binding is invalid");
     }
-    let condition = accepted_condition(&errors);
-    ctx.metrics.reconciled(Kind::Binding, condition.reason);
+    let accepted = accepted_condition(&errors);
+    ctx.metrics.reconciled(Kind::Binding, accepted.reason);
+    let mut requeue = ctx.resync_interval(&name);
+    let (composed, tools) = match &ctx.probe {
+        None => (
+            not_probed("probing is off (--probe-interval-seconds 0)"),
+            None,
+        ),
+        Some(prober) if !errors.is_empty() => {
+            prober.forget(&name);
+            (
+                DesiredCondition {
+                    type_: composed::TYPE,
+                    status: ConditionStatus::False,
+                    reason: composed::NOT_ACCEPTED,
+                    message: "the spec is not accepted; nothing of it is composed".into(),
+                },
+                Some(Vec::new()),
+            )
+        }
+        Some(prober) => {
+            let due = prober.next_probe(&name, generation);
+            if due.is_zero() && *ctx.leader.borrow() {
+                match serde_json::from_value(spec) {
+                    Ok(spec) => prober.probe(first_wins_key(&binding.metadata), generation, spec),
+                    Err(error) => warn!(%error, "an accepted spec does not decode; not probed"),
+                }
+            }
+            requeue = requeue.min(if due.is_zero() {
+                prober.interval(&name)
+            } else {
+                due
+            });
+            match prober.condition(&name, generation) {
+                Some((condition, tools)) => (condition, Some(tools)),
+                None => observed_composed(&binding.status, generation).unwrap_or_else(|| {
+                    (
+                        not_probed("the first probe of this generation is pending"),
+                        None,
+                    )
+                }),
+            }
+        }
+    };
     let desired = DesiredStatus {
-        generation: binding.metadata.generation.unwrap_or_default(),
-        conditions: vec![condition],
-        tools: None,
+        generation,
+        conditions: vec![accepted, composed],
+        tools,
     };
     ctx.submit(
         ObjectKey {
@@ -138,7 +191,45 @@ pub async fn reconcile_binding(
         desired,
     )
     .await?;
-    Ok(ctx.resync_action(&name))
+    Ok(Action::requeue(requeue))
+}
+
+fn not_probed(message: &str) -> DesiredCondition {
+    DesiredCondition {
+        type_: composed::TYPE,
+        status: ConditionStatus::Unknown,
+        reason: composed::NOT_PROBED,
+        message: message.to_owned(),
+    }
+}
+
+/// The `Composed` condition and tools already written for this generation, kept while this
+/// replica has not probed yet (a new leader must not overwrite what the old one found with
+/// "not probed").
+fn observed_composed(
+    observed: &ObservedStatus,
+    generation: i64,
+) -> Option<(DesiredCondition, Option<Vec<String>>)> {
+    let condition = observed
+        .conditions
+        .iter()
+        .find(|c| c.type_ == composed::TYPE && c.observed_generation == Some(generation))?;
+    let (status, reason) = match (condition.status.as_str(), condition.reason.as_str()) {
+        ("True", composed::COMPOSED) => (ConditionStatus::True, composed::COMPOSED),
+        ("False", composed::COMPOSITION_DEGRADED) => {
+            (ConditionStatus::False, composed::COMPOSITION_DEGRADED)
+        }
+        _ => return None,
+    };
+    Some((
+        DesiredCondition {
+            type_: composed::TYPE,
+            status,
+            reason,
+            message: condition.message.clone(),
+        },
+        observed.tools.clone(),
+    ))
 }
 
 /// Requeues a failed reconcile after a short pause.

@@ -5,13 +5,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use capstan_compose::{Composer, Limits, SetupError};
 use capstan_process::{AdminError, LoggingError, Readiness, Shutdown, init_logging, serve_admin};
 use futures::{FutureExt, StreamExt};
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Client, Config as KubeConfig, Resource};
+use kube::{Client, Config as KubeConfig, Resource, ResourceExt};
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tokio::sync::watch;
@@ -21,6 +22,7 @@ use crate::cached::{CachedBinding, CachedQualifier};
 use crate::config::Config;
 use crate::leader::{Leadership, LeaseError, LeaseSettings, became_leader};
 use crate::metrics::Metrics;
+use crate::probe::{ProbeSettings, Prober};
 use crate::qualifiers::run_qualifiers;
 use crate::reconcile::{Context, binding_error_policy, reconcile_binding};
 use crate::status_queue::status_queue;
@@ -46,6 +48,9 @@ pub enum RunError {
     /// The admin server.
     #[error(transparent)]
     Admin(#[from] AdminError),
+    /// The probe's composer settings.
+    #[error(transparent)]
+    Composer(#[from] SetupError),
 }
 
 impl Config {
@@ -68,6 +73,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         lease_duration_seconds,
         lease_grace_seconds,
         identity,
+        probe_interval_seconds,
+        probe_concurrency,
+        probe_deadline_seconds,
+        mcp_endpoint_hosts,
+        fetch_hosts,
         log,
         log_format,
     } = config;
@@ -106,6 +116,26 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let leader = leadership.leader();
     info!(%identity, lease = %format!("{lease_namespace}/{lease_name}"), "leader election started");
 
+    // The Composed probe: the sidecar's composer, guards and flag names.
+    let (probe, probed) = if probe_interval_seconds == 0 {
+        info!("Composed probes are off (--probe-interval-seconds 0)");
+        (None, None)
+    } else {
+        capstan_compose::install_crypto_provider();
+        let composer =
+            Composer::from_allow_lists(&mcp_endpoint_hosts, &fetch_hosts, Limits::default())?;
+        let (prober, probed) = Prober::new(
+            composer,
+            ProbeSettings {
+                interval: Duration::from_secs(probe_interval_seconds),
+                concurrency: probe_concurrency,
+                deadline: Duration::from_secs(probe_deadline_seconds),
+            },
+            metrics.clone(),
+        );
+        (Some(prober), Some(probed))
+    };
+
     let (queue, queue_rx) = status_queue(status_queue_capacity);
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -113,6 +143,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         metrics: metrics.clone(),
         mode: write_mode,
         resync: Duration::from_secs(resync_seconds),
+        probe: probe.clone(),
         leader: leader.clone(),
     });
 
@@ -126,20 +157,53 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let binding_writer = reflector::store::Writer::default();
     let binding_store: Store<CachedBinding> = binding_writer.as_reader();
     let (bindings_synced_tx, bindings_synced) = watch::channel(false);
+    let forget_deleted = probe.clone();
     let binding_events = reflector::reflector(
         binding_writer,
         watcher(bindings_api, watch_config.clone()).modify(trim_for_cache),
     )
     .default_backoff()
-    .inspect(move |event| {
-        if matches!(event, Ok(watcher::Event::InitDone)) {
+    .inspect(move |event| match event {
+        Ok(watcher::Event::InitDone) => {
             let _ = bindings_synced_tx.send(true);
         }
+        // A deleted binding frees the names it held at once (no reconcile follows a delete).
+        Ok(watcher::Event::Delete(binding)) => {
+            if let Some(prober) = &forget_deleted {
+                prober.forget(&binding.name_any());
+            }
+        }
+        _ => {}
     })
     .applied_objects();
+    // A probe's finding reconciles the bindings whose status it may change.
+    let probed = match probed {
+        Some(rx) => futures::stream::unfold(rx, |mut rx| async move {
+            let name = rx.recv().await?;
+            Some((ObjectRef::<CachedBinding>::new(&name), rx))
+        })
+        .boxed(),
+        None => futures::stream::pending().boxed(),
+    };
     let controller = Controller::for_stream_with(binding_events, binding_store.clone(), ())
         .reconcile_all_on(became_leader(leader.clone()))
+        .reconcile_on(probed)
         .graceful_shutdown_on(stop.clone());
+    // A backstop for deletions a re-list hid from the watch: findings of bindings that are
+    // gone free their names.
+    let forgetter = probe.map(|prober| {
+        let store = binding_store.clone();
+        let every = Duration::from_secs(resync_seconds.max(1));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                prober.forget_missing(|name| {
+                    store.get(&ObjectRef::<CachedBinding>::new(name)).is_some()
+                });
+            }
+        })
+    });
 
     let qualifier_writer = reflector::store::Writer::default();
     let qualifier_store: Store<CachedQualifier> = qualifier_writer.as_reader();
@@ -203,6 +267,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     qualifier_loop.abort();
     worker.abort();
     leadership_log.abort();
+    if let Some(forgetter) = forgetter {
+        forgetter.abort();
+    }
     let _ = tokio::join!(qualifier_loop, worker, leadership_log);
     leadership.stop().await;
     match admin.await {

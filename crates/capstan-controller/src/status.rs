@@ -148,7 +148,8 @@ pub fn accepted_condition(errors: &[String]) -> DesiredCondition {
     }
 }
 
-/// Whether writing `desired` changes anything a reader acts on, compared with `observed`.
+/// Whether writing `desired` changes anything a reader acts on (a condition's status, reason,
+/// message or generation, or the tool list), compared with `observed`.
 pub fn is_transition(observed: &ObservedStatus, desired: &DesiredStatus) -> bool {
     if observed.observed_generation != Some(desired.generation) {
         return true;
@@ -159,9 +160,13 @@ pub fn is_transition(observed: &ObservedStatus, desired: &DesiredStatus) -> bool
             .iter()
             .any(|want| match observed.condition(want.type_) {
                 None => true,
+                // Messages are compared too: every message is built from stable facts (the
+                // Composed probe's sentences carry no ports or durations), so a changed message
+                // is a changed problem.
                 Some(have) => {
                     have.status != want.status.as_str()
                         || have.reason != want.reason
+                        || have.message != want.message
                         || have.observed_generation != Some(desired.generation)
                 }
             });
@@ -286,11 +291,19 @@ mod tests {
     }
 
     #[test]
-    fn same_status_reason_and_generation_should_not_be_a_transition() {
+    fn the_same_status_written_later_should_not_be_a_transition() {
+        let want = desired(1, accepted(ConditionStatus::True, "Validated"));
+        assert!(!is_transition(&observed_after(&want, 10), &want.clone()));
+    }
+
+    #[test]
+    fn a_changed_message_should_be_a_transition() {
+        // Messages carry only stable facts (the problems of a degraded binding): a new message
+        // is a new problem, and a reader must see it.
         let want = desired(1, accepted(ConditionStatus::True, "Validated"));
         let mut again = want.clone();
-        again.conditions[0].message = "reworded".into();
-        assert!(!is_transition(&observed_after(&want, 10), &again));
+        again.conditions[0].message = "another problem".into();
+        assert!(is_transition(&observed_after(&want, 10), &again));
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::HeaderName;
 use capstan_compose::{
-    CachedSource, ClientError, Composer, CrdSource, EndpointGuard, Fetcher, FixtureSource,
-    HttpSource, Limits, PatternError, ProjectDocuments, SourceError, Uncached,
+    CachedSource, Composer, CrdSource, FixtureSource, HttpSource, Limits, ProjectDocuments,
+    SetupError, SourceError, Uncached,
 };
 use capstan_process::{AdminError, LoggingError, Readiness, Shutdown, init_logging, serve_admin};
 use prometheus_client::registry::Registry;
@@ -44,18 +44,9 @@ pub enum RunError {
         /// What failed.
         message: String,
     },
-    /// An allow-list entry cannot be read.
-    #[error("{setting}: {source}")]
-    AllowList {
-        /// The setting.
-        setting: &'static str,
-        /// The entry and why.
-        #[source]
-        source: PatternError,
-    },
-    /// An HTTP client could not be built.
+    /// The composer's settings.
     #[error(transparent)]
-    Client(#[from] ClientError),
+    Composer(#[from] SetupError),
     /// The project header is not a header name.
     #[error("CAPSTAN_PROJECT_HEADER {0:?} is not a header name")]
     ProjectHeader(String),
@@ -151,19 +142,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             ))
         }
     };
-    let mcp_guard =
-        EndpointGuard::from_list(&mcp_endpoint_hosts).map_err(|source| RunError::AllowList {
-            setting: "CAPABILITY_MCP_ENDPOINT_HOSTS",
-            source,
-        })?;
-    let fetch_guard =
-        EndpointGuard::from_list(&fetch_hosts).map_err(|source| RunError::AllowList {
-            setting: "CAPABILITY_FETCH_HOSTS",
-            source,
-        })?;
-    if mcp_guard.patterns().next().is_none() {
-        warn!("CAPABILITY_MCP_ENDPOINT_HOSTS is empty: no MCP endpoint will be dialed");
-    }
     let limits = Limits {
         connect_timeout: Duration::from_secs(connect_timeout_seconds),
         call_timeout: Duration::from_secs(call_timeout_seconds),
@@ -173,7 +151,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         skill_timeout: Duration::from_secs(fetch_timeout_seconds),
         skill_cap,
     };
-    let composer = Composer::new(mcp_guard, Fetcher::new(fetch_guard)?, limits)?;
+    let composer = Composer::from_allow_lists(&mcp_endpoint_hosts, &fetch_hosts, limits)?;
+    if composer.dials_nothing() {
+        warn!("CAPABILITY_MCP_ENDPOINT_HOSTS is empty: no MCP endpoint will be dialed");
+    }
     let project_header = HeaderName::try_from(project_header.as_str())
         .map_err(|_| RunError::ProjectHeader(project_header.clone()))?;
 

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -248,4 +249,47 @@ pub fn binding_document(name: &str, server: &str, endpoint: &str, include: &[&st
             }]}
         }
     })
+}
+
+/// An MCP server written with the Python `mcp` SDK (MCPServer, FastMCP's successor), the
+/// StreamCo tools of the demo provider; stopped on drop.
+pub struct PythonServer {
+    child: Child,
+    /// Where it listens.
+    pub address: SocketAddr,
+}
+
+impl PythonServer {
+    /// Starts the StreamCo server of `crates/capstan-compose/tests/python` on a free port.
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap_or_else(|e| panic!("a free port: {e}"))
+            .port();
+        let script = repo_root().join("crates/capstan-compose/tests/python/streamco_server.py");
+        let child = Command::new(python())
+            .arg(script)
+            .arg(port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting the Python MCP server: {e}"));
+        let address = SocketAddr::from(([127, 0, 0, 1], port));
+        let started = Instant::now();
+        while std::net::TcpStream::connect(address).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "python server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self { child, address }
+    }
+}
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
