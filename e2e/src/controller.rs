@@ -170,14 +170,13 @@ impl ControllerProcess {
         let child = Command::new(&binary)
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .args([
-                "--listen-address",
-                &address,
-                "--identity",
-                name,
-                "--lease-namespace",
-                NAMESPACE,
-            ])
+            .args(["--listen-address", &address, "--identity", name])
+            // The test namespace unless a caller names another (clap takes a flag once).
+            .args(if args.contains(&"--lease-namespace") {
+                &[][..]
+            } else {
+                &["--lease-namespace", NAMESPACE][..]
+            })
             .args(["--log-format", "json"])
             // Debug logs by default; a caller's own `--log` wins (clap takes it once).
             .args(if args.contains(&"--log") {

@@ -69,6 +69,10 @@ fn main() -> ExitCode {
                 "readyz_should_wait_for_the_first_sync",
                 readiness_follows_the_first_sync,
             ),
+            trial(
+                "a_missing_lease_namespace_should_be_retried_not_fatal",
+                lease_namespace_later,
+            ),
         ],
     )
 }
@@ -585,5 +589,64 @@ fn readiness_follows_the_first_sync(env: &Env) -> Outcome {
             || "/readyz answers 200 after the first sync".to_owned(),
         )
         .await
+    })
+}
+
+/// A controller whose lease namespace does not exist yet keeps running and says why it is not
+/// leading; once the namespace and its Role exist, it leads and writes.
+fn lease_namespace_later(env: &Env) -> Outcome {
+    let namespace = "capstan-later";
+    let controller = controller(env, "later", &["--lease-namespace", namespace])?;
+    let mut controller = controller;
+    env.runtime.block_on(async {
+        eventually(
+            PATIENCE,
+            || async {
+                controller
+                    .log_text()
+                    .contains("leader election cannot reach its Lease")
+                    .then_some(())
+            },
+            || "the retry log line".to_owned(),
+        )
+        .await
+    })?;
+    check(controller.is_running(), || {
+        format!("the controller exited:\n{}", controller.log_text())
+    })?;
+    let account = format!("system:serviceaccount:{NAMESPACE}:later");
+    let objects = format!(
+        r#"{{"apiVersion": "v1", "kind": "List", "items": [
+            {{"apiVersion": "v1", "kind": "Namespace", "metadata": {{"name": "{namespace}"}}}},
+            {{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+              "metadata": {{"name": "capstan-controller-leader-election", "namespace": "{namespace}"}},
+              "rules": [{{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch"]}}]}},
+            {{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+              "metadata": {{"name": "later", "namespace": "{namespace}"}},
+              "roleRef": {{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "capstan-controller-leader-election"}},
+              "subjects": [{{"kind": "User", "name": "{account}"}}]}}
+        ]}}"#
+    );
+    let output = env
+        .plane
+        .kubectl_with_input(&["apply", "-f", "-"], Some(&objects));
+    check(output.status.success(), || printed(&output))?;
+    env.runtime.block_on(async {
+        apply(
+            &env.client,
+            "CapabilityBinding",
+            "after-namespace",
+            valid_spec(),
+        )
+        .await?;
+        wait_accepted(
+            &env.client,
+            "CapabilityBinding",
+            "after-namespace",
+            "True",
+            "Validated",
+        )
+        .await
+        .map(drop)
     })
 }

@@ -3,15 +3,17 @@
 //!
 //! kube-lease-manager holds and renews the lease. Its standby, though, sleeps until the expiry
 //! of the lease it last saw, so a lease released by a graceful shutdown would only be taken
-//! over when it would have expired anyway. A watch on the Lease closes that gap: when the
-//! lease shows no holder while this replica is standby, the standby's manager is started
-//! afresh, and a fresh manager takes a free lease at once.
+//! over when it would have expired anyway. The standby therefore reads the Lease every
+//! [`STANDBY_POLL`]: when it shows no holder, the standby's manager is started afresh, and a
+//! fresh manager takes a free lease at once. (A GET, not a watch, so the controller's Role
+//! needs no list or watch on Leases: get, create and patch are all it uses.)
+//!
+//! A lease that cannot be reached yet (its namespace missing, RBAC not bound) is retried with
+//! a log line naming it, as the caches retry CRDs that are not installed yet.
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use thiserror::Error;
@@ -23,8 +25,13 @@ use tracing::{info, warn};
 /// PATCH; past this the standby takes over when the lease expires instead.
 pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Pause before building a manager again after a failure (the apiserver may be restarting).
+/// Pause before building a manager again after a failure (the apiserver may be restarting,
+/// the namespace not created yet).
 const RETRY: Duration = Duration::from_secs(2);
+
+/// How often a standby reads the Lease to see whether it was released. 2 s: a released lease
+/// is taken over within two seconds, for one GET every two seconds per standby.
+pub const STANDBY_POLL: Duration = Duration::from_secs(2);
 
 /// The lease to elect on.
 #[derive(Clone, Debug)]
@@ -64,14 +71,13 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    /// Starts electing on `settings`' lease. Fails when the first manager cannot be built
-    /// (for instance when the lease's namespace does not exist).
-    pub async fn start(client: Client, settings: LeaseSettings) -> Result<Self, LeaseError> {
-        let first = build(&client, &settings).await?;
+    /// Starts electing on `settings`' lease, in the background: until the lease can be reached
+    /// this replica is not leader, and each failed attempt is logged and retried.
+    pub fn start(client: Client, settings: LeaseSettings) -> Self {
         let (tx, leader) = watch::channel(false);
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(elect(client, settings, first, tx, stopped));
-        Ok(Self { leader, stop, task })
+        let task = tokio::spawn(elect(client, settings, tx, stopped));
+        Self { leader, stop, task }
     }
 
     /// Whether this replica leads now, and every change.
@@ -127,33 +133,32 @@ enum Ended {
 async fn elect(
     client: Client,
     settings: LeaseSettings,
-    first: LeaseManager,
     tx: watch::Sender<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
     let api: Api<Lease> = Api::namespaced(client.clone(), &settings.namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", settings.name));
-    let mut leases = watcher(api, config)
-        .default_backoff()
-        .applied_objects()
-        .boxed();
-    let mut manager = Some(first);
+    let mut poll = tokio::time::interval(STANDBY_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let current = match manager.take() {
-            Some(manager) => manager,
-            None => match build(&client, &settings).await {
-                Ok(manager) => manager,
-                Err(error) => {
-                    warn!(%error, "leader election: retrying");
-                    tokio::select! {
-                        _ = stop.wait_for(|stop| *stop) => return,
-                        () = tokio::time::sleep(RETRY) => continue,
-                    }
+        let current = match build(&client, &settings).await {
+            Ok(manager) => manager,
+            Err(error) => {
+                warn!(
+                    %error,
+                    lease = %format!("{}/{}", settings.namespace, settings.name),
+                    "leader election cannot reach its Lease (does the namespace exist, and may \
+                     this account get, create and patch Leases there?); retrying in 2 s"
+                );
+                tokio::select! {
+                    _ = stop.wait_for(|stop| *stop) => return,
+                    () = tokio::time::sleep(RETRY) => continue,
                 }
-            },
+            }
         };
         let (mut held, handle) = current.watch().await;
         let ended = loop {
+            let standby = !*held.borrow();
+            let mut read_lease = false;
             tokio::select! {
                 _ = stop.wait_for(|stop| *stop) => break Ended::Stopped,
                 changed = held.changed() => {
@@ -162,14 +167,13 @@ async fn elect(
                     }
                     tx.send_replace(*held.borrow_and_update());
                 }
-                Some(event) = leases.next() => {
-                    if let Ok(lease) = event
-                        && !*held.borrow()
-                        && is_free(&lease)
-                    {
-                        break Ended::LeaseFreed;
-                    }
-                }
+                _ = poll.tick(), if standby => read_lease = true,
+            }
+            if read_lease
+                && let Ok(Some(lease)) = api.get_opt(&settings.name).await
+                && is_free(&lease)
+            {
+                break Ended::LeaseFreed;
             }
         };
         // Dropping the receiver ends the manager's task, which releases the lease if held.

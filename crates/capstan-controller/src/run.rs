@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use crate::cached::{CachedBinding, CachedQualifier};
 use crate::config::Config;
-use crate::leader::{Leadership, LeaseError, LeaseSettings, became_leader};
+use crate::leader::{Leadership, LeaseSettings, became_leader};
 use crate::metrics::Metrics;
 use crate::probe::{ProbeSettings, Prober};
 use crate::qualifiers::run_qualifiers;
@@ -42,9 +42,6 @@ pub enum RunError {
         /// What failed.
         message: String,
     },
-    /// Leader election could not start.
-    #[error(transparent)]
-    Lease(#[from] LeaseError),
     /// The admin server.
     #[error(transparent)]
     Admin(#[from] AdminError),
@@ -111,8 +108,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             grace_seconds: lease_grace_seconds,
             field_manager: format!("{FIELD_MANAGER}-lease"),
         },
-    )
-    .await?;
+    );
     let leader = leadership.leader();
     info!(%identity, lease = %format!("{lease_namespace}/{lease_name}"), "leader election started");
 
