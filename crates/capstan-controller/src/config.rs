@@ -113,3 +113,23 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormat,
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    /// `docs/configuration.md` shows these flags as they are; `make generate` (which sets
+    /// `CAPSTAN_UPDATE_DOCS`) rewrites the section.
+    #[test]
+    fn the_configuration_reference_should_match_the_flags() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+        if let Err(stale) =
+            capstan_process::check_reference(&path, "capstan-controller", &Config::command())
+        {
+            panic!("{stale}");
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! capstan-process: what Capstan's two binaries share as processes — one log format, signals
-//! and graceful shutdown, and the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
+//! and graceful shutdown, the admin HTTP server (`/metrics`, `/healthz`, `/readyz`), and the
+//! configuration reference rendered from their flags.
 //!
 //! A crate of its own rather than a module of `capstan-api` or `capstan-compose`: both
 //! binaries need it, and neither library should carry an HTTP server, a log subscriber and
@@ -8,8 +9,10 @@
 
 mod admin;
 mod logging;
+mod reference;
 mod shutdown;
 
 pub use admin::{AdminError, Readiness, serve_admin};
 pub use logging::{LogFormat, LoggingError, init_logging};
+pub use reference::{check_reference, reference_table, replace_section};
 pub use shutdown::Shutdown;

@@ -127,3 +127,23 @@ pub struct Config {
 /// Seconds a session may go without a request. 600 s: an assistant's task pauses for a
 /// person's reply; a session's upstream connections are cheap to keep that long.
 pub const DEFAULT_SESSION_IDLE_SECONDS: u64 = 600;
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    /// `docs/configuration.md` shows these flags as they are; `make generate` (which sets
+    /// `CAPSTAN_UPDATE_DOCS`) rewrites the section.
+    #[test]
+    fn the_configuration_reference_should_match_the_flags() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+        if let Err(stale) =
+            capstan_process::check_reference(&path, "capstan-sidecar", &Config::command())
+        {
+            panic!("{stale}");
+        }
+    }
+}
