@@ -18,8 +18,9 @@ build: ## Build every crate (debug)
 	$(CARGO) build --workspace --all-targets
 
 .PHONY: generate
-generate: ## Regenerate committed files: config/crd/*.yaml, docs/configuration.md
+generate: ## Regenerate committed files: config/crd/*.yaml, the CRD chart's copy, docs/configuration.md
 	$(CARGO) run -q -p capstan-api --features crdgen --bin crdgen -- config/crd
+	$(CARGO) run -q -p capstan-api --features crdgen --bin crdgen -- charts/capstan-crds/files
 	CAPSTAN_UPDATE_DOCS=1 $(CARGO) test -q -p capstan-controller -p capstan-sidecar --lib the_configuration_reference
 
 .PHONY: fmt

@@ -45,9 +45,19 @@ pub fn service_account(plane: &ControlPlane, name: &str) -> Result<PathBuf, Harn
         ]}}"#
     );
     kubectl(plane, &["apply", "-f", "-"], Some(&account))?;
+    account_kubeconfig(plane, NAMESPACE, name)
+}
+
+/// A kubeconfig that authenticates as the existing service account `namespace/name` with a
+/// token from the TokenRequest API (`kubectl create token`), valid for two hours.
+pub fn account_kubeconfig(
+    plane: &ControlPlane,
+    namespace: &str,
+    name: &str,
+) -> Result<PathBuf, HarnessError> {
     let token = kubectl(
         plane,
-        &["create", "token", name, "-n", NAMESPACE, "--duration", "2h"],
+        &["create", "token", name, "-n", namespace, "--duration", "2h"],
         None,
     )?;
     let server = kubectl(
@@ -72,7 +82,9 @@ pub fn service_account(plane: &ControlPlane, name: &str) -> Result<PathBuf, Harn
         ],
         None,
     )?;
-    let path = plane.state_dir().join(format!("kubeconfig-{name}"));
+    let path = plane
+        .state_dir()
+        .join(format!("kubeconfig-{namespace}-{name}"));
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    \
          certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {token}\n\

@@ -1,4 +1,5 @@
-//! The committed CRD YAML is what `make generate` would write, and says what users rely on.
+//! The committed CRD YAML (config/crd and the CRD chart) is what `make generate` would write, and
+//! says what users rely on.
 
 use std::path::Path;
 
@@ -6,16 +7,19 @@ use capstan_api::crd::{crds, to_yaml};
 
 #[test]
 fn committed_crd_yaml_should_match_generated() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/crd");
-    for (file, crd) in crds() {
-        let path = dir.join(file);
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        let generated = to_yaml(&crd).unwrap_or_else(|e| panic!("{file}: {e}"));
-        assert!(
-            committed == generated,
-            "{} is stale or missing: run `make generate` and commit the result",
-            path.display()
-        );
+    // config/crd for kubectl, and the CRD chart's copy (charts/capstan-crds/files).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for dir in ["config/crd", "charts/capstan-crds/files"] {
+        for (file, crd) in crds() {
+            let path = root.join(dir).join(file);
+            let committed = std::fs::read_to_string(&path).unwrap_or_default();
+            let generated = to_yaml(&crd).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert!(
+                committed == generated,
+                "{} is stale or missing: run `make generate` and commit the result",
+                path.display()
+            );
+        }
     }
 }
 

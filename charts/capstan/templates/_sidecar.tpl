@@ -1,0 +1,66 @@
+{{- /*
+capstan.sidecar: the capstan-sidecar container of an assistant pod, for charts that depend on
+this one. It is a native sidecar (a list item for `initContainers:`, restartPolicy: Always,
+Kubernetes >= 1.29) unless `native` is false (then a list item for `containers:`, and the
+assistant must retry until the socket exists). examples/assistant/assistant.yaml is this
+template's output for the parameters below, and a test keeps the two equal.
+
+  spec:
+    volumes:
+    - name: capstan-socket
+      emptyDir: {}
+    initContainers:
+    {{- include "capstan.sidecar" (dict
+          "image" "capstan-sidecar:0.1.0"
+          "planTokenSecret" "capstan-plan-token"
+          "mcpEndpointHosts" (list "*.providers.example" "10.96.0.0/12")
+          "fetchHosts" (list "*.providers.example")) | nindent 4 }}
+
+Parameters:
+  image             the image `make image` builds as capstan-sidecar (required)
+  planTokenSecret   the Secret whose `key` signs plan tokens (required)
+  mcpEndpointHosts  hosts provider MCP endpoints may be on (CAPABILITY_MCP_ENDPOINT_HOSTS)
+  fetchHosts        hosts knowledge may be fetched from (CAPABILITY_FETCH_HOSTS)
+  socketDir         where the socket volume is mounted (default /var/run/capstan)
+  volume            the emptyDir volume shared with the assistant (default capstan-socket)
+  logFormat         json (default) or text
+  resources         the container's resources (default below)
+  native            false for a plain container (default true)
+The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.create) bound.
+*/ -}}
+{{- define "capstan.sidecar" -}}
+{{- $socketDir := .socketDir | default "/var/run/capstan" -}}
+{{- $resources := .resources | default (dict "requests" (dict "cpu" "50m" "memory" "64Mi") "limits" (dict "memory" "512Mi")) -}}
+- name: capstan-sidecar
+  image: {{ required "capstan.sidecar: image is required" .image | quote }}
+  {{- if or (not (hasKey . "native")) .native }}
+  restartPolicy: Always
+  {{- end }}
+  command: [/usr/local/bin/capstan-sidecar]
+  env:
+  - name: CAPSTAN_SOCKET
+    value: {{ printf "%s/composer.sock" $socketDir | quote }}
+  - name: CAPABILITY_SOURCE
+    value: crd
+  - name: CAPABILITY_MCP_ENDPOINT_HOSTS
+    value: {{ join "," (.mcpEndpointHosts | default list) | quote }}
+  - name: CAPABILITY_FETCH_HOSTS
+    value: {{ join "," (.fetchHosts | default list) | quote }}
+  - name: PLAN_TOKEN_KEY
+    valueFrom:
+      secretKeyRef:
+        name: {{ required "capstan.sidecar: planTokenSecret is required" .planTokenSecret | quote }}
+        key: key
+  - name: CAPSTAN_LOG_FORMAT
+    value: {{ .logFormat | default "json" | quote }}
+  volumeMounts:
+  - name: {{ .volume | default "capstan-socket" }}
+    mountPath: {{ $socketDir | quote }}
+  securityContext:
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop: [ALL]
+  resources:
+    {{- toYaml $resources | nindent 4 }}
+{{- end -}}
