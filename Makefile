@@ -33,6 +33,11 @@ lint: ## cargo fmt --check, clippy with warnings as errors, and the layout rules
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	scripts/check-layout
 
+.PHONY: image
+image: ## Build the OCI images (capstan-controller, capstan-sidecar) with buildah: no daemon, no base image
+	$(CARGO) build --release --workspace --bins
+	scripts/build-image --smoke --keep
+
 .PHONY: tools
 tools: ## Build (once) the pinned kube-apiserver, etcd, helm and the Python and TypeScript MCP SDKs into ~/.cache/capstan
 	e2e/build-tools
