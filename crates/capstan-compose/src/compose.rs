@@ -7,6 +7,7 @@ use rmcp::model::{CallToolResult, JsonObject, Tool};
 use thiserror::Error;
 use tracing::{debug, warn};
 
+use crate::base_tools::BaseTools;
 use crate::call_error::CallError;
 use crate::composition::{
     BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
@@ -80,9 +81,23 @@ pub struct Composed {
     routes: HashMap<String, (usize, String)>,
     fetcher: Fetcher,
     limits: Limits,
+    base: Option<BaseTools>,
 }
 
 impl Composed {
+    /// Adds the base platform tools of the session (they act as its caller): their names join
+    /// the composition, and `resources_plan` and `resources_apply` its mutating set.
+    pub fn attach_base_tools(&mut self, base: BaseTools) {
+        self.composition.base_tools = base.tools().iter().map(|t| t.name.to_string()).collect();
+        self.composition.mutating.extend(base.mutating());
+        self.base = Some(base);
+    }
+
+    /// The base platform tools, when composed (a caller token and a control plane).
+    pub fn base_tools(&self) -> Option<&BaseTools> {
+        self.base.as_ref()
+    }
+
     /// Calls a composed tool by its composed name.
     pub async fn call_tool(
         &self,
@@ -274,6 +289,7 @@ impl Composer {
             routes: HashMap::new(),
             fetcher: self.fetcher.clone(),
             limits: self.limits.clone(),
+            base: None,
         };
         let mut owners: HashMap<String, String> = HashMap::new();
         for server in servers {

@@ -4,24 +4,39 @@
 //!
 //! How the modules depend on each other: `docs/architecture.md#capstan-compose`.
 
+mod base_tools;
 mod cache;
 mod call_error;
+mod change_path;
 mod compose;
 mod composition;
+mod control_plane;
 mod direct_call;
 mod document;
 mod errors;
+mod failures;
 mod fetch;
 mod guard;
 mod knowledge;
 mod limits;
+mod manifest;
+mod milo;
+mod openapi;
+mod plan_token;
 mod pooled;
+mod project_api;
 mod read;
 mod source;
+mod tool_error;
 mod upstream;
 
+pub use base_tools::{
+    BaseTools, LOCATIONS_LIST, QUOTA_GET, RESOURCES_APPLY, RESOURCES_GET, RESOURCES_LIST,
+    RESOURCES_PLAN, RESOURCES_VALIDATE, SCHEMA_GET,
+};
 pub use cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
 pub use call_error::CallError;
+pub use change_path::{ChangePath, Clock, MAX_MANIFESTS};
 pub use compose::{
     Composed, Composer, SetupError, SkillError, ToolCallError, composed_name, sanitize,
 };
@@ -29,6 +44,7 @@ pub use composition::{
     BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
     UpstreamStage,
 };
+pub use control_plane::ControlPlane;
 pub use document::Document;
 pub use errors::{chain_text, find_in_chain};
 pub use fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};
@@ -37,11 +53,19 @@ pub use limits::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FETCH_TIMEOUT,
     DEFAULT_KNOWLEDGE_SOURCE_CAP, DEFAULT_KNOWLEDGE_TOTAL_CAP, DEFAULT_SKILL_CAP, Limits,
 };
+pub use plan_token::{
+    DEFAULT_PLAN_TTL, KeyError, MIN_KEY_BYTES, PlanKeys, PlanPayload, Refused as PlanRefused,
+};
+pub use project_api::{
+    ApiFailure, Cause, DEFAULT_NAMESPACE, DEFAULT_REQUEST_TIMEOUT, FIELD_MANAGER, Kind, LIST_LIMIT,
+    ProjectApi,
+};
 pub use read::{ProjectDocuments, ReadOutcome, Uncached};
 pub use source::{
     CrdSource, DEFAULT_PROVIDER_MAX_BODY, DocumentSource, FixtureSource, HTTP_SOURCE_TIMEOUT,
     HttpSource, SourceError,
 };
+pub use tool_error::{ErrorKind, ToolError};
 pub use upstream::ConnectError;
 
 /// Installs the process-wide TLS crypto provider (ring, the one kube uses) unless one is

@@ -13,20 +13,13 @@ use capstan_api::{CapabilityBinding, CapabilityDocument, Parsed};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::json;
 use thiserror::Error;
 use tracing::warn;
 
+use crate::control_plane::ControlPlane;
 use crate::document::Document;
 use crate::errors::chain_text;
-
-/// Bytes escaped in a project name placed in a URL path: everything but RFC 3986 unreserved.
-const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
 
 /// Why a source could not answer for a project.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -275,40 +268,24 @@ impl DocumentSource for HttpSource {
 /// CapabilityBindings listed from the project's control plane with the sidecar's own
 /// credential. `url_template` holds `{project}` (path-escaped on use); without one, the
 /// cluster the credential points at is the project's plane.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct CrdSource {
-    config: kube::Config,
-    url_template: Option<String>,
-}
-
-impl std::fmt::Debug for CrdSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CrdSource")
-            .field("cluster_url", &self.config.cluster_url.to_string())
-            .field("url_template", &self.url_template)
-            .finish()
-    }
+    plane: ControlPlane,
 }
 
 impl CrdSource {
     /// A source using `config`'s credential, against `url_template` when given.
     pub fn new(config: kube::Config, url_template: Option<String>) -> Self {
-        Self {
-            config,
-            url_template,
-        }
+        Self::from_plane(ControlPlane::new(config, url_template))
+    }
+
+    /// A source reading each project's plane with the sidecar's own credential.
+    pub fn from_plane(plane: ControlPlane) -> Self {
+        Self { plane }
     }
 
     fn client(&self, project: &str) -> Result<kube::Client, String> {
-        let mut config = self.config.clone();
-        if let Some(template) = &self.url_template {
-            let escaped = utf8_percent_encode(project, PATH_SEGMENT).to_string();
-            let url = template.replace("{project}", &escaped);
-            config.cluster_url = url
-                .parse()
-                .map_err(|e| format!("control-plane URL {url:?}: {e}"))?;
-        }
-        kube::Client::try_from(config).map_err(|e| e.to_string())
+        kube::Client::try_from(self.plane.config(project)?).map_err(|e| e.to_string())
     }
 }
 

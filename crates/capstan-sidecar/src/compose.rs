@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use capstan_compose::{Composed, Composer, Document, ProjectDocuments};
+use capstan_compose::{
+    BaseTools, ChangePath, Composed, Composer, ControlPlane, Document, ProjectDocuments,
+};
+use tracing::warn;
 
 use crate::identity::Identity;
 use crate::task::TaskContext;
@@ -14,6 +17,17 @@ pub struct ProjectComposer {
     documents: Arc<dyn ProjectDocuments>,
     composer: Composer,
     context: TaskContext,
+    base: Option<BaseToolsSetup>,
+}
+
+/// What the base platform tools need: the projects' control planes, and the change path when
+/// a plan-token key is available.
+#[derive(Clone, Debug)]
+pub struct BaseToolsSetup {
+    /// Where each project's plane is (the caller's token replaces the sidecar's credential).
+    pub plane: ControlPlane,
+    /// The change path, composed only with a plan-token key.
+    pub change_path: Option<ChangePath>,
 }
 
 /// A composition for one identity, with the documents it came from.
@@ -36,7 +50,14 @@ impl ProjectComposer {
             documents,
             composer,
             context,
+            base: None,
         }
+    }
+
+    /// The same composer, composing the base platform tools for callers with a token.
+    pub fn with_base_tools(mut self, setup: BaseToolsSetup) -> Self {
+        self.base = Some(setup);
+        self
     }
 
     /// What every task shares.
@@ -45,13 +66,25 @@ impl ProjectComposer {
     }
 
     /// Composes the project of `identity`. The caller's token plays no part in composing
-    /// provider tools: it is never forwarded to a provider.
+    /// provider tools (it is never forwarded to a provider); the base platform tools act with
+    /// it on the project's own control plane, and without it they are not composed — there is
+    /// no fallback to reading as the sidecar.
     pub async fn compose(&self, identity: &Identity) -> ComposedProject {
         let metrics = &self.context.metrics;
         let started = Instant::now();
         let (documents, outcome) = self.documents.read(&identity.project).await;
         metrics.source_read(outcome.label());
-        let composed = self.composer.compose(&documents).await;
+        let mut composed = self.composer.compose(&documents).await;
+        if let (Some(setup), Some(token)) = (&self.base, identity.token()) {
+            match setup.plane.project_api(&identity.project, token) {
+                Ok(api) => {
+                    composed.attach_base_tools(BaseTools::new(api, setup.change_path.clone()))
+                }
+                Err(error) => {
+                    warn!(project = %identity.project, %error, "the base platform tools are not composed: no client for the project's control plane")
+                }
+            }
+        }
         metrics
             .compose_duration
             .observe(started.elapsed().as_secs_f64());

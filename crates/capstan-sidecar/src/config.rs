@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use capstan_api::wire::{DEFAULT_SOCKET, PROJECT_HEADER};
 use capstan_process::LogFormat;
 
+use crate::caller_check::CallerCheckMode;
+
 /// Where capability documents come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SourceKind {
@@ -16,6 +18,17 @@ pub enum SourceKind {
     Http,
     /// CapabilityBindings on the project's control plane, cached per project.
     Crd,
+}
+
+/// Which base platform tools are composed for a caller with a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BaseToolsMode {
+    /// The read tools, and the change path (validate, plan, apply).
+    Auto,
+    /// The read tools only: nothing the assistant does can change the project.
+    ReadOnly,
+    /// None.
+    Off,
 }
 
 /// Capstan's composer sidecar: serves a project's composed tool set to the assistant beside it,
@@ -50,9 +63,38 @@ pub struct Config {
     #[arg(long, env = "CAPABILITY_CRD_URL_TEMPLATE")]
     pub crd_url_template: Option<String>,
 
-    /// Kubeconfig for the crd source; without one, the in-cluster service account.
+    /// Kubeconfig naming the project's control plane (its URL and CA; its credential is the
+    /// crd source's). Without one: the in-cluster service account, when running in a pod.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+
+    /// How the caller is checked against the project it names: `sar` asks the project's
+    /// control plane, with the caller's token, whether the caller may list
+    /// CapabilityBindings there (a token is then required); `none` trusts whoever can reach
+    /// the socket. Default: `sar` with the crd source, `none` with fixture and http.
+    #[arg(long, env = "CAPSTAN_CALLER_CHECK", value_enum)]
+    pub caller_check: Option<CallerCheckMode>,
+
+    /// Which base platform tools a caller with a token gets: `auto` (read tools and the change
+    /// path), `read-only`, or `off`. They are composed only when a control plane is known
+    /// (the crd source, a kubeconfig, or in-cluster).
+    #[arg(long, env = "CAPSTAN_BASE_TOOLS", value_enum, default_value = "auto")]
+    pub base_tools: BaseToolsMode,
+
+    /// The key that signs plan tokens (at least 32 bytes, e.g. `openssl rand -base64 32`,
+    /// from a Secret). Without it or a key file, a key is drawn per process: tokens then die
+    /// with the process and are not accepted by another replica.
+    #[arg(long, env = "PLAN_TOKEN_KEY", hide_env_values = true)]
+    pub plan_token_key: Option<String>,
+
+    /// A key-set file for rotation, `{"keys": [{"id": "…", "secret": "…"}, …]}`, newest
+    /// first: the first signs, every one verifies.
+    #[arg(long, env = "PLAN_TOKEN_KEYS_FILE")]
+    pub plan_token_keys_file: Option<PathBuf>,
+
+    /// Seconds a plan token stays valid.
+    #[arg(long, env = "CAPSTAN_PLAN_TOKEN_TTL_SECONDS", default_value_t = capstan_compose::DEFAULT_PLAN_TTL.as_secs())]
+    pub plan_token_ttl_seconds: u64,
 
     /// Seconds a project's bindings are cached (source `crd`).
     #[arg(long, env = "CAPABILITY_CRD_CACHE_TTL_SECONDS", default_value_t = capstan_compose::DEFAULT_TTL.as_secs())]

@@ -4,19 +4,32 @@
 //! The sidecar binds both to the MCP session at `initialize` and compares later requests with
 //! a digest of them (`sessions.rs`, `middleware.rs`).
 
+use std::sync::Arc;
+
 use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// The caller of one request.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Identity {
     /// The project every read and call is scoped to (a Kubernetes object name).
     pub project: String,
-    /// A digest of project and bearer token (the token itself is not kept: nothing here acts
-    /// as the caller yet, and it is never forwarded to providers).
+    /// The caller's bearer token: the base tools act as the caller with it, on the project's
+    /// own control plane. It is never forwarded to a provider and never logged.
+    token: Option<Arc<str>>,
+    /// A digest of project and bearer token: what sessions and caches are keyed by.
     fingerprint: [u8; 32],
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity")
+            .field("project", &self.project)
+            .field("token", &self.token.as_ref().map(|_| "(redacted)"))
+            .finish()
+    }
 }
 
 impl Identity {
@@ -28,12 +41,18 @@ impl Identity {
         digest.update(token.unwrap_or("").as_bytes());
         Self {
             project,
+            token: token.map(Arc::from),
             fingerprint: digest.finalize().into(),
         }
     }
 
+    /// The caller's bearer token, if the request carried one.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     /// A digest of project and token: what a session is bound to (the token itself is not
-    /// kept in the binding table).
+    /// kept in the binding table or any cache).
     pub fn fingerprint(&self) -> [u8; 32] {
         self.fingerprint
     }
@@ -152,6 +171,10 @@ mod tests {
         let b = identity(&[("x-capstan-project", "p"), ("authorization", "Bearer u")]).unwrap();
         let c = identity(&[("x-capstan-project", "p")]).unwrap();
         assert_eq!(a.project, "p");
+        assert_eq!(a.token(), Some("t"));
+        assert_eq!(c.token(), None);
+        let secret = Identity::new("p".into(), Some("s3cret-token"));
+        assert!(!format!("{secret:?}").contains("s3cret"), "{secret:?}");
         assert_eq!(
             a.fingerprint(),
             Identity::new("p".into(), Some("t")).fingerprint()

@@ -4,6 +4,7 @@
 //!
 //! How a request flows through the modules: `docs/architecture.md#capstan-sidecar`.
 
+mod caller_check;
 mod compose;
 mod config;
 mod direct;
@@ -19,10 +20,10 @@ mod server;
 mod sessions;
 mod socket;
 mod task;
-mod tool_error;
 
-pub use config::{Config, DEFAULT_SESSION_IDLE_SECONDS, SourceKind};
+pub use caller_check::{CALLER_CHECK_TTL, CallerCheckMode};
+pub use capstan_compose::{ErrorKind, ToolError};
+pub use config::{BaseToolsMode, Config, DEFAULT_SESSION_IDLE_SECONDS, SourceKind};
 pub use run::{RunError, run};
 pub use sessions::DEFAULT_MAX_SESSIONS;
 pub use socket::SOCKET_MODE;
-pub use tool_error::{ErrorKind, ToolError};

@@ -29,6 +29,9 @@ pub struct Metrics {
     pub upstream_connect_failures: Counter,
     /// Document source reads by outcome (`hit`, `miss`, `stale_served`, `error`, `empty`).
     pub source_reads: Family<OutcomeLabel, Counter>,
+    /// Caller checks by outcome (`allowed`, `denied`, `no_token`, `error`; `cached_allowed`,
+    /// `cached_denied` when answered from the cache).
+    pub caller_checks: Family<OutcomeLabel, Counter>,
 }
 
 impl Metrics {
@@ -42,6 +45,7 @@ impl Metrics {
             tool_calls: Family::default(),
             upstream_connect_failures: Counter::default(),
             source_reads: Family::default(),
+            caller_checks: Family::default(),
         };
         let registry = registry.sub_registry_with_prefix("capstan_sidecar");
         registry.register(
@@ -74,7 +78,21 @@ impl Metrics {
             "Capability document reads by outcome",
             metrics.source_reads.clone(),
         );
+        registry.register(
+            "caller_checks",
+            "Checks that a caller may act in the project it names, by outcome",
+            metrics.caller_checks.clone(),
+        );
         metrics
+    }
+
+    /// Counts a caller check.
+    pub fn caller_check(&self, outcome: &str) {
+        self.caller_checks
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts a document source read.

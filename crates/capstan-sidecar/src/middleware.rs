@@ -3,6 +3,9 @@
 //! session bound to this caller; `initialize` is admitted within the session cap and bound to
 //! its caller when it answers.
 //!
+//! With a caller check configured (`caller_check.rs`), an `initialize` and a composition read
+//! outside a session are admitted only for a caller the project's control plane admits.
+//!
 //! An MCP request without a session must be an `initialize`: the sidecar speaks only the
 //! session-based protocol revisions (see `mcp.rs`), so no tool call can slip past the binding
 //! by skipping `initialize`.
@@ -187,6 +190,15 @@ pub async fn check(
                 parts.extensions.insert(SessionTask(task));
             }
         }
+    }
+
+    // A new session, or a composition read outside one, only for a caller the project admits.
+    let composition_read = !is_mcp && session.is_none() && parts.uri.path() == "/v1/composition";
+    if (initialize || composition_read)
+        && let Some(caller_check) = sessions.caller_check()
+        && let Err(refused) = caller_check.check(&identity).await
+    {
+        return refused.into_response();
     }
 
     let slot = TaskSlot::default();

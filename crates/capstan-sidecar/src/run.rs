@@ -7,16 +7,17 @@ use std::time::{Duration, Instant};
 
 use axum::http::HeaderName;
 use capstan_compose::{
-    CachedSource, Composer, CrdSource, FixtureSource, HttpSource, Limits, ProjectDocuments,
-    SetupError, SourceError, Uncached,
+    CachedSource, ChangePath, Composer, ControlPlane, CrdSource, FixtureSource, HttpSource,
+    KeyError, Limits, PlanKeys, ProjectDocuments, SetupError, SourceError, Uncached,
 };
 use capstan_process::{AdminError, LoggingError, Readiness, Shutdown, init_logging, serve_admin};
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tracing::{info, warn};
 
-use crate::compose::ProjectComposer;
-use crate::config::{Config, SourceKind};
+use crate::caller_check::{CallerCheck, CallerCheckMode};
+use crate::compose::{BaseToolsSetup, ProjectComposer};
+use crate::config::{BaseToolsMode, Config, SourceKind};
 use crate::metering::Meter;
 use crate::metrics::Metrics;
 use crate::server::router;
@@ -47,6 +48,9 @@ pub enum RunError {
     /// The composer's settings.
     #[error(transparent)]
     Composer(#[from] SetupError),
+    /// The plan-token keys.
+    #[error(transparent)]
+    PlanKeys(#[from] KeyError),
     /// The project header is not a header name.
     #[error("CAPSTAN_PROJECT_HEADER {0:?} is not a header name")]
     ProjectHeader(String),
@@ -87,6 +91,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         provider_max_bytes,
         crd_url_template,
         kubeconfig,
+        caller_check,
+        base_tools,
+        plan_token_key,
+        plan_token_keys_file,
+        plan_token_ttl_seconds,
         crd_cache_ttl_seconds,
         crd_cache_capacity,
         mcp_endpoint_hosts,
@@ -107,6 +116,18 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     } = config;
     init_logging(&log, log_format)?;
     capstan_compose::install_crypto_provider();
+
+    // The projects' control planes: required by the crd source, otherwise known when a
+    // kubeconfig is given or the sidecar runs in a pod.
+    let plane = match (source, kubeconfig) {
+        (SourceKind::Crd, kubeconfig) => Some(kube_config(kubeconfig).await?),
+        (_, Some(path)) => Some(kube_config(Some(path)).await?),
+        (_, None) if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+            Some(kube_config(None).await?)
+        }
+        (_, None) => None,
+    }
+    .map(|config| ControlPlane::new(config, crd_url_template.clone()));
 
     let documents: Arc<dyn ProjectDocuments> = match source {
         SourceKind::Fixture => {
@@ -134,9 +155,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             Arc::new(Uncached::new(Arc::new(source)))
         }
         SourceKind::Crd => {
-            let config = kube_config(kubeconfig).await?;
+            let plane = plane.clone().ok_or_else(|| {
+                RunError::Settings("CAPABILITY_SOURCE=crd needs a control plane".into())
+            })?;
             Arc::new(CachedSource::new(
-                Arc::new(CrdSource::new(config, crd_url_template)),
+                Arc::new(CrdSource::from_plane(plane)),
                 Duration::from_secs(crd_cache_ttl_seconds),
                 crd_cache_capacity,
             ))
@@ -164,16 +187,67 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         sink: metering_sink.clone(),
         source,
     })?;
-    let composer = Arc::new(ProjectComposer::new(
+    let mut project_composer = ProjectComposer::new(
         documents,
         composer,
         TaskContext {
-            metrics,
+            metrics: metrics.clone(),
             meter: Arc::new(meter),
             clock: Instant::now(),
         },
-    ));
-    let sessions = Arc::new(Sessions::new(project_header, max_sessions));
+    );
+    match (&plane, base_tools) {
+        (_, BaseToolsMode::Off) => info!("base platform tools are off (CAPSTAN_BASE_TOOLS=off)"),
+        (None, _) => info!(
+            "base platform tools are not composed: no control plane is known (no kubeconfig, \
+             not in a pod)"
+        ),
+        (Some(plane), mode) => {
+            let change_path = if mode == BaseToolsMode::Auto {
+                let keys = plan_keys(plan_token_key, plan_token_keys_file)?;
+                Some(ChangePath::with_system_clock(
+                    Arc::new(keys),
+                    Duration::from_secs(plan_token_ttl_seconds),
+                ))
+            } else {
+                None
+            };
+            info!(
+                url_template = plane.url_template().unwrap_or("(the kubeconfig's cluster)"),
+                change_path = change_path.is_some(),
+                "base platform tools are composed for callers with a token, acting as the caller"
+            );
+            project_composer = project_composer.with_base_tools(BaseToolsSetup {
+                plane: plane.clone(),
+                change_path,
+            });
+        }
+    }
+    let composer = Arc::new(project_composer);
+    let caller_check = caller_check.unwrap_or(if source == SourceKind::Crd {
+        CallerCheckMode::Sar
+    } else {
+        CallerCheckMode::None
+    });
+    let mut sessions = Sessions::new(project_header, max_sessions);
+    match (caller_check, &plane) {
+        (CallerCheckMode::None, _) => info!(
+            "callers are not checked against the project they name \
+             (CAPSTAN_CALLER_CHECK=none): whoever reaches the socket may name any project"
+        ),
+        (CallerCheckMode::Sar, None) => {
+            return Err(RunError::Settings(
+                "CAPSTAN_CALLER_CHECK=sar needs a control plane to ask: give KUBECONFIG, run \
+                 in a pod, or use the crd source"
+                    .into(),
+            ));
+        }
+        (CallerCheckMode::Sar, Some(plane)) => {
+            sessions =
+                sessions.with_caller_check(Arc::new(CallerCheck::new(plane.clone(), metrics)));
+        }
+    }
+    let sessions = Arc::new(sessions);
 
     let listener = socket::bind(&socket).await?;
     info!(socket = %socket.display(), url = capstan_api::wire::MCP_URL, "serving");
@@ -204,7 +278,35 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     served.map_err(RunError::Serve)
 }
 
-/// The crd source's credential: the given kubeconfig, or the in-cluster service account.
+/// The plan-token keys: `PLAN_TOKEN_KEY`, a key file, or one drawn for this process.
+fn plan_keys(key: Option<String>, file: Option<PathBuf>) -> Result<PlanKeys, RunError> {
+    match (key, file) {
+        (Some(_), Some(_)) => Err(RunError::Settings(
+            "PLAN_TOKEN_KEY and PLAN_TOKEN_KEYS_FILE are both set: use one (the file for \
+             rotation)"
+                .into(),
+        )),
+        (Some(key), None) => Ok(PlanKeys::from_secret(&key)?),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                RunError::Settings(format!("PLAN_TOKEN_KEYS_FILE {}: {e}", path.display()))
+            })?;
+            Ok(PlanKeys::from_key_file(&text)?)
+        }
+        (None, None) => {
+            let keys = PlanKeys::generate()?;
+            warn!(
+                key = keys.signing_id(),
+                "no PLAN_TOKEN_KEY or PLAN_TOKEN_KEYS_FILE: plan tokens are signed with a key \
+                 drawn for this process; they die with it and another replica refuses them"
+            );
+            Ok(keys)
+        }
+    }
+}
+
+/// The control plane's configuration: the given kubeconfig, or the inferred one (in a pod,
+/// the service account).
 async fn kube_config(kubeconfig: Option<PathBuf>) -> Result<kube::Config, RunError> {
     match kubeconfig {
         Some(path) => {

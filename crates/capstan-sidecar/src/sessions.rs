@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::HeaderName;
 
+use crate::caller_check::CallerCheck;
 use crate::task::Task;
 
 /// Default cap on open sessions. 1,024: one assistant runs a handful of tasks at a time; the
@@ -50,6 +51,7 @@ pub struct Sessions {
     bindings: Mutex<HashMap<String, Binding>>,
     permits: Arc<tokio::sync::Semaphore>,
     max_sessions: usize,
+    caller_check: Option<Arc<CallerCheck>>,
 }
 
 impl Sessions {
@@ -61,7 +63,20 @@ impl Sessions {
             bindings: Mutex::new(HashMap::new()),
             permits: Arc::new(tokio::sync::Semaphore::new(max_sessions)),
             max_sessions,
+            caller_check: None,
         }
+    }
+
+    /// The same table, admitting a new session (or a composition read) only for callers
+    /// `check` admits.
+    pub fn with_caller_check(mut self, check: Arc<CallerCheck>) -> Self {
+        self.caller_check = Some(check);
+        self
+    }
+
+    /// The caller check, when one is configured (`CAPSTAN_CALLER_CHECK=sar`).
+    pub fn caller_check(&self) -> Option<&CallerCheck> {
+        self.caller_check.as_deref()
     }
 
     /// The header carrying the project.

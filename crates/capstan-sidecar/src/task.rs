@@ -8,7 +8,9 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use capstan_api::validate::pointer_to_path;
-use capstan_compose::{Composed, Document, SkillError, ToolCallError};
+use capstan_compose::{
+    BaseTools, Composed, Document, ErrorKind, SkillError, ToolCallError, ToolError,
+};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations,
@@ -20,7 +22,6 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::identity::Identity;
 use crate::metering::{Meter, ToolInvocation};
 use crate::metrics::Metrics;
-use crate::tool_error::{ErrorKind, ToolError};
 
 /// The built-in that fetches a skill's body.
 pub const LOAD_SKILL: &str = "load_skill";
@@ -133,14 +134,26 @@ impl Task {
         if !composition.skills.is_empty() {
             tools.push(load_skill_tool());
         }
+        if let Some(base) = composed.base_tools() {
+            tools.extend(base.tools().iter().cloned());
+        }
         let mut validators = HashMap::new();
-        for tool in &composition.tools {
-            match jsonschema::validator_for(&Value::Object(tool.input_schema.clone())) {
+        let schemas = composition
+            .tools
+            .iter()
+            .map(|t| (t.name.as_str(), &t.input_schema))
+            .chain(composed.base_tools().into_iter().flat_map(|base| {
+                base.tools()
+                    .iter()
+                    .map(|t| (t.name.as_ref(), t.input_schema.as_ref()))
+            }));
+        for (name, schema) in schemas {
+            match jsonschema::validator_for(&Value::Object(schema.clone())) {
                 Ok(validator) => {
-                    validators.insert(tool.name.clone(), validator);
+                    validators.insert(name.to_owned(), validator);
                 }
                 Err(error) => {
-                    warn!(tool = %tool.name, %error, "input schema not usable for checking; arguments pass unchecked")
+                    warn!(tool = %name, %error, "input schema not usable for checking; arguments pass unchecked")
                 }
             }
         }
@@ -228,7 +241,42 @@ impl Task {
                 .await
                 .unwrap_or_else(ToolError::into_result));
         }
+        if let Some(base) = self.composed.base_tools()
+            && base.has(&name)
+        {
+            return Ok(self.call_base_tool(base, &name, arguments).await);
+        }
         self.call_provider_tool(&name, arguments).await
+    }
+
+    /// A base platform tool: acts as the caller on the project's control plane. Not metered
+    /// (no provider did the work); counted and traced like every call.
+    async fn call_base_tool(
+        &self,
+        base: &BaseTools,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> CallToolResult {
+        let mutating = self.composed.composition.mutating.iter().any(|m| m == name);
+        let span = info_span!(
+            "tool_call",
+            tool.name = %name,
+            tool.mutating = mutating,
+            service.name = "capstan",
+            outcome = tracing::field::Empty,
+        );
+        let arguments = Value::Object(arguments.unwrap_or_default());
+        let result = match self.validate(name, &arguments) {
+            Err(error) => Err(error),
+            Ok(()) => base.call(name, &arguments).instrument(span.clone()).await,
+        };
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(error) => error.kind.as_str(),
+        };
+        span.record("outcome", outcome);
+        self.context.metrics.tool_call(outcome);
+        result.unwrap_or_else(ToolError::into_result)
     }
 
     /// Marks the session as used now (the idle timeout counts from the last request).
@@ -262,10 +310,14 @@ impl Task {
         } else {
             field.as_str()
         };
-        Err(ToolError {
-            kind: ErrorKind::InvalidInput,
-            message: format!("{shown}: {error}; see the tool's input schema"),
-            field: (!field.is_empty()).then_some(field),
+        let error = ToolError::new(
+            ErrorKind::InvalidInput,
+            format!("{shown}: {error}; see the tool's input schema"),
+        );
+        Err(if field.is_empty() {
+            error
+        } else {
+            error.at(field)
         })
     }
 

@@ -1,8 +1,7 @@
 //! Tool errors a consumer can act on: a result with `isError: true` and
-//! `structuredContent.error = {kind, message, retryable, field?}` (design.md, "Errors a
-//! consumer can act on").
+//! `structuredContent.error = {kind, message, retryable, field?, code?}` (README, "Errors").
 
-use capstan_compose::CallError;
+use crate::call_error::CallError;
 use rmcp::model::CallToolResult;
 use serde::Serialize;
 use serde_json::json;
@@ -56,6 +55,11 @@ pub struct ToolError {
     pub message: String,
     /// The argument at fault, as a dotted path, for `invalid_input`.
     pub field: Option<String>,
+    /// A finer, stable name for the failure within its kind (`kind_not_served`).
+    pub code: Option<&'static str>,
+    /// Whether calling again unchanged may succeed, when the kind's default is wrong for this
+    /// failure.
+    pub retryable: Option<bool>,
 }
 
 impl ToolError {
@@ -65,7 +69,27 @@ impl ToolError {
             kind,
             message: message.into(),
             field: None,
+            code: None,
+            retryable: None,
         }
+    }
+
+    /// The same error naming the argument at fault.
+    pub fn at(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    /// The same error with a finer code.
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    /// The same error, saying whether a retry unchanged may succeed.
+    pub fn retryable(mut self, retryable: bool) -> Self {
+        self.retryable = Some(retryable);
+        self
     }
 
     /// The error as an MCP tool result.
@@ -73,10 +97,13 @@ impl ToolError {
         let mut error = json!({
             "kind": self.kind,
             "message": self.message,
-            "retryable": self.kind.retryable(),
+            "retryable": self.retryable.unwrap_or(self.kind.retryable()),
         });
         if let Some(field) = self.field {
             error["field"] = json!(field);
+        }
+        if let Some(code) = self.code {
+            error["code"] = json!(code);
         }
         CallToolResult::structured_error(json!({ "error": error }))
     }

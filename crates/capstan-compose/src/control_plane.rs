@@ -1,0 +1,116 @@
+//! Where a project's control plane is, and how to reach it as whom: with the sidecar's own
+//! credential (the crd source's reads) or with the caller's bearer token and nothing else (the
+//! base tools, the caller check). The project's URL comes from a template holding `{project}`;
+//! without one, the cluster of the sidecar's kubeconfig is every project's plane.
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::Resource as _;
+use kube::api::{Api, PostParams};
+use kube::config::AuthInfo;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use secrecy::SecretString;
+
+use crate::project_api::{ApiFailure, ProjectApi};
+
+/// Bytes escaped in a project name placed in a URL path: everything but RFC 3986 unreserved.
+const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The control planes of projects: a base configuration (cluster URL, CA, the sidecar's
+/// credential) and an optional URL template.
+#[derive(Clone)]
+pub struct ControlPlane {
+    base: kube::Config,
+    url_template: Option<String>,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("cluster_url", &self.base.cluster_url.to_string())
+            .field("url_template", &self.url_template)
+            .finish()
+    }
+}
+
+impl ControlPlane {
+    /// Control planes reached with `base`, at `url_template` (holding `{project}`) when given.
+    pub fn new(base: kube::Config, url_template: Option<String>) -> Self {
+        Self { base, url_template }
+    }
+
+    /// The URL template, if any.
+    pub fn url_template(&self) -> Option<&str> {
+        self.url_template.as_deref()
+    }
+
+    /// The configuration for `project`'s plane with the sidecar's own credential.
+    pub fn config(&self, project: &str) -> Result<kube::Config, String> {
+        let mut config = self.base.clone();
+        if let Some(template) = &self.url_template {
+            let escaped = utf8_percent_encode(project, PATH_SEGMENT).to_string();
+            let url = template.replace("{project}", &escaped);
+            config.cluster_url = url
+                .parse()
+                .map_err(|e| format!("control-plane URL {url:?}: {e}"))?;
+        }
+        Ok(config)
+    }
+
+    /// The configuration for `project`'s plane carrying the caller's `token` and nothing of
+    /// the sidecar's identity: the same URL and CA, no client certificate, no token file, no
+    /// exec plugin, no impersonation.
+    pub fn caller_config(&self, project: &str, token: &str) -> Result<kube::Config, String> {
+        let mut config = self.config(project)?;
+        config.auth_info = AuthInfo {
+            token: Some(SecretString::from(token.to_owned())),
+            ..AuthInfo::default()
+        };
+        config.headers.clear();
+        Ok(config)
+    }
+
+    /// A project API client acting as the caller in `project`.
+    pub fn project_api(&self, project: &str, token: &str) -> Result<ProjectApi, ApiFailure> {
+        let config = self
+            .caller_config(project, token)
+            .map_err(ApiFailure::unavailable)?;
+        let client = kube::Client::try_from(config)
+            .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))?;
+        Ok(ProjectApi::new(client, project))
+    }
+
+    /// Whether the caller holding `token` may list CapabilityBindings in `project`, asked of
+    /// the project's plane with the caller's own token (a SelfSubjectAccessReview): the proof
+    /// that the caller belongs to the project it names.
+    pub async fn may_list_bindings(&self, project: &str, token: &str) -> Result<bool, ApiFailure> {
+        let config = self
+            .caller_config(project, token)
+            .map_err(ApiFailure::unavailable)?;
+        let client = kube::Client::try_from(config)
+            .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))?;
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(capstan_api::CapabilityBinding::group(&()).into_owned()),
+                    resource: Some("capabilitybindings".to_owned()),
+                    verb: Some("list".to_owned()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let api: Api<SelfSubjectAccessReview> = Api::all(client);
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(ApiFailure::from_kube)?;
+        Ok(answer.status.is_some_and(|s| s.allowed))
+    }
+}

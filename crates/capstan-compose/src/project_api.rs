@@ -1,0 +1,500 @@
+//! One session's client of its project's control plane, acting as the caller (its token, no
+//! other identity; `control_plane.rs` builds it): kinds by discovery (cached for the session),
+//! lists, gets, server-side apply (dry run or not), and the published OpenAPI v3 schemas.
+//! Failures are told apart the way the tools must report them (`ApiFailure`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    ValidationDirective,
+};
+use kube::discovery::Scope;
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::errors::chain_text;
+
+/// The field manager of every write the change path makes.
+pub const FIELD_MANAGER: &str = "capstan";
+
+/// The namespace a namespaced object lives in when none is named.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Most objects one list returns; a longer list says it was cut.
+pub const LIST_LIMIT: u32 = 500;
+
+/// How long one request to the project's plane may take. 30 s: an apiserver answers in
+/// milliseconds; a write still unanswered by then has an unknown outcome.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A field the apiserver named in a refusal.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Cause {
+    /// The field path, as the apiserver wrote it (empty when it named none).
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// Why a request to the project's plane produced no answer, in the classes the tools report.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ApiFailure {
+    /// The project does not serve this kind (its group, version or kind is unknown there).
+    #[error("this project does not serve {kind} ({api_version})")]
+    NotServed {
+        /// `group/version` (or `v1`).
+        api_version: String,
+        /// The kind.
+        kind: String,
+    },
+    /// The caller may not do this (401 or 403).
+    #[error("{message}")]
+    Forbidden {
+        /// The apiserver's words.
+        message: String,
+    },
+    /// The object does not exist.
+    #[error("{message}")]
+    NotFound {
+        /// The apiserver's words.
+        message: String,
+    },
+    /// The apiserver refused the object (400, 422), naming fields where it could.
+    #[error("{message}")]
+    Invalid {
+        /// The apiserver's words.
+        message: String,
+        /// The fields it named.
+        causes: Vec<Cause>,
+    },
+    /// Someone else changed the object, or owns the fields (409).
+    #[error("{message}")]
+    Conflict {
+        /// The apiserver's words.
+        message: String,
+    },
+    /// The plane could not be reached or failed (transport, 5xx, 429).
+    #[error("{message}")]
+    Unavailable {
+        /// What failed.
+        message: String,
+    },
+    /// No answer in time: for a write, its outcome is unknown.
+    #[error("{message}")]
+    TimedOut {
+        /// What was asked.
+        message: String,
+    },
+    /// The answer could not be read.
+    #[error("{message}")]
+    Malformed {
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl ApiFailure {
+    /// An `Unavailable` failure.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::Unavailable {
+            message: message.into(),
+        }
+    }
+
+    /// The failure a kube error stands for.
+    pub fn from_kube(error: kube::Error) -> Self {
+        match error {
+            kube::Error::Api(status) => {
+                let message = if status.message.is_empty() {
+                    format!("HTTP {}: {}", status.code, status.reason)
+                } else {
+                    status.message.clone()
+                };
+                if let Some(cause) = typed_patch_cause(&message) {
+                    return Self::Invalid {
+                        message,
+                        causes: vec![cause],
+                    };
+                }
+                match status.code {
+                    401 | 403 => Self::Forbidden { message },
+                    404 => Self::NotFound { message },
+                    409 => Self::Conflict { message },
+                    400 | 422 => Self::Invalid {
+                        causes: status
+                            .details
+                            .as_ref()
+                            .map(|d| {
+                                d.causes
+                                    .iter()
+                                    .map(|c| Cause {
+                                        field: c.field.clone(),
+                                        message: c.message.clone(),
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        message,
+                    },
+                    _ => Self::Unavailable { message },
+                }
+            }
+            kube::Error::SerdeError(e) => Self::Malformed {
+                message: format!("the apiserver's answer could not be read: {e}"),
+            },
+            other => Self::Unavailable {
+                message: chain_text(&other),
+            },
+        }
+    }
+}
+
+/// Server-side apply refuses a manifest whose fields do not fit the kind's schema before
+/// validation runs, with a 500 whose message names the field
+/// (`failed to create typed patch object (ns/name; /v1, Kind=ConfigMap): .data: expected map,
+/// got …`): that is the manifest's fault, not the plane's, so it reads as a refusal naming the
+/// field.
+fn typed_patch_cause(message: &str) -> Option<Cause> {
+    let rest = message.strip_prefix("failed to create typed patch object")?;
+    let (_, detail) = rest.split_once("): ")?;
+    let (field, what) = detail.split_once(": ").unwrap_or(("", detail));
+    Some(Cause {
+        field: field.trim_start_matches('.').to_owned(),
+        message: what.to_owned(),
+    })
+}
+
+/// A kind as the project serves it.
+#[derive(Clone, Debug)]
+pub struct Kind {
+    /// Its resource (plural, group, version, kind).
+    pub resource: ApiResource,
+    /// Whether its objects live in namespaces.
+    pub namespaced: bool,
+}
+
+/// A session's client of its project's control plane, acting as the caller.
+pub struct ProjectApi {
+    client: kube::Client,
+    project: String,
+    timeout: Duration,
+    kinds: Mutex<HashMap<(String, String, String), Kind>>,
+    openapi: tokio::sync::Mutex<Option<Arc<Value>>>,
+}
+
+impl std::fmt::Debug for ProjectApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProjectApi")
+            .field("project", &self.project)
+            .finish_non_exhaustive()
+    }
+}
+
+fn api_version(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
+impl ProjectApi {
+    /// A client of `project`'s plane over `client` (which carries the caller's token).
+    pub fn new(client: kube::Client, project: &str) -> Self {
+        Self {
+            client,
+            project: project.to_owned(),
+            timeout: DEFAULT_REQUEST_TIMEOUT,
+            kinds: Mutex::new(HashMap::new()),
+            openapi: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The project this client acts in.
+    pub fn project(&self) -> &str {
+        &self.project
+    }
+
+    async fn bounded<T>(
+        &self,
+        what: impl FnOnce() -> String,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ApiFailure> {
+        match tokio::time::timeout(self.timeout, request).await {
+            Ok(result) => result.map_err(ApiFailure::from_kube),
+            Err(_) => Err(ApiFailure::TimedOut {
+                message: format!(
+                    "{} got no answer within {}s",
+                    what(),
+                    self.timeout.as_secs()
+                ),
+            }),
+        }
+    }
+
+    /// The kind `group/version/kind` as this project serves it (discovery, cached for the
+    /// session).
+    pub async fn kind(&self, group: &str, version: &str, kind: &str) -> Result<Kind, ApiFailure> {
+        let key = (group.to_owned(), version.to_owned(), kind.to_owned());
+        if let Some(found) = self.kinds.lock().ok().and_then(|k| k.get(&key).cloned()) {
+            return Ok(found);
+        }
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let not_served = || ApiFailure::NotServed {
+            api_version: api_version(group, version),
+            kind: kind.to_owned(),
+        };
+        let discovered = tokio::time::timeout(
+            self.timeout,
+            kube::discovery::pinned_kind(&self.client, &gvk),
+        )
+        .await;
+        let (resource, capabilities) = match discovered {
+            Err(_) => {
+                return Err(ApiFailure::TimedOut {
+                    message: format!("discovering {kind} ({})", api_version(group, version)),
+                });
+            }
+            Ok(Ok(found)) => found,
+            Ok(Err(kube::Error::Discovery(_))) => return Err(not_served()),
+            Ok(Err(error)) => match ApiFailure::from_kube(error) {
+                ApiFailure::NotFound { .. } => return Err(not_served()),
+                other => return Err(other),
+            },
+        };
+        let found = Kind {
+            resource,
+            namespaced: capabilities.scope == Scope::Namespaced,
+        };
+        if let Ok(mut kinds) = self.kinds.lock() {
+            kinds.insert(key, found.clone());
+        }
+        Ok(found)
+    }
+
+    fn api(&self, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+        match (kind.namespaced, namespace) {
+            (true, Some(namespace)) => {
+                Api::namespaced_with(self.client.clone(), namespace, &kind.resource)
+            }
+            _ => Api::all_with(self.client.clone(), &kind.resource),
+        }
+    }
+
+    /// Objects of `kind` (in `namespace` for a namespaced kind; every namespace the caller may
+    /// read when `None`), at most [`LIST_LIMIT`]; the flag says whether there were more.
+    pub async fn list(
+        &self,
+        kind: &Kind,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<(Vec<Value>, bool), ApiFailure> {
+        let mut params = ListParams::default().limit(LIST_LIMIT);
+        if let Some(selector) = label_selector {
+            params = params.labels(selector);
+        }
+        let api = self.api(kind, namespace);
+        let list = self
+            .bounded(
+                || format!("listing {}", kind.resource.plural),
+                api.list(&params),
+            )
+            .await?;
+        let more = list
+            .metadata
+            .continue_
+            .as_ref()
+            .is_some_and(|c| !c.is_empty());
+        let items = list
+            .items
+            .into_iter()
+            .map(|object| object_value(object, &kind.resource))
+            .collect::<Result<_, _>>()?;
+        Ok((items, more))
+    }
+
+    /// The object `name` of `kind`, if it exists.
+    pub async fn get(
+        &self,
+        kind: &Kind,
+        name: &str,
+        namespace: Option<&str>,
+    ) -> Result<Option<Value>, ApiFailure> {
+        let api = self.api(kind, namespace);
+        let object = self
+            .bounded(
+                || format!("reading {} {name}", kind.resource.kind),
+                api.get_opt(name),
+            )
+            .await?;
+        object
+            .map(|object| object_value(object, &kind.resource))
+            .transpose()
+    }
+
+    /// Server-side apply of `manifest` as [`FIELD_MANAGER`], strict about unknown fields;
+    /// `dry_run` keeps nothing. Returns the object as the apiserver has (or would have) it.
+    ///
+    /// Fields another manager set are taken over (`force`), as `kubectl apply --server-side
+    /// --force-conflicts` would: the person saw the change in the plan and agreed to it, and an
+    /// update carries the resourceVersion the plan saw, so nothing changed since is overwritten.
+    pub async fn apply(
+        &self,
+        kind: &Kind,
+        manifest: &Value,
+        dry_run: bool,
+    ) -> Result<Value, ApiFailure> {
+        let name = manifest
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let namespace = manifest
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str);
+        let api = self.api(kind, namespace);
+        let mut params = PatchParams::apply(FIELD_MANAGER).force();
+        params.field_validation = Some(ValidationDirective::Strict);
+        params.dry_run = dry_run;
+        let object = self
+            .bounded(
+                || format!("applying {} {name}", kind.resource.kind),
+                api.patch(&name, &params, &Patch::Apply(manifest)),
+            )
+            .await?;
+        object_value(object, &kind.resource)
+    }
+
+    /// The OpenAPI v3 schema of `group/version/kind`, with the document it came from (for its
+    /// `$ref`s).
+    pub async fn schema(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+    ) -> Result<(Value, Arc<Value>), ApiFailure> {
+        let index = self.openapi_index().await?;
+        let path = if group.is_empty() {
+            format!("api/{version}")
+        } else {
+            format!("apis/{group}/{version}")
+        };
+        let not_served = || ApiFailure::NotServed {
+            api_version: api_version(group, version),
+            kind: kind.to_owned(),
+        };
+        let Some(url) = index
+            .pointer(&format!(
+                "/paths/{}/serverRelativeURL",
+                path.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+        else {
+            return Err(not_served());
+        };
+        let document = Arc::new(self.get_json(url).await?);
+        let schemas = document
+            .pointer("/components/schemas")
+            .and_then(Value::as_object)
+            .ok_or_else(|| ApiFailure::Malformed {
+                message: format!("{url} has no components.schemas"),
+            })?;
+        let schema = schemas
+            .values()
+            .find(|schema| {
+                schema
+                    .get("x-kubernetes-group-version-kind")
+                    .and_then(Value::as_array)
+                    .is_some_and(|gvks| {
+                        gvks.iter().any(|gvk| {
+                            gvk["group"] == group
+                                && gvk["version"] == version
+                                && gvk["kind"] == kind
+                        })
+                    })
+            })
+            .cloned()
+            .ok_or_else(not_served)?;
+        Ok((schema, document))
+    }
+
+    async fn openapi_index(&self) -> Result<Arc<Value>, ApiFailure> {
+        let mut cached = self.openapi.lock().await;
+        if let Some(index) = cached.as_ref() {
+            return Ok(index.clone());
+        }
+        let index = Arc::new(self.get_json("/openapi/v3").await?);
+        *cached = Some(index.clone());
+        Ok(index)
+    }
+
+    async fn get_json(&self, url: &str) -> Result<Value, ApiFailure> {
+        let request = http::Request::get(url)
+            .body(Vec::new())
+            .map_err(|e| ApiFailure::unavailable(format!("{url}: {e}")))?;
+        let text = self
+            .bounded(
+                || format!("reading {url}"),
+                self.client.request_text(request),
+            )
+            .await?;
+        serde_json::from_str(&text).map_err(|e| ApiFailure::Malformed {
+            message: format!("{url}: {e}"),
+        })
+    }
+}
+
+/// An object as JSON, with its apiVersion and kind (list items may come without them).
+fn object_value(object: DynamicObject, resource: &ApiResource) -> Result<Value, ApiFailure> {
+    let mut value = serde_json::to_value(object).map_err(|e| ApiFailure::Malformed {
+        message: e.to_string(),
+    })?;
+    if let Some(map) = value.as_object_mut() {
+        map.entry("apiVersion")
+            .or_insert_with(|| Value::String(resource.api_version.clone()));
+        map.entry("kind")
+            .or_insert_with(|| Value::String(resource.kind.clone()));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_typed_patch_refusal_should_name_its_field() {
+        let status = kube::core::Status {
+            code: 500,
+            message: "failed to create typed patch object (default/bad; /v1, Kind=ConfigMap): \
+                      .data: expected map, got &{[a b]}"
+                .into(),
+            ..kube::core::Status::default()
+        };
+        assert_eq!(
+            ApiFailure::from_kube(kube::Error::Api(Box::new(status))),
+            ApiFailure::Invalid {
+                message: "failed to create typed patch object (default/bad; /v1, Kind=ConfigMap): \
+                          .data: expected map, got &{[a b]}"
+                    .into(),
+                causes: vec![Cause {
+                    field: "data".into(),
+                    message: "expected map, got &{[a b]}".into()
+                }],
+            }
+        );
+        let other = kube::core::Status {
+            code: 500,
+            message: "etcd is down".into(),
+            ..kube::core::Status::default()
+        };
+        assert!(matches!(
+            ApiFailure::from_kube(kube::Error::Api(Box::new(other))),
+            ApiFailure::Unavailable { .. }
+        ));
+    }
+}

@@ -1,0 +1,266 @@
+//! The caller checked against the project it names. The crd source reads bindings with the
+//! sidecar's own credential, so without this any process on the socket could name any project
+//! and receive its composition. With `sar`, a session (and a composition read) is opened only
+//! when the project's control plane, asked with the caller's own token, says the caller may
+//! list CapabilityBindings there (a SelfSubjectAccessReview). Answers are cached per (project,
+//! token digest) for a minute, bounded; a plane that cannot be asked refuses (503), never
+//! admits.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use capstan_compose::ControlPlane;
+use tracing::warn;
+
+use crate::identity::{Identity, refusal};
+use crate::metrics::Metrics;
+
+/// How long an answer is reused. 60 s: the window the platform already accepts for a revoked
+/// authorization, and what keeps a busy assistant from asking at every session.
+pub const CALLER_CHECK_TTL: Duration = Duration::from_secs(60);
+
+/// Answers kept at most (one per project and token).
+pub const CALLER_CHECK_CAPACITY: usize = 4096;
+
+/// How the caller is checked against the project.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CallerCheckMode {
+    /// Ask the project's control plane with the caller's token (SelfSubjectAccessReview:
+    /// list CapabilityBindings); a token is required. The default with the crd source.
+    Sar,
+    /// Trust the socket: whoever can connect may name any project. The default with the
+    /// fixture and http sources (local use).
+    None,
+}
+
+/// Why a caller was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No bearer token to ask with.
+    NoToken {
+        /// The project named.
+        project: String,
+    },
+    /// The project's plane says no.
+    NotAllowed {
+        /// The project named.
+        project: String,
+    },
+    /// The plane could not be asked.
+    Unavailable {
+        /// The project named.
+        project: String,
+        /// Why.
+        message: String,
+    },
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Self::NoToken { project } => refusal(
+                StatusCode::UNAUTHORIZED,
+                "forbidden",
+                &format!(
+                    "project {project}: a bearer token is required (Authorization: Bearer …); \
+                     the sidecar asks the project whether its holder may act there"
+                ),
+            ),
+            Self::NotAllowed { project } => refusal(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                &format!(
+                    "project {project}: the project's control plane says this caller may not \
+                     list CapabilityBindings there, so it may not use the project's assistant \
+                     tools; ask the project's owner for access"
+                ),
+            ),
+            Self::Unavailable { project, message } => refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "upstream_unavailable",
+                &format!(
+                    "project {project}: the project's control plane could not be asked whether \
+                     this caller may act there ({message}); nothing was served, retry later"
+                ),
+            ),
+        }
+    }
+}
+
+struct Answer {
+    at: Instant,
+    allowed: bool,
+}
+
+/// The caller check with its cache.
+pub struct CallerCheck {
+    plane: ControlPlane,
+    metrics: Metrics,
+    ttl: Duration,
+    capacity: usize,
+    answers: Mutex<HashMap<[u8; 32], Answer>>,
+}
+
+impl CallerCheck {
+    /// A check asking each project's plane (`plane`), counting outcomes in `metrics`.
+    pub fn new(plane: ControlPlane, metrics: Metrics) -> Self {
+        Self {
+            plane,
+            metrics,
+            ttl: CALLER_CHECK_TTL,
+            capacity: CALLER_CHECK_CAPACITY,
+            answers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn cached(&self, key: &[u8; 32]) -> Option<bool> {
+        let answers = self.answers.lock().ok()?;
+        answers
+            .get(key)
+            .filter(|answer| answer.at.elapsed() < self.ttl)
+            .map(|answer| answer.allowed)
+    }
+
+    fn remember(&self, key: [u8; 32], allowed: bool) {
+        let Ok(mut answers) = self.answers.lock() else {
+            return;
+        };
+        if answers.len() >= self.capacity && !answers.contains_key(&key) {
+            // Expired answers first; then the oldest live one.
+            answers.retain(|_, answer| answer.at.elapsed() < self.ttl);
+            if answers.len() >= self.capacity
+                && let Some(oldest) = answers
+                    .iter()
+                    .min_by_key(|(_, answer)| answer.at)
+                    .map(|(key, _)| *key)
+            {
+                answers.remove(&oldest);
+            }
+        }
+        answers.insert(
+            key,
+            Answer {
+                at: Instant::now(),
+                allowed,
+            },
+        );
+    }
+
+    /// Admits `identity` or says why not.
+    pub async fn check(&self, identity: &Identity) -> Result<(), Refusal> {
+        let project = identity.project.clone();
+        let Some(token) = identity.token() else {
+            self.metrics.caller_check("no_token");
+            return Err(Refusal::NoToken { project });
+        };
+        let key = identity.fingerprint();
+        if let Some(allowed) = self.cached(&key) {
+            self.metrics.caller_check(if allowed {
+                "cached_allowed"
+            } else {
+                "cached_denied"
+            });
+            return if allowed {
+                Ok(())
+            } else {
+                Err(Refusal::NotAllowed { project })
+            };
+        }
+        match self.plane.may_list_bindings(&project, token).await {
+            Ok(allowed) => {
+                self.remember(key, allowed);
+                self.metrics
+                    .caller_check(if allowed { "allowed" } else { "denied" });
+                if allowed {
+                    Ok(())
+                } else {
+                    Err(Refusal::NotAllowed { project })
+                }
+            }
+            // An invalid or expired token is an answer too: the plane does not know the
+            // caller.
+            Err(capstan_compose::ApiFailure::Forbidden { .. }) => {
+                self.remember(key, false);
+                self.metrics.caller_check("denied");
+                Err(Refusal::NotAllowed { project })
+            }
+            Err(failure) => {
+                self.metrics.caller_check("error");
+                warn!(%project, error = %failure, "caller check: the project's control plane could not be asked");
+                Err(Refusal::Unavailable {
+                    project,
+                    message: failure.to_string(),
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn check(capacity: usize) -> CallerCheck {
+        let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        let mut registry = prometheus_client::registry::Registry::default();
+        let mut check = CallerCheck::new(
+            ControlPlane::new(config, None),
+            Metrics::register(&mut registry),
+        );
+        check.capacity = capacity;
+        check
+    }
+
+    #[tokio::test]
+    async fn a_caller_without_a_token_should_be_refused_without_asking() {
+        let check = check(4);
+        let refused = check
+            .check(&Identity::new("acme".into(), None))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused,
+            Refusal::NoToken {
+                project: "acme".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_plane_should_refuse_not_admit() {
+        let check = check(4);
+        let refused = check
+            .check(&Identity::new("acme".into(), Some("t")))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, Refusal::Unavailable { .. }),
+            "{refused:?}"
+        );
+        assert_eq!(
+            check.answers.lock().unwrap().len(),
+            0,
+            "a failure is not an answer"
+        );
+    }
+
+    #[test]
+    fn the_cache_should_hold_answers_for_the_ttl_and_stay_bounded() {
+        let check = check(2);
+        let a = Identity::new("a".into(), Some("t")).fingerprint();
+        let b = Identity::new("b".into(), Some("t")).fingerprint();
+        let c = Identity::new("c".into(), Some("t")).fingerprint();
+        check.remember(a, true);
+        check.remember(b, false);
+        assert_eq!(check.cached(&a), Some(true));
+        assert_eq!(check.cached(&b), Some(false));
+        check.remember(c, true);
+        assert_eq!(check.answers.lock().unwrap().len(), 2);
+        assert_eq!(check.cached(&a), None, "the oldest went");
+        assert_eq!(check.cached(&c), Some(true));
+    }
+}
