@@ -48,6 +48,21 @@ pub fn service_account(plane: &ControlPlane, name: &str) -> Result<PathBuf, Harn
     account_kubeconfig(plane, NAMESPACE, name)
 }
 
+/// A bearer token of the existing service account `namespace/name` from the TokenRequest API
+/// (`kubectl create token`), valid for two hours.
+pub fn account_token(
+    plane: &ControlPlane,
+    namespace: &str,
+    name: &str,
+) -> Result<String, HarnessError> {
+    kubectl(
+        plane,
+        &["create", "token", name, "-n", namespace, "--duration", "2h"],
+        None,
+    )
+    .map(|token| token.trim().to_owned())
+}
+
 /// A kubeconfig that authenticates as the existing service account `namespace/name` with a
 /// token from the TokenRequest API (`kubectl create token`), valid for two hours.
 pub fn account_kubeconfig(
@@ -55,11 +70,7 @@ pub fn account_kubeconfig(
     namespace: &str,
     name: &str,
 ) -> Result<PathBuf, HarnessError> {
-    let token = kubectl(
-        plane,
-        &["create", "token", name, "-n", namespace, "--duration", "2h"],
-        None,
-    )?;
+    let token = account_token(plane, namespace, name)?;
     let server = kubectl(
         plane,
         &[
@@ -89,7 +100,6 @@ pub fn account_kubeconfig(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    \
          certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {token}\n\
          contexts:\n- name: e2e\n  context: {{cluster: e2e, user: {name}}}\ncurrent-context: e2e\n",
-        token = token.trim()
     );
     std::fs::write(&path, text).map_err(|source| HarnessError::Io {
         path: path.clone(),

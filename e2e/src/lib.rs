@@ -21,6 +21,7 @@ use thiserror::Error;
 
 pub mod controller;
 pub mod objects;
+pub mod sidecar;
 pub mod suite;
 
 /// The field manager e2e tests write with.
