@@ -883,33 +883,67 @@ fn tampering(env: &Env) -> Outcome {
         let other_session = other.session(PROJECT, Some(&token_of(env)?))?;
         let other_plan = other_session.ok("resources_plan", json!({"manifests": manifests}))?;
         other_session.end();
+        // An expired token: a sidecar with the same key whose plans live one second.
+        let short = SidecarProcess::start(
+            &env.plane,
+            &env.plane
+                .state_dir()
+                .join("kubeconfig-capstan-system-composer"),
+            "short-ttl",
+            &[
+                ("PLAN_TOKEN_KEY", PLAN_TOKEN_KEY),
+                ("CAPSTAN_PLAN_TOKEN_TTL_SECONDS", "1"),
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+        let short_session = short.session(PROJECT, Some(&token_of(env)?))?;
+        let short_plan = short_session.ok("resources_plan", json!({"manifests": manifests}))?;
+        short_session.end();
+        let expires_at = short_plan["expiresAt"].clone();
+        // Expiry is in whole seconds: past it for sure after two and a half.
+        std::thread::sleep(std::time::Duration::from_millis(2500));
 
         let before = writes_by(env, &user(ALICE)).len();
-        let cases: Vec<(&str, Value, String)> = vec![
-            ("a one-character edit", edited, token.clone()),
-            ("a reordered list", reordered, token.clone()),
+        // Each case with the reason apply must give (the refusal's own words).
+        const MISMATCH: &str = "does not match";
+        const NOT_HELD: &str = "which this sidecar does not hold";
+        let text = |plan: &Value| plan["planToken"].as_str().unwrap_or_default().to_owned();
+        let cases: Vec<(&str, Value, String, &str)> = vec![
+            ("a one-character edit", edited, token.clone(), MISMATCH),
+            ("a reordered list", reordered, token.clone(), MISMATCH),
             (
                 "a token from another project",
                 planned.clone(),
-                foreign["planToken"].as_str().unwrap_or_default().to_owned(),
+                text(&foreign),
+                MISMATCH,
             ),
             (
                 "an object changed since the plan",
                 update["manifests"].clone(),
-                update["planToken"].as_str().unwrap_or_default().to_owned(),
+                text(&update),
+                MISMATCH,
             ),
-            ("a flipped byte in the token", planned.clone(), flipped),
-            ("an unknown key id", planned.clone(), unknown_key),
+            (
+                "a flipped byte in the token",
+                planned.clone(),
+                flipped,
+                MISMATCH,
+            ),
+            ("an unknown key id", planned.clone(), unknown_key, NOT_HELD),
             (
                 "another sidecar's key",
                 other_plan["manifests"].clone(),
-                other_plan["planToken"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
+                text(&other_plan),
+                NOT_HELD,
+            ),
+            (
+                "an expired token",
+                short_plan["manifests"].clone(),
+                text(&short_plan),
+                "expired",
             ),
         ];
-        for (what, manifests, token) in cases {
+        for (what, manifests, token, reason) in cases {
             let error = session.error(
                 "resources_apply",
                 json!({"manifests": manifests, "planToken": token}),
@@ -917,9 +951,10 @@ fn tampering(env: &Env) -> Outcome {
             let message = error["message"].as_str().unwrap_or_default();
             check(
                 error["kind"] == "stale_plan"
+                    && message.contains(reason)
                     && message.contains("Nothing was changed")
                     && message.contains("resources_plan"),
-                || format!("{what}: {error}"),
+                || format!("{what} (want {reason:?}; plan expired at {expires_at}): {error}"),
             )?;
         }
         let after = writes_by(env, &user(ALICE));
