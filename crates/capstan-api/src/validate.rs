@@ -106,6 +106,32 @@ pub(crate) fn check_qualifier_spec(spec: &Value) -> Vec<FieldError> {
     finish(errors)
 }
 
+/// A JSON Schema generated from a type `T` (the way the CRD schemas are), compiled once, that
+/// reports errors in the same path-qualified words as [`validate()`]. For other documents
+/// Capstan reads, such as capability packs.
+pub struct TypeSchema(jsonschema::Validator);
+
+impl std::fmt::Debug for TypeSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TypeSchema")
+    }
+}
+
+impl TypeSchema {
+    /// The runtime schema of `T`, compiled. Fails only if `T`'s derived schema is not a valid
+    /// JSON Schema, a defect of `T` its crate's tests should catch.
+    pub fn of<T: schemars::JsonSchema>() -> Result<Self, String> {
+        jsonschema::validator_for(&runtime_schema::<T>())
+            .map(Self)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Every error of `instance` (nulls removed first), each placed under `prefix`, sorted.
+    pub fn errors(&self, prefix: &str, instance: &Value) -> Vec<FieldError> {
+        finish(schema_errors(&self.0, prefix, &without_nulls(instance)))
+    }
+}
+
 /// Validates a RouteQualifier name: the merge order key, bounded so it fits decision records.
 pub fn validate_qualifier_name(name: &str) -> Option<FieldError> {
     (name.chars().count() > MAX_QUALIFIER_NAME_LEN).then(|| {

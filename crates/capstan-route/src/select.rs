@@ -1,0 +1,548 @@
+//! Selection: which composed provider serves one `cap.*` call, and why every other one did
+//! not. A pure function of the spec, the candidates, the merged route and the caller's
+//! requirements: same inputs, same decision, whatever order the candidates come in.
+//!
+//! Exclusions carry closed reasons (seed of docs/routing.md): `target_missing` (not composed
+//! in this session), `quarantined`, `qualifier_pin`, `qualifier_only`, `qualifier_ignore`,
+//! `cost_ceiling`, `quality_floor`, `coverage_missing`, and `candidate_cap` (ranked outside the
+//! top [`CANDIDATE_CAP`]). The first that applies is the one recorded.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use capstan_api::{CapabilityStatus, CostHint, RouteQualifierSpec};
+use serde::Serialize;
+
+use crate::qualifier::{Conflict, MergedRoute, Qualifier, merge_for};
+use crate::request::{Level, Requirements, RouteRequest};
+use crate::spec::CapabilitySpec;
+
+/// Named in every decision record, so a record can be read against the rules that made it.
+pub const ALGORITHM: &str = "capstan-route/1";
+
+/// How many candidates are ranked; the rest are excluded as `candidate_cap`.
+pub const CANDIDATE_CAP: usize = 8;
+
+/// Prices below this (micro-USD) count as this: a near-free provider does not make every
+/// other one look infinitely dear.
+pub const PRICE_FLOOR_MICROS: i64 = 100;
+
+// The weights are ours (design.md leaves them to us). Quality weighs most because it is the
+// operator's own judgement of a provider; price next, as a log ratio so 2× dearer always costs
+// the same; fitness (the features the caller prefers) last, because claims are self-declared.
+// A target the caller prefers gets a bonus that outweighs small differences only.
+/// Weight of the price term.
+pub const WEIGHT_PRICE: f64 = 0.35;
+/// Weight of the fitness term.
+pub const WEIGHT_FITNESS: f64 = 0.25;
+/// Weight of the quality term (quality², in 0..1).
+pub const WEIGHT_QUALITY: f64 = 0.40;
+/// Added for a target in the caller's `prefer`.
+pub const PREFER_BONUS: f64 = 0.10;
+/// The price term of an unpriced candidate whose cost is bundled in a broker subscription.
+pub const UNPRICED_BUNDLED: f64 = 0.5;
+/// The price term of an unpriced candidate: never a fabricated zero cost.
+pub const UNPRICED: f64 = 0.35;
+/// The quality prior of a candidate that declares none, for scoring (a floor excludes it).
+pub const DEFAULT_QUALITY: u16 = 5000;
+
+/// One provider tool mapped onto the capability.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Candidate {
+    /// The binding's id (`namespace/name`, or the document's name).
+    pub binding: String,
+    /// The binding's service name, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// The MCP server's name in the binding.
+    pub server: String,
+    /// The namespaced tool (`<server>__<tool>`).
+    pub tool: String,
+    /// Its coverage claims.
+    #[serde(skip)]
+    pub features: Vec<String>,
+    /// Its price.
+    #[serde(skip)]
+    pub cost_hint: Option<CostHint>,
+    /// Its quality prior, basis points.
+    #[serde(skip)]
+    pub quality: Option<u16>,
+    /// Active or quarantined.
+    #[serde(skip)]
+    pub status: CapabilityStatus,
+    /// Whether the tool is composed in this session (its server answered, the tool is allowed
+    /// and listed).
+    #[serde(skip)]
+    pub composed: bool,
+}
+
+impl Candidate {
+    /// Whether a qualifier or request target names this candidate: its binding (`ns/name` or
+    /// `name`), its namespaced tool, its server, or its service.
+    pub fn matches(&self, target: &str) -> bool {
+        target == self.binding
+            || self.binding.rsplit('/').next() == Some(target)
+            || target == self.tool
+            || target == self.server
+            || self.service.as_deref() == Some(target)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn order_key(
+        &self,
+    ) -> (
+        &str,
+        &str,
+        bool,
+        bool,
+        Option<u16>,
+        Option<i64>,
+        bool,
+        &[String],
+    ) {
+        (
+            &self.binding,
+            &self.tool,
+            !self.composed,
+            self.status == CapabilityStatus::Quarantined,
+            self.quality,
+            self.price(),
+            self.bundled(),
+            &self.features,
+        )
+    }
+
+    /// Whether any target in `targets` names this candidate: a lookup per name it answers to,
+    /// not a scan of the set.
+    fn named_in(&self, targets: &BTreeSet<String>) -> bool {
+        let name = self.binding.rsplit('/').next();
+        targets.contains(&self.binding)
+            || name.is_some_and(|n| targets.contains(n))
+            || targets.contains(&self.tool)
+            || targets.contains(&self.server)
+            || self.service.as_ref().is_some_and(|s| targets.contains(s))
+    }
+
+    fn price(&self) -> Option<i64> {
+        self.cost_hint.as_ref().and_then(|c| c.base_micros_usd)
+    }
+
+    fn bundled(&self) -> bool {
+        self.cost_hint.as_ref().is_some_and(|c| c.bundled_in_broker)
+    }
+}
+
+/// Who pinned the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PinnedBy {
+    /// A RouteQualifier.
+    Policy,
+    /// The call's `route.pin`.
+    Request,
+}
+
+/// The qualifiers merged and narrowed by the call's route.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Route {
+    /// Only these targets may serve.
+    pub only: Option<BTreeSet<String>>,
+    /// These may not.
+    pub ignore: BTreeSet<String>,
+    /// Exactly this one serves, and who said so.
+    pub pin: Option<(String, PinnedBy)>,
+    /// Quality floor.
+    pub min_quality: Option<u16>,
+    /// Cost ceiling.
+    pub max_cost_micros_usd: Option<i64>,
+    /// Targets the caller favours.
+    pub prefer: Vec<String>,
+    /// The qualifiers that applied, in name order.
+    pub qualifiers: Vec<String>,
+}
+
+/// A route that cannot be followed: the call is refused, never routed unconstrained.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The qualifiers contradict each other.
+    Conflict(Conflict),
+    /// The call's `only` shares no target with the qualifiers' (or is empty).
+    EmptyOnly {
+        /// The qualifiers whose `only` applies.
+        qualifiers: Vec<String>,
+    },
+    /// The call pins another target than a qualifier does.
+    PinDisagrees {
+        /// The call's pin.
+        request: String,
+        /// The qualifiers' pin.
+        policy: String,
+        /// The qualifiers that applied.
+        qualifiers: Vec<String>,
+    },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Conflict(conflict) => write!(
+                f,
+                "{conflict}; calls are refused until the qualifiers agree (kubectl get \
+                 routequalifiers shows which)"
+            ),
+            Self::EmptyOnly { qualifiers } if qualifiers.is_empty() => {
+                f.write_str("route.only names no target: nothing could serve")
+            }
+            Self::EmptyOnly { qualifiers } => write!(
+                f,
+                "route.only shares no target with the `only` of qualifiers {}: nothing could \
+                 serve; a call may only narrow the qualifiers",
+                qualifiers.join(", ")
+            ),
+            Self::PinDisagrees {
+                request,
+                policy,
+                qualifiers,
+            } => write!(
+                f,
+                "route.pin {request:?} disagrees with the pin {policy:?} of qualifiers {}; a \
+                 call may only narrow the qualifiers",
+                qualifiers.join(", ")
+            ),
+        }
+    }
+}
+
+/// The route for a call to `capability`: the qualifiers (valid ones, any order) merged in name
+/// order, then narrowed by the call's `request`.
+pub fn route_for(
+    capability: &str,
+    qualifiers: &[(String, RouteQualifierSpec)],
+    request: &RouteRequest,
+) -> Result<Route, Refusal> {
+    let views: Vec<Qualifier<'_>> = qualifiers
+        .iter()
+        .map(|(name, spec)| Qualifier { name, spec })
+        .collect();
+    let merged = merge_for(capability, &views).map_err(Refusal::Conflict)?;
+    narrow(merged, request)
+}
+
+/// The qualifiers' merged route narrowed by a call: `only` intersects (empty → refusal),
+/// `ignore` unions, pins must agree, the quality floor takes the higher and the cost ceiling
+/// the lower, `prefer` lists concatenate.
+pub fn narrow(merged: MergedRoute, request: &RouteRequest) -> Result<Route, Refusal> {
+    let only = match (merged.only, &request.only) {
+        (None, None) => None,
+        (Some(policy), None) => Some(policy),
+        (None, Some(asked)) => Some(asked.iter().cloned().collect()),
+        (Some(policy), Some(asked)) => {
+            Some(policy.into_iter().filter(|t| asked.contains(t)).collect())
+        }
+    };
+    if only.as_ref().is_some_and(BTreeSet::is_empty) {
+        return Err(Refusal::EmptyOnly {
+            qualifiers: merged.qualifiers,
+        });
+    }
+    let pin = match (merged.pin, &request.pin) {
+        (Some(policy), Some(asked)) if &policy != asked => {
+            return Err(Refusal::PinDisagrees {
+                request: asked.clone(),
+                policy,
+                qualifiers: merged.qualifiers,
+            });
+        }
+        (Some(policy), _) => Some((policy, PinnedBy::Policy)),
+        (None, Some(asked)) => Some((asked.clone(), PinnedBy::Request)),
+        (None, None) => None,
+    };
+    let mut ignore = merged.ignore;
+    ignore.extend(request.ignore.iter().cloned());
+    let min_quality = match (merged.min_quality, request.min_quality) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let max_cost_micros_usd = match (merged.max_cost_micros_usd, request.max_cost_micros_usd) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(Route {
+        only,
+        ignore,
+        pin,
+        min_quality,
+        max_cost_micros_usd,
+        prefer: request.prefer.clone(),
+        qualifiers: merged.qualifiers,
+    })
+}
+
+/// Why a candidate was not chosen from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Not composed in this session (its server did not answer, or the tool is not listed).
+    TargetMissing,
+    /// The mapping's status is `quarantined`.
+    Quarantined,
+    /// A pin names another target.
+    QualifierPin,
+    /// Outside the `only` set.
+    QualifierOnly,
+    /// In the `ignore` set.
+    QualifierIgnore,
+    /// Dearer than the ceiling, or unpriced and not bundled while a ceiling is set.
+    CostCeiling,
+    /// Under the quality floor, or without a quality prior while a floor is set.
+    QualityFloor,
+    /// Lacks a feature the call requires.
+    CoverageMissing,
+    /// Ranked outside the top [`CANDIDATE_CAP`].
+    CandidateCap,
+}
+
+impl Reason {
+    /// The reason as records spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TargetMissing => "target_missing",
+            Self::Quarantined => "quarantined",
+            Self::QualifierPin => "qualifier_pin",
+            Self::QualifierOnly => "qualifier_only",
+            Self::QualifierIgnore => "qualifier_ignore",
+            Self::CostCeiling => "cost_ceiling",
+            Self::QualityFloor => "quality_floor",
+            Self::CoverageMissing => "coverage_missing",
+            Self::CandidateCap => "candidate_cap",
+        }
+    }
+}
+
+/// How the winner was picked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteReason {
+    /// The call pinned it.
+    PinnedByRequest,
+    /// A qualifier pinned it.
+    PinnedByPolicy,
+    /// It was the one survivor: not a choice.
+    OnlyCandidate,
+    /// It scored best.
+    BestScore,
+}
+
+/// A candidate left out, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Exclusion {
+    /// The binding.
+    pub binding: String,
+    /// The namespaced tool.
+    pub tool: String,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// A ranked candidate and its score.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Ranked {
+    /// The candidate.
+    #[serde(flatten)]
+    pub candidate: Candidate,
+    /// Its score (higher is better).
+    pub score: f64,
+}
+
+/// One routing decision.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// The capability.
+    pub capability: String,
+    /// The ranked candidates, best first (at most [`CANDIDATE_CAP`]); the first is chosen.
+    pub ranked: Vec<Ranked>,
+    /// How the first was picked; `None` when nothing is eligible.
+    pub route_reason: Option<RouteReason>,
+    /// Every candidate left out.
+    pub exclusions: Vec<Exclusion>,
+    /// The qualifiers that applied, in name order.
+    pub qualifiers: Vec<String>,
+    /// [`ALGORITHM`].
+    pub algorithm: &'static str,
+}
+
+impl Decision {
+    /// The chosen candidate.
+    pub fn selected(&self) -> Option<&Candidate> {
+        self.ranked.first().map(|r| &r.candidate)
+    }
+
+    /// How many candidates were ranked.
+    pub fn eligible(&self) -> usize {
+        self.ranked.len()
+    }
+}
+
+/// The first reason `candidate` may not serve under `route` and the caller's `required`
+/// features, or none.
+fn exclusion(candidate: &Candidate, route: &Route, required: &[&str]) -> Option<Reason> {
+    if !candidate.composed {
+        return Some(Reason::TargetMissing);
+    }
+    if candidate.status == CapabilityStatus::Quarantined {
+        return Some(Reason::Quarantined);
+    }
+    if let Some((target, _)) = &route.pin
+        && !candidate.matches(target)
+    {
+        return Some(Reason::QualifierPin);
+    }
+    if let Some(only) = &route.only
+        && !candidate.named_in(only)
+    {
+        return Some(Reason::QualifierOnly);
+    }
+    if candidate.named_in(&route.ignore) {
+        return Some(Reason::QualifierIgnore);
+    }
+    if let Some(ceiling) = route.max_cost_micros_usd {
+        let over = match candidate.price() {
+            Some(price) => price > ceiling,
+            None => !candidate.bundled(),
+        };
+        if over {
+            return Some(Reason::CostCeiling);
+        }
+    }
+    if let Some(floor) = route.min_quality
+        && candidate.quality.is_none_or(|q| q < floor)
+    {
+        return Some(Reason::QualityFloor);
+    }
+    if required
+        .iter()
+        .any(|f| !candidate.features.iter().any(|c| c == f))
+    {
+        return Some(Reason::CoverageMissing);
+    }
+    None
+}
+
+/// The price term: the log ratio to the cheapest priced survivor (both floored at
+/// [`PRICE_FLOOR_MICROS`]), capped at ln 4 and mapped to 1 (cheapest) … 0 (4× or dearer).
+fn price_term(candidate: &Candidate, cheapest: Option<i64>) -> f64 {
+    let ln4 = 4f64.ln();
+    match (candidate.price(), cheapest) {
+        (Some(price), Some(cheapest)) => {
+            let ratio =
+                price.max(PRICE_FLOOR_MICROS) as f64 / cheapest.max(PRICE_FLOOR_MICROS) as f64;
+            1.0 - ratio.ln().clamp(0.0, ln4) / ln4
+        }
+        _ if candidate.bundled() => UNPRICED_BUNDLED,
+        _ => UNPRICED,
+    }
+}
+
+/// The fitness term: the share of the features the caller prefers that the candidate claims;
+/// when the caller prefers none, the share of the spec's vocabulary it claims.
+fn fitness_term(candidate: &Candidate, spec: &CapabilitySpec, preferred: &[&str]) -> f64 {
+    let claims = |f: &&&str| candidate.features.iter().any(|c| c == **f);
+    let wanted: Vec<&str> = if preferred.is_empty() {
+        spec.feature_vocabulary.iter().map(String::as_str).collect()
+    } else {
+        preferred.to_vec()
+    };
+    if wanted.is_empty() {
+        return 1.0;
+    }
+    wanted.iter().filter(claims).count() as f64 / wanted.len() as f64
+}
+
+/// Chooses among `candidates` for a call to `spec` under `route` with the caller's
+/// `requirements` (keys outside the spec's vocabulary are ignored: they are model-written and
+/// must not steer).
+pub fn select(
+    spec: &CapabilitySpec,
+    candidates: &[Candidate],
+    route: &Route,
+    requirements: &Requirements,
+) -> Decision {
+    let known = |level: Level| -> Vec<&str> {
+        requirements
+            .iter()
+            .filter(|(feature, l)| **l == level && spec.knows(feature))
+            .map(|(feature, _)| feature.as_str())
+            .collect()
+    };
+    let (required, preferred) = (known(Level::Require), known(Level::Prefer));
+    let mut ordered: Vec<&Candidate> = candidates.iter().collect();
+    // A (binding, tool) pair names one candidate; should one appear twice, the copy kept is
+    // chosen by its contents, never by input order.
+    ordered.sort_by_key(|c| c.order_key());
+    ordered.dedup_by(|a, b| a.binding == b.binding && a.tool == b.tool);
+
+    let mut exclusions = Vec::new();
+    let mut survivors = Vec::new();
+    for candidate in ordered {
+        match exclusion(candidate, route, &required) {
+            Some(reason) => exclusions.push(Exclusion {
+                binding: candidate.binding.clone(),
+                tool: candidate.tool.clone(),
+                reason,
+            }),
+            None => survivors.push(candidate),
+        }
+    }
+    let cheapest = survivors.iter().filter_map(|c| c.price()).min();
+    let mut scored: Vec<(&Candidate, f64)> = survivors
+        .into_iter()
+        .map(|candidate| {
+            let quality = f64::from(candidate.quality.unwrap_or(DEFAULT_QUALITY)) / 10_000.0;
+            let preferred_target = route.prefer.iter().any(|t| candidate.matches(t));
+            let score = WEIGHT_PRICE * price_term(candidate, cheapest)
+                + WEIGHT_FITNESS * fitness_term(candidate, spec, &preferred)
+                + WEIGHT_QUALITY * quality * quality
+                + if preferred_target { PREFER_BONUS } else { 0.0 };
+            (candidate, score)
+        })
+        .collect();
+    // Best score first; ties by binding, then tool: deterministic whatever the input order.
+    scored.sort_by(|(a, a_score), (b, b_score)| {
+        b_score
+            .total_cmp(a_score)
+            .then_with(|| a.binding.cmp(&b.binding))
+            .then_with(|| a.tool.cmp(&b.tool))
+    });
+    let cut = scored.len().min(CANDIDATE_CAP);
+    for (capped, _) in &scored[cut..] {
+        exclusions.push(Exclusion {
+            binding: capped.binding.clone(),
+            tool: capped.tool.clone(),
+            reason: Reason::CandidateCap,
+        });
+    }
+    let ranked: Vec<Ranked> = scored[..cut]
+        .iter()
+        .map(|(candidate, score)| Ranked {
+            candidate: (*candidate).clone(),
+            score: *score,
+        })
+        .collect();
+    let route_reason = match (&route.pin, ranked.len()) {
+        (_, 0) => None,
+        (Some((_, PinnedBy::Policy)), _) => Some(RouteReason::PinnedByPolicy),
+        (Some((_, PinnedBy::Request)), _) => Some(RouteReason::PinnedByRequest),
+        (None, 1) => Some(RouteReason::OnlyCandidate),
+        (None, _) => Some(RouteReason::BestScore),
+    };
+    Decision {
+        capability: spec.capability_id.clone(),
+        ranked,
+        route_reason,
+        exclusions,
+        qualifiers: route.qualifiers.clone(),
+        algorithm: ALGORITHM,
+    }
+}
