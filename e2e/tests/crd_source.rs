@@ -96,7 +96,11 @@ fn lists_in_creation_order(env: &Env) -> Outcome {
             .documents("any-project")
             .await
             .map_err(|e| e.to_string())?;
-        let names: Vec<&str> = documents.iter().map(|d| d.binding.as_str()).collect();
+        let names: Vec<&str> = documents
+            .documents
+            .iter()
+            .map(|d| d.binding.as_str())
+            .collect();
         check(names == ["zeta", "alpha"], || {
             format!("documents {names:?}")
         })?;
@@ -183,7 +187,11 @@ fn reads_as_the_sidecar(env: &Env) -> Outcome {
             .documents("demo-project")
             .await
             .map_err(|e| e.to_string())?;
-        let names: Vec<&str> = documents.iter().map(|d| d.binding.as_str()).collect();
+        let names: Vec<&str> = documents
+            .documents
+            .iter()
+            .map(|d| d.binding.as_str())
+            .collect();
         check(names == ["as-sidecar"], || format!("documents {names:?}"))?;
         // The list went out as the sidecar's account, not the admin's.
         let sidecar = format!("system:serviceaccount:{NAMESPACE}:capstan-sidecar");
@@ -205,7 +213,7 @@ fn reads_as_the_sidecar(env: &Env) -> Outcome {
             || {
                 format!(
                     "unbound account: {outcome:?}, {} documents",
-                    documents.len()
+                    documents.documents.len()
                 )
             },
         )?;
@@ -285,7 +293,7 @@ fn follows_the_url_template(env: &Env) -> Outcome {
                 .documents(project)
                 .await
                 .map_err(|e| format!("{project}: {e}"))?;
-            let names: Vec<&str> = documents.iter().map(|d| d.binding.as_str()).collect();
+            let names: Vec<&str> = documents.documents.iter().map(|d| d.binding.as_str()).collect();
             check(names == ["routed"], || format!("{project}: documents {names:?}"))?;
         }
         let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();

@@ -74,13 +74,13 @@ async fn bench() {
 
     // Warm-up compose (first connections, first knowledge fetch).
     let (documents, _) = source.documents("bench").await;
-    composer.compose(&documents).await.close().await;
+    composer.compose(&documents.documents).await.close().await;
     let mut composes = Vec::new();
     let mut tools = 0;
     for _ in 0..COMPOSES {
         let started = Instant::now();
         let (documents, _) = source.documents("bench").await;
-        let composed = composer.compose(&documents).await;
+        let composed = composer.compose(&documents.documents).await;
         tools = composed.composition.tools.len();
         composed.close().await;
         composes.push(started.elapsed());
@@ -88,7 +88,7 @@ async fn bench() {
     std::fs::remove_file(&fixture).ok();
 
     let (documents, _) = source.documents("bench").await;
-    let composed = composer.compose(&documents).await;
+    let composed = composer.compose(&documents.documents).await;
     let direct = ClientConfig::default()
         .serve(StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(a.url("/mcp")),

@@ -12,7 +12,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::document::Document;
+use crate::document::Snapshot;
 use crate::read::{ProjectDocuments, ReadOutcome};
 use crate::source::DocumentSource;
 
@@ -25,7 +25,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
 pub const DEFAULT_CAPACITY: usize = 64;
 
 struct Entry {
-    documents: Arc<Vec<Document>>,
+    snapshot: Arc<Snapshot>,
     fetched: Instant,
 }
 
@@ -92,51 +92,54 @@ impl CachedSource {
         outcome
     }
 
-    /// The project's documents and how they were obtained.
-    pub async fn documents(&self, project: &str) -> (Arc<Vec<Document>>, ReadOutcome) {
+    /// The project's snapshot (documents and qualifiers) and how it was obtained.
+    pub async fn documents(&self, project: &str) -> (Arc<Snapshot>, ReadOutcome) {
         {
             let entries = self.entries.lock().await;
             if let Some(entry) = entries.get(project)
                 && entry.fetched.elapsed() < self.ttl
             {
-                return (entry.documents.clone(), self.counted(ReadOutcome::Hit));
+                return (entry.snapshot.clone(), self.counted(ReadOutcome::Hit));
             }
         }
         // Fetch without holding the lock: one slow project must not stall the others.
         let fetched = self.inner.documents(project).await;
         let mut entries = self.entries.lock().await;
         match fetched {
-            Ok(documents) if documents.is_empty() => {
+            Ok(snapshot) if snapshot.is_empty() => {
                 // An empty answer is the truth (no bindings, or not yet), never pinned for a
                 // TTL; it also retires any older answer.
                 entries.remove(project);
-                (Arc::new(Vec::new()), self.counted(ReadOutcome::Empty))
+                (Arc::new(snapshot), self.counted(ReadOutcome::Empty))
             }
-            Ok(documents) => {
-                let documents = Arc::new(documents);
+            Ok(snapshot) => {
+                let snapshot = Arc::new(snapshot);
                 if !entries.contains_key(project) {
                     self.make_room(&mut entries);
                 }
                 entries.insert(
                     project.to_owned(),
                     Entry {
-                        documents: documents.clone(),
+                        snapshot: snapshot.clone(),
                         fetched: Instant::now(),
                     },
                 );
-                (documents, self.counted(ReadOutcome::Miss))
+                (snapshot, self.counted(ReadOutcome::Miss))
             }
             Err(error) => match entries.get(project) {
                 Some(entry) => {
                     warn!(%error, age = ?entry.fetched.elapsed(), "serving the last good capability documents");
                     (
-                        entry.documents.clone(),
+                        entry.snapshot.clone(),
                         self.counted(ReadOutcome::StaleServed),
                     )
                 }
                 None => {
                     warn!(%error, "capability documents unavailable; composing built-ins only");
-                    (Arc::new(Vec::new()), self.counted(ReadOutcome::Error))
+                    (
+                        Arc::new(Snapshot::default()),
+                        self.counted(ReadOutcome::Error),
+                    )
                 }
             },
         }
@@ -160,7 +163,7 @@ impl CachedSource {
 }
 
 impl ProjectDocuments for CachedSource {
-    fn read<'a>(&'a self, project: &'a str) -> BoxFuture<'a, (Arc<Vec<Document>>, ReadOutcome)> {
+    fn read<'a>(&'a self, project: &'a str) -> BoxFuture<'a, (Arc<Snapshot>, ReadOutcome)> {
         Box::pin(self.documents(project))
     }
 }
@@ -174,6 +177,7 @@ mod tests {
     use futures::future::BoxFuture;
 
     use super::*;
+    use crate::document::Document;
     use crate::source::SourceError;
 
     /// Answers each read with the next scripted result, per project.
@@ -210,7 +214,7 @@ mod tests {
         fn documents<'a>(
             &'a self,
             project: &'a str,
-        ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
+        ) -> BoxFuture<'a, Result<Snapshot, SourceError>> {
             self.reads.fetch_add(1, Ordering::Relaxed);
             let answer = self
                 .answers
@@ -220,11 +224,13 @@ mod tests {
                 .and_then(VecDeque::pop_front)
                 .unwrap_or(Err(()));
             Box::pin(async move {
-                answer.map(docs).map_err(|()| SourceError {
-                    source_kind: "test",
-                    project: project.to_owned(),
-                    message: "down".into(),
-                })
+                answer
+                    .map(|n| Snapshot::of(docs(n)))
+                    .map_err(|()| SourceError {
+                        source_kind: "test",
+                        project: project.to_owned(),
+                        message: "down".into(),
+                    })
             })
         }
     }
@@ -241,10 +247,10 @@ mod tests {
         assert_eq!(cache.documents("p").await.1, ReadOutcome::Miss);
         tokio::time::advance(Duration::from_secs(59)).await;
         let (documents, outcome) = cache.documents("p").await;
-        assert_eq!((documents.len(), outcome), (2, ReadOutcome::Hit));
+        assert_eq!((documents.documents.len(), outcome), (2, ReadOutcome::Hit));
         tokio::time::advance(Duration::from_secs(1)).await;
         let (documents, outcome) = cache.documents("p").await;
-        assert_eq!((documents.len(), outcome), (3, ReadOutcome::Miss));
+        assert_eq!((documents.documents.len(), outcome), (3, ReadOutcome::Miss));
         assert_eq!(source.reads.load(Ordering::Relaxed), 2);
     }
 
@@ -256,10 +262,13 @@ mod tests {
         cache.documents("p").await;
         tokio::time::advance(Duration::from_secs(61)).await;
         let (documents, outcome) = cache.documents("p").await;
-        assert_eq!((documents.len(), outcome), (2, ReadOutcome::StaleServed));
+        assert_eq!(
+            (documents.documents.len(), outcome),
+            (2, ReadOutcome::StaleServed)
+        );
         // The stale entry is not refreshed by serving it: the next read tries again.
         let (documents, outcome) = cache.documents("p").await;
-        assert_eq!((documents.len(), outcome), (1, ReadOutcome::Miss));
+        assert_eq!((documents.documents.len(), outcome), (1, ReadOutcome::Miss));
     }
 
     #[tokio::test(start_paused = true)]
@@ -268,7 +277,10 @@ mod tests {
         source.script("p", &[Err(())]);
         let cache = cache(&source, 4);
         let (documents, outcome) = cache.documents("p").await;
-        assert_eq!((documents.len(), outcome), (0, ReadOutcome::Error));
+        assert_eq!(
+            (documents.documents.len(), outcome),
+            (0, ReadOutcome::Error)
+        );
         assert!(cache.is_empty().await);
     }
 

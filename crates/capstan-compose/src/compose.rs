@@ -3,12 +3,15 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use capstan_api::CapabilityStatus;
+use capstan_route::Catalog;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use thiserror::Error;
 use tracing::{debug, warn};
 
 use crate::base_tools::BaseTools;
 use crate::call_error::CallError;
+use crate::capabilities::{CapabilitySummary, RoutedCapability, routed_capabilities};
 use crate::composition::{
     BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
     UpstreamStage,
@@ -18,6 +21,7 @@ use crate::fetch::{ClientError, FetchError, Fetcher};
 use crate::guard::{EndpointGuard, PatternError};
 use crate::knowledge;
 use crate::limits::Limits;
+use crate::names::composed_name;
 use crate::upstream::{ConnectError, Connector, Upstream};
 
 /// Why a `load_skill` produced no body.
@@ -82,9 +86,20 @@ pub struct Composed {
     fetcher: Fetcher,
     limits: Limits,
     base: Option<BaseTools>,
+    capabilities: Vec<RoutedCapability>,
 }
 
 impl Composed {
+    /// The routed capabilities offered (at least one candidate composed), in id order.
+    pub fn capabilities(&self) -> impl Iterator<Item = &RoutedCapability> {
+        self.capabilities.iter().filter(|c| c.offered())
+    }
+
+    /// The offered routed capability whose tool is `name` (`cap__web_search`).
+    pub fn capability(&self, name: &str) -> Option<&RoutedCapability> {
+        self.capabilities().find(|c| c.tool.name == name)
+    }
+
     /// Adds the base platform tools of the session (they act as its caller): their names join
     /// the composition, and `resources_plan` and `resources_apply` its mutating set.
     pub fn attach_base_tools(&mut self, base: BaseTools) {
@@ -163,19 +178,6 @@ pub struct Composer {
     limits: Limits,
 }
 
-/// Replaces every character outside `[a-zA-Z0-9_-]` with `_`.
-pub fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 /// Whether an input schema has a top-level property named `project` (in any case).
 pub fn takes_project(schema: &JsonObject) -> bool {
     schema
@@ -184,17 +186,13 @@ pub fn takes_project(schema: &JsonObject) -> bool {
         .is_some_and(|properties| properties.keys().any(|k| k.eq_ignore_ascii_case("project")))
 }
 
-/// The composed name of `tool` on MCP server `server`.
-pub fn composed_name(server: &str, tool: &str) -> String {
-    format!("{}__{}", sanitize(server), sanitize(tool))
-}
-
 struct ServerResult {
     doc: usize,
     server: String,
     endpoint: String,
     allowed: BTreeSet<String>,
     mutating: BTreeSet<String>,
+    quarantined: BTreeSet<String>,
     result: Result<(Upstream, Vec<Tool>), ConnectError>,
 }
 
@@ -257,6 +255,14 @@ impl Composer {
                 .flat_map(|s| s.include.iter().cloned())
                 .collect();
             let mutating: BTreeSet<String> = server.mutating.iter().cloned().collect();
+            // A quarantined mapping's tool is served only to the router (which excludes it):
+            // never called directly, so quarantine cannot be bypassed by its namespaced name.
+            let quarantined: BTreeSet<String> = server
+                .capabilities
+                .iter()
+                .filter(|m| m.status == Some(CapabilityStatus::Quarantined))
+                .map(|m| m.tool.clone())
+                .collect();
             async move {
                 let result = self
                     .connector
@@ -268,6 +274,7 @@ impl Composer {
                     endpoint: server.endpoint.clone(),
                     allowed,
                     mutating,
+                    quarantined,
                     result,
                 }
             }
@@ -290,6 +297,7 @@ impl Composer {
             fetcher: self.fetcher.clone(),
             limits: self.limits.clone(),
             base: None,
+            capabilities: Vec::new(),
         };
         let mut owners: HashMap<String, String> = HashMap::new();
         for server in servers {
@@ -347,6 +355,10 @@ impl Composer {
                     annotations = Some(a);
                 }
                 composed.routes.insert(name.clone(), (index, tool.clone()));
+                if server.quarantined.contains(tool) {
+                    outcome.quarantined.push(name);
+                    continue;
+                }
                 outcome.exposed.push(name.clone());
                 if mutating {
                     composed.composition.mutating.push(name.clone());
@@ -411,6 +423,17 @@ impl Composer {
             }
         }
         composed.composition.bindings = outcomes;
+        composed.capabilities = routed_capabilities(documents, Catalog::embedded(), &owners);
+        let offered: Vec<&RoutedCapability> = composed.capabilities().collect();
+        let destructive: Vec<String> = offered
+            .iter()
+            .filter(|c| c.spec.effect.kind.is_destructive())
+            .map(|c| c.tool.name.to_string())
+            .collect();
+        let summaries: Vec<CapabilitySummary> =
+            offered.into_iter().map(CapabilitySummary::from).collect();
+        composed.composition.mutating.extend(destructive);
+        composed.composition.capabilities = summaries;
         composed
     }
 }
@@ -419,19 +442,6 @@ impl Composer {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_should_be_namespaced_and_sanitized() {
-        assert_eq!(
-            composed_name("streamco", "streams_list"),
-            "streamco__streams_list"
-        );
-        assert_eq!(
-            composed_name("stream.co", "get/one thing"),
-            "stream_co__get_one_thing"
-        );
-        assert_eq!(composed_name("é", "a-b"), "___a-b");
-    }
 
     #[test]
     fn degradation_should_follow_the_contract() {

@@ -4,6 +4,8 @@
 use rmcp::model::{JsonObject, ToolAnnotations};
 use serde::Serialize;
 
+use crate::capabilities::CapabilitySummary;
+
 /// A tool in the composed set.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -68,6 +70,10 @@ pub struct BindingOutcome {
     pub service_name: String,
     /// Tools exposed, by composed name.
     pub exposed: Vec<String>,
+    /// Tools whose capability mapping is quarantined: served to the router only (which
+    /// excludes them), never listed or called by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<String>,
     /// Allowed tools the server does not offer, as `<server>/<tool>`.
     pub missing: Vec<String>,
     /// Tool names won by an earlier binding.
@@ -164,6 +170,8 @@ pub struct Composition {
     pub skills: Vec<SkillSummary>,
     /// One outcome per binding, in document order.
     pub bindings: Vec<BindingOutcome>,
+    /// The routed capabilities offered (`cap__<job>` tools), with their candidates.
+    pub capabilities: Vec<CapabilitySummary>,
 }
 
 /// An MCP upstream that contributed no tools, without the details that vary between attempts.

@@ -7,6 +7,7 @@
 mod base_tools;
 mod cache;
 mod call_error;
+mod capabilities;
 mod change_path;
 mod compose;
 mod composition;
@@ -21,6 +22,7 @@ mod knowledge;
 mod limits;
 mod manifest;
 mod milo;
+mod names;
 mod openapi;
 mod plan_token;
 mod pooled;
@@ -36,16 +38,17 @@ pub use base_tools::{
 };
 pub use cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
 pub use call_error::CallError;
-pub use change_path::{ChangePath, Clock, MAX_MANIFESTS};
-pub use compose::{
-    Composed, Composer, SetupError, SkillError, ToolCallError, composed_name, sanitize,
+pub use capabilities::{
+    CapabilitySummary, MAX_INTENT_LEN, RoutedCapability, capability_tool, routed_capabilities,
 };
+pub use change_path::{ChangePath, Clock, MAX_MANIFESTS};
+pub use compose::{Composed, Composer, SetupError, SkillError, ToolCallError};
 pub use composition::{
     BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
     UpstreamStage,
 };
 pub use control_plane::ControlPlane;
-pub use document::Document;
+pub use document::{Document, NamedQualifier, Snapshot};
 pub use errors::{chain_text, find_in_chain};
 pub use fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};
 pub use guard::{AddressRefused, AddressScope, EndpointGuard, HostPattern, PatternError, Refusal};
@@ -53,6 +56,7 @@ pub use limits::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FETCH_TIMEOUT,
     DEFAULT_KNOWLEDGE_SOURCE_CAP, DEFAULT_KNOWLEDGE_TOTAL_CAP, DEFAULT_SKILL_CAP, Limits,
 };
+pub use names::{composed_name, sanitize};
 pub use plan_token::{
     DEFAULT_PLAN_TTL, KeyError, MIN_KEY_BYTES, PlanKeys, PlanPayload, Refused as PlanRefused,
 };

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tracing::warn;
 
-use crate::document::Document;
+use crate::document::Snapshot;
 use crate::source::DocumentSource;
 
 /// How a read was answered.
@@ -47,11 +47,11 @@ impl ReadOutcome {
     }
 }
 
-/// A project's documents and how they were obtained. Never an error: a source that cannot
-/// answer composes nothing (logged), and the outcome says so.
+/// A project's documents and qualifiers and how they were obtained. Never an error: a source
+/// that cannot answer composes nothing (logged), and the outcome says so.
 pub trait ProjectDocuments: Send + Sync {
-    /// The documents of `project`.
-    fn read<'a>(&'a self, project: &'a str) -> BoxFuture<'a, (Arc<Vec<Document>>, ReadOutcome)>;
+    /// The snapshot of `project`.
+    fn read<'a>(&'a self, project: &'a str) -> BoxFuture<'a, (Arc<Snapshot>, ReadOutcome)>;
 }
 
 /// A source read afresh on every composition (fixture and http: the contract caches only the
@@ -66,14 +66,14 @@ impl Uncached {
 }
 
 impl ProjectDocuments for Uncached {
-    fn read<'a>(&'a self, project: &'a str) -> BoxFuture<'a, (Arc<Vec<Document>>, ReadOutcome)> {
+    fn read<'a>(&'a self, project: &'a str) -> BoxFuture<'a, (Arc<Snapshot>, ReadOutcome)> {
         Box::pin(async move {
             match self.0.documents(project).await {
-                Ok(documents) if documents.is_empty() => (Arc::new(documents), ReadOutcome::Empty),
-                Ok(documents) => (Arc::new(documents), ReadOutcome::Miss),
+                Ok(snapshot) if snapshot.is_empty() => (Arc::new(snapshot), ReadOutcome::Empty),
+                Ok(snapshot) => (Arc::new(snapshot), ReadOutcome::Miss),
                 Err(error) => {
                     warn!(%error, "capability documents unavailable; composing built-ins only");
-                    (Arc::new(Vec::new()), ReadOutcome::Error)
+                    (Arc::new(Snapshot::default()), ReadOutcome::Error)
                 }
             }
         })

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use capstan_api::{CapabilityBinding, CapabilityDocument, Parsed};
+use capstan_api::{CapabilityBinding, CapabilityDocument, Object, Parsed, RouteQualifier};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
@@ -18,7 +18,7 @@ use thiserror::Error;
 use tracing::warn;
 
 use crate::control_plane::ControlPlane;
-use crate::document::Document;
+use crate::document::{Document, NamedQualifier, Snapshot};
 use crate::errors::chain_text;
 
 /// Why a source could not answer for a project.
@@ -54,62 +54,82 @@ fn check_project(source_kind: &'static str, project: &str) -> Result<(), SourceE
 
 /// Yields the capability documents entitled to a project, in first-wins order.
 pub trait DocumentSource: Send + Sync {
-    /// The project's documents; `Err` only when nothing could be read.
-    fn documents<'a>(
-        &'a self,
-        project: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>>;
+    /// The project's documents and route qualifiers; `Err` only when nothing could be read.
+    fn documents<'a>(&'a self, project: &'a str) -> BoxFuture<'a, Result<Snapshot, SourceError>>;
 }
 
-/// Valid documents of `parsed` (invalid ones logged and skipped), named by `metadata.name` or
-/// their position.
-fn documents_of(parsed: Parsed, origin: &str) -> Vec<(CapabilityDocument, String)> {
+/// The valid objects of `parsed` (invalid ones logged and skipped): documents named by
+/// `metadata.name` or their position, and qualifiers with the namespace they name, if any.
+struct Found {
+    documents: Vec<(CapabilityDocument, String)>,
+    qualifiers: Vec<(RouteQualifier, String)>,
+}
+
+fn found_in(parsed: Parsed, origin: &str) -> Found {
     for invalid in &parsed.invalid {
         for line in invalid.lines() {
-            warn!(origin, error = %line, "invalid capability document skipped");
+            warn!(origin, error = %line, "invalid capability document or qualifier skipped");
         }
     }
-    parsed
-        .objects
-        .into_iter()
-        .filter_map(|p| {
-            let index = p.index;
-            let document = p.object.into_document()?;
-            let name = document
-                .metadata
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("document-{index}"));
-            Some((document, name))
-        })
-        .collect()
+    let mut found = Found {
+        documents: Vec::new(),
+        qualifiers: Vec::new(),
+    };
+    for p in parsed.objects {
+        let index = p.index;
+        let name = p.object.name().map(str::to_owned);
+        match p.object {
+            Object::Qualifier(qualifier) => {
+                // A qualifier's name is its merge order key: validation requires one.
+                let name = name.unwrap_or_else(|| format!("qualifier-{index}"));
+                found.qualifiers.push((qualifier, name));
+            }
+            other => {
+                if let Some(document) = other.into_document() {
+                    let name = name.unwrap_or_else(|| format!("document-{index}"));
+                    found.documents.push((document, name));
+                }
+            }
+        }
+    }
+    found
 }
 
-/// Fixture and HTTP documents name their consumer project in `metadata.namespace`; one naming
-/// another project is dropped (a document without one applies to every project).
-fn scoped(
-    documents: Vec<(CapabilityDocument, String)>,
-    project: &str,
-    origin: &str,
-) -> Vec<Document> {
-    documents
-        .into_iter()
-        .filter_map(
-            |(document, binding)| match document.metadata.namespace.as_deref() {
-                Some(namespace) if namespace != project => {
-                    warn!(
-                        origin,
-                        binding, namespace, project, "document for another project dropped"
-                    );
-                    None
-                }
-                _ => Some(Document {
-                    binding,
-                    spec: document.spec,
-                }),
-            },
-        )
-        .collect()
+/// Fixture and HTTP objects name their consumer project in `metadata.namespace`; one naming
+/// another project is dropped (an object without one applies to every project).
+fn scoped(found: Found, project: &str, origin: &str) -> Snapshot {
+    let mine = |namespace: Option<&str>, name: &str, what: &str| match namespace {
+        Some(namespace) if namespace != project => {
+            warn!(
+                origin,
+                name, namespace, project, "{what} for another project dropped"
+            );
+            false
+        }
+        _ => true,
+    };
+    Snapshot {
+        qualifiers_error: None,
+        documents: found
+            .documents
+            .into_iter()
+            .filter(|(document, binding)| {
+                mine(document.metadata.namespace.as_deref(), binding, "document")
+            })
+            .map(|(document, binding)| Document {
+                binding,
+                spec: document.spec,
+            })
+            .collect(),
+        qualifiers: found
+            .qualifiers
+            .into_iter()
+            .filter(|(qualifier, name)| {
+                mine(qualifier.metadata.namespace.as_deref(), name, "qualifier")
+            })
+            .map(|(qualifier, name)| (name, qualifier.spec))
+            .collect(),
+    }
 }
 
 /// Documents from a local JSON or YAML file (a bare array or a `{"items": […]}` List), read
@@ -132,10 +152,7 @@ impl FixtureSource {
 }
 
 impl DocumentSource for FixtureSource {
-    fn documents<'a>(
-        &'a self,
-        project: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
+    fn documents<'a>(&'a self, project: &'a str) -> BoxFuture<'a, Result<Snapshot, SourceError>> {
         Box::pin(async move {
             check_project("fixture", project)?;
             let error = |message: String| SourceError::new("fixture", project, message);
@@ -144,7 +161,7 @@ impl DocumentSource for FixtureSource {
                 .await
                 .map_err(|e| error(format!("reading {origin}: {e}")))?;
             let parsed = capstan_api::parse(&text).map_err(|e| error(format!("{origin}: {e}")))?;
-            Ok(scoped(documents_of(parsed, &origin), project, &origin))
+            Ok(scoped(found_in(parsed, &origin), project, &origin))
         })
     }
 }
@@ -230,10 +247,7 @@ impl HttpSource {
 }
 
 impl DocumentSource for HttpSource {
-    fn documents<'a>(
-        &'a self,
-        project: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
+    fn documents<'a>(&'a self, project: &'a str) -> BoxFuture<'a, Result<Snapshot, SourceError>> {
         Box::pin(async move {
             check_project("http", project)?;
             let url = self.url(project);
@@ -257,7 +271,7 @@ impl DocumentSource for HttpSource {
             }
             let parsed = capstan_api::parse(&text).map_err(|e| error(e.to_string()))?;
             Ok(scoped(
-                documents_of(parsed, url.as_str()),
+                found_in(parsed, url.as_str()),
                 project,
                 url.as_str(),
             ))
@@ -289,46 +303,96 @@ impl CrdSource {
     }
 }
 
+impl CrdSource {
+    /// The project's valid RouteQualifiers, through the same parse and validation as every
+    /// source.
+    async fn qualifiers(&self, client: kube::Client) -> Result<Vec<NamedQualifier>, String> {
+        let api: Api<DynamicObject> =
+            Api::all_with(client, &ApiResource::erase::<RouteQualifier>(&()));
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing RouteQualifiers: {e}"))?
+            .items;
+        let items: Vec<serde_json::Value> = list
+            .iter()
+            .map(|object| {
+                json!({
+                    "apiVersion": capstan_api::API_VERSION,
+                    "kind": "RouteQualifier",
+                    "metadata": { "name": object.metadata.name },
+                    "spec": object.data.get("spec").cloned().unwrap_or_default(),
+                })
+            })
+            .collect();
+        let text = serde_json::to_string(&json!({ "items": items })).map_err(|e| e.to_string())?;
+        let parsed = capstan_api::parse(&text).map_err(|e| e.to_string())?;
+        Ok(found_in(parsed, "crd")
+            .qualifiers
+            .into_iter()
+            .map(|(qualifier, name)| (name, qualifier.spec))
+            .collect())
+    }
+
+    /// The project's bindings as documents, in first-wins order.
+    async fn bindings(&self, client: kube::Client) -> Result<Vec<Document>, String> {
+        let api: Api<DynamicObject> =
+            Api::all_with(client, &ApiResource::erase::<CapabilityBinding>(&()));
+        let mut list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing CapabilityBindings: {e}"))?
+            .items;
+        // First wins in creation order, then by name: the controller's probe uses the same
+        // order for collisions.
+        list.sort_by(|a, b| capstan_api::binding::first_wins_order(&a.metadata, &b.metadata));
+        // Each spec goes through the same parse and validation path as the other sources.
+        let items: Vec<serde_json::Value> = list
+            .iter()
+            .map(|object| {
+                json!({
+                    "metadata": { "name": object.metadata.name },
+                    "spec": object.data.get("spec").cloned().unwrap_or_default(),
+                })
+            })
+            .collect();
+        let text = serde_json::to_string(&json!({ "items": items })).map_err(|e| e.to_string())?;
+        let parsed = capstan_api::parse(&text).map_err(|e| e.to_string())?;
+        Ok(found_in(parsed, "crd")
+            .documents
+            .into_iter()
+            .map(|(document, binding)| Document {
+                binding,
+                spec: document.spec,
+            })
+            .collect())
+    }
+}
+
 impl DocumentSource for CrdSource {
-    fn documents<'a>(
-        &'a self,
-        project: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Document>, SourceError>> {
+    fn documents<'a>(&'a self, project: &'a str) -> BoxFuture<'a, Result<Snapshot, SourceError>> {
         Box::pin(async move {
             check_project("crd", project)?;
             let error = |message: String| SourceError::new("crd", project, message);
             let client = self.client(project).map_err(error)?;
-            let api: Api<DynamicObject> =
-                Api::all_with(client, &ApiResource::erase::<CapabilityBinding>(&()));
-            let mut list = api
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| error(format!("listing CapabilityBindings: {e}")))?
-                .items;
-            // First wins in creation order, then by name: the controller's probe uses the same
-            // order for collisions.
-            list.sort_by(|a, b| capstan_api::binding::first_wins_order(&a.metadata, &b.metadata));
-            // Each spec goes through the same parse and validation path as the other sources.
-            let items: Vec<serde_json::Value> = list
-                .iter()
-                .map(|object| {
-                    json!({
-                        "metadata": { "name": object.metadata.name },
-                        "spec": object.data.get("spec").cloned().unwrap_or_default(),
-                    })
-                })
-                .collect();
-            let text = serde_json::to_string(&json!({ "items": items }))
-                .map_err(|e| error(e.to_string()))?;
-            let parsed = capstan_api::parse(&text).map_err(|e| error(e.to_string()))?;
+            let (bindings, qualifiers) =
+                futures::join!(self.bindings(client.clone()), self.qualifiers(client));
             // The control plane is the tenancy boundary: no namespace check applies here.
-            Ok(documents_of(parsed, "crd")
-                .into_iter()
-                .map(|(document, binding)| Document {
-                    binding,
-                    spec: document.spec,
-                })
-                .collect())
+            let documents = bindings.map_err(error)?;
+            // Qualifiers that cannot be read are not "no qualifiers": routed calls are refused
+            // until they can be (the providers' own tools are unaffected).
+            let (qualifiers, qualifiers_error) = match qualifiers {
+                Ok(qualifiers) => (qualifiers, None),
+                Err(message) => {
+                    warn!(project, error = %message, "route qualifiers unavailable; routed calls refused");
+                    (Vec::new(), Some(message))
+                }
+            };
+            Ok(Snapshot {
+                documents,
+                qualifiers,
+                qualifiers_error,
+            })
         })
     }
 }

@@ -90,7 +90,7 @@ async fn assert_no_capabilities(source: &HttpSource, project: &str) {
     let reader = Uncached::new(Arc::new(source.clone()));
     let (documents, outcome) = reader.read(project).await;
     assert_eq!(
-        (documents.len(), outcome),
+        (documents.documents.len(), outcome),
         (0, ReadOutcome::Error),
         "{project}"
     );
@@ -104,8 +104,18 @@ fn names(documents: &[capstan_compose::Document]) -> Vec<&str> {
 async fn http_source_should_read_a_project_list() {
     capstan_compose::install_crypto_provider();
     let source = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
-    assert_eq!(names(&source.documents("good").await.unwrap()), ["one"]);
-    assert!(source.documents("empty").await.unwrap().is_empty());
+    assert_eq!(
+        names(&source.documents("good").await.unwrap().documents),
+        ["one"]
+    );
+    assert!(
+        source
+            .documents("empty")
+            .await
+            .unwrap()
+            .documents
+            .is_empty()
+    );
 }
 
 /// Documents in the `huge` answers (~9 MiB of JSON) and the `big` one (~7.5 MiB).
@@ -143,7 +153,10 @@ async fn http_source_should_refuse_an_answer_over_its_byte_limit() {
         "{error}"
     );
     // Under the limit, every document is kept.
-    assert_eq!(source.documents("big").await.unwrap().len(), big());
+    assert_eq!(
+        source.documents("big").await.unwrap().documents.len(),
+        big()
+    );
     // A smaller limit applies as configured.
     let small = HttpSource::new(&serve().await, 1024).unwrap();
     let error = small.documents("big").await.unwrap_err();
@@ -194,14 +207,24 @@ async fn every_source_should_refuse_a_project_that_is_not_a_project_name_without
 async fn http_source_should_skip_invalid_documents_and_keep_valid_ones() {
     capstan_compose::install_crypto_provider();
     let source = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
-    assert_eq!(names(&source.documents("mixed").await.unwrap()), ["kept"]);
+    assert_eq!(
+        names(&source.documents("mixed").await.unwrap().documents),
+        ["kept"]
+    );
 }
 
 #[tokio::test]
 async fn http_source_should_drop_documents_for_another_project() {
     capstan_compose::install_crypto_provider();
     let source = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
-    assert!(source.documents("other").await.unwrap().is_empty());
+    assert!(
+        source
+            .documents("other")
+            .await
+            .unwrap()
+            .documents
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -254,11 +277,11 @@ async fn fixture_source_should_scope_documents_to_the_project() {
     .unwrap();
     let source = FixtureSource::new(&path);
     assert_eq!(
-        names(&source.documents("demo-project").await.unwrap()),
+        names(&source.documents("demo-project").await.unwrap().documents),
         ["mine", "everyone"]
     );
     assert_eq!(
-        names(&source.documents("other-project").await.unwrap()),
+        names(&source.documents("other-project").await.unwrap().documents),
         ["theirs", "everyone"]
     );
     let missing = FixtureSource::new(dir.join("missing.json"));
@@ -272,7 +295,7 @@ async fn the_streamco_fixture_should_serve_the_demo_project() {
     let source =
         FixtureSource::new(common::repo_root().join("examples/streamco/capability-documents.json"));
     assert_eq!(
-        names(&source.documents("demo-project").await.unwrap()),
+        names(&source.documents("demo-project").await.unwrap().documents),
         ["streamco-binding"]
     );
 }

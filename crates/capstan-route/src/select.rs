@@ -60,20 +60,18 @@ pub struct Candidate {
     /// The namespaced tool (`<server>__<tool>`).
     pub tool: String,
     /// Its coverage claims.
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub features: Vec<String>,
     /// Its price.
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_hint: Option<CostHint>,
     /// Its quality prior, basis points.
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub quality: Option<u16>,
     /// Active or quarantined.
-    #[serde(skip)]
     pub status: CapabilityStatus,
     /// Whether the tool is composed in this session (its server answered, the tool is allowed
     /// and listed).
-    #[serde(skip)]
     pub composed: bool,
 }
 

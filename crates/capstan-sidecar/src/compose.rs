@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use capstan_compose::{
-    BaseTools, ChangePath, Composed, Composer, ControlPlane, Document, ProjectDocuments,
+    BaseTools, ChangePath, Composed, Composer, ControlPlane, ProjectDocuments, Snapshot,
 };
 use tracing::warn;
 
@@ -30,12 +30,13 @@ pub struct BaseToolsSetup {
     pub change_path: Option<ChangePath>,
 }
 
-/// A composition for one identity, with the documents it came from.
+/// A composition for one identity, with the snapshot it came from.
 pub struct ComposedProject {
     /// The live composition (upstream sessions open).
     pub composed: Composed,
-    /// The documents composed (shared with the cache, not copied per session).
-    pub documents: Arc<Vec<Document>>,
+    /// The documents composed and the qualifiers routed calls obey (shared with the cache,
+    /// not copied per session).
+    pub snapshot: Arc<Snapshot>,
 }
 
 impl ProjectComposer {
@@ -72,9 +73,9 @@ impl ProjectComposer {
     pub async fn compose(&self, identity: &Identity) -> ComposedProject {
         let metrics = &self.context.metrics;
         let started = Instant::now();
-        let (documents, outcome) = self.documents.read(&identity.project).await;
+        let (snapshot, outcome) = self.documents.read(&identity.project).await;
         metrics.source_read(outcome.label());
-        let mut composed = self.composer.compose(&documents).await;
+        let mut composed = self.composer.compose(&snapshot.documents).await;
         if let (Some(setup), Some(token)) = (&self.base, identity.token()) {
             match setup.plane.project_api(&identity.project, token) {
                 Ok(api) => {
@@ -97,9 +98,6 @@ impl ProjectComposer {
         metrics
             .upstream_connect_failures
             .inc_by(u64::try_from(failures).unwrap_or(u64::MAX));
-        ComposedProject {
-            composed,
-            documents,
-        }
+        ComposedProject { composed, snapshot }
     }
 }

@@ -118,7 +118,7 @@ impl CompositionViews {
 
     /// The caller's composition in the making or made within [`VIEW_TTL`], or a new empty
     /// one; none when `capacity` other callers hold fresh ones.
-    async fn cell(&self, caller: [u8; 32]) -> Option<Arc<tokio::sync::OnceCell<Value>>> {
+    pub(crate) async fn cell(&self, caller: [u8; 32]) -> Option<Arc<tokio::sync::OnceCell<Value>>> {
         let mut entries = self.entries.lock().await;
         if let Some(view) = entries.get(&caller)
             && view.started.elapsed() < VIEW_TTL

@@ -7,6 +7,7 @@
 mod caller_check;
 mod compose;
 mod config;
+mod decisions;
 mod direct;
 mod identity;
 mod inspect;
@@ -15,6 +16,8 @@ mod metering;
 mod metrics;
 mod middleware;
 mod reaper;
+mod routes;
+mod routing;
 mod run;
 mod server;
 mod sessions;

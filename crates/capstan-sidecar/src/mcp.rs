@@ -122,7 +122,7 @@ impl ServerHandler for SessionHandler {
             self.composer.context().clone(),
             identity,
             project.composed,
-            &project.documents,
+            project.snapshot,
             slot.and_then(TaskSlot::take_permit),
         );
         if let Some(slot) = slot {

@@ -22,6 +22,9 @@ pub struct ToolInvocation<'a> {
     pub binding: &'a str,
     /// The composed tool name.
     pub tool: &'a str,
+    /// The routed capability the call served (`cap.web.search`), when it came through one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capability: Option<&'a str>,
     /// `ok`, `tool_error` or an error kind.
     pub outcome: &'a str,
     /// How long the call took, in milliseconds.

@@ -14,6 +14,22 @@ pub struct OutcomeLabel {
     pub outcome: String,
 }
 
+/// A routed capability and how its call was decided.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    /// The capability id.
+    pub capability: String,
+    /// The route reason, or `no_eligible_provider` / `refused`.
+    pub reason: String,
+}
+
+/// Why a candidate was excluded.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExclusionLabel {
+    /// The exclusion reason (`quarantined`, `cost_ceiling`, …).
+    pub reason: String,
+}
+
 /// Every metric the sidecar exports.
 #[derive(Clone)]
 pub struct Metrics {
@@ -32,6 +48,10 @@ pub struct Metrics {
     /// Caller checks by outcome (`allowed`, `denied`, `no_token`, `error`; `cached_allowed`,
     /// `cached_denied` when answered from the cache).
     pub caller_checks: Family<OutcomeLabel, Counter>,
+    /// Routed (`cap.*`) calls by capability and how they were decided.
+    pub route_decisions: Family<RouteLabel, Counter>,
+    /// Candidates excluded from routed calls, by reason.
+    pub route_exclusions: Family<ExclusionLabel, Counter>,
 }
 
 impl Metrics {
@@ -46,6 +66,8 @@ impl Metrics {
             upstream_connect_failures: Counter::default(),
             source_reads: Family::default(),
             caller_checks: Family::default(),
+            route_decisions: Family::default(),
+            route_exclusions: Family::default(),
         };
         let registry = registry.sub_registry_with_prefix("capstan_sidecar");
         registry.register(
@@ -83,7 +105,34 @@ impl Metrics {
             "Checks that a caller may act in the project it names, by outcome",
             metrics.caller_checks.clone(),
         );
+        registry.register(
+            "route_decisions",
+            "Routed capability calls by capability and route reason",
+            metrics.route_decisions.clone(),
+        );
+        registry.register(
+            "route_exclusions",
+            "Candidates excluded from routed calls, by reason",
+            metrics.route_exclusions.clone(),
+        );
         metrics
+    }
+
+    /// Counts a routing decision and its exclusions.
+    pub fn route_decision(&self, capability: &str, reason: &str, exclusions: &[&str]) {
+        self.route_decisions
+            .get_or_create(&RouteLabel {
+                capability: capability.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+        for reason in exclusions {
+            self.route_exclusions
+                .get_or_create(&ExclusionLabel {
+                    reason: (*reason).to_owned(),
+                })
+                .inc();
+        }
     }
 
     /// Counts a caller check.

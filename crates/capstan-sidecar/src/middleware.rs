@@ -192,8 +192,9 @@ pub async fn check(
         }
     }
 
-    // A new session, or a composition read outside one, only for a caller the project admits.
-    let composition_read = !is_mcp && session.is_none() && parts.uri.path() == "/v1/composition";
+    // A new session, or a read outside one (composition, routes, decisions), only for a caller
+    // the project admits.
+    let composition_read = !is_mcp && session.is_none() && parts.uri.path().starts_with("/v1/");
     if (initialize || composition_read)
         && let Some(caller_check) = sessions.caller_check()
         && let Err(refused) = caller_check.check(&identity).await

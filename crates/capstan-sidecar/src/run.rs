@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use crate::caller_check::{CallerCheck, CallerCheckMode};
 use crate::compose::{BaseToolsSetup, ProjectComposer};
 use crate::config::{BaseToolsMode, Config, SourceKind};
+use crate::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
 use crate::metering::Meter;
 use crate::metrics::Metrics;
 use crate::server::router;
@@ -194,6 +195,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             metrics: metrics.clone(),
             meter: Arc::new(meter),
             clock: Instant::now(),
+            decisions: Arc::new(DecisionLog::new(DECISION_LOG_CAPACITY)),
         },
     );
     match (&plane, base_tools) {

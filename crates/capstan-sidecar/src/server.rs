@@ -19,6 +19,7 @@ use crate::inspect::{CompositionViews, Inspection, composition};
 use crate::mcp::SessionHandler;
 use crate::middleware::{MAX_BODY_BYTES, check, check_host};
 use crate::reaper::reap_idle;
+use crate::routes::{route_decisions, routes};
 use crate::sessions::Sessions;
 
 /// Builds the router and starts the idle reaper, which closes a session after `idle`
@@ -51,7 +52,15 @@ pub fn router(composer: Arc<ProjectComposer>, sessions: Arc<Sessions>, idle: Dur
     });
     Router::new()
         .nest_service("/mcp", mcp)
-        .route("/v1/composition", get(composition).with_state(inspection))
+        .route(
+            "/v1/composition",
+            get(composition).with_state(inspection.clone()),
+        )
+        .route(
+            "/v1/route-decisions",
+            get(route_decisions).with_state(inspection.clone()),
+        )
+        .route("/v1/routes", get(routes).with_state(inspection))
         .layer(axum::middleware::from_fn(direct::tools_call))
         .layer(axum::middleware::from_fn_with_state(sessions, check))
         .route("/healthz", get(|| async { "ok\n" }))

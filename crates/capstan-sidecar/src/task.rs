@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use capstan_api::validate::pointer_to_path;
 use capstan_compose::{
-    BaseTools, Composed, Document, ErrorKind, SkillError, ToolCallError, ToolError,
+    BaseTools, Composed, ComposedTool, Document, ErrorKind, MAX_INTENT_LEN, RoutedCapability,
+    SkillError, Snapshot, ToolCallError, ToolError,
 };
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
@@ -19,9 +20,11 @@ use serde_json::{Value, json};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::decisions::{DecisionLog, DecisionRecord};
 use crate::identity::Identity;
 use crate::metering::{Meter, ToolInvocation};
 use crate::metrics::Metrics;
+use crate::routing::{decide, intent_digest, no_eligible_provider};
 
 /// The built-in that fetches a skill's body.
 pub const LOAD_SKILL: &str = "load_skill";
@@ -35,6 +38,8 @@ pub struct TaskContext {
     pub meter: Arc<Meter>,
     /// Zero point of the sessions' idle clocks.
     pub clock: Instant,
+    /// Routing decisions, for `GET /v1/route-decisions`.
+    pub decisions: Arc<DecisionLog>,
 }
 
 /// A task: what `initialize` composed, and who it is for.
@@ -42,6 +47,8 @@ pub struct Task {
     context: TaskContext,
     identity: Identity,
     composed: Composed,
+    /// What the session composed from: its documents and the qualifiers routed calls obey.
+    snapshot: Arc<Snapshot>,
     tools: Vec<Tool>,
     validators: HashMap<String, jsonschema::Validator>,
     max_duration: Option<Duration>,
@@ -108,13 +115,13 @@ fn load_skill_tool() -> Tool {
 }
 
 impl Task {
-    /// The task of `identity` over `composed` (made from `documents`), holding `permit` for its
+    /// The task of `identity` over `composed` (made from `snapshot`), holding `permit` for its
     /// life. Starts the clock of the smallest `maxTaskDurationSeconds`, if any.
     pub fn start(
         context: TaskContext,
         identity: Identity,
         composed: Composed,
-        documents: &[Document],
+        snapshot: Arc<Snapshot>,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Arc<Self> {
         let composition = &composed.composition;
@@ -131,6 +138,7 @@ impl Task {
                 tool
             })
             .collect();
+        tools.extend(composed.capabilities().map(|c| c.tool.clone()));
         if !composition.skills.is_empty() {
             tools.push(load_skill_tool());
         }
@@ -146,7 +154,14 @@ impl Task {
                 base.tools()
                     .iter()
                     .map(|t| (t.name.as_ref(), t.input_schema.as_ref()))
-            }));
+            }))
+            // A routed call is checked against the capability's own schema once its routing
+            // arguments are taken out.
+            .chain(
+                composed
+                    .capabilities()
+                    .map(|c| (c.tool.name.as_ref(), &c.spec.input_schema)),
+            );
         for (name, schema) in schemas {
             match jsonschema::validator_for(&Value::Object(schema.clone())) {
                 Ok(validator) => {
@@ -157,13 +172,14 @@ impl Task {
                 }
             }
         }
-        let max_duration = max_task_duration(documents);
+        let max_duration = max_task_duration(&snapshot.documents);
         context.metrics.sessions_active.inc();
         context.metrics.sessions_total.inc();
         let task = Arc::new(Self {
             context,
             identity,
             composed,
+            snapshot,
             tools,
             validators,
             max_duration,
@@ -195,6 +211,11 @@ impl Task {
     /// What `initialize` composed for this task.
     pub fn composed(&self) -> &Composed {
         &self.composed
+    }
+
+    /// The snapshot the session composed from (documents and qualifiers).
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
     }
 
     /// The tools `tools/list` shows.
@@ -246,7 +267,105 @@ impl Task {
         {
             return Ok(self.call_base_tool(base, &name, arguments).await);
         }
+        if let Some(routed) = self.composed.capability(&name) {
+            return Ok(self.call_capability(routed, arguments).await);
+        }
         self.call_provider_tool(&name, arguments).await
+    }
+
+    /// A routed call: take out the routing arguments, check the rest against the capability's
+    /// schema, decide (recorded whatever the outcome), and forward to the chosen provider.
+    async fn call_capability(
+        &self,
+        routed: &RoutedCapability,
+        arguments: Option<JsonObject>,
+    ) -> CallToolResult {
+        let capability = routed.spec.capability_id.as_str();
+        let mut arguments = arguments.unwrap_or_default();
+        let taken = match capstan_route::take_from(&mut arguments) {
+            Ok(taken) => taken,
+            Err(errors) => {
+                let message: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                self.context
+                    .metrics
+                    .tool_call(ErrorKind::InvalidInput.as_str());
+                return ToolError::new(ErrorKind::InvalidInput, message.join("; "))
+                    .at(errors[0].path.clone())
+                    .into_result();
+            }
+        };
+        if let Some(intent) = &taken.intent
+            && intent.chars().count() as u64 > MAX_INTENT_LEN
+        {
+            self.context
+                .metrics
+                .tool_call(ErrorKind::InvalidInput.as_str());
+            return ToolError::new(
+                ErrorKind::InvalidInput,
+                format!("intent: at most {MAX_INTENT_LEN} characters"),
+            )
+            .at("intent")
+            .into_result();
+        }
+        let arguments = Value::Object(arguments);
+        if let Err(error) = self.validate(&routed.tool.name, &arguments) {
+            self.context.metrics.tool_call(error.kind.as_str());
+            return error.into_result();
+        }
+        let digest = taken.intent.as_deref().map(intent_digest);
+        let project = &self.identity.project;
+        let decision = match decide(routed, &self.snapshot, &taken.route, &taken.requirements) {
+            Ok(decision) => decision,
+            Err(why) => {
+                warn!(capability, %why, "routed call refused");
+                self.context
+                    .metrics
+                    .route_decision(capability, "refused", &[]);
+                self.context.metrics.tool_call(ErrorKind::Rejected.as_str());
+                self.context.decisions.record(DecisionRecord::refused(
+                    project,
+                    capability,
+                    why.clone(),
+                    digest,
+                ));
+                return ToolError::new(ErrorKind::Rejected, why)
+                    .with_code("route_refused")
+                    .into_result();
+            }
+        };
+        let exclusions: Vec<&str> = decision
+            .exclusions
+            .iter()
+            .map(|e| e.reason.as_str())
+            .collect();
+        let reason = decision
+            .route_reason
+            .map_or("no_eligible_provider", route_reason_label);
+        self.context
+            .metrics
+            .route_decision(capability, reason, &exclusions);
+        info!(
+            capability,
+            selected = decision.selected().map(|c| c.tool.as_str()),
+            route_reason = reason,
+            eligible = decision.eligible(),
+            excluded = decision.exclusions.len(),
+            intent_digest = digest.as_deref(),
+            "routed call decided"
+        );
+        self.context
+            .decisions
+            .record(DecisionRecord::of(project, &decision, digest));
+        let Some(tool) = decision
+            .selected()
+            .and_then(|winner| self.composed.tool(&winner.tool))
+        else {
+            self.context.metrics.tool_call(ErrorKind::Rejected.as_str());
+            return ToolError::new(ErrorKind::Rejected, no_eligible_provider(&decision))
+                .with_code("no_eligible_provider")
+                .into_result();
+        };
+        self.forward(tool, arguments, Some(capability)).await
     }
 
     /// A base platform tool: acts as the caller on the project's control plane. Not metered
@@ -354,35 +473,47 @@ impl Task {
                 None,
             ));
         };
+        let arguments = Value::Object(arguments.unwrap_or_default());
+        if let Err(error) = self.validate(name, &arguments) {
+            self.context.metrics.tool_call(error.kind.as_str());
+            self.meter(tool, error.kind.as_str(), Instant::now(), None);
+            return Ok(error.into_result());
+        }
+        Ok(self.forward(tool, arguments, None).await)
+    }
+
+    /// Calls provider `tool` with `arguments` (already checked), counted, traced and metered;
+    /// `capability` names the routed capability the call serves, if any.
+    async fn forward(
+        &self,
+        tool: &ComposedTool,
+        arguments: Value,
+        capability: Option<&str>,
+    ) -> CallToolResult {
         let span = info_span!(
             "tool_call",
-            tool.name = %name,
+            tool.name = %tool.name,
             tool.mutating = tool.mutating,
             service.name = %tool.service_name,
+            capability = capability,
             outcome = tracing::field::Empty,
         );
         let started = Instant::now();
-        let arguments = Value::Object(arguments.unwrap_or_default());
-        let result = match self.validate(name, &arguments) {
-            Err(error) => Err(error),
-            Ok(()) => match self
-                .composed
-                .call_tool(
-                    name,
-                    match arguments {
-                        Value::Object(map) => Some(map),
-                        _ => None,
-                    },
-                )
-                .instrument(span.clone())
-                .await
-            {
-                Ok(result) => Ok(result),
-                Err(ToolCallError::Upstream(error)) => Err(ToolError::from(error)),
-                Err(error @ ToolCallError::Unknown { .. }) => {
-                    Err(ToolError::new(ErrorKind::Forbidden, error.to_string()))
-                }
-            },
+        let arguments = match arguments {
+            Value::Object(map) => Some(map),
+            _ => None,
+        };
+        let result = match self
+            .composed
+            .call_tool(&tool.name, arguments)
+            .instrument(span.clone())
+            .await
+        {
+            Ok(result) => Ok(result),
+            Err(ToolCallError::Upstream(error)) => Err(ToolError::from(error)),
+            Err(error @ ToolCallError::Unknown { .. }) => {
+                Err(ToolError::new(ErrorKind::Forbidden, error.to_string()))
+            }
         };
         let outcome = match &result {
             Ok(r) if r.is_error == Some(true) => "tool_error",
@@ -391,16 +522,38 @@ impl Task {
         };
         span.record("outcome", outcome);
         self.context.metrics.tool_call(outcome);
+        self.meter(tool, outcome, started, capability);
+        result.unwrap_or_else(ToolError::into_result)
+    }
+
+    fn meter(
+        &self,
+        tool: &ComposedTool,
+        outcome: &str,
+        started: Instant,
+        capability: Option<&str>,
+    ) {
         self.context.meter.record(&ToolInvocation {
             time: k8s_openapi::jiff::Timestamp::now().to_string(),
             project: &self.identity.project,
             service: &tool.service_name,
             binding: &tool.binding,
-            tool: name,
+            tool: &tool.name,
+            capability,
             outcome,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         });
-        Ok(result.unwrap_or_else(ToolError::into_result))
+    }
+}
+
+/// A route reason as metrics and logs spell it.
+fn route_reason_label(reason: capstan_route::RouteReason) -> &'static str {
+    use capstan_route::RouteReason as R;
+    match reason {
+        R::PinnedByRequest => "pinned_by_request",
+        R::PinnedByPolicy => "pinned_by_policy",
+        R::OnlyCandidate => "only_candidate",
+        R::BestScore => "best_score",
     }
 }
 

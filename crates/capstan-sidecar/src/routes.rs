@@ -1,0 +1,188 @@
+//! Routing, read back: `GET /v1/route-decisions?capability=&limit=` (the caller's project's
+//! recorded decisions, newest first) and `GET /v1/routes?capability=` (candidates, exclusions
+//! and the decision a call would get now, without dispatching — what `capstanctl routes`
+//! shows). Both answer only for the caller's own project, with the same identity checks as
+//! `/v1/composition`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use capstan_compose::{Composed, Snapshot};
+use capstan_route::{Catalog, Requirements, RouteRequest};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::identity::{Identity, refusal};
+use crate::inspect::Inspection;
+use crate::middleware::SessionTask;
+use crate::routing::decide;
+
+/// Decisions returned when no `limit` is given.
+pub const DEFAULT_LIMIT: usize = 50;
+/// The most decisions one request returns.
+pub const MAX_LIMIT: usize = 1024;
+
+fn query(parts: &Parts) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(parts.uri.query().unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect()
+}
+
+fn bad_request(message: String) -> Response {
+    refusal(StatusCode::BAD_REQUEST, "invalid_input", &message)
+}
+
+/// The `capability` parameter: absent, or a capability this Capstan knows. A filter naming
+/// anything else is refused, never ignored: a list filtered by nothing looks complete.
+fn capability_filter(params: &[(String, String)]) -> Result<Option<String>, String> {
+    let Some((_, capability)) = params.iter().find(|(k, _)| k == "capability") else {
+        return Ok(None);
+    };
+    let catalog = Catalog::embedded();
+    if catalog.get(capability).is_none() {
+        let known: Vec<&str> = catalog.ids().into_iter().collect();
+        return Err(format!(
+            "capability {capability:?} is not a capability this Capstan knows ({})",
+            known.join(", ")
+        ));
+    }
+    Ok(Some(capability.clone()))
+}
+
+/// `GET /v1/route-decisions`.
+pub async fn route_decisions(State(inspection): State<Arc<Inspection>>, parts: Parts) -> Response {
+    let Some(identity) = parts.extensions.get::<Identity>() else {
+        return refusal(StatusCode::BAD_REQUEST, "forbidden", "no caller identity");
+    };
+    let params = query(&parts);
+    for (key, _) in &params {
+        if key != "capability" && key != "limit" {
+            return bad_request(format!(
+                "unknown parameter {key:?}: use capability and limit"
+            ));
+        }
+    }
+    let capability = match capability_filter(&params) {
+        Ok(capability) => capability,
+        Err(message) => return bad_request(message),
+    };
+    let limit = match params.iter().find(|(k, _)| k == "limit") {
+        None => DEFAULT_LIMIT,
+        Some((_, text)) => match text.parse::<usize>() {
+            Ok(limit) if (1..=MAX_LIMIT).contains(&limit) => limit,
+            _ => {
+                return bad_request(format!("limit {text:?}: a number from 1 to {MAX_LIMIT}"));
+            }
+        },
+    };
+    let decisions = inspection.composer.context().decisions.recent(
+        &identity.project,
+        capability.as_deref(),
+        limit,
+    );
+    axum::Json(json!({
+        "project": identity.project,
+        "capability": capability,
+        "decisions": decisions,
+    }))
+    .into_response()
+}
+
+/// `GET /v1/routes?capability=`: from the caller's live session when there is one, otherwise
+/// composed (at most once per caller and capability every few seconds, like inspection).
+pub async fn routes(State(inspection): State<Arc<Inspection>>, parts: Parts) -> Response {
+    let Some(identity) = parts.extensions.get::<Identity>().cloned() else {
+        return refusal(StatusCode::BAD_REQUEST, "forbidden", "no caller identity");
+    };
+    let capability = match capability_filter(&query(&parts)) {
+        Ok(Some(capability)) => capability,
+        Ok(None) => {
+            return bad_request(
+                "capability: required, e.g. /v1/routes?capability=cap.web.search".into(),
+            );
+        }
+        Err(message) => return bad_request(message),
+    };
+    let live = parts
+        .extensions
+        .get::<SessionTask>()
+        .map(|SessionTask(task)| task.clone())
+        .or_else(|| inspection.sessions.live_task(&identity.fingerprint()));
+    if let Some(task) = live {
+        return axum::Json(routes_view(
+            &identity.project,
+            &capability,
+            task.composed(),
+            task.snapshot(),
+        ))
+        .into_response();
+    }
+    let mut key = Sha256::new();
+    key.update(identity.fingerprint());
+    key.update(capability.as_bytes());
+    let Some(cell) = inspection.views.cell(key.finalize().into()).await else {
+        return refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "too many callers are inspecting compositions at once; retry in a few seconds",
+        );
+    };
+    let body = cell
+        .get_or_init(|| async {
+            let project = inspection.composer.compose(&identity).await;
+            let body = routes_view(
+                &identity.project,
+                &capability,
+                &project.composed,
+                &project.snapshot,
+            );
+            project.composed.close().await;
+            body
+        })
+        .await;
+    axum::Json(body.clone()).into_response()
+}
+
+/// What a call to `capability` would meet: its candidates and the decision, or why it is not
+/// offered or refused.
+fn routes_view(project: &str, capability: &str, composed: &Composed, snapshot: &Snapshot) -> Value {
+    let qualifiers: Vec<&str> = snapshot
+        .qualifiers
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let Some(routed) = composed
+        .capabilities()
+        .find(|c| c.spec.capability_id == capability)
+    else {
+        return json!({
+            "project": project,
+            "capability": capability,
+            "offered": false,
+            "why": "no binding of this project maps a composed tool onto this capability, so \
+                    the assistant does not see it",
+            "qualifiers": qualifiers,
+        });
+    };
+    let mut body = json!({
+        "project": project,
+        "capability": capability,
+        "tool": routed.tool.name,
+        "offered": true,
+        "candidates": routed.candidates,
+        "qualifiers": qualifiers,
+    });
+    match decide(
+        routed,
+        snapshot,
+        &RouteRequest::default(),
+        &Requirements::new(),
+    ) {
+        Ok(decision) => body["decision"] = json!(decision),
+        Err(why) => body["refused"] = json!(why),
+    }
+    body
+}

@@ -1,0 +1,75 @@
+//! Deciding a routed (`cap.*`) call: the project's qualifiers from the same snapshot the
+//! session composed, narrowed by the call's routing arguments, then selection
+//! (`capstan_route`). Used by a call (`task.rs`) and by `GET /v1/routes` (`routes.rs`), so what
+//! `capstanctl routes` shows is what a call would get.
+
+use capstan_compose::{RoutedCapability, Snapshot};
+use capstan_route::{Decision, Requirements, RouteRequest, route_for, select};
+use sha2::{Digest, Sha256};
+
+/// The decision for a call to `routed` under `snapshot`'s qualifiers with the call's `request`
+/// and `requirements`, or why the route is refused before any candidate is looked at.
+pub fn decide(
+    routed: &RoutedCapability,
+    snapshot: &Snapshot,
+    request: &RouteRequest,
+    requirements: &Requirements,
+) -> Result<Decision, String> {
+    if let Some(error) = &snapshot.qualifiers_error {
+        return Err(format!(
+            "the project's route qualifiers could not be read ({error}); routed calls are \
+             refused until they can be, so no operator's rule is skipped"
+        ));
+    }
+    let route = route_for(&routed.spec.capability_id, &snapshot.qualifiers, request)
+        .map_err(|refusal| refusal.to_string())?;
+    Ok(select(
+        routed.spec,
+        &routed.candidates,
+        &route,
+        requirements,
+    ))
+}
+
+/// The digest a call's `intent` is kept as: SHA-256, the first 16 hex digits (enough to
+/// correlate, too short to be a copy).
+pub fn intent_digest(intent: &str) -> String {
+    Sha256::digest(intent.as_bytes())
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// "No eligible provider", with every exclusion: the capability exists (it is listed), so
+/// saying why is safe and what the caller needs to change the route.
+pub fn no_eligible_provider(decision: &Decision) -> String {
+    let reasons: Vec<String> = decision
+        .exclusions
+        .iter()
+        .map(|e| format!("{} ({}): {}", e.tool, e.binding, e.reason.as_str()))
+        .collect();
+    let qualifiers = if decision.qualifiers.is_empty() {
+        String::new()
+    } else {
+        format!(" under qualifiers {}", decision.qualifiers.join(", "))
+    };
+    format!(
+        "no eligible provider for {}{qualifiers}: {}",
+        decision.capability,
+        reasons.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_intent_should_be_kept_only_as_a_short_digest() {
+        let digest = intent_digest("find the pricing page");
+        assert_eq!(digest.len(), 16);
+        assert_ne!(digest, intent_digest("find the pricing page."));
+        assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+}
