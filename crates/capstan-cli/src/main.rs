@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod routes;
 mod sidecar;
 mod validate;
 
@@ -36,6 +37,12 @@ enum Command {
     /// and print its result. Exit status: 0 success, 1 the tool reported an error or the call
     /// failed.
     Call(sidecar::CallArgs),
+
+    /// Show what a call to a routed capability (`cap.*`) would meet in a project: its
+    /// candidates, the qualifiers that apply, the exclusions with their reasons and the
+    /// provider chosen — without calling anything. Exit status: 0 shown, 1 the sidecar could
+    /// not be asked or refused.
+    Routes(routes::Args),
 }
 
 fn main() -> ExitCode {
@@ -44,5 +51,6 @@ fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Compose(args) => sidecar::compose(&args),
         Command::Call(args) => sidecar::call(&args),
+        Command::Routes(args) => routes::run(&args),
     }
 }

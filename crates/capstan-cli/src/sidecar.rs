@@ -60,14 +60,14 @@ pub struct CallArgs {
     arguments: String,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("starting the runtime: {e}"))
 }
 
-fn fail(message: &str) -> ExitCode {
+pub(crate) fn fail(message: &str) -> ExitCode {
     eprintln!("capstanctl: {message}");
     ExitCode::from(1)
 }
@@ -92,6 +92,12 @@ pub fn compose(args: &ComposeArgs) -> ExitCode {
 }
 
 async fn fetch_composition(target: &Target) -> Result<Value, String> {
+    fetch_json(target, "/v1/composition").await
+}
+
+/// GETs `path` (with its query) from the sidecar as `target`'s caller: the JSON body, or the
+/// sidecar's refusal as a message.
+pub(crate) async fn fetch_json(target: &Target, path: &str) -> Result<Value, String> {
     let socket = &target.socket;
     let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
         format!(
@@ -103,7 +109,7 @@ async fn fetch_composition(target: &Target) -> Result<Value, String> {
         .await
         .map_err(|e| format!("{}: {e}", socket.display()))?;
     tokio::spawn(connection);
-    let mut request = hyper::Request::get(format!("http://{SOCKET_HOST}/v1/composition"))
+    let mut request = hyper::Request::get(format!("http://{SOCKET_HOST}{path}"))
         .header(hyper::header::HOST, SOCKET_HOST)
         .header(target.project_header.as_str(), target.project.as_str());
     if let Some(token) = &target.token {
@@ -115,13 +121,13 @@ async fn fetch_composition(target: &Target) -> Result<Value, String> {
     let response = sender
         .send_request(request)
         .await
-        .map_err(|e| format!("GET /v1/composition: {e}"))?;
+        .map_err(|e| format!("GET {path}: {e}"))?;
     let status = response.status();
     let body = response
         .into_body()
         .collect()
         .await
-        .map_err(|e| format!("reading the composition: {e}"))?
+        .map_err(|e| format!("reading the answer to GET {path}: {e}"))?
         .to_bytes();
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| format!("the sidecar answered {status} with a body that is not JSON: {e}"))?;

@@ -52,6 +52,25 @@ pub fn run(args: &Args) -> ExitCode {
         } else {
             String::new()
         };
+        // Warnings never fail validation: a mapping onto a capability this Capstan lacks, or
+        // a feature outside a capability's vocabulary, is simply not routed or counted.
+        for object in &parsed.objects {
+            let spec = match &object.object {
+                capstan_api::Object::Document(document) => &document.spec,
+                capstan_api::Object::Binding(binding) => &binding.spec,
+                capstan_api::Object::Qualifier(_) => continue,
+            };
+            let label = object
+                .object
+                .name()
+                .map_or_else(|| format!("#{}", object.index), str::to_owned);
+            for warning in capstan_route::mapping_warnings(spec, capstan_route::Catalog::embedded())
+            {
+                if writeln!(out, "{prefix}{label}: warning: {warning}").is_err() {
+                    return ExitCode::from(status);
+                }
+            }
+        }
         for line in parsed.invalid.iter().flat_map(|object| object.lines()) {
             // A closed pipe (e.g. `| head`) is not a validation failure; stop writing.
             if writeln!(out, "{prefix}{line}").is_err() {

@@ -145,3 +145,36 @@ fn text_that_is_not_yaml_should_exit_two_naming_the_position() {
         stderr(&output)
     );
 }
+
+#[test]
+fn unknown_capabilities_and_features_should_warn_without_failing() {
+    let document = r#"{
+        "metadata": {"name": "search"},
+        "spec": {
+            "serviceRef": {"name": "search"}, "serviceName": "search.example",
+            "serviceAgentRef": {"name": "agent"}, "configurationVersion": "v1",
+            "tools": {"mcpServers": [{
+                "name": "web", "endpoint": "https://search.example/mcp",
+                "toolSelector": {"include": ["search", "dream"]},
+                "capabilities": [
+                    {"capabilityId": "cap.web.search", "tool": "search", "features": ["search.telepathy"]},
+                    {"capabilityId": "cap.dream.weave", "tool": "dream"}
+                ]
+            }]}
+        }
+    }"#;
+    let output = capstanctl(&["validate", "-"], Some(document));
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(
+            "search: warning: spec.tools.mcpServers[0].capabilities[0].features[0]: search.telepathy is not in cap.web.search's feature vocabulary"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("search: warning: spec.tools.mcpServers[0].capabilities[1].capabilityId: no capability spec cap.dream.weave"),
+        "{text}"
+    );
+    assert!(text.ends_with("1 valid, 0 invalid\n"), "{text}");
+}

@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::probe::Prober;
 use crate::status::{
     ConditionStatus, DesiredCondition, DesiredStatus, Kind, ObjectKey, ObservedStatus,
-    accepted_condition,
+    accepted_condition, accepted_with_warnings,
 };
 use crate::status_queue::StatusSender;
 use crate::writer::write_status;
@@ -133,7 +133,19 @@ pub async fn reconcile_binding(
     if !errors.is_empty() {
         warn!(errors = errors.len(), first = %errors[0], "binding is invalid");
     }
-    let accepted = accepted_condition(&errors);
+    let accepted = if errors.is_empty() {
+        let warnings: Vec<String> = serde_json::from_value(spec.clone())
+            .map(|spec| {
+                capstan_route::mapping_warnings(&spec, capstan_route::Catalog::embedded())
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        accepted_with_warnings(&warnings)
+    } else {
+        accepted_condition(&errors)
+    };
     ctx.metrics.reconciled(Kind::Binding, accepted.reason);
     let mut requeue = ctx.resync_interval(&name);
     let (composed, tools) = match &ctx.probe {

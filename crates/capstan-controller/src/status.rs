@@ -148,6 +148,22 @@ pub fn accepted_condition(errors: &[String]) -> DesiredCondition {
     }
 }
 
+/// The `Accepted` condition of a valid spec that carries warnings (a mapping onto a
+/// capability this Capstan has no spec for, a feature outside a vocabulary): still accepted —
+/// the rest of the binding is served — with the warnings in the message (docs/routing.md).
+pub fn accepted_with_warnings(warnings: &[String]) -> DesiredCondition {
+    let mut condition = accepted_condition(&[]);
+    if !warnings.is_empty() {
+        condition.message = bounded_message(
+            &std::iter::once("the spec is valid, with warnings".to_owned())
+                .chain(warnings.iter().map(|w| format!("warning: {w}")))
+                .collect::<Vec<_>>(),
+            MAX_MESSAGE_LEN,
+        );
+    }
+    condition
+}
+
 /// Whether writing `desired` changes anything a reader acts on (a condition's status, reason,
 /// message or generation, or the tool list), compared with `observed`.
 pub fn is_transition(observed: &ObservedStatus, desired: &DesiredStatus) -> bool {
@@ -363,6 +379,24 @@ mod tests {
             body["status"]["conditions"][0]["lastTransitionTime"],
             json!(time(99))
         );
+    }
+
+    #[test]
+    fn warnings_should_keep_a_spec_accepted_and_be_named() {
+        let condition = accepted_with_warnings(&[
+            "spec.tools.mcpServers[0].capabilities[0].capabilityId: no capability spec cap.x"
+                .into(),
+        ]);
+        assert_eq!(condition.status, ConditionStatus::True);
+        assert_eq!(condition.reason, accepted::VALIDATED);
+        assert!(
+            condition
+                .message
+                .starts_with("the spec is valid, with warnings; warning: spec.tools"),
+            "{}",
+            condition.message
+        );
+        assert_eq!(accepted_with_warnings(&[]), accepted_condition(&[]));
     }
 
     #[test]

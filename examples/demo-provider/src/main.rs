@@ -127,6 +127,14 @@ struct PipelineName {
     pipeline: String,
 }
 
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct SearchQuery {
+    /// What to search for.
+    query: String,
+    /// How many results at most.
+    limit: Option<u32>,
+}
+
 const STREAMS: [(&str, &str, u64); 3] = [
     ("orders", "Healthy", 12),
     ("payments", "Healthy", 3),
@@ -194,6 +202,27 @@ impl StreamCo {
         Parameters(ProjectName { project }): Parameters<ProjectName>,
     ) -> CallToolResult {
         CallToolResult::success(vec![ContentBlock::text(format!("streams of {project}"))])
+    }
+
+    #[tool(
+        description = "Search StreamCo's documentation (serves the routed capability cap.web.search)."
+    )]
+    fn docs_search(
+        &self,
+        Parameters(SearchQuery { query, limit }): Parameters<SearchQuery>,
+    ) -> CallToolResult {
+        let results: Vec<_> = STREAMS
+            .iter()
+            .take(limit.unwrap_or(3) as usize)
+            .map(|(name, _, _)| {
+                json!({
+                    "title": format!("{name} stream"),
+                    "url": format!("https://docs.streamco.example/streams/{name}"),
+                    "snippet": format!("{query}: how the {name} stream works"),
+                })
+            })
+            .collect();
+        CallToolResult::structured(json!({ "results": results }))
     }
 
     #[tool(description = "Export every stream's configuration (not on the example allow-list).")]

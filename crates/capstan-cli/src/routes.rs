@@ -1,0 +1,184 @@
+//! `capstanctl routes`: what a routed capability's call would meet in a project — its
+//! candidates, the qualifiers that apply, the exclusions and the provider chosen — read from
+//! the sidecar (`GET /v1/routes`) without dispatching anything.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use serde_json::Value;
+
+use crate::sidecar::{Target, fail, fetch_json, runtime};
+
+/// `capstanctl routes`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    target: Target,
+    /// The capability, e.g. `cap.web.search`.
+    #[arg(long)]
+    capability: String,
+    /// Print the answer as JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `routes`: exit 0 with the routes shown, 1 when the sidecar could not be asked or
+/// refused.
+pub fn run(args: &Args) -> ExitCode {
+    let path = format!(
+        "/v1/routes?{}",
+        url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("capability", &args.capability)
+            .finish()
+    );
+    match runtime().and_then(|rt| rt.block_on(fetch_json(&args.target, &path))) {
+        Ok(routes) if args.json => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&routes).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(routes) => {
+            print!("{}", render(&routes));
+            ExitCode::SUCCESS
+        }
+        Err(message) => fail(&message),
+    }
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The routes as tables: candidates, then the decision or why there is none.
+pub fn render(routes: &Value) -> String {
+    let empty = Vec::new();
+    let mut out = String::new();
+    let capability = text(&routes["capability"]);
+    let qualifiers: Vec<String> = routes["qualifiers"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(text)
+        .collect();
+    let _ = writeln!(
+        out,
+        "project {}: {capability} ({}), qualifiers: {}",
+        text(&routes["project"]),
+        if routes["offered"] == true {
+            text(&routes["tool"])
+        } else {
+            "not offered".into()
+        },
+        if qualifiers.is_empty() {
+            "none".into()
+        } else {
+            qualifiers.join(", ")
+        }
+    );
+    if routes["offered"] != true {
+        let _ = writeln!(out, "{}", text(&routes["why"]));
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<28} {:<28} {:<12} {:<9} {:>10} {:>8}",
+        "BINDING", "TOOL", "STATUS", "COMPOSED", "COST", "QUALITY"
+    );
+    for candidate in routes["candidates"].as_array().unwrap_or(&empty) {
+        let cost = &candidate["costHint"];
+        let cost = match (&cost["baseMicrosUsd"], cost["bundledInBroker"] == true) {
+            (Value::Number(n), _) => format!("{n}µ$"),
+            (_, true) => "bundled".into(),
+            _ => "unpriced".into(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<28} {:<28} {:<12} {:<9} {:>10} {:>8}",
+            text(&candidate["binding"]),
+            text(&candidate["tool"]),
+            text(&candidate["status"]),
+            if candidate["composed"] == true {
+                "yes"
+            } else {
+                "no"
+            },
+            cost,
+            text(&candidate["quality"]),
+        );
+    }
+    if let Some(why) = routes["refused"].as_str() {
+        let _ = writeln!(out, "\nrefused: {why}");
+        return out;
+    }
+    let decision = &routes["decision"];
+    match decision["ranked"].as_array().and_then(|r| r.first()) {
+        Some(winner) => {
+            let _ = writeln!(
+                out,
+                "\na call would go to {} ({}): {}, score {:.3}, {} eligible",
+                text(&winner["tool"]),
+                text(&winner["binding"]),
+                text(&decision["routeReason"]),
+                winner["score"].as_f64().unwrap_or_default(),
+                decision["ranked"].as_array().map_or(0, Vec::len),
+            );
+        }
+        None => {
+            let _ = writeln!(out, "\nno eligible provider");
+        }
+    }
+    for exclusion in decision["exclusions"].as_array().unwrap_or(&empty) {
+        let _ = writeln!(
+            out,
+            "  excluded {} ({}): {}",
+            text(&exclusion["tool"]),
+            text(&exclusion["binding"]),
+            text(&exclusion["reason"]),
+        );
+    }
+    let _ = writeln!(out, "algorithm {}", text(&decision["algorithm"]));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_decision_should_render_its_winner_and_exclusions() {
+        let text = render(&json!({
+            "project": "acme", "capability": "cap.web.search", "tool": "cap__web_search",
+            "offered": true, "qualifiers": ["pin-premium"],
+            "candidates": [
+                {"binding": "search-cheap", "tool": "cheap__docs_search", "status": "active", "composed": true,
+                 "costHint": {"baseMicrosUsd": 1000}, "quality": 6000},
+                {"binding": "search-premium", "tool": "premium__docs_search", "status": "active", "composed": true}
+            ],
+            "decision": {"ranked": [{"binding": "search-premium", "tool": "premium__docs_search", "score": 0.5}],
+                         "routeReason": "pinned_by_policy", "algorithm": "capstan-route/1",
+                         "exclusions": [{"binding": "search-cheap", "tool": "cheap__docs_search", "reason": "qualifier_pin"}]}
+        }));
+        assert!(text.contains("qualifiers: pin-premium"), "{text}");
+        assert!(
+            text.contains("1000µ$") && text.contains("unpriced"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "a call would go to premium__docs_search (search-premium): pinned_by_policy"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("excluded cheap__docs_search (search-cheap): qualifier_pin"),
+            "{text}"
+        );
+    }
+}
