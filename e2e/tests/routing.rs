@@ -68,6 +68,10 @@ fn main() -> ExitCode {
                 "capstanctl_routes_should_show_the_decision_without_calling",
                 capstanctl_routes,
             ),
+            trial(
+                "qualifiers_that_cannot_be_read_should_refuse_routed_calls_only",
+                unreadable_qualifiers,
+            ),
         ],
     );
     if let Ok(mut world) = WORLD.lock() {
@@ -580,5 +584,48 @@ fn capstanctl_routes(env: &Env) -> Outcome {
                 && after == before,
             || format!("{}; calls {before:?} → {after:?}", printed(&output)),
         )
+    })
+}
+
+fn unreadable_qualifiers(env: &Env) -> Outcome {
+    // An account that may list bindings but not RouteQualifiers: the qualifier LIST fails.
+    let role = json!({"apiVersion": "v1", "kind": "List", "items": [{
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "bindings-only"},
+        "rules": [{"apiGroups": ["capabilities.assistant.miloapis.com"],
+                   "resources": ["capabilitybindings"], "verbs": ["list"]}]
+    }]});
+    kubectl(env, &["apply", "-f", "-"], Some(&role.to_string()))?;
+    let narrow = service_account(&env.plane, "narrow").map_err(|e| e.to_string())?;
+    bind_cluster_role(&env.plane, "narrow", "bindings-only").map_err(|e| e.to_string())?;
+    with_world(env, |world| {
+        let sidecar = SidecarProcess::start(
+            &env.plane,
+            &narrow,
+            "narrow",
+            &[
+                ("CAPABILITY_MCP_ENDPOINT_HOSTS", "127.0.0.1"),
+                ("CAPSTAN_CALLER_CHECK", "none"),
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+        let session = sidecar.session(PROJECT, None)?;
+        let before = searches(env, world);
+        let error = session.error("cap__web_search", json!({"query": "x"}))?;
+        let after = searches(env, world);
+        // The providers' own tools still work: only routing depends on the qualifiers.
+        let streams = session.ok("cheap__streams_list", json!({}));
+        check(
+            error["kind"] == "rejected"
+                && error["code"] == "route_refused"
+                && error["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("route qualifiers could not be read"))
+                && after == before
+                && streams.is_ok(),
+            || format!("error {error}; calls {before:?} → {after:?}; streams {streams:?}"),
+        )?;
+        session.end();
+        Ok(())
     })
 }

@@ -299,3 +299,48 @@ async fn the_streamco_fixture_should_serve_the_demo_project() {
         ["streamco-binding"]
     );
 }
+
+#[tokio::test]
+async fn a_fixture_should_hand_over_its_qualifiers_scoped_like_documents() {
+    let dir = std::env::temp_dir().join(format!("capstan-qualifiers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("documents.json");
+    let qualifier = |name: &str, namespace: Option<&str>, constraint: serde_json::Value| {
+        let mut q = json!({
+            "apiVersion": "capabilities.assistant.miloapis.com/v1alpha1",
+            "kind": "RouteQualifier",
+            "metadata": {"name": name},
+            "spec": {"capabilityId": "cap.web.search", "constraint": constraint}
+        });
+        if let Some(namespace) = namespace {
+            q["metadata"]["namespace"] = json!(namespace);
+        }
+        q
+    };
+    std::fs::write(
+        &path,
+        serde_json::to_string(&json!({"items": [
+            document("mine", None),
+            qualifier("pin-mine", Some("demo-project"), json!({"kind": "pin", "target": "s"})),
+            qualifier("pin-theirs", Some("other-project"), json!({"kind": "pin", "target": "x"})),
+            qualifier("everyone", None, json!({"kind": "ignore", "targets": ["y"]})),
+            qualifier("broken", None, json!({"kind": "pinned", "target": "s"})),
+        ]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let snapshot = FixtureSource::new(&path)
+        .documents("demo-project")
+        .await
+        .unwrap();
+    let qualifiers: Vec<&str> = snapshot
+        .qualifiers
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(names(&snapshot.documents), ["mine"]);
+    // Another project's and the invalid one are left out; the valid ones kept.
+    assert_eq!(qualifiers, ["pin-mine", "everyone"]);
+    assert!(snapshot.qualifiers_error.is_none());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
