@@ -144,6 +144,19 @@ async fn bench() {
             &["streams_get", "streams_list"]
         ),
     ]);
+    // Binding one also serves cap.web.search (docs_search), and binding two competes for it:
+    // the routed call pays for argument handling, the merge and selection, then forwards.
+    let mut documents = documents;
+    for (index, (cost, quality)) in [(1000, 9000), (4000, 6000)].into_iter().enumerate() {
+        let server = &mut documents[index]["spec"]["tools"]["mcpServers"][0];
+        if let Some(include) = server["toolSelector"]["include"].as_array_mut() {
+            include.push(json!("docs_search"));
+        }
+        server["capabilities"] = json!([{
+            "capabilityId": "cap.web.search", "tool": "docs_search",
+            "costHint": {"baseMicrosUsd": cost}, "quality": quality
+        }]);
+    }
     // Metering on, to a file, as in production (one JSON line per provider call); its
     // durations also split the sidecar's time into the forwarded call and the rest.
     let sidecar = Sidecar::start(&documents, &hosts, &[]);
@@ -202,6 +215,41 @@ async fn bench() {
         );
         rows.push((label, sessions * calls, straight, through, forwarded));
     }
+
+    // Routed vs namespaced: the same provider tool, called as cap__web_search and as
+    // one__docs_search, alternated call by call in one session.
+    let routed_session = sidecar.session("bench", None).await;
+    let search = |name: &str| {
+        let mut params = CallToolRequestParams::new(name.to_owned());
+        params.arguments = json!({"query": "consumer lag"}).as_object().cloned();
+        params
+    };
+    for _ in 0..20 {
+        routed_session
+            .call_tool(search("cap__web_search"))
+            .await
+            .unwrap();
+        routed_session
+            .call_tool(search("one__docs_search"))
+            .await
+            .unwrap();
+    }
+    let (mut routed, mut named) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS * CALLS {
+        for (tool, into) in [
+            ("cap__web_search", &mut routed),
+            ("one__docs_search", &mut named),
+        ] {
+            let started = Instant::now();
+            let result = routed_session.call_tool(search(tool)).await.unwrap();
+            assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
+            into.push(started.elapsed());
+        }
+    }
+    let _ = routed_session.cancel().await;
+    routed.sort();
+    named.sort();
+    let (routed_p50, named_p50) = (percentile(&routed, 0.5), percentile(&named, 0.5));
 
     if let Some(mut perf) = perf {
         let _ = std::process::Command::new("kill")
@@ -267,6 +315,13 @@ async fn bench() {
             "{label}: of the sidecar's time per call, the forwarded call to the provider (metered: schema check, upstream round trip) took a median {forwarded:.2} ms"
         );
     }
+    println!(
+        "routed: cap__web_search (2 candidates, selection, forward) p50 {:.3} ms vs one__docs_search (the same provider tool by name) p50 {:.3} ms, {} calls each alternated: {:.3}x",
+        routed_p50.as_secs_f64() * 1000.0,
+        named_p50.as_secs_f64() * 1000.0,
+        routed.len(),
+        routed_p50.as_secs_f64() / named_p50.as_secs_f64()
+    );
     println!(
         "cold session setup (initialize: compose 3 bindings, connect and list 3 upstreams), median of {SETUPS}: {:.1} ms",
         median_f(setups)
