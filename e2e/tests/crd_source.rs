@@ -296,13 +296,17 @@ fn follows_the_url_template(env: &Env) -> Outcome {
             let names: Vec<&str> = documents.documents.iter().map(|d| d.binding.as_str()).collect();
             check(names == ["routed"], || format!("{project}: documents {names:?}"))?;
         }
-        let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        // Bindings and RouteQualifiers are listed together, in either order.
+        let mut seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        seen.sort();
         let expected: Vec<String> = ["demo-project", "team-b.prod"]
             .iter()
-            .map(|p| {
-                format!(
-                    "/projects/{p}/control-plane/apis/capabilities.assistant.miloapis.com/v1alpha1/capabilitybindings"
-                )
+            .flat_map(|p| {
+                ["capabilitybindings", "routequalifiers"].map(|kind| {
+                    format!(
+                        "/projects/{p}/control-plane/apis/capabilities.assistant.miloapis.com/v1alpha1/{kind}"
+                    )
+                })
             })
             .collect();
         check(seen == expected, || format!("paths asked: {seen:?}"))?;
