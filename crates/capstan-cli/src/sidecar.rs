@@ -177,6 +177,34 @@ pub fn render(composition: &Value) -> String {
             tool["serviceName"].as_str().unwrap_or("?"),
         );
     }
+    for capability in composition["capabilities"].as_array().unwrap_or(&empty) {
+        let candidates: Vec<String> = capability["candidates"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .map(|c| {
+                let mut name = c["tool"].as_str().unwrap_or("?").to_owned();
+                if c["composed"] != true {
+                    name.push_str(" (not composed)");
+                } else if c["status"] == "quarantined" {
+                    name.push_str(" (quarantined)");
+                }
+                name
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<8}  routed {}: {}",
+            capability["tool"].as_str().unwrap_or("?"),
+            if capability["effect"] == "read" {
+                "no"
+            } else {
+                "yes"
+            },
+            capability["capability"].as_str().unwrap_or("?"),
+            candidates.join(", "),
+        );
+    }
     if let Some(builtins) = composition["builtins"].as_array()
         && !builtins.is_empty()
     {
@@ -294,6 +322,9 @@ mod tests {
                 {"name": "streamco__restart", "mutating": true, "binding": "b", "serviceName": "s"}
             ],
             "builtins": ["load_skill"],
+            "capabilities": [{"capability": "cap.web.search", "tool": "cap__web_search", "effect": "read",
+                              "candidates": [{"tool": "a__search", "composed": true, "status": "active"},
+                                             {"tool": "b__search", "composed": false, "status": "active"}]}],
             "skills": [{"name": "lag-triage", "serviceName": "s", "description": "d"}],
             "bindings": [
                 {"binding": "b", "degraded": false, "reasons": []},
@@ -307,6 +338,12 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("built-in: load_skill\n"));
+        assert!(
+            table.contains(
+                "cap__web_search         no        routed cap.web.search: a__search, b__search (not composed)\n"
+            ),
+            "{table}"
+        );
         assert!(
             table.contains("c  DEGRADED\n  - endpoint x was not dialed: y\n"),
             "{table}"
