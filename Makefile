@@ -70,3 +70,26 @@ BENCHES := --bench parse --bench select --bench compose --bench plan_token --ben
 bench: tools ## Benchmarks (release builds; medians and ratios, never asserted)
 	$(CARGO) build --profile bench --workspace --bins --benches
 	CAPSTAN_BINARIES_PREBUILT=1 $(CARGO) bench --workspace $(BENCHES)
+
+# Coverage-guided fuzzing with libFuzzer (cargo-fuzz). The toolchain is stable: cargo-fuzz's
+# instrumentation flags are nightly-only, which RUSTC_BOOTSTRAP=1 allows. Targets are safe
+# Rust, so no sanitizer is added (-s none builds in minutes instead of tens of minutes); what
+# libFuzzer finds is a panic, a failed property, a hang (-timeout) or runaway memory.
+FUZZ_TARGETS := parse guard identity plan_token route
+FUZZ_SECONDS ?= 60
+
+.PHONY: fuzz
+fuzz: ## Fuzz every target for FUZZ_SECONDS (60) each; a crash is copied to fuzz/regressions/<target>/
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	@set -e; for target in $(FUZZ_TARGETS); do \
+	  corpus=target/fuzz-corpus/$$target; mkdir -p $$corpus fuzz/regressions/$$target; \
+	  echo "==> fuzz $$target for $(FUZZ_SECONDS) s"; \
+	  if (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none $$target ../$$corpus seeds/$$target -- \
+	        -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+	        -artifact_prefix=../fuzz/regressions/$$target/ > ../target/fuzz-$$target.log 2>&1); then \
+	    grep -E '^(Done|stat::number_of_executed_units|#[0-9]+.*DONE)' target/fuzz-$$target.log | tail -3; \
+	  else \
+	    tail -40 target/fuzz-$$target.log; \
+	    echo "fuzz $$target: crash saved in fuzz/regressions/$$target/ (make test replays it)"; exit 1; \
+	  fi; \
+	done

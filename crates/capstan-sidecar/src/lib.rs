@@ -9,6 +9,8 @@ mod compose;
 mod config;
 mod decisions;
 mod direct;
+#[doc(hidden)]
+pub mod fuzzing;
 mod identity;
 mod inspect;
 mod mcp;

@@ -1,0 +1,39 @@
+//! Replays every checked-in fuzz input — the seeds each target starts from (`fuzz/seeds/`) and
+//! every input that once crashed (`fuzz/regressions/`) — through the target bodies, so a crash
+//! fixed stays fixed (docs/reliability.md).
+
+use std::path::PathBuf;
+
+fn fuzz_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
+}
+
+#[test]
+fn every_seed_and_regression_input_should_pass_its_target() {
+    let mut replayed = 0;
+    for (target, body) in capstan_fuzz::TARGETS {
+        let mut seeds = 0;
+        for kind in ["seeds", "regressions"] {
+            let dir = fuzz_dir().join(kind).join(target);
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let data = std::fs::read(&path)
+                    .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+                let outcome = std::panic::catch_unwind(|| body(&data));
+                assert!(outcome.is_ok(), "{target}: {} fails", path.display());
+                replayed += 1;
+                if kind == "seeds" {
+                    seeds += 1;
+                }
+            }
+        }
+        assert!(
+            seeds > 0,
+            "target {target} has no seed inputs in fuzz/seeds/{target}"
+        );
+    }
+    assert!(replayed >= capstan_fuzz::TARGETS.len());
+}
