@@ -725,3 +725,49 @@ async fn a_tool_taking_a_project_argument_should_never_be_exposed() {
     }
     composed.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_whose_name_does_not_resolve_should_degrade_only_its_binding() {
+    // `.invalid` never resolves (RFC 6761): the lookup fails, nothing is dialed, and the
+    // binding says which endpoint and why; the other binding composes.
+    let healthy = DemoProvider::start(&[]);
+    let unresolvable = "capstan-no-such-host.invalid";
+    let hosts = vec![healthy.host(), unresolvable.to_owned()];
+    let text = serde_json::to_string(&json!([
+        binding(
+            "lost",
+            "lost",
+            &format!("http://{unresolvable}:8080/mcp"),
+            &["streams_list"]
+        ),
+        binding("good", "good", &healthy.url("/mcp"), &["streams_list"]),
+    ]))
+    .unwrap();
+    let limits = Limits {
+        connect_timeout: Duration::from_secs(5),
+        ..Limits::default()
+    };
+    let composed = tokio::time::timeout(
+        Duration::from_secs(60),
+        composer(&hosts, &hosts, limits).compose(&documents(&text)),
+    )
+    .await
+    .expect("composing did not finish");
+    let composition = composed.composition.clone();
+    composed.close().await;
+    assert_eq!(tool_names(&composition), ["good__streams_list"]);
+    let lost = &composition.bindings[0];
+    assert!(lost.degraded());
+    let reasons = lost.reasons().join("; ");
+    assert!(reasons.contains(unresolvable), "{reasons}");
+    assert!(
+        lost.upstream_errors
+            .iter()
+            .chain(&lost.refused)
+            .any(|e| e.contains(unresolvable)),
+        "{:?} {:?}",
+        lost.upstream_errors,
+        lost.refused
+    );
+    assert!(!composition.bindings[1].degraded());
+}

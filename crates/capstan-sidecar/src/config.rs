@@ -141,6 +141,12 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_SESSION_IDLE_SECONDS", default_value_t = DEFAULT_SESSION_IDLE_SECONDS)]
     pub session_idle_seconds: u64,
 
+    /// Seconds in-flight requests may run after SIGTERM (no new connection is accepted
+    /// meanwhile); then every session's upstream sessions are closed and the sidecar exits.
+    /// Keep it below the pod's terminationGracePeriodSeconds (30 by default).
+    #[arg(long, env = "CAPSTAN_SHUTDOWN_GRACE_SECONDS", default_value_t = DEFAULT_SHUTDOWN_GRACE_SECONDS)]
+    pub shutdown_grace_seconds: u64,
+
     /// Sessions open at most; an `initialize` beyond it is answered 503 with Retry-After.
     #[arg(long, env = "CAPSTAN_MAX_SESSIONS", default_value_t = crate::sessions::DEFAULT_MAX_SESSIONS)]
     pub max_sessions: usize,
@@ -169,6 +175,10 @@ pub struct Config {
 /// Seconds a session may go without a request. 600 s: an assistant's task pauses for a
 /// person's reply; a session's upstream connections are cheap to keep that long.
 pub const DEFAULT_SESSION_IDLE_SECONDS: u64 = 600;
+
+/// Default of `--shutdown-grace-seconds`: room for a slow tool call, well inside Kubernetes'
+/// default 30 s termination grace period.
+pub const DEFAULT_SHUTDOWN_GRACE_SECONDS: u64 = 10;
 
 #[cfg(test)]
 mod tests {

@@ -82,6 +82,10 @@ impl Config {
     }
 }
 
+/// How long the sidecar waits, at shutdown, for its upstream clients to send their session
+/// closes.
+const UPSTREAM_CLOSE_WAIT: Duration = Duration::from_millis(500);
+
 /// Runs the sidecar until SIGTERM or Ctrl-C.
 pub async fn run(config: Config) -> Result<(), RunError> {
     let Config {
@@ -108,6 +112,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         knowledge_total_cap,
         skill_cap,
         session_idle_seconds,
+        shutdown_grace_seconds,
         max_sessions,
         project_header,
         metrics_address,
@@ -265,13 +270,33 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     };
     let app = router(
         composer,
-        sessions,
+        sessions.clone(),
         Duration::from_secs(session_idle_seconds),
     );
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.requested())
-        .await;
+    // On SIGTERM: no new connection is accepted, in-flight requests get the grace period,
+    // then every session's upstream sessions are ended (providers see the session close) and
+    // the sidecar exits, whatever is still open (a client's stream, a call that hangs).
+    let grace = Duration::from_secs(shutdown_grace_seconds);
+    let serve = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.clone().requested())
+        .into_future();
+    let served = tokio::select! {
+        served = serve => served,
+        () = async {
+            shutdown.clone().requested().await;
+            tokio::time::sleep(grace).await;
+        } => {
+            warn!(?grace, "the shutdown grace period is over; requests still running are cut");
+            Ok(())
+        }
+    };
     let _ = std::fs::remove_file(&socket);
+    let closed = sessions.close_all();
+    if closed > 0 {
+        info!(sessions = closed, "upstream sessions closed");
+        // The session closes go out from the upstream clients' own tasks: a moment for them.
+        tokio::time::sleep(UPSTREAM_CLOSE_WAIT.min(grace)).await;
+    }
     if let Some(admin) = admin
         && let Ok(Err(error)) = admin.await
     {

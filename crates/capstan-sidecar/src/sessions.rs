@@ -120,6 +120,19 @@ impl Sessions {
         })
     }
 
+    /// Ends the upstream sessions of every live task (at shutdown, once the grace period for
+    /// in-flight requests is over); returns how many tasks there were.
+    pub fn close_all(&self) -> usize {
+        let Ok(bindings) = self.bindings.lock() else {
+            return 0;
+        };
+        let live: Vec<Arc<Task>> = bindings.values().filter_map(|b| b.task.upgrade()).collect();
+        for task in &live {
+            task.composed().shutdown();
+        }
+        live.len()
+    }
+
     /// The live task bound to a session of the caller with `fingerprint`, if any (the newest
     /// binding wins), so inspection can reuse its composition.
     pub fn live_task(&self, fingerprint: &[u8; 32]) -> Option<Arc<Task>> {

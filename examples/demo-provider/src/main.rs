@@ -6,7 +6,9 @@
 //! or at run time with `PUT /debug/faults` (a JSON array):
 //! `hang` (MCP requests never answer), `hang-calls` (`tools/call` requests never answer),
 //! `http-500`, `malformed` (MCP answers are not JSON-RPC),
-//! `drop-tool:<name>` (left out of `tools/list`), `oversized-knowledge` (1 MiB of knowledge).
+//! `drop-tool:<name>` (left out of `tools/list`), `oversized-knowledge` (1 MiB of knowledge),
+//! `slow-calls:<ms>` (`tools/call` answered after that long), `slow-drip` (MCP answers sent one
+//! byte every 200 ms).
 //! Every request's method, path and headers are recorded, and for MCP POSTs the JSON-RPC
 //! method and the tool a `tools/call` names; `GET /debug/requests` returns them.
 
@@ -343,6 +345,35 @@ async fn record_and_fault(
     if is_mcp {
         if shared.has("hang") || (calls_a_tool && shared.has("hang-calls")) {
             std::future::pending::<()>().await;
+        }
+        if calls_a_tool
+            && let Some(ms) = shared
+                .faults()
+                .iter()
+                .find_map(|f| f.strip_prefix("slow-calls:")?.parse::<u64>().ok())
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
+        if shared.has("slow-drip") {
+            let response = next.run(request).await;
+            let (parts, body) = response.into_parts();
+            let bytes = axum::body::to_bytes(body, MAX_RECORDED_BODY)
+                .await
+                .unwrap_or_default();
+            let drip = futures::stream::unfold(0usize, move |at| {
+                let bytes = bytes.clone();
+                async move {
+                    if at >= bytes.len() {
+                        return None;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    Some((
+                        Ok::<_, std::convert::Infallible>(bytes.slice(at..at + 1)),
+                        at + 1,
+                    ))
+                }
+            });
+            return Response::from_parts(parts, Body::from_stream(drip));
         }
         if shared.has("http-500") {
             return (StatusCode::INTERNAL_SERVER_ERROR, "injected fault\n").into_response();
