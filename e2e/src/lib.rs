@@ -157,6 +157,11 @@ impl ControlPlane {
         control_plane(&self.state, "restart-apiserver").map(drop)
     }
 
+    /// Stops etcd and starts it again on the same ports and data.
+    pub fn restart_etcd(&self) -> Result<(), HarnessError> {
+        control_plane(&self.state, "restart-etcd").map(drop)
+    }
+
     /// The admin kubeconfig (system:masters).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig

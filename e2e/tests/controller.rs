@@ -62,6 +62,11 @@ fn main() -> ExitCode {
             ),
             trial("an_apiserver_restart_should_be_survived", apiserver_restart),
             trial(
+                "a_full_status_queue_should_count_drops_and_the_resync_should_restore",
+                queue_overflow,
+            ),
+            trial("an_etcd_restart_should_be_survived", etcd_restart),
+            trial(
                 "a_gracefully_stopped_leader_should_release_its_lease_for_the_standby",
                 graceful_handover,
             ),
@@ -648,5 +653,118 @@ fn lease_namespace_later(env: &Env) -> Outcome {
         )
         .await
         .map(drop)
+    })
+}
+
+/// A status queue of one: a burst of new bindings overflows it. Every drop is counted, and the
+/// resync brings every binding to Accepted anyway (docs/reliability.md).
+fn queue_overflow(env: &Env) -> Outcome {
+    let controller = controller(
+        env,
+        "solo",
+        &[
+            "--status-queue-capacity",
+            "1",
+            "--resync-seconds",
+            "2",
+            "--probe-interval-seconds",
+            "0",
+        ],
+    )?;
+    env.runtime.block_on(async {
+        let client = &env.client;
+        let names: Vec<String> = (0..40).map(|i| format!("burst-{i:02}")).collect();
+        futures::future::try_join_all(
+            names
+                .iter()
+                .map(|name| apply(client, "CapabilityBinding", name, valid_spec())),
+        )
+        .await?;
+        for name in &names {
+            wait_accepted(client, "CapabilityBinding", name, "True", "Validated").await?;
+        }
+        let dropped = http_get(&controller.address, "/metrics")
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix("capstan_controller_status_queue_total{outcome=\"dropped\"} ")
+            })
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        check(dropped > 0, || {
+            format!(
+                "no drop counted with a queue of one:\n{}",
+                http_get(&controller.address, "/metrics")
+                    .lines()
+                    .filter(|l| l.contains("status_queue"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )
+        })?;
+        for name in &names {
+            delete(client, "CapabilityBinding", name).await;
+        }
+        Ok(())
+    })
+}
+
+/// etcd stopped and started again under a running controller: the apiserver reconnects to its
+/// storage, the controller's watches carry on, and a binding created afterwards is Accepted.
+fn etcd_restart(env: &Env) -> Outcome {
+    let controller = controller(env, "solo", &["--probe-interval-seconds", "0"])?;
+    env.runtime.block_on(async {
+        apply(
+            &env.client,
+            "CapabilityBinding",
+            "before-etcd",
+            valid_spec(),
+        )
+        .await?;
+        wait_accepted(
+            &env.client,
+            "CapabilityBinding",
+            "before-etcd",
+            "True",
+            "Validated",
+        )
+        .await
+    })?;
+    env.plane.restart_etcd().map_err(|e| e.to_string())?;
+    env.runtime.block_on(async {
+        let client = env.plane.client().await.map_err(|e| e.to_string())?;
+        // The apiserver may answer 5xx for a moment while it reconnects to etcd.
+        eventually(
+            PATIENCE,
+            || async {
+                apply(&client, "CapabilityBinding", "after-etcd", valid_spec())
+                    .await
+                    .ok()
+            },
+            || "creating a binding after the etcd restart".to_owned(),
+        )
+        .await?;
+        wait_accepted(
+            &client,
+            "CapabilityBinding",
+            "after-etcd",
+            "True",
+            "Validated",
+        )
+        .await?;
+        // The binding from before the restart kept its status (etcd kept its data).
+        wait_accepted(
+            &client,
+            "CapabilityBinding",
+            "before-etcd",
+            "True",
+            "Validated",
+        )
+        .await?;
+        delete(&client, "CapabilityBinding", "before-etcd").await;
+        delete(&client, "CapabilityBinding", "after-etcd").await;
+        Ok::<_, libtest_mimic::Failed>(())
+    })?;
+    let mut controller = controller;
+    check(controller.is_running(), || {
+        format!("the controller exited:\n{}", controller.log_text())
     })
 }
