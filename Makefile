@@ -97,4 +97,4 @@ fuzz: ## Fuzz every target for FUZZ_SECONDS (60) each; a crash is copied to fuzz
 .PHONY: soak
 soak: tools ## Soak the sidecar: 200 sessions, mixed calls, SOAK_SECONDS (600) on loopback; RSS over time and errors
 	$(CARGO) build --profile bench --workspace --bins --benches
-	CAPSTAN_BINARIES_PREBUILT=1 $(CARGO) bench -p capstan-sidecar --bench soak
+	CAPSTAN_BINARIES_PREBUILT=1 $(CARGO) bench --workspace --bench soak

@@ -1,5 +1,5 @@
 //! Sidecar soak (`make soak`, docs/reliability.md): 200 concurrent sessions making mixed tool
-//! calls for SOAK_SECONDS (600) or SOAK_MAX_CALLS (2,000,000), whichever comes first, on
+//! calls for SOAK_SECONDS (600) or SOAK_MAX_CALLS (5,000,000), whichever comes first, on
 //! loopback: provider tools, a routed capability, and injected bad calls (arguments the schema
 //! refuses, a tool that does not exist) whose errors are expected. Each session ends and a new
 //! one starts every 500 calls, so session setup and teardown are soaked too. The sidecar's RSS
@@ -74,7 +74,7 @@ fn main() {
 async fn soak() {
     capstan_demo_provider::harness::install_crypto_provider();
     let seconds = env_u64("SOAK_SECONDS", 600);
-    let max_calls = env_u64("SOAK_MAX_CALLS", 2_000_000);
+    let max_calls = env_u64("SOAK_MAX_CALLS", 5_000_000);
     let providers = [
         DemoProvider::start(&[]),
         DemoProvider::start(&[]),
