@@ -160,7 +160,7 @@ fn every_enum_of_the_crd_should_be_enforced_at_runtime_with_its_values() {
 fn qualifier_crd_should_list_the_constraint_kinds_runtime_accepts() {
     let schema = spec_schema::<RouteQualifier>();
     let kinds = &schema["properties"]["constraint"]["properties"]["kind"]["enum"];
-    // The four kinds of design.md, written out: not the constant the CRD was generated from.
+    // The four kinds README.md lists, written out: not the constant the CRD was generated from.
     assert_eq!(kinds, &serde_json::json!(["none", "only", "ignore", "pin"]));
     // And runtime validation accepts exactly those.
     for kind in ["none", "only", "ignore", "pin", "pinned", "Only"] {

@@ -1,9 +1,9 @@
-//! Why a forwarded tool call produced no result, in the kinds design.md's error vocabulary
+//! Why a forwarded tool call produced no result, in the error kinds README.md lists (The sidecar)
 //! tells apart (not allowed, invalid input, unavailable, malformed).
 
 use thiserror::Error;
 
-/// Why a forwarded call produced no result. Each maps onto one of design.md's error kinds.
+/// Why a forwarded call produced no result. Each maps onto one of the error kinds README.md lists.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum CallError {
     /// The tool is not on the server's allow-list.
