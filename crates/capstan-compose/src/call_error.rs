@@ -1,5 +1,5 @@
-//! Why a forwarded tool call produced no result, in the error kinds README.md lists (The sidecar)
-//! tells apart (not allowed, invalid input, unavailable, malformed).
+//! Why a forwarded tool call produced no result, in the error kinds README.md lists that a caller
+//! can tell apart (not allowed, invalid input, unavailable, malformed).
 
 use thiserror::Error;
 

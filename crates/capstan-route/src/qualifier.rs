@@ -1,7 +1,7 @@
 //! RouteQualifier merge: which qualifiers take effect, which contradict each other, and the
 //! merged constraint for one capability.
 //!
-//! Rules (seed 004 "Merging", design.md "RouteQualifier"): qualifiers merge in name order; at
+//! Rules (docs/routing.md, "Merge"): qualifiers merge in name order; at
 //! most [`MAX_QUALIFIERS`] take effect and the rest are refused as LimitExceeded; a qualifier
 //! without a capability id applies to every capability; `only` target sets intersect and an
 //! empty intersection is a contradiction; `ignore` sets union; pins must agree; `minQuality`

@@ -2,7 +2,7 @@
 //! not. A pure function of the spec, the candidates, the merged route and the caller's
 //! requirements: same inputs, same decision, whatever order the candidates come in.
 //!
-//! Exclusions carry closed reasons (seed of docs/routing.md): `target_missing` (not composed
+//! Exclusions carry closed reasons (docs/routing.md): `target_missing` (not composed
 //! in this session), `quarantined`, `qualifier_pin`, `qualifier_only`, `qualifier_ignore`,
 //! `cost_ceiling`, `quality_floor`, `coverage_missing`, and `candidate_cap` (ranked outside the
 //! top [`CANDIDATE_CAP`]). The first that applies is the one recorded.
@@ -27,7 +27,7 @@ pub const CANDIDATE_CAP: usize = 8;
 /// other one look infinitely dear.
 pub const PRICE_FLOOR_MICROS: i64 = 100;
 
-// The weights are ours (design.md leaves them to us). Quality weighs most because it is the
+// The weights are ours (docs/routing.md). Quality weighs most because it is the
 // operator's own judgement of a provider; price next, as a log ratio so 2× dearer always costs
 // the same; fitness (the features the caller prefers) last, because claims are self-declared.
 // A target the caller prefers gets a bonus that outweighs small differences only.
