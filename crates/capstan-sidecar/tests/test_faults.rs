@@ -12,23 +12,7 @@ use std::time::{Duration, Instant};
 
 use capstan_demo_provider::harness::DemoProvider;
 use common::*;
-use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
-
-fn call(name: &str, arguments: Value) -> CallToolRequestParams {
-    let mut params = CallToolRequestParams::new(name.to_owned());
-    params.arguments = args(arguments);
-    params
-}
-
-async fn upstream_deletes(provider: &DemoProvider) -> usize {
-    provider
-        .requests()
-        .await
-        .iter()
-        .filter(|r| r["method"] == "DELETE" && r["path"] == "/mcp")
-        .count()
-}
 
 fn sigterm(pid: u32) {
     let status = Command::new("kill")

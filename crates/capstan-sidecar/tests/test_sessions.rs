@@ -11,14 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::*;
-use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
-
-fn call(name: &str, arguments: Value) -> CallToolRequestParams {
-    let mut params = CallToolRequestParams::new(name.to_owned());
-    params.arguments = args(arguments);
-    params
-}
 
 /// Project, token, tool and arguments the SDK client scripts are run with.
 const SDK_CLIENT_ARGS: [&str; 4] = [
@@ -95,14 +88,6 @@ async fn the_typescript_sdk_client_should_initialize_list_read_instructions_and_
 }
 
 /// The DELETEs of MCP sessions the provider received (an upstream session closed).
-async fn upstream_deletes(provider: &DemoProvider) -> usize {
-    provider
-        .requests()
-        .await
-        .iter()
-        .filter(|r| r["method"] == "DELETE" && r["path"] == "/mcp")
-        .count()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_projects_should_see_only_their_own_documents() {

@@ -391,3 +391,20 @@ where
 pub fn args(value: Value) -> Option<serde_json::Map<String, Value>> {
     value.as_object().cloned()
 }
+
+/// A `tools/call` of `name` with `arguments`.
+pub fn call(name: &str, arguments: Value) -> rmcp::model::CallToolRequestParams {
+    let mut params = rmcp::model::CallToolRequestParams::new(name.to_owned());
+    params.arguments = args(arguments);
+    params
+}
+
+/// The upstream sessions the provider saw closed (DELETE on /mcp).
+pub async fn upstream_deletes(provider: &DemoProvider) -> usize {
+    provider
+        .requests()
+        .await
+        .iter()
+        .filter(|r| r["method"] == "DELETE" && r["path"] == "/mcp")
+        .count()
+}
