@@ -32,20 +32,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("VmRSS:")?
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            })
-        })
-        .unwrap_or(0.0)
-        / 1024.0
+    rss_kib(pid) / 1024.0
 }
 
 /// The n-th call of a session: (tool, arguments, whether an error is expected).

@@ -408,3 +408,20 @@ pub async fn upstream_deletes(provider: &DemoProvider) -> usize {
         .filter(|r| r["method"] == "DELETE" && r["path"] == "/mcp")
         .count()
 }
+
+/// The resident memory of process `pid`, in KiB (0 when it cannot be read).
+pub fn rss_kib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:")?
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+        })
+        .unwrap_or(0.0)
+}
