@@ -422,31 +422,23 @@ fn narrowing(env: &Env) -> Outcome {
     })
 }
 
+/// Applies the premium binding again with its cap.web.search mapping in `status`.
+fn premium_status(env: &Env, world: &World, status: &str) -> Outcome {
+    let premium = binding(
+        "search-premium",
+        "premium",
+        &world.premium.url("/mcp"),
+        2000,
+        9500,
+        status,
+    );
+    kubectl(env, &["apply", "-f", "-"], Some(&premium.to_string()))?;
+    Ok(())
+}
+
 fn quarantined(env: &Env) -> Outcome {
-    let patch = json!({"spec": {"tools": {"mcpServers": [{
-        "name": "premium",
-        "endpoint": "",
-        "toolSelector": {"include": ["docs_search", "streams_list"]},
-        "capabilities": [{"capabilityId": "cap.web.search", "tool": "docs_search",
-                          "costHint": {"baseMicrosUsd": 2000}, "quality": 9500,
-                          "status": "quarantined"}]
-    }]}}});
     let result = with_world(env, |world| {
-        let mut patch = patch.clone();
-        patch["spec"]["tools"]["mcpServers"][0]["endpoint"] = json!(world.premium.url("/mcp"));
-        kubectl(
-            env,
-            &[
-                "patch",
-                "capabilitybinding",
-                "search-premium",
-                "--type",
-                "merge",
-                "-p",
-                &patch.to_string(),
-            ],
-            None,
-        )?;
+        premium_status(env, world, "quarantined")?;
         settle();
         let session = session(world)?;
         let names: Vec<String> = session
@@ -479,22 +471,7 @@ fn quarantined(env: &Env) -> Outcome {
     });
     // Whatever happened, put the binding back for the trials after this one.
     let restore = with_world(env, |world| {
-        let mut patch = patch.clone();
-        patch["spec"]["tools"]["mcpServers"][0]["endpoint"] = json!(world.premium.url("/mcp"));
-        patch["spec"]["tools"]["mcpServers"][0]["capabilities"][0]["status"] = json!("active");
-        kubectl(
-            env,
-            &[
-                "patch",
-                "capabilitybinding",
-                "search-premium",
-                "--type",
-                "merge",
-                "-p",
-                &patch.to_string(),
-            ],
-            None,
-        )?;
+        premium_status(env, world, "active")?;
         settle();
         Ok(())
     });
