@@ -95,6 +95,7 @@ fuzz: ## Fuzz every target for FUZZ_SECONDS (60) each; a crash is copied to fuzz
 	done
 
 .PHONY: soak
-soak: tools ## Soak the sidecar: 200 sessions, mixed calls, SOAK_SECONDS (600) on loopback; RSS over time and errors
+soak: tools ## Soak the sidecar (200 sessions, SOAK_SECONDS 600) and the controller (5,000 bindings under churn, SOAK_CONTROLLER_SECONDS 300)
 	$(CARGO) build --profile bench --workspace --bins --benches
 	CAPSTAN_BINARIES_PREBUILT=1 $(CARGO) bench --workspace --bench soak
+	CAPSTAN_BINARIES_PREBUILT=1 $(CARGO) bench --workspace --bench soak_controller

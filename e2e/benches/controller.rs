@@ -161,7 +161,7 @@ async fn probe_round(plane: &ControlPlane) -> String {
     let writes = writes_by(plane, &user);
     let first_round_sessions = sessions_opened(&provider).await - before;
     // Three more probe rounds with nothing changing.
-    let probes = || metric(&controller, "capstan_controller_probes_total{");
+    let probes = || controller.metric("capstan_controller_probes_total{");
     let probed = probes();
     let rounds_started = Instant::now();
     let valid = (BINDINGS - BINDINGS / INVALID_EVERY) as f64;
@@ -175,12 +175,9 @@ async fn probe_round(plane: &ControlPlane) -> String {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let unchanged_writes = writes_by(plane, &user) - writes;
     let sessions = sessions_opened(&provider).await - before;
-    let probe_sum = metric(&controller, "capstan_controller_probe_duration_seconds_sum");
-    let probe_count = metric(
-        &controller,
-        "capstan_controller_probe_duration_seconds_count",
-    );
-    let peak = controller.pid().map_or(0.0, peak_rss_mib);
+    let probe_sum = controller.metric("capstan_controller_probe_duration_seconds_sum");
+    let probe_count = controller.metric("capstan_controller_probe_duration_seconds_count");
+    let peak = controller.peak_rss_mib();
     drop(controller);
     format!(
         "probe round ({BINDINGS} bindings, {}% invalid, demo provider, interval {PROBE_INTERVAL_SECONDS} s, \
@@ -271,21 +268,6 @@ fn writes_by(plane: &ControlPlane, user: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// The sum of every sample of the controller's /metrics whose line starts with `prefix`.
-fn metric(controller: &ControllerProcess, prefix: &str) -> f64 {
-    let output = std::process::Command::new("curl")
-        .args(["-s", &format!("http://{}/metrics", controller.address)])
-        .output();
-    let metrics = output
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// Waits until a freshly started controller leads, has reconciled every binding and has an
 /// empty queue (its /metrics), and then until the audit log shows no new status write by
 /// `user` for five seconds. The audit log is what both modes share: the baseline writes from
@@ -299,12 +281,10 @@ async fn wait_until_settled(plane: &ControlPlane, controller: &ControllerProcess
         );
     };
     loop {
-        let leads = metric(controller, "capstan_controller_leader ") == 1.0;
-        let reconciled = metric(
-            controller,
-            "capstan_controller_reconciles_total{kind=\"CapabilityBinding\"",
-        );
-        let queued = metric(controller, "capstan_controller_status_queue_depth");
+        let leads = controller.metric("capstan_controller_leader ") == 1.0;
+        let reconciled =
+            controller.metric("capstan_controller_reconciles_total{kind=\"CapabilityBinding\"");
+        let queued = controller.metric("capstan_controller_status_queue_depth");
         if leads && reconciled >= BINDINGS as f64 && queued == 0.0 {
             break;
         }
@@ -323,32 +303,11 @@ async fn wait_until_settled(plane: &ControlPlane, controller: &ControllerProcess
     }
 }
 
-fn peak_rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status.lines().find_map(|l| {
-                l.strip_prefix("VmHWM:")?
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            })
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
-}
-
 /// The CRDs, the binding CRD with an open spec schema (so invalid bindings reach the
 /// controller).
 async fn install_crds(plane: &ControlPlane) {
-    let client = plane.client().await.unwrap_or_else(|e| panic!("{e}"));
     plane
-        .install_crds(&client)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    plane
-        .install_open_binding_crd(&client)
+        .client_with_open_crds()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }
@@ -420,17 +379,13 @@ async fn bench(plane: &ControlPlane) -> Vec<Round> {
             // Let in-flight writes land before counting.
             tokio::time::sleep(Duration::from_secs(1)).await;
             let writes = writes_by(plane, &user);
-            let peak = controller.pid().map_or(0.0, peak_rss_mib);
+            let peak = controller.peak_rss_mib();
             // Where the time went: the queue worker's write latency (transitions mode only),
             // and how many bindings were Accepted every 10 s.
-            let write_count = metric(
-                &controller,
-                "capstan_controller_status_write_duration_seconds_count",
-            );
-            let write_sum = metric(
-                &controller,
-                "capstan_controller_status_write_duration_seconds_sum",
-            );
+            let write_count =
+                controller.metric("capstan_controller_status_write_duration_seconds_count");
+            let write_sum =
+                controller.metric("capstan_controller_status_write_duration_seconds_sum");
             if write_count > 0.0 {
                 eprintln!(
                     "round {round} {mode}: {write_count} queued writes, mean {:.1} ms, {:.1} s writing",

@@ -263,6 +263,48 @@ impl ControllerProcess {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The sum of every sample of its /metrics whose line starts with `prefix` (0 when the
+    /// endpoint does not answer).
+    pub fn metric(&self, prefix: &str) -> f64 {
+        let output = Command::new("curl")
+            .args(["-s", &format!("http://{}/metrics", self.address)])
+            .output();
+        let metrics = output
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Its resident memory now (`VmRSS`), MiB; 0 once it has exited.
+    pub fn rss_mib(&self) -> f64 {
+        self.memory_mib("VmRSS:")
+    }
+
+    /// Its peak resident memory so far (`VmHWM`), MiB; 0 once it has exited.
+    pub fn peak_rss_mib(&self) -> f64 {
+        self.memory_mib("VmHWM:")
+    }
+
+    fn memory_mib(&self, field: &str) -> f64 {
+        self.pid()
+            .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+            .and_then(|status| {
+                status.lines().find_map(|l| {
+                    l.strip_prefix(field)?
+                        .trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                })
+            })
+            .map_or(0.0, |kib| kib / 1024.0)
+    }
 }
 
 impl Drop for ControllerProcess {

@@ -251,6 +251,16 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// A client of this plane after installing every CRD, the CapabilityBinding CRD with an
+    /// open spec schema ([`Self::install_open_binding_crd`]): what the controller benchmarks
+    /// start from.
+    pub async fn client_with_open_crds(&self) -> Result<Client, HarnessError> {
+        let client = self.client().await?;
+        self.install_crds(&client).await?;
+        self.install_open_binding_crd(&client).await?;
+        Ok(client)
+    }
+
     /// Replaces the CapabilityBinding CRD with one whose spec schema is open, standing in for
     /// bindings an older, looser CRD admitted: runtime validation is what catches those, and
     /// tests and benchmarks need invalid bindings to reach the controller.
@@ -298,6 +308,18 @@ impl ControlPlane {
         object: impl Fn(&str) -> bool,
     ) -> std::collections::BTreeMap<String, usize> {
         let mut writes = std::collections::BTreeMap::new();
+        for (user, name) in self.status_write_events(resource) {
+            if object(&name) {
+                *writes.entry(user).or_insert(0) += 1;
+            }
+        }
+        writes
+    }
+
+    /// Every successful status write (patch or update on `<resource>/status`) the apiserver
+    /// recorded, in order, as (user, object name).
+    pub fn status_write_events(&self, resource: &str) -> Vec<(String, String)> {
+        let mut writes = Vec::new();
         for event in self.audit_events().unwrap_or_default() {
             let target = &event["objectRef"];
             let is_write = matches!(event["verb"].as_str(), Some("patch" | "update"))
@@ -306,11 +328,10 @@ impl ControlPlane {
                 && target["subresource"] == "status"
                 && event["responseStatus"]["code"]
                     .as_i64()
-                    .is_some_and(|c| c < 300)
-                && target["name"].as_str().is_some_and(&object);
-            if is_write {
+                    .is_some_and(|c| c < 300);
+            if let (true, Some(name)) = (is_write, target["name"].as_str()) {
                 let user = event["user"]["username"].as_str().unwrap_or("?").to_owned();
-                *writes.entry(user).or_insert(0) += 1;
+                writes.push((user, name.to_owned()));
             }
         }
         writes
