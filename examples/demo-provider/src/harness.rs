@@ -96,28 +96,20 @@ impl DemoProvider {
         command
             .args(["--listen", listen])
             .env_remove("DEMO_PROVIDER_FAULTS")
-            .env_remove("DEMO_PROVIDER_ALLOWED_HOSTS")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .env_remove("DEMO_PROVIDER_ALLOWED_HOSTS");
         for fault in faults {
             command.args(["--fault", fault]);
         }
         for host in allowed_hosts {
             command.args(["--allowed-host", host]);
         }
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting the demo provider: {e}"));
-        let mut line = String::new();
-        if let Some(stdout) = child.stdout.take() {
-            let _ = BufReader::new(stdout).read_line(&mut line);
-        }
-        let address = line
-            .trim()
-            .strip_prefix("demo-provider: listening on http://")
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("demo provider's first line was {line:?}"));
+        let (child, address) = spawn_listening(command, "demo-provider");
         Self { child, address }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// A URL on the provider.
@@ -180,6 +172,66 @@ impl DemoProvider {
 impl Drop for DemoProvider {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Spawns `command` (binary `name`), which prints `<name>: listening on http://<address>` as
+/// its first line, and returns it with that address.
+fn spawn_listening(mut command: Command, name: &str) -> (Child, SocketAddr) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+    let mut line = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        let _ = BufReader::new(stdout).read_line(&mut line);
+    }
+    let address = line
+        .trim()
+        .strip_prefix(&format!("{name}: listening on http://"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("{name}'s first line was {line:?}"));
+    (child, address)
+}
+
+/// A running `echo-upstream` (one tool, `echo`) on a free loopback port: the benchmarks'
+/// minimal upstream. Stopped on drop.
+pub struct EchoUpstream {
+    child: Child,
+    /// Where it listens.
+    pub address: SocketAddr,
+}
+
+impl EchoUpstream {
+    /// Starts it on a free loopback port.
+    pub fn start() -> Self {
+        let mut command = Command::new(binary("echo-upstream"));
+        command.args(["--listen", "127.0.0.1:0"]);
+        let (child, address) = spawn_listening(command, "echo-upstream");
+        Self { child, address }
+    }
+
+    /// Its MCP endpoint.
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.address)
+    }
+
+    /// `host:port`, as an allow-list entry.
+    pub fn host(&self) -> String {
+        self.address.to_string()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for EchoUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context as _;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -24,7 +23,6 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
@@ -421,21 +419,5 @@ async fn main() -> anyhow::Result<()> {
             record_and_fault,
         ))
         .with_state(shared);
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("listening on {}", config.listen))?;
-    let address = listener.local_addr()?;
-    println!("demo-provider: listening on http://{address}");
-    // Nagle's algorithm off, as mainstream servers do (Go, Node, Python's asyncio): an SSE
-    // response is written in pieces, and with Nagle on a kept-alive client connection waits
-    // for the client's delayed ACK (~40 ms) between them.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
-    Ok(())
+    capstan_demo_provider::serve("demo-provider", config.listen, app).await
 }
