@@ -147,6 +147,12 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_SHUTDOWN_GRACE_SECONDS", default_value_t = DEFAULT_SHUTDOWN_GRACE_SECONDS)]
     pub shutdown_grace_seconds: u64,
 
+    /// Threads that run the sidecar's work: 1 runs everything on one thread (no hand-offs
+    /// between threads; see docs/benchmarks.md), 0 one per CPU the process may use. Match the
+    /// pod's CPU limit.
+    #[arg(long, env = "CAPSTAN_WORKER_THREADS", default_value_t = DEFAULT_WORKER_THREADS)]
+    pub worker_threads: usize,
+
     /// Sessions open at most; an `initialize` beyond it is answered 503 with Retry-After.
     #[arg(long, env = "CAPSTAN_MAX_SESSIONS", default_value_t = crate::sessions::DEFAULT_MAX_SESSIONS)]
     pub max_sessions: usize,
@@ -171,6 +177,9 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormat,
 }
+
+/// Default of `--worker-threads`.
+pub const DEFAULT_WORKER_THREADS: usize = 0;
 
 /// Seconds a session may go without a request. 600 s: an assistant's task pauses for a
 /// person's reply; a session's upstream connections are cheap to keep that long.

@@ -1,8 +1,7 @@
 //! `capstan-sidecar`: serves a project's composed tool set to the assistant beside it, over a
 //! Unix socket. The wiring lives in the library (`capstan_sidecar::run`).
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    capstan_sidecar::Config::parse_and_run().await?;
+fn main() -> anyhow::Result<()> {
+    capstan_sidecar::Config::parse_and_run()?;
     Ok(())
 }

@@ -73,12 +73,28 @@ pub enum RunError {
     /// Serving the socket failed.
     #[error("serving the socket: {0}")]
     Serve(#[source] std::io::Error),
+    /// The async runtime could not be built.
+    #[error("starting the runtime (CAPSTAN_WORKER_THREADS): {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
 impl Config {
-    /// Parses the command line and environment, then runs the sidecar.
-    pub async fn parse_and_run() -> Result<(), RunError> {
-        run(<Self as clap::Parser>::parse()).await
+    /// Parses the command line and environment, builds the runtime `--worker-threads` asks
+    /// for, and runs the sidecar on it.
+    pub fn parse_and_run() -> Result<(), RunError> {
+        let config = <Self as clap::Parser>::parse();
+        let mut builder = match config.worker_threads {
+            1 => tokio::runtime::Builder::new_current_thread(),
+            threads => {
+                let mut builder = tokio::runtime::Builder::new_multi_thread();
+                if threads > 1 {
+                    builder.worker_threads(threads);
+                }
+                builder
+            }
+        };
+        let runtime = builder.enable_all().build().map_err(RunError::Runtime)?;
+        runtime.block_on(run(config))
     }
 }
 
@@ -113,6 +129,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         skill_cap,
         session_idle_seconds,
         shutdown_grace_seconds,
+        // Read by `parse_and_run`, which built the runtime this runs on.
+        worker_threads: _,
         max_sessions,
         project_header,
         metrics_address,
