@@ -67,9 +67,10 @@ cluster-down: ## Stop the control plane started by cluster-up and delete its sta
 BENCHES := --bench parse --bench select --bench compose --bench plan_token --bench sidecar --bench base_tools --bench controller
 
 .PHONY: bench
-bench: tools ## Benchmarks (release builds; medians and ratios, never asserted)
+bench: tools ## Benchmarks (release builds; medians and ratios, never asserted), written to docs/benchmarks.md
 	$(CARGO) build --profile bench --workspace --bins --benches
-	CAPSTAN_BINARIES_PREBUILT=1 $(CARGO) bench --workspace $(BENCHES)
+	CAPSTAN_BINARIES_PREBUILT=1 $(CARGO) bench --workspace $(BENCHES) | tee target/bench-output.txt
+	scripts/bench-report target/bench-output.txt docs/benchmarks.md
 
 # Coverage-guided fuzzing with libFuzzer (cargo-fuzz). The toolchain is stable: cargo-fuzz's
 # instrumentation flags are nightly-only, which RUSTC_BOOTSTRAP=1 allows. Targets are safe

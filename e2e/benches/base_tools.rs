@@ -74,7 +74,13 @@ fn main() {
     }));
     let _ = plane.stop();
     match result {
-        Ok(report) => println!("{report}"),
+        Ok(report) => {
+            println!(
+                "<!-- bench:base_tools -->\n### Base platform tools (`e2e/benches/base_tools.rs`)\n\n```text"
+            );
+            println!("{}", report.trim());
+            println!("```\n<!-- /bench:base_tools -->");
+        }
         Err(panic) => std::panic::resume_unwind(panic),
     }
 }

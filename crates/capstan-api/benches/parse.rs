@@ -206,6 +206,9 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("capstan-parse-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     println!(
+        "<!-- bench:parse -->\n### Parsing and validation (`crates/capstan-api/benches/parse.rs`)\n\n```text"
+    );
+    println!(
         "capstan-api parse benchmark: medians of {ROUNDS} rounds, each workload in its own process"
     );
     for workload in &WORKLOADS {
@@ -227,4 +230,5 @@ fn main() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+    println!("```\n<!-- /bench:parse -->");
 }

@@ -120,7 +120,10 @@ async fn bench() {
 
     let through = median(through);
     let straight = median(straight);
-    println!("\ncapstan-compose: 3 bindings x 2 MCP servers on loopback, warm document cache");
+    println!(
+        "<!-- bench:compose -->\n### Composition (`crates/capstan-compose/benches/compose.rs`)\n\n```text"
+    );
+    println!("capstan-compose: 3 bindings x 2 MCP servers on loopback, warm document cache");
     println!(
         "full compose ({tools} tools, 6 sessions, 3 knowledge fetches), median of {COMPOSES}: {:.2?}",
         median(composes)
@@ -129,4 +132,5 @@ async fn bench() {
         "tools/call, median of {CALLS} interleaved: through the composer {through:.2?}, direct {straight:.2?}, ratio {:.2}x",
         through.as_secs_f64() / straight.as_secs_f64()
     );
+    println!("```\n<!-- /bench:compose -->");
 }

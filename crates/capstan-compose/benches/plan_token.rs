@@ -70,7 +70,10 @@ fn main() {
     let now = SystemTime::now();
     let expires = now + DEFAULT_PLAN_TTL;
     println!(
-        "\nplan tokens: HMAC-SHA256 over RFC 8785 canonical JSON, medians of {RUNS} interleaved runs"
+        "<!-- bench:plan_token -->\n### Plan tokens (`crates/capstan-compose/benches/plan_token.rs`)\n\n```text"
+    );
+    println!(
+        "plan tokens: HMAC-SHA256 over RFC 8785 canonical JSON, medians of {RUNS} interleaved runs"
     );
     println!(
         "{:>10} {:>12} {:>12} {:>12} {:>14} {:>14}",
@@ -102,4 +105,5 @@ fn main() {
             verify.as_secs_f64() / sign.as_secs_f64()
         );
     }
+    println!("```\n<!-- /bench:plan_token -->");
 }

@@ -82,7 +82,10 @@ fn main() {
     let mut requirements = Requirements::new();
     requirements.insert("search.fresh".into(), Level::Prefer);
     println!(
-        "\nselection per call ({} qualifiers merged, route narrowed, filtered, scored), medians of {RUNS} interleaved runs",
+        "<!-- bench:select -->\n### Route selection (`crates/capstan-route/benches/select.rs`)\n\n```text"
+    );
+    println!(
+        "selection per call ({} qualifiers merged, route narrowed, filtered, scored), medians of {RUNS} interleaved runs",
         qualifiers.len()
     );
     let sets = [candidates(8), candidates(64)];
@@ -111,4 +114,5 @@ fn main() {
         "64 / 8: {:.2}x",
         sixty_four.as_secs_f64() / eight.as_secs_f64()
     );
+    println!("```\n<!-- /bench:select -->");
 }

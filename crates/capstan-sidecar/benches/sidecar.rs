@@ -1,7 +1,22 @@
-//! Sidecar benchmark (`make bench`): `tools/call` through the sidecar against the same rmcp
-//! client calling the demo provider directly — one session, and 32 concurrent sessions —
-//! alternated round by round; then the cold setup of a session with 3 upstreams, and the
-//! sidecar's RSS per open session over 1,000 sessions. Release builds; nothing is asserted.
+//! Sidecar benchmark (`make bench`, `docs/benchmarks.md`): the sidecar's own cost on two
+//! workloads — the demo provider, and a minimal upstream (`echo-upstream`: one tool that
+//! returns its argument), where nothing hides the sidecar's cost. For each, with 3 upstreams
+//! of that kind behind one sidecar:
+//!
+//! - `tools/call` through the sidecar against the same rmcp client calling the upstream
+//!   directly, one session and 32 concurrent sessions, alternated round by round;
+//! - CPU per call of the sidecar and of the upstream (process CPU time over the rounds);
+//! - cold session setup (3 upstreams) against one direct `initialize` + `tools/list`,
+//!   alternated;
+//! - RSS per open session over 1,000 sessions.
+//!
+//! Then a routed call (`cap__web_search`) against the same provider tool by name. Release
+//! builds, medians; nothing is asserted. The report is a markdown section between
+//! `<!-- bench:sidecar -->` markers, which `scripts/bench-report` copies into
+//! `docs/benchmarks.md`.
+//!
+//! CAPSTAN_BENCH_PERF=<file> records a CPU profile of the sidecar (`perf record -g`) during the
+//! minimal upstream's call rounds: `perf report -i <file>` shows where its time goes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,6 +25,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use capstan_demo_provider::harness::EchoUpstream;
 use common::*;
 use rmcp::RoleClient;
 use rmcp::ServiceExt;
@@ -17,7 +33,7 @@ use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use serde_json::json;
+use serde_json::{Value, json};
 
 const ROUNDS: usize = 5;
 const CALLS: usize = 400;
@@ -28,30 +44,46 @@ const OPEN_SESSIONS: usize = 1000;
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
-async fn direct(provider: &DemoProvider) -> Client {
+async fn direct(url: &str) -> Client {
     ClientConfig::default()
         .serve(StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(provider.url("/mcp")),
+            StreamableHttpClientTransportConfig::with_uri(url.to_owned()),
         ))
         .await
         .unwrap()
 }
 
-fn params(name: &str) -> CallToolRequestParams {
+/// Three upstreams of one kind, and the tool the calls go to.
+struct Workload {
+    label: &'static str,
+    urls: Vec<String>,
+    hosts: Vec<String>,
+    pids: Vec<u32>,
+    tool: &'static str,
+    arguments: Value,
+    include: Vec<&'static str>,
+}
+
+fn params(name: &str, arguments: &Value) -> CallToolRequestParams {
     let mut params = CallToolRequestParams::new(name.to_owned());
-    params.arguments = json!({"name": "orders"}).as_object().cloned();
+    params.arguments = arguments.as_object().cloned();
     params
 }
 
 /// Per-call latencies and the wall time of `clients` calling `tool` concurrently.
-async fn run(clients: &[Client], tool: &str, calls_each: usize) -> (Vec<Duration>, Duration) {
+async fn run(
+    clients: &[Client],
+    tool: &str,
+    arguments: &Value,
+    calls_each: usize,
+) -> (Vec<Duration>, Duration) {
     let started = Instant::now();
     let per_client = futures::future::join_all(clients.iter().map(|client| async move {
         let mut latencies = Vec::with_capacity(calls_each);
         for _ in 0..calls_each {
             let t = Instant::now();
-            let result = client.call_tool(params(tool)).await.unwrap();
-            assert_ne!(result.is_error, Some(true));
+            let result = client.call_tool(params(tool, arguments)).await.unwrap();
+            assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
             latencies.push(t.elapsed());
         }
         latencies
@@ -65,28 +97,64 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[index]
 }
 
-/// A workload's label, its calls, direct and through-the-sidecar stats per round, and the
-/// median metered duration of the forwarded call.
-type Row = (&'static str, usize, Vec<Stats>, Vec<Stats>, f64);
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    values[values.len() / 2]
+}
 
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// One round's figures: p50 and p99 (ms), calls per second.
 struct Stats {
-    p50: Duration,
-    p99: Duration,
+    p50: f64,
+    p99: f64,
     throughput: f64,
 }
 
 fn stats(mut latencies: Vec<Duration>, wall: Duration) -> Stats {
     latencies.sort();
     Stats {
-        p50: percentile(&latencies, 0.5),
-        p99: percentile(&latencies, 0.99),
+        p50: ms(percentile(&latencies, 0.5)),
+        p99: ms(percentile(&latencies, 0.99)),
         throughput: latencies.len() as f64 / wall.as_secs_f64(),
     }
 }
 
-fn median_f(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    values[values.len() / 2]
+/// Medians over rounds of one side (direct or through the sidecar) of one load.
+struct Side {
+    p50: f64,
+    p99: f64,
+    throughput: f64,
+}
+
+fn side(rounds: &[Stats]) -> Side {
+    Side {
+        p50: median(rounds.iter().map(|s| s.p50).collect()),
+        p99: median(rounds.iter().map(|s| s.p99).collect()),
+        throughput: median(rounds.iter().map(|s| s.throughput).collect()),
+    }
+}
+
+/// A load (1 or 32 sessions) measured both ways, with CPU per call in µs.
+struct Load {
+    label: &'static str,
+    calls: usize,
+    direct: Side,
+    sidecar: Side,
+    sidecar_cpu_us: f64,
+    upstream_cpu_us_direct: f64,
+    upstream_cpu_us_sidecar: f64,
+}
+
+struct Figures {
+    label: &'static str,
+    loads: Vec<Load>,
+    setup_sidecar_ms: f64,
+    setup_direct_ms: f64,
+    rss_per_session_kib: f64,
+    routed: Option<(f64, f64, usize)>,
 }
 
 fn main() {
@@ -99,73 +167,83 @@ fn main() {
 
 async fn bench() {
     capstan_demo_provider::harness::install_crypto_provider();
-    let providers = [
+    let demo = [
         DemoProvider::start(&[]),
         DemoProvider::start(&[]),
         DemoProvider::start(&[]),
     ];
-    let hosts: Vec<String> = providers.iter().map(DemoProvider::host).collect();
-    let documents = json!([
-        binding(
-            "one",
-            None,
-            "one",
-            &providers[0],
-            &["streams_get", "streams_list"]
-        ),
-        binding(
-            "two",
-            None,
-            "two",
-            &providers[1],
-            &["streams_get", "streams_list"]
-        ),
-        binding(
-            "three",
-            None,
-            "three",
-            &providers[2],
-            &["streams_get", "streams_list"]
-        ),
-    ]);
-    // Binding one also serves cap.web.search (docs_search), and binding two competes for it:
-    // the routed call pays for argument handling, the merge and selection, then forwards.
-    let mut documents = documents;
-    for (index, (cost, quality)) in [(1000, 9000), (4000, 6000)].into_iter().enumerate() {
-        let server = &mut documents[index]["spec"]["tools"]["mcpServers"][0];
-        if let Some(include) = server["toolSelector"]["include"].as_array_mut() {
-            include.push(json!("docs_search"));
-        }
-        server["capabilities"] = json!([{
-            "capabilityId": "cap.web.search", "tool": "docs_search",
-            "costHint": {"baseMicrosUsd": cost}, "quality": quality
-        }]);
+    let echo = [
+        EchoUpstream::start(),
+        EchoUpstream::start(),
+        EchoUpstream::start(),
+    ];
+    let workloads = [
+        Workload {
+            label: "minimal upstream",
+            urls: echo.iter().map(EchoUpstream::url).collect(),
+            hosts: echo.iter().map(EchoUpstream::host).collect(),
+            pids: echo.iter().map(EchoUpstream::pid).collect(),
+            tool: "echo",
+            arguments: json!({"text": "orders"}),
+            include: vec!["echo"],
+        },
+        Workload {
+            label: "demo provider",
+            urls: demo.iter().map(|p| p.url("/mcp")).collect(),
+            hosts: demo.iter().map(DemoProvider::host).collect(),
+            pids: demo.iter().map(DemoProvider::pid).collect(),
+            tool: "streams_get",
+            arguments: json!({"name": "orders"}),
+            include: vec!["streams_get", "streams_list", "docs_search"],
+        },
+    ];
+    let mut figures = Vec::new();
+    for workload in &workloads {
+        figures.push(measure(workload).await);
     }
-    // Metering on, to a file, as in production (one JSON line per provider call); its
-    // durations also split the sidecar's time into the forwarded call and the rest.
-    let sidecar = Sidecar::start(&documents, &hosts, &[]);
-    // CAPSTAN_BENCH_PERF=<file>: record a CPU profile of the sidecar during the call rounds
-    // (`perf report -i <file>` shows where its time goes).
-    let perf = std::env::var("CAPSTAN_BENCH_PERF").ok().map(|out| {
-        std::process::Command::new("perf")
-            .args([
-                "record",
-                "-F",
-                "999",
-                "-g",
-                "-o",
-                &out,
-                "-p",
-                &sidecar.pid().to_string(),
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    });
+    report(&figures);
+}
 
-    // One session, then 32: alternate direct and through-the-sidecar, round by round.
-    let mut rows: Vec<Row> = Vec::new();
+/// The documents of a sidecar in front of `workload`'s three upstreams (servers one, two,
+/// three). With the demo provider, one and two also serve cap.web.search (docs_search) and
+/// compete for it.
+fn documents(workload: &Workload) -> Value {
+    let mut documents = json!(
+        ["one", "two", "three"]
+            .iter()
+            .zip(&workload.urls)
+            .map(|(name, url)| binding_document(name, name, url, &workload.include))
+            .collect::<Vec<_>>()
+    );
+    if workload.include.contains(&"docs_search") {
+        for (index, (cost, quality)) in [(1000, 9000), (4000, 6000)].into_iter().enumerate() {
+            documents[index]["spec"]["tools"]["mcpServers"][0]["capabilities"] = json!([{
+                "capabilityId": "cap.web.search", "tool": "docs_search",
+                "costHint": {"baseMicrosUsd": cost}, "quality": quality
+            }]);
+        }
+    }
+    documents
+}
+
+async fn measure(workload: &Workload) -> Figures {
+    // Metering on, to a file, as in production (one JSON line per provider call).
+    let sidecar = Sidecar::start(&documents(workload), &workload.hosts, &[]);
+    let perf = std::env::var("CAPSTAN_BENCH_PERF")
+        .ok()
+        .filter(|_| workload.label == "minimal upstream")
+        .map(|out| {
+            std::process::Command::new("perf")
+                .args(["record", "-F", "999", "-g", "-o", &out, "-p"])
+                .arg(sidecar.pid().to_string())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        });
+    let upstream = workload.pids[0];
+    let namespaced = format!("one__{}", workload.tool);
+    let mut loads = Vec::new();
     for (label, sessions, calls) in [
         ("1 session", 1, CALLS),
         ("32 sessions", SESSIONS, CALLS_PER_SESSION),
@@ -173,50 +251,98 @@ async fn bench() {
         let mut direct_clients = Vec::new();
         let mut sidecar_clients = Vec::new();
         for _ in 0..sessions {
-            direct_clients.push(direct(&providers[0]).await);
+            direct_clients.push(direct(&workload.urls[0]).await);
             sidecar_clients.push(sidecar.session("bench", None).await);
         }
         // Warm-up.
-        run(&direct_clients, "streams_get", 5).await;
-        run(&sidecar_clients, "one__streams_get", 5).await;
-        let metered_before = sidecar.meter_events().len();
-        let mut through = Vec::new();
-        let mut straight = Vec::new();
+        run(&direct_clients, workload.tool, &workload.arguments, 5).await;
+        run(&sidecar_clients, &namespaced, &workload.arguments, 5).await;
+        let (mut straight, mut through) = (Vec::new(), Vec::new());
+        let (mut sidecar_cpu, mut upstream_direct, mut upstream_through) = (0.0, 0.0, 0.0);
         for _ in 0..ROUNDS {
-            let (l, w) = run(&direct_clients, "streams_get", calls).await;
+            let before = cpu_seconds(upstream);
+            let (l, w) = run(&direct_clients, workload.tool, &workload.arguments, calls).await;
+            upstream_direct += cpu_seconds(upstream) - before;
             straight.push(stats(l, w));
-            let (l, w) = run(&sidecar_clients, "one__streams_get", calls).await;
+            let (before, before_sidecar) = (cpu_seconds(upstream), cpu_seconds(sidecar.pid()));
+            let (l, w) = run(&sidecar_clients, &namespaced, &workload.arguments, calls).await;
+            sidecar_cpu += cpu_seconds(sidecar.pid()) - before_sidecar;
+            upstream_through += cpu_seconds(upstream) - before;
             through.push(stats(l, w));
         }
         for client in direct_clients.into_iter().chain(sidecar_clients) {
             let _ = client.cancel().await;
         }
-        let forwarded = median_f(
-            sidecar.meter_events()[metered_before..]
-                .iter()
-                .filter_map(|event| event["durationMs"].as_f64())
-                .collect(),
-        );
-        rows.push((label, sessions * calls, straight, through, forwarded));
+        let total = (ROUNDS * sessions * calls) as f64;
+        loads.push(Load {
+            label,
+            calls: sessions * calls,
+            direct: side(&straight),
+            sidecar: side(&through),
+            sidecar_cpu_us: sidecar_cpu / total * 1e6,
+            upstream_cpu_us_direct: upstream_direct / total * 1e6,
+            upstream_cpu_us_sidecar: upstream_through / total * 1e6,
+        });
+    }
+    if let Some(mut perf) = perf {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &perf.id().to_string()])
+            .status();
+        let _ = perf.wait();
     }
 
-    // Routed vs namespaced: the same provider tool, called as cap__web_search and as
-    // one__docs_search, alternated call by call in one session.
-    let routed_session = sidecar.session("bench", None).await;
-    let search = |name: &str| {
-        let mut params = CallToolRequestParams::new(name.to_owned());
-        params.arguments = json!({"query": "consumer lag"}).as_object().cloned();
-        params
+    let routed = if workload.include.contains(&"docs_search") {
+        Some(routed_vs_named(&sidecar).await)
+    } else {
+        None
     };
+
+    // Cold session setup: the sidecar's initialize (compose 3 bindings, connect and list 3
+    // upstreams) against one direct initialize + tools/list, alternated.
+    let (mut through_setup, mut direct_setup) = (Vec::new(), Vec::new());
+    for _ in 0..SETUPS {
+        let started = Instant::now();
+        let session = sidecar.session("bench", None).await;
+        through_setup.push(ms(started.elapsed()));
+        let _ = session.cancel().await;
+        let started = Instant::now();
+        let client = direct(&workload.urls[0]).await;
+        client.list_all_tools().await.unwrap();
+        direct_setup.push(ms(started.elapsed()));
+        let _ = client.cancel().await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // RSS per open session.
+    let before = rss_kib(sidecar.pid());
+    let mut open = Vec::with_capacity(OPEN_SESSIONS);
+    for _ in 0..OPEN_SESSIONS {
+        open.push(sidecar.session("bench", None).await);
+    }
+    let after = rss_kib(sidecar.pid());
+    for session in open {
+        let _ = session.cancel().await;
+    }
+    Figures {
+        label: workload.label,
+        loads,
+        setup_sidecar_ms: median(through_setup),
+        setup_direct_ms: median(direct_setup),
+        rss_per_session_kib: (after - before) / OPEN_SESSIONS as f64,
+        routed,
+    }
+}
+
+/// Routed vs namespaced: the same provider tool, called as cap__web_search and as
+/// one__docs_search, alternated call by call in one session. (p50 routed, p50 named, calls
+/// each.)
+async fn routed_vs_named(sidecar: &Sidecar) -> (f64, f64, usize) {
+    let session = sidecar.session("bench", None).await;
+    let query = json!({"query": "consumer lag"});
     for _ in 0..20 {
-        routed_session
-            .call_tool(search("cap__web_search"))
-            .await
-            .unwrap();
-        routed_session
-            .call_tool(search("one__docs_search"))
-            .await
-            .unwrap();
+        for tool in ["cap__web_search", "one__docs_search"] {
+            session.call_tool(params(tool, &query)).await.unwrap();
+        }
     }
     let (mut routed, mut named) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS * CALLS {
@@ -225,95 +351,151 @@ async fn bench() {
             ("one__docs_search", &mut named),
         ] {
             let started = Instant::now();
-            let result = routed_session.call_tool(search(tool)).await.unwrap();
+            let result = session.call_tool(params(tool, &query)).await.unwrap();
             assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
             into.push(started.elapsed());
         }
     }
-    let _ = routed_session.cancel().await;
+    let _ = session.cancel().await;
     routed.sort();
     named.sort();
-    let (routed_p50, named_p50) = (percentile(&routed, 0.5), percentile(&named, 0.5));
-
-    if let Some(mut perf) = perf {
-        let _ = std::process::Command::new("kill")
-            .args(["-INT", &perf.id().to_string()])
-            .status();
-        let _ = perf.wait();
-    }
-
-    // Cold session setup with 3 upstreams: initialize (compose, connect, list) to ready.
-    let mut setups = Vec::new();
-    for _ in 0..SETUPS {
-        let started = Instant::now();
-        let session = sidecar.session("bench", None).await;
-        setups.push(started.elapsed().as_secs_f64() * 1000.0);
-        let _ = session.cancel().await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
-    // RSS per open session.
-    let pid = sidecar.pid();
-    let before = rss_kib(pid);
-    let mut open = Vec::with_capacity(OPEN_SESSIONS);
-    for _ in 0..OPEN_SESSIONS {
-        open.push(sidecar.session("bench", None).await);
-    }
-    let after = rss_kib(pid);
-    for session in open {
-        let _ = session.cancel().await;
-    }
-
-    println!(
-        "\ncapstan-sidecar: tools/call through the sidecar (Unix socket) vs direct to the demo provider (TCP loopback), same rmcp client, medians of {ROUNDS} alternated rounds, metering on"
-    );
-    println!(
-        "{:<12} {:>7} | {:>10} {:>10} {:>11} | {:>10} {:>10} {:>11} | {:>9} {:>9}",
-        "workload",
-        "calls",
-        "direct p50",
-        "p99",
-        "calls/s",
-        "sidecar p50",
-        "p99",
-        "calls/s",
-        "p50 ratio",
-        "tput ratio"
-    );
-    for (label, calls, straight, through, _) in &rows {
-        let med = |v: &[Stats], f: &dyn Fn(&Stats) -> f64| median_f(v.iter().map(f).collect());
-        let d50 = med(straight, &|s| s.p50.as_secs_f64() * 1000.0);
-        let d99 = med(straight, &|s| s.p99.as_secs_f64() * 1000.0);
-        let dt = med(straight, &|s| s.throughput);
-        let s50 = med(through, &|s| s.p50.as_secs_f64() * 1000.0);
-        let s99 = med(through, &|s| s.p99.as_secs_f64() * 1000.0);
-        let st = med(through, &|s| s.throughput);
-        println!(
-            "{label:<12} {calls:>7} | {d50:>8.2}ms {d99:>8.2}ms {dt:>11.0} | {s50:>9.2}ms {s99:>8.2}ms {st:>11.0} | {:>8.2}x {:>8.2}x",
-            s50 / d50,
-            st / dt
-        );
-    }
-    for (label, _, _, _, forwarded) in &rows {
-        println!(
-            "{label}: of the sidecar's time per call, the forwarded call to the provider (metered: schema check, upstream round trip) took a median {forwarded:.2} ms"
-        );
-    }
-    println!(
-        "routed: cap__web_search (2 candidates, selection, forward) p50 {:.3} ms vs one__docs_search (the same provider tool by name) p50 {:.3} ms, {} calls each alternated: {:.3}x",
-        routed_p50.as_secs_f64() * 1000.0,
-        named_p50.as_secs_f64() * 1000.0,
+    (
+        ms(percentile(&routed, 0.5)),
+        ms(percentile(&named, 0.5)),
         routed.len(),
-        routed_p50.as_secs_f64() / named_p50.as_secs_f64()
+    )
+}
+
+/// The figures as a markdown section (`docs/benchmarks.md`), with the goals of issue 18.
+fn report(figures: &[Figures]) {
+    let mut out = String::new();
+    out.push_str("<!-- bench:sidecar -->\n");
+    out.push_str(&format!(
+        "### Sidecar (`crates/capstan-sidecar/benches/sidecar.rs`)\n\n\
+         `tools/call` through the sidecar (Unix socket) against the same rmcp client calling the \
+         upstream directly (TCP loopback); 3 upstreams of the kind behind the sidecar, calls to \
+         the first; metering on (to a file). Medians of {ROUNDS} rounds, direct and sidecar \
+         alternated round by round. CPU per call: the process's CPU time over all rounds of \
+         that side divided by its calls.\n\n"
+    ));
+    out.push_str(
+        "| workload | load | calls/round | direct p50 | p99 | calls/s | sidecar p50 | p99 | calls/s | p50 ratio | throughput ratio | sidecar CPU/call | upstream CPU/call (direct, via sidecar) |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
-    println!(
-        "cold session setup (initialize: compose 3 bindings, connect and list 3 upstreams), median of {SETUPS}: {:.1} ms",
-        median_f(setups)
+    for f in figures {
+        for l in &f.loads {
+            out.push_str(&format!(
+                "| {} | {} | {} | {:.3} ms | {:.3} ms | {:.0} | {:.3} ms | {:.3} ms | {:.0} | {:.2}× | {:.2}× | {:.0} µs | {:.0} µs, {:.0} µs |\n",
+                f.label,
+                l.label,
+                l.calls,
+                l.direct.p50,
+                l.direct.p99,
+                l.direct.throughput,
+                l.sidecar.p50,
+                l.sidecar.p99,
+                l.sidecar.throughput,
+                l.sidecar.p50 / l.direct.p50,
+                l.sidecar.throughput / l.direct.throughput,
+                l.sidecar_cpu_us,
+                l.upstream_cpu_us_direct,
+                l.upstream_cpu_us_sidecar,
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "\n| workload | cold session, 3 upstreams | direct initialize + tools/list, 1 upstream | ratio | RSS per open session ({OPEN_SESSIONS} open) |\n|---|---|---|---|---|\n"
+    ));
+    for f in figures {
+        out.push_str(&format!(
+            "| {} | {:.2} ms | {:.2} ms | {:.2}× | {:.0} KiB |\n",
+            f.label,
+            f.setup_sidecar_ms,
+            f.setup_direct_ms,
+            f.setup_sidecar_ms / f.setup_direct_ms,
+            f.rss_per_session_kib
+        ));
+    }
+    for f in figures {
+        if let Some((routed, named, calls)) = f.routed {
+            out.push_str(&format!(
+                "\nRouted ({}): `cap__web_search` (2 candidates: arguments, merge, selection, forward) p50 {routed:.3} ms against `one__docs_search` (the same provider tool by name) p50 {named:.3} ms, {calls} calls each alternated: {:.3}×.\n",
+                f.label,
+                routed / named
+            ));
+        }
+    }
+    let find = |workload: &str, load: &str| {
+        figures
+            .iter()
+            .filter(|f| f.label == workload)
+            .flat_map(|f| f.loads.iter())
+            .find(|l| l.label == load)
+    };
+    let figure = |workload: &str| figures.iter().find(|f| f.label == workload);
+    out.push_str(
+        "\n#### Goals (issue 18)\n\n| figure | goal | this run | met |\n|---|---|---|---|\n",
     );
-    println!(
-        "sidecar RSS with {OPEN_SESSIONS} open sessions: {:.1} MiB -> {:.1} MiB, {:.1} KiB per session (3 upstream sessions each)",
-        before / 1024.0,
-        after / 1024.0,
-        (after - before) / OPEN_SESSIONS as f64
+    let mut goal =
+        |name: &str, goal: &str, value: Option<f64>, unit: &str, met: &dyn Fn(f64) -> bool| {
+            let (shown, verdict) = value.map_or(("not measured".to_owned(), "—"), |v| {
+                (format!("{v:.2}{unit}"), if met(v) { "yes" } else { "no" })
+            });
+            out.push_str(&format!("| {name} | {goal} | {shown} | {verdict} |\n"));
+        };
+    let p50_ratio = |w| find(w, "1 session").map(|l| l.sidecar.p50 / l.direct.p50);
+    let tput_ratio = |w| find(w, "32 sessions").map(|l| l.sidecar.throughput / l.direct.throughput);
+    goal(
+        "tools/call p50 vs direct, 1 session, minimal upstream",
+        "≤ 1.5×",
+        p50_ratio("minimal upstream"),
+        "×",
+        &|v| v <= 1.5,
     );
+    goal(
+        "throughput vs direct, 32 sessions, minimal upstream",
+        "≥ 0.75×",
+        tput_ratio("minimal upstream"),
+        "×",
+        &|v| v >= 0.75,
+    );
+    let cpu = find("minimal upstream", "32 sessions")
+        .map(|l| l.sidecar_cpu_us / l.upstream_cpu_us_direct.max(f64::MIN_POSITIVE));
+    goal(
+        "sidecar CPU per forwarded call / the upstream's own, minimal upstream, 32 sessions",
+        "≤ 1×",
+        cpu,
+        "×",
+        &|v| v <= 1.0,
+    );
+    goal(
+        "tools/call p50 vs direct, 1 session, demo provider",
+        "≤ 1.2×",
+        p50_ratio("demo provider"),
+        "×",
+        &|v| v <= 1.2,
+    );
+    goal(
+        "throughput vs direct, 32 sessions, demo provider",
+        "≥ 0.95×",
+        tput_ratio("demo provider"),
+        "×",
+        &|v| v >= 0.95,
+    );
+    goal(
+        "RSS per open session (3 upstreams), demo provider",
+        "≤ 128 KiB",
+        figure("demo provider").map(|f| f.rss_per_session_kib),
+        " KiB",
+        &|v| v <= 128.0,
+    );
+    goal(
+        "cold session setup (3 upstreams) / one direct initialize + tools/list, demo provider",
+        "≤ 2×",
+        figure("demo provider").map(|f| f.setup_sidecar_ms / f.setup_direct_ms),
+        "×",
+        &|v| v <= 2.0,
+    );
+    out.push_str("<!-- /bench:sidecar -->\n");
+    println!("\n{out}");
 }
