@@ -69,6 +69,7 @@ BENCHES := --bench parse --bench select --bench compose --bench plan_token --ben
 .PHONY: bench
 bench: tools ## Benchmarks (release builds; medians and ratios, never asserted), written to docs/benchmarks.md
 	$(CARGO) build --profile bench --workspace --bins --benches
+	git describe --always --dirty --exclude '*' > target/bench-commit.txt
 	CAPSTAN_BINARIES_PREBUILT=1 $(CARGO) bench --workspace $(BENCHES) | tee target/bench-output.txt
 	scripts/bench-report target/bench-output.txt docs/benchmarks.md
 
