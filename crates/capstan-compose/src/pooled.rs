@@ -182,13 +182,17 @@ impl StreamableHttpClient for PooledClient {
             .delete_session(uri, session_id, auth_header, custom_headers)
     }
 
+    // No standalone GET stream: it is one more kept-open connection (and rmcp's tasks and
+    // buffers behind it) per upstream session, for server-initiated messages — sampling,
+    // elicitation, logging, list changes — that the sidecar does not consume. Answering as a
+    // server without one makes rmcp skip it (docs/benchmarks.md: RSS per session).
     fn get_stream(
         &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
+        _uri: Arc<str>,
+        _session_id: Option<Arc<str>>,
+        _last_event_id: Option<String>,
+        _auth_header: Option<String>,
+        _custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> impl Future<
         Output = Result<
             BoxStream<'static, Result<sse_stream::Sse, SseError>>,
@@ -196,18 +200,17 @@ impl StreamableHttpClient for PooledClient {
         >,
     > + Send
     + '_ {
-        self.http
-            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+        futures::future::ready(Err(StreamableHttpError::ServerDoesNotSupportSse))
     }
 
     fn get_stream_with_max_sse_event_size(
         &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
+        _uri: Arc<str>,
+        _session_id: Option<Arc<str>>,
+        _last_event_id: Option<String>,
+        _auth_header: Option<String>,
+        _custom_headers: HashMap<HeaderName, HeaderValue>,
+        _max_sse_event_size: usize,
     ) -> impl Future<
         Output = Result<
             BoxStream<'static, Result<sse_stream::Sse, SseError>>,
@@ -215,14 +218,7 @@ impl StreamableHttpClient for PooledClient {
         >,
     > + Send
     + '_ {
-        self.http.get_stream_with_max_sse_event_size(
-            uri,
-            session_id,
-            last_event_id,
-            auth_header,
-            custom_headers,
-            max_sse_event_size,
-        )
+        futures::future::ready(Err(StreamableHttpError::ServerDoesNotSupportSse))
     }
 }
 

@@ -134,8 +134,12 @@ async fn two_projects_should_see_only_their_own_documents() {
     b.cancel().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn ending_a_session_should_close_its_upstream_sessions() {
+/// A demo provider, a sidecar serving StreamCo from it, and a session that has made one call.
+async fn streamco_session_after_one_call() -> (
+    DemoProvider,
+    Sidecar,
+    rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig>,
+) {
     let provider = DemoProvider::start(&[]);
     let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
     let session = sidecar.session("demo-project", None).await;
@@ -143,6 +147,12 @@ async fn ending_a_session_should_close_its_upstream_sessions() {
         .call_tool(call("streamco__streams_list", json!({})))
         .await
         .unwrap();
+    (provider, sidecar, session)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ending_a_session_should_close_its_upstream_sessions() {
+    let (provider, _sidecar, session) = streamco_session_after_one_call().await;
     assert_eq!(upstream_deletes(&provider).await, 0);
     session.cancel().await.unwrap();
     let closed = eventually("the upstream session is closed", || async {
@@ -150,6 +160,30 @@ async fn ending_a_session_should_close_its_upstream_sessions() {
     })
     .await;
     assert_eq!(closed, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_session_should_hold_no_standalone_stream() {
+    let (provider, _sidecar, session) = streamco_session_after_one_call().await;
+    // rmcp would open the stream right after `initialized`; give it time to show.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let requests = provider.requests().await;
+    let on_mcp = |method: &str| {
+        requests
+            .iter()
+            .filter(|r| r["method"] == method && r["path"] == "/mcp")
+            .count()
+    };
+    assert!(
+        on_mcp("POST") >= 3,
+        "initialize, initialized, tools/list, the call: {requests:?}"
+    );
+    assert_eq!(
+        on_mcp("GET"),
+        0,
+        "a standalone GET stream was opened: {requests:?}"
+    );
+    session.cancel().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
