@@ -63,6 +63,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         kubeconfig,
         listen_address,
         status_queue_capacity,
+        status_writes_in_flight,
         resync_seconds,
         write_mode,
         lease_name,
@@ -222,6 +223,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         qualifier_store.clone(),
         leader.clone(),
         metrics.clone(),
+        status_writes_in_flight,
     );
     let worker = tokio::spawn(writer.run(queue_rx));
 
