@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use capstan_e2e::ControlPlane;
 use capstan_e2e::controller::{NAMESPACE, account_kubeconfig, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::{PROJECT_HEADER, SidecarProcess};
+use capstan_e2e::suite::with_plane;
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -64,25 +65,14 @@ fn kubectl(plane: &ControlPlane, args: &[&str], input: Option<&str>) -> String {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let plane = ControlPlane::start("bench-base-tools").unwrap_or_else(|e| panic!("{e}"));
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime.block_on(bench(&plane))
-    }));
-    let _ = plane.stop();
-    match result {
-        Ok(report) => {
-            println!(
-                "<!-- bench:base_tools -->\n### Base platform tools (`e2e/benches/base_tools.rs`)\n\n```text"
-            );
-            println!("{}", report.trim());
-            println!("```\n<!-- /bench:base_tools -->");
-        }
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
+    let report = with_plane("bench-base-tools", |plane, runtime| {
+        runtime.block_on(bench(plane))
+    });
+    println!(
+        "<!-- bench:base_tools -->\n### Base platform tools (`e2e/benches/base_tools.rs`)\n\n```text"
+    );
+    println!("{}", report.trim());
+    println!("```\n<!-- /bench:base_tools -->");
 }
 
 async fn bench(plane: &ControlPlane) -> String {

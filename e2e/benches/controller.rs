@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use capstan_e2e::controller::{ControllerProcess, service_account_kubeconfig};
+use capstan_e2e::suite::with_plane;
 use capstan_e2e::{ControlPlane, FIELD_MANAGER};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
@@ -38,38 +39,23 @@ struct Round {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let plane =
-        ControlPlane::start("bench-controller").unwrap_or_else(|e| panic!("control plane: {e}"));
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let ((rounds, raws), probe) = with_plane("bench-controller", |plane, runtime| {
         runtime.block_on(async {
             // CAPSTAN_BENCH_PROBE_ONLY=1 runs the probe round alone (the write-mode rounds take
             // ~15 min).
             let rounds = if std::env::var_os("CAPSTAN_BENCH_PROBE_ONLY").is_some() {
-                install_crds(&plane).await;
+                open_crds(plane).await;
                 (Vec::new(), Vec::new())
             } else {
-                bench(&plane).await
+                bench(plane).await
             };
-            let probe = probe_round(&plane).await;
-            (rounds, probe)
+            (rounds, probe_round(plane).await)
         })
-    }));
-    let _ = plane.stop();
-    match result {
-        Ok((rounds, probe)) => {
-            println!(
-                "<!-- bench:controller -->\n### Controller (`e2e/benches/controller.rs`)\n\n```text"
-            );
-            report(&rounds.0, &rounds.1);
-            println!("{probe}");
-            println!("```\n<!-- /bench:controller -->");
-        }
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
+    });
+    println!("<!-- bench:controller -->\n### Controller (`e2e/benches/controller.rs`)\n\n```text");
+    report(&rounds, &raws);
+    println!("{probe}");
+    println!("```\n<!-- /bench:controller -->");
 }
 
 /// Seconds between probes in the probe round: 5,000 bindings at 8 at once fit well inside.
@@ -307,13 +293,13 @@ async fn wait_until_settled(plane: &ControlPlane, controller: &ControllerProcess
     }
 }
 
-/// The CRDs, the binding CRD with an open spec schema (so invalid bindings reach the
-/// controller).
-async fn install_crds(plane: &ControlPlane) {
+/// Installs the CRDs, the binding CRD with an open spec schema (so invalid bindings reach the
+/// controller), and returns an admin client.
+async fn open_crds(plane: &ControlPlane) -> kube::Client {
     plane
         .client_with_open_crds()
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Concurrencies the raw status-patch baseline tries.
@@ -355,9 +341,8 @@ async fn raw_status_patches(api: &Api<DynamicObject>, round: usize) -> (Duration
 }
 
 async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<(Duration, usize)>) {
-    install_crds(plane).await;
-    let client = plane.client().await.unwrap_or_else(|e| panic!("{e}"));
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &binding_resource());
+    let client = open_crds(plane).await;
+    let api: Api<DynamicObject> = Api::all_with(client, &binding_resource());
 
     let created = Instant::now();
     apply_all(&api, |index| spec(index, 0)).await;

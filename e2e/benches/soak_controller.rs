@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use capstan_e2e::controller::{ControllerProcess, service_account_kubeconfig};
+use capstan_e2e::suite::with_plane;
 use capstan_e2e::{ControlPlane, FIELD_MANAGER};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
@@ -47,26 +48,17 @@ fn main() {
     let seconds = env_u64("SOAK_CONTROLLER_SECONDS", 300);
     let rate = env_u64("SOAK_CONTROLLER_RATE", 20).max(1);
     let seed = env_u64("SOAK_SEED", fastrand::u64(..));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let plane =
-        ControlPlane::start("soak-controller").unwrap_or_else(|e| panic!("control plane: {e}"));
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime.block_on(soak(&plane, seconds, rate, seed))
-    }));
-    let _ = plane.stop();
-    match result {
-        Ok(failures) if failures.is_empty() => println!("controller soak: no failures"),
-        Ok(failures) => {
-            println!("controller soak FAILED:");
-            for failure in failures {
-                println!("  {failure}");
-            }
-            std::process::exit(1);
+    let failures = with_plane("soak-controller", |plane, runtime| {
+        runtime.block_on(soak(plane, seconds, rate, seed))
+    });
+    if failures.is_empty() {
+        println!("controller soak: no failures");
+    } else {
+        println!("controller soak FAILED:");
+        for failure in failures {
+            println!("  {failure}");
         }
-        Err(panic) => std::panic::resume_unwind(panic),
+        std::process::exit(1);
     }
 }
 

@@ -292,17 +292,7 @@ impl ControllerProcess {
 
     fn memory_mib(&self, field: &str) -> f64 {
         self.pid()
-            .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-            .and_then(|status| {
-                status.lines().find_map(|l| {
-                    l.strip_prefix(field)?
-                        .trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<f64>()
-                        .ok()
-                })
-            })
+            .and_then(|pid| capstan_demo_provider::harness::proc_status_kib(pid, field))
             .map_or(0.0, |kib| kib / 1024.0)
     }
 }

@@ -73,6 +73,20 @@ pub fn run(
     conclusion.exit_code()
 }
 
+/// Runs `body` against a fresh control plane named `suite` on a new multi-threaded runtime,
+/// and always stops the plane; a panic in `body` is raised again once it is down. For the
+/// benchmarks and soaks, which use one plane from start to end (test suites use [`run`]).
+pub fn with_plane<T>(suite: &str, body: impl FnOnce(&ControlPlane, &Runtime) -> T) -> T {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("tokio runtime: {e}"));
+    let plane = ControlPlane::start(suite).unwrap_or_else(|e| panic!("control plane: {e}"));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&plane, &runtime)));
+    let _ = plane.stop();
+    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
 fn start(suite: &str) -> Result<Env, HarnessError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

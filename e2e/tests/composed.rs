@@ -198,14 +198,7 @@ fn healthy_binding(env: &Env) -> Outcome {
         // The probe closed what it opened: the provider saw the session end.
         eventually(
             PATIENCE,
-            || async {
-                provider
-                    .requests()
-                    .await
-                    .iter()
-                    .any(|r| r["method"] == "DELETE" && r["path"] == "/mcp")
-                    .then_some(())
-            },
+            || async { (provider.mcp_requests("DELETE").await > 0).then_some(()) },
             || "the probe's upstream session is closed (DELETE)".to_owned(),
         )
         .await?;

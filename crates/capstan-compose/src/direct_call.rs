@@ -5,8 +5,9 @@
 //! rmcp's client routes every request through its service loop, its transport worker and a task
 //! per response stream, and back; the sidecar benchmark's profile was dominated by those task
 //! switches, and this path cut a forwarded call's latency by a third. The session's lifecycle —
-//! initialize, tools/list, DELETE — stays with rmcp (no standalone GET stream is opened: pooled.rs). Hand-written because rmcp
-//! offers no call that skips its worker; it applies the same limits rmcp does.
+//! initialize, tools/list, DELETE — stays with rmcp (no standalone GET stream is opened:
+//! pooled.rs). Hand-written because rmcp offers no call that skips its worker; it applies the
+//! same limits rmcp does.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -39,9 +40,9 @@ impl DirectCalls {
     /// rmcp's client routes every request through its service loop, its transport worker and
     /// a task per response stream, and back (the sidecar benchmark's profile was dominated by
     /// those task switches; this path cut the forwarded call's latency by a third). The
-    /// session's lifecycle — initialize, tools/list, DELETE — stays with
-    /// rmcp; this sends one request and reads its answer (JSON, or the SSE stream up to the
-    /// response with this request's id), under the same limits rmcp applies.
+    /// session's lifecycle — initialize, tools/list, DELETE — stays with rmcp; this sends one
+    /// request and reads its answer (JSON, or the SSE stream up to the response with this
+    /// request's id), under the same limits rmcp applies.
     pub(crate) async fn call(
         &self,
         tool: &str,

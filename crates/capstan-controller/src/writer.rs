@@ -6,7 +6,7 @@
 //! object whose write is still running waits beside it (a newer one replacing it, as in the
 //! queue) and is decided once that write's answer is known.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -75,8 +75,11 @@ pub struct StatusWriter {
     in_flight: usize,
 }
 
-/// A write the worker started: its object, and what the apiserver answered.
-type Finished = (ObjectKey, Result<Result<DynamicObject, kube::Error>, ()>);
+/// What a started write came to: the apiserver's answer, or the timeout.
+type Answer = Result<Result<DynamicObject, kube::Error>, tokio::time::error::Elapsed>;
+
+/// The writes running: each finishes with its object and its answer.
+type Running = FuturesUnordered<futures::future::BoxFuture<'static, (ObjectKey, Answer)>>;
 
 impl StatusWriter {
     /// A worker comparing against the given caches, writing only while `leader` is true,
@@ -102,18 +105,17 @@ impl StatusWriter {
 
     /// Drains the queue until the task is dropped.
     pub async fn run(mut self, mut queue: StatusReceiver<ObjectKey, DesiredStatus>) {
-        let mut running = FuturesUnordered::new();
-        let mut busy: HashSet<ObjectKey> = HashSet::new();
-        // At most one per running write, so bounded by `in_flight`.
-        let mut waiting: HashMap<ObjectKey, DesiredStatus> = HashMap::new();
+        let mut running = Running::new();
+        // The objects whose write is running, each with the status that arrived for it
+        // meanwhile (the newest), if any: at most `in_flight` entries.
+        let mut busy: HashMap<ObjectKey, Option<DesiredStatus>> = HashMap::new();
         loop {
             tokio::select! {
                 Some((key, answer)) = running.next(), if !running.is_empty() => {
                     let outcome = self.finish(&key, answer);
                     self.metrics.wrote(outcome);
                     debug!(object = %key, ?outcome, "status write finished");
-                    busy.remove(&key);
-                    if let Some(desired) = waiting.remove(&key) {
+                    if let Some(desired) = busy.remove(&key).flatten() {
                         self.start(key, desired, &mut running, &mut busy);
                     }
                 }
@@ -122,10 +124,9 @@ impl StatusWriter {
                     self.metrics
                         .queue_depth
                         .set(i64::try_from(queue.len()).unwrap_or(i64::MAX));
-                    if busy.contains(&key) {
-                        waiting.insert(key, desired);
-                    } else {
-                        self.start(key, desired, &mut running, &mut busy);
+                    match busy.get_mut(&key) {
+                        Some(waiting) => *waiting = Some(desired),
+                        None => self.start(key, desired, &mut running, &mut busy),
                     }
                 }
             }
@@ -137,8 +138,8 @@ impl StatusWriter {
         &mut self,
         key: ObjectKey,
         desired: DesiredStatus,
-        running: &mut FuturesUnordered<futures::future::BoxFuture<'static, Finished>>,
-        busy: &mut HashSet<ObjectKey>,
+        running: &mut Running,
+        busy: &mut HashMap<ObjectKey, Option<DesiredStatus>>,
     ) {
         let observed = match self.decide(&key, &desired) {
             Ok(observed) => observed,
@@ -148,7 +149,7 @@ impl StatusWriter {
                 return;
             }
         };
-        busy.insert(key.clone());
+        busy.insert(key.clone(), None);
         let (client, metrics) = (self.client.clone(), self.metrics.clone());
         running.push(Box::pin(async move {
             let answer = {
@@ -158,7 +159,6 @@ impl StatusWriter {
                     write_status(&client, &key, &observed, &desired),
                 )
                 .await
-                .map_err(|_| ())
             };
             (key, answer)
         }));
@@ -206,11 +206,7 @@ impl StatusWriter {
     }
 
     /// Records what a write's answer means for the next decision about the object.
-    fn finish(
-        &mut self,
-        key: &ObjectKey,
-        answer: Result<Result<DynamicObject, kube::Error>, ()>,
-    ) -> WriteOutcome {
+    fn finish(&mut self, key: &ObjectKey, answer: Answer) -> WriteOutcome {
         match answer {
             Ok(Ok(updated)) => {
                 if let Some(resource_version) =

@@ -271,16 +271,6 @@ fn a_tool_call_in_a_session_should_be_answered_with_json_and_its_headers_checked
     assert_eq!(answer["error"]["code"], -32602, "{body}");
 }
 
-/// The POSTs the provider received on `/mcp`.
-async fn provider_posts(provider: &DemoProvider) -> usize {
-    provider
-        .requests()
-        .await
-        .iter()
-        .filter(|r| r["method"] == "POST" && r["path"] == "/mcp")
-        .count()
-}
-
 fn assert_session_not_found(code: u16, body: &str, what: &str) {
     assert_eq!(code, 404, "{what}: {body}");
     let answer: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
@@ -316,7 +306,7 @@ async fn session_ids_that_are_not_bound_should_be_refused_with_404_before_anythi
         None,
     );
     assert_eq!(code, 204);
-    let before = provider_posts(&provider).await;
+    let before = provider.mcp_requests("POST").await;
     for id in ["made-up-session", ended.as_str()] {
         let headers = headers(id);
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -332,7 +322,7 @@ async fn session_ids_that_are_not_bound_should_be_refused_with_404_before_anythi
         assert_session_not_found(code, &answer, &format!("{id} /v1/composition"));
     }
     // Not one of those requests reached the provider.
-    assert_eq!(provider_posts(&provider).await, before);
+    assert_eq!(provider.mcp_requests("POST").await, before);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -87,8 +87,6 @@ async fn the_typescript_sdk_client_should_initialize_list_read_instructions_and_
     .await;
 }
 
-/// The DELETEs of MCP sessions the provider received (an upstream session closed).
-
 #[tokio::test(flavor = "multi_thread")]
 async fn two_projects_should_see_only_their_own_documents() {
     let provider = DemoProvider::start(&[]);
@@ -168,18 +166,12 @@ async fn an_upstream_session_should_hold_no_standalone_stream() {
     // rmcp would open the stream right after `initialized`; give it time to show.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let requests = provider.requests().await;
-    let on_mcp = |method: &str| {
-        requests
-            .iter()
-            .filter(|r| r["method"] == method && r["path"] == "/mcp")
-            .count()
-    };
     assert!(
-        on_mcp("POST") >= 3,
+        provider.mcp_requests("POST").await >= 3,
         "initialize, initialized, tools/list, the call: {requests:?}"
     );
     assert_eq!(
-        on_mcp("GET"),
+        provider.mcp_requests("GET").await,
         0,
         "a standalone GET stream was opened: {requests:?}"
     );

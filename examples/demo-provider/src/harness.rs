@@ -135,6 +135,15 @@ impl DemoProvider {
             .unwrap_or_else(|e| panic!("decoding the provider's requests: {e}"))
     }
 
+    /// How many `method` requests (POST, GET, DELETE) the provider received on `/mcp`.
+    pub async fn mcp_requests(&self, method: &str) -> usize {
+        self.requests()
+            .await
+            .iter()
+            .filter(|r| r["method"] == method && r["path"] == "/mcp")
+            .count()
+    }
+
     /// The tools named by the `tools/call` requests the provider received, in order.
     pub async fn tool_calls(&self) -> Vec<String> {
         self.requests()
@@ -233,6 +242,20 @@ impl Drop for EchoUpstream {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A memory figure of process `pid` from `/proc/<pid>/status` — `field` is e.g. `VmRSS:` (now)
+/// or `VmHWM:` (peak) — in KiB; `None` once the process is gone.
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        line.strip_prefix(field)?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 /// An HTTP client for talking to test servers (installs the process's TLS provider, which

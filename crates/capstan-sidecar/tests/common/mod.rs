@@ -401,29 +401,12 @@ pub fn call(name: &str, arguments: Value) -> rmcp::model::CallToolRequestParams 
 
 /// The upstream sessions the provider saw closed (DELETE on /mcp).
 pub async fn upstream_deletes(provider: &DemoProvider) -> usize {
-    provider
-        .requests()
-        .await
-        .iter()
-        .filter(|r| r["method"] == "DELETE" && r["path"] == "/mcp")
-        .count()
+    provider.mcp_requests("DELETE").await
 }
 
 /// The resident memory of process `pid`, in KiB (0 when it cannot be read).
 pub fn rss_kib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("VmRSS:")?
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-        })
-        .unwrap_or(0.0)
+    capstan_demo_provider::harness::proc_status_kib(pid, "VmRSS:").unwrap_or(0.0)
 }
 
 /// CPU time process `pid` has used so far (user + system, every thread), in seconds, from
