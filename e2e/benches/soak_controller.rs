@@ -340,6 +340,9 @@ async fn soak(plane: &ControlPlane, seconds: u64, rate: u64, seed: u64) -> Vec<S
     let mut rss = vec![(0u64, controller.rss_mib())];
     let mut peak_depth = 0.0f64;
     let churn_started = Instant::now();
+    // The queue depth is read from /metrics (a curl process) four times a second, not after
+    // every change: at full rate that would spend the machine on curl, not on the churn.
+    let mut depth_read = churn_started;
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while churn_started.elapsed() < Duration::from_secs(seconds) {
@@ -369,14 +372,15 @@ async fn soak(plane: &ControlPlane, seconds: u64, rate: u64, seed: u64) -> Vec<S
             generations += 1;
         }
         *changes.entry(change).or_default() += 1;
-        peak_depth = peak_depth.max(controller.metric("capstan_controller_status_queue_depth"));
+        if depth_read.elapsed() >= Duration::from_millis(250) {
+            depth_read = Instant::now();
+            peak_depth = peak_depth.max(controller.metric("capstan_controller_status_queue_depth"));
+        }
         let secs = churn_started.elapsed().as_secs();
         if secs >= rss.last().map_or(0, |(s, _)| *s) + 30 {
-            rss.push((secs, controller.rss_mib()));
-            println!(
-                "{secs:>4} s: controller RSS {:.1} MiB",
-                controller.rss_mib()
-            );
+            let mib = controller.rss_mib();
+            rss.push((secs, mib));
+            println!("{secs:>4} s: controller RSS {mib:.1} MiB");
         }
         if !controller.is_running() {
             failures.push(format!("the controller exited:\n{}", controller.log_text()));
