@@ -4,12 +4,14 @@
 //!
 //! rmcp's client routes every request through its service loop, its transport worker and a task
 //! per response stream, and back; the sidecar benchmark's profile was dominated by those task
-//! switches, and this path cut a forwarded call's latency by a third. The session's lifecycle —
-//! initialize, tools/list, DELETE — stays with rmcp (no standalone GET stream is opened:
-//! pooled.rs). Hand-written because rmcp offers no call that skips its worker; it applies the
-//! same limits rmcp does.
+//! switches, and this path cut a forwarded call's latency by a third. rmcp opens the session
+//! (initialize, tools/list) and then lets go of it (`upstream.rs`); the calls and the closing
+//! DELETE are sent from here. Hand-written because rmcp offers no call that skips its worker,
+//! and keeping its client alive only to send the DELETE cost most of a session's memory; it
+//! applies the same limits rmcp does.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use futures::StreamExt;
@@ -163,6 +165,33 @@ impl DirectCalls {
             .map_err(|_| malformed("the answer to tools/call is not a tool result".into()))
     }
 }
+
+impl DirectCalls {
+    /// Ends the session: a DELETE, answered or not within [`END_TIMEOUT`]. A server that does
+    /// not let clients end sessions answers 405, which is fine: it ends them itself.
+    pub(crate) async fn end(&self) {
+        self.ending().await;
+    }
+
+    /// The DELETE ending the session, owning what it needs (for a task of its own).
+    pub(crate) fn ending(&self) -> impl Future<Output = ()> + Send + 'static {
+        let request = self
+            .http
+            .delete(&self.url)
+            .header(MCP_SESSION_ID, &self.session)
+            .header(MCP_PROTOCOL_VERSION, &self.version)
+            .timeout(END_TIMEOUT);
+        async move {
+            // Read to the end, so that the connection goes back to the pool.
+            if let Ok(response) = request.send().await {
+                let _ = response.bytes().await;
+            }
+        }
+    }
+}
+
+/// How long the DELETE ending a session may take.
+const END_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The largest answer a direct call reads: rmcp's own limit for a JSON response.
 const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -40,6 +41,9 @@ pub struct PooledClient {
     http: reqwest::Client,
     session: Arc<OnceLock<String>>,
     refused: Arc<OnceLock<AddressRefused>>,
+    /// Set once the session is handed over to direct calls: rmcp's closing DELETE is then
+    /// not sent (the new holder sends its own).
+    keep_session: Arc<AtomicBool>,
 }
 
 type PostResult = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>;
@@ -51,7 +55,13 @@ impl PooledClient {
             http,
             session: Arc::default(),
             refused: Arc::default(),
+            keep_session: Arc::default(),
         }
+    }
+
+    /// From now on, rmcp closing its client does not end the server's session.
+    pub fn keep_session_on_close(&self) {
+        self.keep_session.store(true, Ordering::Release);
     }
 
     /// The guard's refusal of the server's address, if a request failed on one. rmcp keeps
@@ -178,8 +188,15 @@ impl StreamableHttpClient for PooledClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> impl Future<Output = Result<(), StreamableHttpError<Self::Error>>> + Send + '_ {
-        self.http
-            .delete_session(uri, session_id, auth_header, custom_headers)
+        let keep = self.keep_session.load(Ordering::Acquire);
+        async move {
+            if keep {
+                return Ok(());
+            }
+            self.http
+                .delete_session(uri, session_id, auth_header, custom_headers)
+                .await
+        }
     }
 
     // No standalone GET stream: it is one more kept-open connection (and rmcp's tasks and

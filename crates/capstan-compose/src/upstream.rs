@@ -1,7 +1,11 @@
-//! MCP upstreams: one rmcp Streamable HTTP client per `mcpServers[]` entry.
+//! MCP upstreams: one session per `mcpServers[]` entry, opened by rmcp's Streamable HTTP
+//! client and, where the server assigned a session id, then held by Capstan alone
+//! (`direct_call.rs`): rmcp's client keeps a service loop, a transport worker and their
+//! channels per session for as long as it lives, which was most of a sidecar session's memory
+//! (docs/benchmarks.md: RSS per session).
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -56,9 +60,17 @@ pub struct Upstream {
     /// The endpoint URL.
     pub endpoint: String,
     allowed: BTreeSet<String>,
-    client: RunningService<RoleClient, ClientConfig>,
-    direct: Option<DirectCalls>,
+    link: Link,
     closed: AtomicBool,
+}
+
+/// Who holds the session with the upstream.
+enum Link {
+    /// Capstan: calls are POSTed straight to the server and the end is a DELETE
+    /// (`direct_call.rs`); rmcp opened the session and is gone.
+    Direct(DirectCalls),
+    /// rmcp's client: a server that assigned no session id, or a revision without sessions.
+    Rmcp(RunningService<RoleClient, ClientConfig>),
 }
 
 impl std::fmt::Debug for Upstream {
@@ -177,29 +189,32 @@ async fn connect(
         }
     };
     // Direct calls need a session: every revision up to 2025-11-25 has one. A server that
-    // assigned none is called through rmcp only.
+    // assigned none stays with rmcp.
     let version = client
         .peer_info()
         .map(|info| info.protocol_version.as_str().to_owned());
-    let direct = match (pooled.session(), version) {
+    let link = match (pooled.session(), version) {
         (Some(session), Some(version)) if version.as_str() <= SESSION_REVISIONS_UP_TO => {
-            Some(DirectCalls {
+            let direct = DirectCalls {
                 server: server.to_owned(),
                 http,
                 url: checked.url.as_str().to_owned(),
                 session: session.to_owned(),
                 version,
                 next_id: AtomicU64::new(1),
-            })
+            };
+            // rmcp lets go of the session without ending it: the DELETE is Capstan's now.
+            pooled.keep_session_on_close();
+            let _ = tokio::time::timeout(timeout, client.cancel()).await;
+            Link::Direct(direct)
         }
-        _ => None,
+        _ => Link::Rmcp(client),
     };
     let upstream = Upstream {
         server: server.to_owned(),
         endpoint: endpoint.to_owned(),
         allowed,
-        client,
-        direct,
+        link,
         closed: AtomicBool::new(false),
     };
     Ok((upstream, tools))
@@ -224,15 +239,21 @@ impl Upstream {
                 tool: tool.to_owned(),
             });
         }
-        let answer = match &self.direct {
-            Some(direct) if !self.closed.load(std::sync::atomic::Ordering::Acquire) => {
+        let answer = match &self.link {
+            Link::Direct(_) if self.closed.load(Ordering::Acquire) => {
+                return Err(CallError::Unavailable {
+                    server: self.server.clone(),
+                    message: "the session with the server has ended".into(),
+                });
+            }
+            Link::Direct(direct) => {
                 tokio::time::timeout(timeout, direct.call(tool, arguments)).await
             }
-            _ => {
+            Link::Rmcp(client) => {
                 let mut params = CallToolRequestParams::new(tool.to_owned());
                 params.arguments = arguments;
                 tokio::time::timeout(timeout, async {
-                    self.client
+                    client
                         .call_tool(params)
                         .await
                         .map_err(|error| self.classify(tool, &error))
@@ -275,15 +296,31 @@ impl Upstream {
 
     /// Ends the session with the upstream and waits until it is closed.
     pub async fn close(self) {
-        let _ = self.client.cancel().await;
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match self.link {
+            Link::Direct(direct) => direct.end().await,
+            Link::Rmcp(client) => {
+                let _ = client.cancel().await;
+            }
+        }
     }
 
-    /// Ends the session with the upstream without waiting (usable from `Drop`); calls made
-    /// afterwards fail as unavailable.
+    /// Ends the session with the upstream without waiting (usable from `Drop`, on a task of
+    /// the current runtime); calls made afterwards fail as unavailable.
     pub fn shutdown(&self) {
-        self.closed
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.client.cancellation_token().cancel();
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match &self.link {
+            Link::Direct(direct) => {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(direct.ending());
+                }
+            }
+            Link::Rmcp(client) => client.cancellation_token().cancel(),
+        }
     }
 }
 
