@@ -17,7 +17,13 @@ pub const DEFAULT_STATUS_QUEUE_CAPACITY: usize = 16_384;
 /// leaving room for everyone else's requests.
 pub const DEFAULT_STATUS_WRITES_IN_FLIGHT: usize = 32;
 
-/// Seconds between full reconciles. 300 s: the backstop for a dropped update costs one pass
+/// Default of `--reconcile-concurrency`. A reconcile is CPU work (validation) and a hand-off to
+/// the status queue, so more than a few per core buys no speed, and each one waiting to run
+/// is a spawned task: unbounded, the initial sync of 50,000 bindings held 160 MB of them
+/// (docs/benchmarks.md, the large round).
+pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 16;
+
+/// Seconds between full reconciles. 300 s: the backstop for anything missed costs one pass
 /// over the cache every five minutes, and writes nothing when nothing changed.
 pub const DEFAULT_RESYNC_SECONDS: u64 = 300;
 
@@ -42,14 +48,20 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_LISTEN_ADDRESS", default_value = "0.0.0.0:8080")]
     pub listen_address: SocketAddr,
 
-    /// Objects that may wait for a status write at once. Size it above the number of objects
-    /// so a full resync never drops; a dropped update is recovered by the next resync.
+    /// Objects that may wait for a status write at once. An update that finds the queue full is
+    /// dropped and its object reconciled again once the queue has had time to drain; sized
+    /// above the number of objects, a full resync never drops.
     #[arg(long, env = "CAPSTAN_STATUS_QUEUE_CAPACITY", default_value_t = DEFAULT_STATUS_QUEUE_CAPACITY)]
     pub status_queue_capacity: usize,
 
     /// Status writes the controller keeps in flight at once (never two for one object).
     #[arg(long, env = "CAPSTAN_STATUS_WRITES_IN_FLIGHT", default_value_t = DEFAULT_STATUS_WRITES_IN_FLIGHT)]
     pub status_writes_in_flight: usize,
+
+    /// Reconciles running at once; objects waiting for one are kept as names in the
+    /// scheduler.
+    #[arg(long, env = "CAPSTAN_RECONCILE_CONCURRENCY", default_value_t = DEFAULT_RECONCILE_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
+    pub reconcile_concurrency: u16,
 
     /// Seconds between full reconciles of every object (plus up to 10% jitter): the backstop
     /// for anything dropped or missed.

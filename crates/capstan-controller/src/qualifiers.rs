@@ -99,6 +99,8 @@ pub async fn reconcile_qualifiers(
             kind: Kind::Qualifier,
             name: object.name_any(),
         };
+        // A drop is recovered by the next pass (any qualifier change or the resync tick):
+        // qualifiers are few beside the queue's capacity.
         ctx.submit(key, &object.status, status).await?;
     }
     Ok(())

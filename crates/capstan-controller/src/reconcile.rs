@@ -23,7 +23,7 @@ use crate::status::{
     ConditionStatus, DesiredCondition, DesiredStatus, Kind, ObjectKey, ObservedStatus,
     accepted_condition, accepted_with_warnings,
 };
-use crate::status_queue::StatusSender;
+use crate::status_queue::{Sent, StatusSender};
 use crate::writer::write_status;
 
 /// Errors of a reconcile.
@@ -81,12 +81,13 @@ pub struct Context {
 
 impl Context {
     /// Hands `desired` to the status queue (or, in the `every-reconcile` baseline, writes it).
+    /// Returns whether the queue was full and dropped it.
     pub(crate) async fn submit(
         &self,
         key: ObjectKey,
         observed: &ObservedStatus,
         desired: DesiredStatus,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         match self.mode {
             WriteMode::Transitions => {
                 let sent = self.queue.send(key, desired);
@@ -94,12 +95,12 @@ impl Context {
                 self.metrics
                     .queue_depth
                     .set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
-                Ok(())
+                Ok(sent == Sent::Dropped)
             }
-            WriteMode::EveryReconcile if !*self.leader.borrow() => Ok(()),
+            WriteMode::EveryReconcile if !*self.leader.borrow() => Ok(false),
             WriteMode::EveryReconcile => write_status(&self.client, &key, observed, &desired)
                 .await
-                .map(drop)
+                .map(|_| false)
                 .map_err(|source| Error::Write { key, source }),
         }
     }
@@ -107,12 +108,28 @@ impl Context {
     /// The resync interval with up to 10% jitter, so objects created together do not resync
     /// together forever.
     pub(crate) fn resync_interval(&self, name: &str) -> Duration {
-        let jitter_permille = name
-            .bytes()
-            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
-            % 100;
-        self.resync + self.resync.mul_f64(jitter_permille as f64 / 1000.0)
+        self.resync + self.resync.mul_f64(spread(name) as f64 / 1000.0)
     }
+
+    /// When an object whose update the full queue dropped is reconciled again: once the queue
+    /// has likely drained — its depth at a thousand writes a second, faster than one apiserver
+    /// takes them (docs/benchmarks.md), so the retry comes early rather than late —, at least
+    /// a second and at most the resync, spread by name over up to twice that so the dropped
+    /// objects do not all return at once. Without it, a burst larger than the queue (the
+    /// initial sync of a cluster with more objects than `--status-queue-capacity`) would wait
+    /// for the resync to converge.
+    pub(crate) fn retry_after_drop(&self, name: &str) -> Duration {
+        let depth = u64::try_from(self.queue.len()).unwrap_or(u64::MAX);
+        let drain = Duration::from_millis(depth).clamp(Duration::from_secs(1), self.resync);
+        drain + drain.mul_f64(spread(name) as f64 / 100.0)
+    }
+}
+
+/// A number from 0 to 99 fixed by `name`, to spread objects' timers.
+fn spread(name: &str) -> u64 {
+    name.bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+        % 100
 }
 
 /// Reconciles one CapabilityBinding: validates its spec, starts a Composed probe when one is
@@ -194,15 +211,19 @@ pub async fn reconcile_binding(
         conditions: vec![accepted, composed],
         tools,
     };
-    ctx.submit(
-        ObjectKey {
-            kind: Kind::Binding,
-            name: name.clone(),
-        },
-        &binding.status,
-        desired,
-    )
-    .await?;
+    let dropped = ctx
+        .submit(
+            ObjectKey {
+                kind: Kind::Binding,
+                name: name.clone(),
+            },
+            &binding.status,
+            desired,
+        )
+        .await?;
+    if dropped {
+        requeue = requeue.min(ctx.retry_after_drop(&name));
+    }
     Ok(Action::requeue(requeue))
 }
 

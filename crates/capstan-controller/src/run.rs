@@ -11,7 +11,7 @@ use futures::{FutureExt, StreamExt};
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use kube::{Client, Config as KubeConfig, Resource, ResourceExt};
 use prometheus_client::registry::Registry;
 use thiserror::Error;
@@ -64,6 +64,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         listen_address,
         status_queue_capacity,
         status_writes_in_flight,
+        reconcile_concurrency,
         resync_seconds,
         write_mode,
         lease_name,
@@ -183,6 +184,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         None => futures::stream::pending().boxed(),
     };
     let controller = Controller::for_stream_with(binding_events, binding_store.clone(), ())
+        .with_config(controller::Config::default().concurrency(reconcile_concurrency))
         .reconcile_all_on(became_leader(leader.clone()))
         .reconcile_on(probed)
         .graceful_shutdown_on(stop.clone());
