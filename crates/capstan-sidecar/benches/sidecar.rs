@@ -4,7 +4,9 @@
 //! of that kind behind one sidecar:
 //!
 //! - `tools/call` through the sidecar against the same rmcp client calling the upstream
-//!   directly, one session and 32 concurrent sessions, alternated round by round;
+//!   directly, one session and 32 concurrent sessions, alternated round by round; with the
+//!   minimal upstream also through `tcp-hop`, one byte-copying TCP hop: the floor under any
+//!   proxy on this machine;
 //! - CPU per call of the sidecar and of the upstream (process CPU time over the rounds);
 //! - cold session setup (3 upstreams) against one direct `initialize` + `tools/list`,
 //!   alternated;
@@ -14,6 +16,9 @@
 //! builds, medians; nothing is asserted. The report is a markdown section between
 //! `<!-- bench:sidecar -->` markers, which `scripts/bench-report` copies into
 //! `docs/benchmarks.md`.
+//!
+//! CAPSTAN_BENCH_SESSIONS_ONLY=1 measures session setup and memory alone (printed, no report),
+//! for iterating on them.
 //!
 //! CAPSTAN_BENCH_PERF=<file> records a CPU profile of the sidecar (`perf record -g`) during the
 //! minimal upstream's call rounds: `perf report -i <file>` shows where its time goes.
@@ -25,7 +30,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use capstan_demo_provider::harness::EchoUpstream;
+use capstan_demo_provider::harness::{EchoUpstream, TcpHop};
 use common::*;
 use rmcp::RoleClient;
 use rmcp::ServiceExt;
@@ -62,6 +67,9 @@ struct Workload {
     tool: &'static str,
     arguments: Value,
     include: Vec<&'static str>,
+    /// `tcp-hop` in front of the first upstream, if this workload measures the hop: its URL
+    /// and process id.
+    hop: Option<(String, u32)>,
 }
 
 fn params(name: &str, arguments: &Value) -> CallToolRequestParams {
@@ -146,6 +154,8 @@ struct Load {
     sidecar_cpu_us: f64,
     upstream_cpu_us_direct: f64,
     upstream_cpu_us_sidecar: f64,
+    /// Through `tcp-hop` (one byte-copying hop), and the hop's CPU per call in µs.
+    hop: Option<(Side, f64)>,
 }
 
 struct Figures {
@@ -177,6 +187,7 @@ async fn bench() {
         EchoUpstream::start(),
         EchoUpstream::start(),
     ];
+    let hop = TcpHop::start(echo[0].address);
     let workloads = [
         Workload {
             label: "minimal upstream",
@@ -186,6 +197,7 @@ async fn bench() {
             tool: "echo",
             arguments: json!({"text": "orders"}),
             include: vec!["echo"],
+            hop: Some((format!("http://{}/mcp", hop.address), hop.pid())),
         },
         Workload {
             label: "demo provider",
@@ -195,13 +207,28 @@ async fn bench() {
             tool: "streams_get",
             arguments: json!({"name": "orders"}),
             include: vec!["streams_get", "streams_list", "docs_search"],
+            hop: None,
         },
     ];
     let mut figures = Vec::new();
     for workload in &workloads {
         figures.push(measure(workload).await);
     }
+    if sessions_only() {
+        for f in &figures {
+            println!(
+                "{}: cold session {:.2} ms vs direct {:.2} ms; RSS per open session {:.0} KiB",
+                f.label, f.setup_sidecar_ms, f.setup_direct_ms, f.rss_per_session_kib
+            );
+        }
+        return;
+    }
     report(&figures);
+}
+
+/// Whether only session setup and memory are measured (`CAPSTAN_BENCH_SESSIONS_ONLY=1`).
+fn sessions_only() -> bool {
+    std::env::var("CAPSTAN_BENCH_SESSIONS_ONLY").is_ok_and(|v| v == "1")
 }
 
 /// The documents of a sidecar in front of `workload`'s three upstreams (servers one, two,
@@ -244,22 +271,35 @@ async fn measure(workload: &Workload) -> Figures {
     let upstream = workload.pids[0];
     let namespaced = format!("one__{}", workload.tool);
     let mut loads = Vec::new();
-    for (label, sessions, calls) in [
+    let call_loads = [
         ("1 session", 1, CALLS),
         ("32 sessions", SESSIONS, CALLS_PER_SESSION),
-    ] {
+    ];
+    for (label, sessions, calls) in call_loads.into_iter().filter(|_| !sessions_only()) {
         let mut direct_clients = Vec::new();
         let mut sidecar_clients = Vec::new();
+        let mut hop_clients = Vec::new();
         for _ in 0..sessions {
             direct_clients.push(direct(&workload.urls[0]).await);
             sidecar_clients.push(sidecar.session("bench", None).await);
+            if let Some((url, _)) = &workload.hop {
+                hop_clients.push(direct(url).await);
+            }
         }
         // Warm-up.
         run(&direct_clients, workload.tool, &workload.arguments, 5).await;
         run(&sidecar_clients, &namespaced, &workload.arguments, 5).await;
-        let (mut straight, mut through) = (Vec::new(), Vec::new());
+        run(&hop_clients, workload.tool, &workload.arguments, 5).await;
+        let (mut straight, mut through, mut hopped) = (Vec::new(), Vec::new(), Vec::new());
         let (mut sidecar_cpu, mut upstream_direct, mut upstream_through) = (0.0, 0.0, 0.0);
+        let mut hop_cpu = 0.0;
         for _ in 0..ROUNDS {
+            if let Some((_, pid)) = &workload.hop {
+                let before = cpu_seconds(*pid);
+                let (l, w) = run(&hop_clients, workload.tool, &workload.arguments, calls).await;
+                hop_cpu += cpu_seconds(*pid) - before;
+                hopped.push(stats(l, w));
+            }
             let before = cpu_seconds(upstream);
             let (l, w) = run(&direct_clients, workload.tool, &workload.arguments, calls).await;
             upstream_direct += cpu_seconds(upstream) - before;
@@ -270,7 +310,11 @@ async fn measure(workload: &Workload) -> Figures {
             upstream_through += cpu_seconds(upstream) - before;
             through.push(stats(l, w));
         }
-        for client in direct_clients.into_iter().chain(sidecar_clients) {
+        for client in direct_clients
+            .into_iter()
+            .chain(sidecar_clients)
+            .chain(hop_clients)
+        {
             let _ = client.cancel().await;
         }
         let total = (ROUNDS * sessions * calls) as f64;
@@ -282,6 +326,7 @@ async fn measure(workload: &Workload) -> Figures {
             sidecar_cpu_us: sidecar_cpu / total * 1e6,
             upstream_cpu_us_direct: upstream_direct / total * 1e6,
             upstream_cpu_us_sidecar: upstream_through / total * 1e6,
+            hop: (!hopped.is_empty()).then(|| (side(&hopped), hop_cpu / total * 1e6)),
         });
     }
     if let Some(mut perf) = perf {
@@ -291,7 +336,7 @@ async fn measure(workload: &Workload) -> Figures {
         let _ = perf.wait();
     }
 
-    let routed = if workload.include.contains(&"docs_search") {
+    let routed = if workload.include.contains(&"docs_search") && !sessions_only() {
         Some(routed_vs_named(&sidecar).await)
     } else {
         None
@@ -313,13 +358,33 @@ async fn measure(workload: &Workload) -> Figures {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    // RSS per open session.
+    // RSS per open session. CAPSTAN_BENCH_HOLD=<seconds> waits that long before opening them
+    // and again with them open, for a heap profiler to attach (`heaptrack -p <pid>`).
+    let hold = std::env::var("CAPSTAN_BENCH_HOLD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_secs);
+    if let Some(hold) = hold {
+        eprintln!(
+            "{}: sidecar pid {}, holding {hold:?}",
+            workload.label,
+            sidecar.pid()
+        );
+        tokio::time::sleep(hold).await;
+    }
     let before = rss_kib(sidecar.pid());
     let mut open = Vec::with_capacity(OPEN_SESSIONS);
     for _ in 0..OPEN_SESSIONS {
         open.push(sidecar.session("bench", None).await);
     }
     let after = rss_kib(sidecar.pid());
+    if let Some(hold) = hold {
+        eprintln!(
+            "{}: {OPEN_SESSIONS} sessions open, holding {hold:?}",
+            workload.label
+        );
+        tokio::time::sleep(hold).await;
+    }
     for session in open {
         let _ = session.cancel().await;
     }
@@ -401,6 +466,28 @@ fn report(figures: &[Figures]) {
                 l.upstream_cpu_us_direct,
                 l.upstream_cpu_us_sidecar,
             ));
+        }
+    }
+    out.push_str(
+        "\nThe floor under any proxy: the same client through `tcp-hop` (one extra TCP hop that \
+         copies bytes unread) to the same upstream, in the same rounds.\n\n\
+         | workload | load | hop p50 | hop calls/s | hop / direct p50 | sidecar / hop p50 | hop / direct throughput | hop CPU/call |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for f in figures {
+        for l in &f.loads {
+            if let Some((hop, cpu)) = &l.hop {
+                out.push_str(&format!(
+                    "| {} | {} | {:.3} ms | {:.0} | {:.2}× | {:.2}× | {:.2}× | {cpu:.0} µs |\n",
+                    f.label,
+                    l.label,
+                    hop.p50,
+                    hop.throughput,
+                    hop.p50 / l.direct.p50,
+                    l.sidecar.p50 / hop.p50,
+                    hop.throughput / l.direct.throughput,
+                ));
+            }
         }
     }
     out.push_str(&format!(

@@ -244,6 +244,36 @@ impl Drop for EchoUpstream {
     }
 }
 
+/// A running `tcp-hop` on a free loopback port, copying every connection's bytes to `to`:
+/// one network hop and nothing else, for the benchmarks' floor. Stopped on drop.
+pub struct TcpHop {
+    child: Child,
+    /// Where it listens.
+    pub address: SocketAddr,
+}
+
+impl TcpHop {
+    /// Starts it in front of `to`.
+    pub fn start(to: SocketAddr) -> Self {
+        let mut command = Command::new(binary("tcp-hop"));
+        command.args(["--listen", "127.0.0.1:0", "--to", &to.to_string()]);
+        let (child, address) = spawn_listening(command, "tcp-hop");
+        Self { child, address }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for TcpHop {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A memory figure of process `pid` from `/proc/<pid>/status` — `field` is e.g. `VmRSS:` (now)
 /// or `VmHWM:` (peak) — in KiB; `None` once the process is gone.
 pub fn proc_status_kib(pid: u32, field: &str) -> Option<f64> {
