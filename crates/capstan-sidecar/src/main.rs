@@ -1,6 +1,9 @@
 //! `capstan-sidecar`: serves a project's composed tool set to the assistant beside it, over a
 //! Unix socket. The wiring lives in the library (`capstan_sidecar::run`).
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     capstan_sidecar::Config::parse_and_run()?;
     Ok(())
