@@ -1,6 +1,6 @@
 //! Controller benchmark (`make bench`): 5,000 CapabilityBindings, 10% invalid, on a real
 //! control plane. For each write mode — `transitions` (the design) and `every-reconcile` (the
-//! naive baseline), run alternately, three rounds each — it measures:
+//! naive baseline), run alternately, three rounds each (`CAPSTAN_BENCH_ROUNDS`) — it measures:
 //!
 //! - the time from controller start until every binding shows Accepted for its current
 //!   generation (each round bumps every binding's generation first, so every round has 5,000
@@ -10,11 +10,18 @@
 //!   re-lists and reconciles every binding, as a resync does);
 //! - the controller's peak RSS.
 //!
+//! Before each round, the apiserver's own limit: 5,000 raw status patches from one client, as
+//! JSON merge patches and as server-side apply (what the controller writes), at several
+//! concurrencies, the best of each. Progress is counted from a watch, never by polling LISTs.
+//!
 //! Then one round with the Composed probe on, against the demo provider: time until every
 //! binding shows its Composed verdict, status writes, writes over three unchanged probe
-//! rounds, the MCP sessions opened at the provider per probe round, and peak RSS.
+//! rounds, the MCP sessions opened at the provider per probe round, and peak RSS. Then the
+//! large round: 50,000 bindings, time to all Accepted, writes, peak and settled RSS.
 //!
-//! Reports medians and the ratios between the modes. Nothing here is asserted.
+//! Reports medians and the ratios between the modes. Nothing here is asserted. For iterating:
+//! `CAPSTAN_BENCH_ROUNDS` (3), `CAPSTAN_BENCH_NAIVE=0`, `CAPSTAN_BENCH_PROBE=0`,
+//! `CAPSTAN_BENCH_LARGE=0`, `CAPSTAN_BENCH_CONTROLLER_ARGS` (extra controller flags).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
