@@ -13,6 +13,7 @@ pub mod document;
 pub mod parse;
 pub mod patterns;
 pub mod project;
+mod projection;
 pub mod qualifier;
 pub mod validate;
 pub mod wire;

@@ -49,6 +49,11 @@ impl ControlPlane {
         self.url_template.as_deref()
     }
 
+    /// Without a URL template, the configuration of the one cluster every project reads.
+    pub fn cluster_config(&self) -> Option<kube::Config> {
+        self.url_template.is_none().then(|| self.base.clone())
+    }
+
     /// The configuration for `project`'s plane with the sidecar's own credential.
     pub fn config(&self, project: &str) -> Result<kube::Config, String> {
         let mut config = self.base.clone();

@@ -12,6 +12,7 @@ mod change_path;
 mod compose;
 mod composition;
 mod control_plane;
+mod crd_watch;
 mod direct_call;
 mod document;
 mod errors;
@@ -48,6 +49,7 @@ pub use composition::{
     UpstreamStage,
 };
 pub use control_plane::ControlPlane;
+pub use crd_watch::{Slim, WatchCounts, WatchedCluster};
 pub use document::{Document, NamedQualifier, Snapshot};
 pub use errors::{chain_text, find_in_chain};
 pub use fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};

@@ -12,8 +12,9 @@ use std::time::Duration;
 use capstan_api::{CapabilityBinding, CapabilityDocument, Object, Parsed, RouteQualifier};
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use serde_json::json;
+use serde_json::{Value, json};
 use thiserror::Error;
 use tracing::warn;
 
@@ -47,7 +48,7 @@ impl SourceError {
 /// Refuses a project that is not a project name before a source builds a path, a URL or a
 /// cache key from it (`..` would otherwise be a dot-segment the URL parser resolves away).
 /// The sidecar refuses such names first; this keeps every source safe on its own.
-fn check_project(source_kind: &'static str, project: &str) -> Result<(), SourceError> {
+pub(crate) fn check_project(source_kind: &'static str, project: &str) -> Result<(), SourceError> {
     capstan_api::check_project_name(project)
         .map_err(|error| SourceError::new(source_kind, project, error.to_string()))
 }
@@ -314,59 +315,75 @@ impl CrdSource {
             .await
             .map_err(|e| format!("listing RouteQualifiers: {e}"))?
             .items;
-        let items: Vec<serde_json::Value> = list
-            .iter()
-            .map(|object| {
-                json!({
-                    "apiVersion": capstan_api::API_VERSION,
-                    "kind": "RouteQualifier",
-                    "metadata": { "name": object.metadata.name },
-                    "spec": object.data.get("spec").cloned().unwrap_or_default(),
-                })
-            })
-            .collect();
-        let text = serde_json::to_string(&json!({ "items": items })).map_err(|e| e.to_string())?;
-        let parsed = capstan_api::parse(&text).map_err(|e| e.to_string())?;
-        Ok(found_in(parsed, "crd")
-            .qualifiers
-            .into_iter()
-            .map(|(qualifier, name)| (name, qualifier.spec))
-            .collect())
+        qualifiers_of(
+            list.iter()
+                .map(|o| (&o.metadata, o.data.get("spec").cloned().unwrap_or_default())),
+        )
     }
 
     /// The project's bindings as documents, in first-wins order.
     async fn bindings(&self, client: kube::Client) -> Result<Vec<Document>, String> {
         let api: Api<DynamicObject> =
             Api::all_with(client, &ApiResource::erase::<CapabilityBinding>(&()));
-        let mut list = api
+        let list = api
             .list(&ListParams::default())
             .await
             .map_err(|e| format!("listing CapabilityBindings: {e}"))?
             .items;
-        // First wins in creation order, then by name: the controller's probe uses the same
-        // order for collisions.
-        list.sort_by(|a, b| capstan_api::binding::first_wins_order(&a.metadata, &b.metadata));
-        // Each spec goes through the same parse and validation path as the other sources.
-        let items: Vec<serde_json::Value> = list
-            .iter()
-            .map(|object| {
-                json!({
-                    "metadata": { "name": object.metadata.name },
-                    "spec": object.data.get("spec").cloned().unwrap_or_default(),
-                })
-            })
-            .collect();
-        let text = serde_json::to_string(&json!({ "items": items })).map_err(|e| e.to_string())?;
-        let parsed = capstan_api::parse(&text).map_err(|e| e.to_string())?;
-        Ok(found_in(parsed, "crd")
-            .documents
-            .into_iter()
-            .map(|(document, binding)| Document {
-                binding,
-                spec: document.spec,
-            })
-            .collect())
+        documents_of(
+            list.iter()
+                .map(|o| (&o.metadata, o.data.get("spec").cloned().unwrap_or_default())),
+        )
     }
+}
+
+/// CapabilityBindings (metadata and spec) as documents in first-wins order — creation order,
+/// then name, the order the controller's probe uses for collisions —, each spec through the
+/// same parse and validation as every source. Shared by the listing and the watching crd
+/// source (`crd_watch.rs`).
+pub(crate) fn documents_of<'a>(
+    objects: impl Iterator<Item = (&'a ObjectMeta, Value)>,
+) -> Result<Vec<Document>, String> {
+    let mut objects: Vec<(&ObjectMeta, Value)> = objects.collect();
+    objects.sort_by(|a, b| capstan_api::binding::first_wins_order(a.0, b.0));
+    let items: Vec<Value> = objects
+        .into_iter()
+        .map(|(metadata, spec)| json!({ "metadata": { "name": metadata.name }, "spec": spec }))
+        .collect();
+    let text = serde_json::to_string(&json!({ "items": items })).map_err(|e| e.to_string())?;
+    let parsed = capstan_api::parse(&text).map_err(|e| e.to_string())?;
+    Ok(found_in(parsed, "crd")
+        .documents
+        .into_iter()
+        .map(|(document, binding)| Document {
+            binding,
+            spec: document.spec,
+        })
+        .collect())
+}
+
+/// RouteQualifiers (metadata and spec), the valid ones, through the same parse and
+/// validation as every source.
+pub(crate) fn qualifiers_of<'a>(
+    objects: impl Iterator<Item = (&'a ObjectMeta, Value)>,
+) -> Result<Vec<NamedQualifier>, String> {
+    let items: Vec<Value> = objects
+        .map(|(metadata, spec)| {
+            json!({
+                "apiVersion": capstan_api::API_VERSION,
+                "kind": "RouteQualifier",
+                "metadata": { "name": metadata.name },
+                "spec": spec,
+            })
+        })
+        .collect();
+    let text = serde_json::to_string(&json!({ "items": items })).map_err(|e| e.to_string())?;
+    let parsed = capstan_api::parse(&text).map_err(|e| e.to_string())?;
+    Ok(found_in(parsed, "crd")
+        .qualifiers
+        .into_iter()
+        .map(|(qualifier, name)| (name, qualifier.spec))
+        .collect())
 }
 
 impl DocumentSource for CrdSource {

@@ -10,12 +10,10 @@
 //! The spec stays untyped: a spec this version cannot decode must reach validation and be
 //! reported, never stall the watch.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -86,34 +84,7 @@ impl<K> fmt::Debug for Cached<K> {
     }
 }
 
-impl<K: Resource<DynamicType = ()>> Resource for Cached<K> {
-    type DynamicType = ();
-    type Scope = K::Scope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        K::kind(dt)
-    }
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        K::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        K::version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        K::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+capstan_api::resource_projection!(Cached);
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,311 @@
+//! The crd source without a URL template, kept by a watch instead of re-listed.
+//!
+//! Without a template every project reads the one cluster the sidecar's credential points at
+//! (the control plane is the tenancy boundary), so one watch per kind serves every project:
+//! one LIST at start — from the apiserver's watch cache — then events only. A sidecar that
+//! re-listed every binding once per cache TTL cost the apiserver a LIST of the whole set per
+//! pod per minute (docs/plan.md, issue 19).
+//!
+//! What is kept per object is a slim projection: the metadata without managed fields and the
+//! spec as the JSON text the apiserver sent. The snapshot every session composes from is
+//! built from the stores once per change and shared until the next one.
+//!
+//! The cache contract of `cache.rs` holds: a broken watch keeps serving the last good state
+//! (the reflector swaps its store only when a re-list has completed) while it re-lists with
+//! backoff, and until the first sync reads answer as an outage, never as "no capabilities".
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use capstan_api::{CapabilityBinding, RouteQualifier};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::document::Snapshot;
+use crate::read::{ProjectDocuments, ReadOutcome};
+use crate::source::{check_project, documents_of, qualifiers_of};
+
+/// One object as the watch keeps it: metadata (managed fields dropped) and the spec text.
+#[derive(Deserialize)]
+pub struct Slim<K> {
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Option<Box<RawValue>>,
+    #[serde(skip)]
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Slim<K> {
+    fn spec(&self) -> Value {
+        self.spec
+            .as_deref()
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or(Value::Null)
+    }
+}
+
+// Hand-written: a derive would demand `K: Clone`, and `K` is only a marker here.
+impl<K> Clone for Slim<K> {
+    fn clone(&self) -> Self {
+        Self {
+            metadata: self.metadata.clone(),
+            spec: self.spec.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for Slim<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slim")
+            .field("name", &self.metadata.name)
+            .finish_non_exhaustive()
+    }
+}
+
+capstan_api::resource_projection!(Slim);
+
+/// What the watches did, for the sidecar's metrics.
+#[derive(Debug, Default)]
+pub struct WatchCounts {
+    /// Full lists started (the first, and one after every broken watch).
+    pub lists: AtomicU64,
+    /// Watch failures (each followed by a re-list after backoff).
+    pub failures: AtomicU64,
+    /// Objects received, in lists and as events.
+    pub events: AtomicU64,
+}
+
+/// One kind's watch: its store, whether it has synced, whether it is healthy now.
+struct Kept<K: Resource<DynamicType = ()> + 'static> {
+    store: Store<Slim<K>>,
+    synced: AtomicBool,
+    healthy: AtomicBool,
+}
+
+struct Shared {
+    bindings: Kept<CapabilityBinding>,
+    qualifiers: Kept<RouteQualifier>,
+    /// Bumped on every change to either store.
+    version: AtomicU64,
+    /// The snapshot of `version`, built on the first read after a change.
+    built: Mutex<Option<(u64, Arc<Snapshot>)>>,
+    counts: Arc<WatchCounts>,
+    /// Told once both kinds have synced.
+    first_sync: tokio::sync::watch::Sender<bool>,
+}
+
+/// The crd source of a sidecar without a URL template: CapabilityBindings and RouteQualifiers
+/// of the cluster `client` reaches, kept by watches. Stops its watches when dropped.
+pub struct WatchedCluster {
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for WatchedCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchedCluster")
+            .field("version", &self.shared.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WatchedCluster {
+    /// Starts both watches with `client` (on the current runtime).
+    pub fn start(client: kube::Client) -> Self {
+        let (bindings_writer, qualifiers_writer) = (
+            reflector::store::Writer::default(),
+            reflector::store::Writer::default(),
+        );
+        let shared = Arc::new(Shared {
+            bindings: Kept {
+                store: bindings_writer.as_reader(),
+                synced: AtomicBool::new(false),
+                healthy: AtomicBool::new(false),
+            },
+            qualifiers: Kept {
+                store: qualifiers_writer.as_reader(),
+                synced: AtomicBool::new(false),
+                healthy: AtomicBool::new(false),
+            },
+            version: AtomicU64::new(0),
+            built: Mutex::new(None),
+            counts: Arc::default(),
+            first_sync: tokio::sync::watch::channel(false).0,
+        });
+        let tasks = vec![
+            tokio::spawn(keep(
+                Api::all(client.clone()),
+                bindings_writer,
+                shared.clone(),
+                |shared| &shared.bindings,
+            )),
+            tokio::spawn(keep(
+                Api::all(client),
+                qualifiers_writer,
+                shared.clone(),
+                |shared| &shared.qualifiers,
+            )),
+        ];
+        Self { shared, tasks }
+    }
+
+    /// Whether both kinds have been listed once.
+    pub fn synced(&self) -> bool {
+        self.shared.bindings.synced.load(Ordering::Acquire)
+            && self.shared.qualifiers.synced.load(Ordering::Acquire)
+    }
+
+    /// Becomes true once both kinds have been listed once.
+    pub fn first_sync(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shared.first_sync.subscribe()
+    }
+
+    /// What the watches did so far (kept current; for metrics).
+    pub fn counts(&self) -> Arc<WatchCounts> {
+        self.shared.counts.clone()
+    }
+
+    /// The snapshot of the stores as they are, built once per change.
+    fn snapshot(&self) -> Arc<Snapshot> {
+        let shared = &self.shared;
+        let version = shared.version.load(Ordering::Acquire);
+        if let Ok(built) = shared.built.lock()
+            && let Some((at, snapshot)) = built.as_ref()
+            && *at == version
+        {
+            return snapshot.clone();
+        }
+        let bindings = shared.bindings.store.state();
+        let documents = documents_of(bindings.iter().map(|o| (&o.metadata, o.spec())))
+            .unwrap_or_else(|error| {
+                warn!(%error, "watched CapabilityBindings could not be read");
+                Vec::new()
+            });
+        // Qualifiers that cannot be read are not "no qualifiers": routed calls are refused
+        // until they can be (the providers' own tools are unaffected).
+        let (qualifiers, qualifiers_error) = if shared.qualifiers.synced.load(Ordering::Acquire) {
+            let qualifiers = shared.qualifiers.store.state();
+            match qualifiers_of(qualifiers.iter().map(|o| (&o.metadata, o.spec()))) {
+                Ok(qualifiers) => (qualifiers, None),
+                Err(error) => (Vec::new(), Some(error)),
+            }
+        } else {
+            (
+                Vec::new(),
+                Some("RouteQualifiers have not been read yet".to_owned()),
+            )
+        };
+        let snapshot = Arc::new(Snapshot {
+            documents,
+            qualifiers,
+            qualifiers_error,
+        });
+        if let Ok(mut built) = shared.built.lock() {
+            *built = Some((version, snapshot.clone()));
+        }
+        snapshot
+    }
+}
+
+impl Drop for WatchedCluster {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl ProjectDocuments for WatchedCluster {
+    fn read<'a>(&'a self, project: &'a str) -> BoxFuture<'a, (Arc<Snapshot>, ReadOutcome)> {
+        Box::pin(async move {
+            if let Err(error) = check_project("crd", project) {
+                warn!(%error, "capability documents unavailable; composing built-ins only");
+                return (Arc::new(Snapshot::default()), ReadOutcome::Error);
+            }
+            if !self.shared.bindings.synced.load(Ordering::Acquire) {
+                warn!(
+                    project,
+                    "CapabilityBindings have not been read yet; composing built-ins only"
+                );
+                return (Arc::new(Snapshot::default()), ReadOutcome::Error);
+            }
+            let snapshot = self.snapshot();
+            let outcome = if !self.shared.bindings.healthy.load(Ordering::Acquire) {
+                ReadOutcome::StaleServed
+            } else if snapshot.is_empty() {
+                ReadOutcome::Empty
+            } else {
+                ReadOutcome::Hit
+            };
+            (snapshot, outcome)
+        })
+    }
+}
+
+/// Runs one kind's reflector for as long as the source lives, noting syncs, health and
+/// changes in `shared`.
+async fn keep<K>(
+    api: Api<Slim<K>>,
+    writer: reflector::store::Writer<Slim<K>>,
+    shared: Arc<Shared>,
+    kept: fn(&Shared) -> &Kept<K>,
+) where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    let config = watcher::Config::default().any_semantic();
+    let events = reflector::reflector(
+        writer,
+        watcher(api, config).modify(|object: &mut Slim<K>| {
+            object.metadata.managed_fields = None;
+        }),
+    )
+    .default_backoff();
+    let mut events = std::pin::pin!(events);
+    let kind = K::kind(&());
+    while let Some(event) = events.next().await {
+        let this = kept(&shared);
+        match event {
+            Ok(watcher::Event::Init) => {
+                shared.counts.lists.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(watcher::Event::InitApply(_)) => {
+                shared.counts.events.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(watcher::Event::InitDone) => {
+                this.healthy.store(true, Ordering::Release);
+                shared.version.fetch_add(1, Ordering::AcqRel);
+                if !this.synced.swap(true, Ordering::AcqRel) {
+                    info!(%kind, count = this.store.len(), "first sync");
+                }
+                if shared.bindings.synced.load(Ordering::Acquire)
+                    && shared.qualifiers.synced.load(Ordering::Acquire)
+                {
+                    shared.first_sync.send_replace(true);
+                }
+            }
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                this.healthy.store(true, Ordering::Release);
+                shared.counts.events.fetch_add(1, Ordering::Relaxed);
+                shared.version.fetch_add(1, Ordering::AcqRel);
+            }
+            Err(error) => {
+                if this.healthy.swap(false, Ordering::AcqRel) {
+                    warn!(%kind, %error, "watch failed; serving the last good state while it re-lists");
+                }
+                shared.counts.failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
