@@ -1,15 +1,21 @@
 //! The composer's CRD source on a real apiserver: CapabilityBindings listed with the
 //! sidecar's credential (a service account bound to `config/rbac/sidecar.yaml`, nothing
 //! more), in creation order, through the same validation as the other sources, and through a
-//! control-plane URL template.
+//! control-plane URL template; without a template, kept by a watch (`crd_watch.rs`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_compose::{CachedSource, CrdSource, DocumentSource, ReadOutcome as CacheOutcome};
+use std::sync::atomic::Ordering;
+
+use capstan_compose::{
+    CachedSource, CrdSource, DocumentSource, ProjectDocuments, ReadOutcome as CacheOutcome,
+    WatchedCluster,
+};
 use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
-use capstan_e2e::suite::{Env, Outcome, check, trial};
+use capstan_e2e::sidecar::SidecarProcess;
+use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
 use capstan_e2e::{FIELD_MANAGER, HarnessError};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -32,6 +38,18 @@ fn main() -> ExitCode {
             trial(
                 "crd_source_should_reach_each_projects_control_plane_through_the_url_template",
                 follows_the_url_template,
+            ),
+            trial(
+                "the_watched_crd_source_should_see_creates_changes_and_deletes_without_listing_again",
+                watches_changes,
+            ),
+            trial(
+                "the_watched_crd_source_should_never_serve_empty_before_its_first_sync_or_across_an_apiserver_restart",
+                survives_outages,
+            ),
+            trial(
+                "a_sidecar_with_the_crd_source_should_report_ready_only_after_its_first_sync",
+                ready_after_first_sync,
             ),
         ],
     )
@@ -193,6 +211,42 @@ fn reads_as_the_sidecar(env: &Env) -> Outcome {
             .map(|d| d.binding.as_str())
             .collect();
         check(names == ["as-sidecar"], || format!("documents {names:?}"))?;
+        // Without a template the sidecar watches: the documented rule allows that too.
+        let watched = WatchedCluster::start(
+            kube::Client::try_from(account_config(env, "capstan-sidecar").await?)
+                .map_err(|e| e.to_string())?,
+        );
+        synced(&watched).await?;
+        let watched_documents = watched_names(&watched).await;
+        check(watched_documents == ["as-sidecar"], || {
+            format!("watched documents {watched_documents:?}")
+        })?;
+        // And the watch itself is allowed: a new binding arrives as an event. (Listing alone
+        // would sync too, then fail every watch and fall back to re-listing.)
+        let lists = watched.counts().lists.load(Ordering::Relaxed);
+        apply(env, "as-sidecar-later", true).await?;
+        eventually(
+            WATCH_BOUND,
+            || async {
+                watched_names(&watched)
+                    .await
+                    .contains(&"as-sidecar-later".to_owned())
+                    .then_some(())
+            },
+            || "as-sidecar-later not shown".to_owned(),
+        )
+        .await?;
+        let (relists, failures) = (
+            watched.counts().lists.load(Ordering::Relaxed) - lists,
+            watched.counts().failures.load(Ordering::Relaxed),
+        );
+        check(relists == 0 && failures == 0, || {
+            format!("the sidecar's watch: {failures} failures, {relists} re-lists")
+        })?;
+        bindings(env)
+            .delete("as-sidecar-later", &DeleteParams::default())
+            .await
+            .map_err(|e| format!("deleting as-sidecar-later: {e}"))?;
         // The list went out as the sidecar's account, not the admin's.
         let sidecar = format!("system:serviceaccount:{NAMESPACE}:capstan-sidecar");
         let lists = binding_lists(env);
@@ -216,6 +270,16 @@ fn reads_as_the_sidecar(env: &Env) -> Outcome {
                     documents.documents.len()
                 )
             },
+        )?;
+        let unbound_watch = WatchedCluster::start(
+            kube::Client::try_from(account_config(env, "unbound-sidecar").await?)
+                .map_err(|e| e.to_string())?,
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (documents, outcome) = unbound_watch.read("demo-project").await;
+        check(
+            !unbound_watch.synced() && documents.is_empty() && outcome == CacheOutcome::Error,
+            || format!("unbound account, watched: {outcome:?}"),
         )?;
         let unbound_user = format!("system:serviceaccount:{NAMESPACE}:unbound-sidecar");
         check(binding_lists(env).contains(&(unbound_user, 403)), || {
@@ -315,5 +379,248 @@ fn follows_the_url_template(env: &Env) -> Outcome {
             .await
             .map_err(|e| format!("deleting routed: {e}"))?;
         Ok(())
+    })
+}
+
+/// How long a watched change may take to show. A bound on waiting, not a latency claim (the
+/// benchmark measures that).
+const WATCH_BOUND: Duration = Duration::from_secs(5);
+
+/// Waits for `watched`'s first sync.
+async fn synced(watched: &WatchedCluster) -> Result<(), libtest_mimic::Failed> {
+    let mut first = watched.first_sync();
+    tokio::time::timeout(Duration::from_secs(30), first.wait_for(|synced| *synced))
+        .await
+        .map_err(|_| "the watch did not sync within 30 s".to_owned())?
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The bindings a session composing now would get.
+async fn watched_names(watched: &WatchedCluster) -> Vec<String> {
+    let (snapshot, _) = watched.read("p").await;
+    snapshot
+        .documents
+        .iter()
+        .map(|d| d.binding.clone())
+        .collect()
+}
+
+fn watches_changes(env: &Env) -> Outcome {
+    env.runtime.block_on(async {
+        let watched = WatchedCluster::start(env.client.clone());
+        synced(&watched).await?;
+        let lists = watched.counts().lists.load(Ordering::Relaxed);
+        let shows = |present: bool| {
+            let watched = &watched;
+            async move {
+                eventually(
+                    WATCH_BOUND,
+                    || async move {
+                        (watched_names(watched).await.contains(&"watched".to_owned()) == present)
+                            .then_some(())
+                    },
+                    || format!("binding \"watched\" shown: expected {present}"),
+                )
+                .await
+            }
+        };
+        apply(env, "watched", true).await?;
+        shows(true).await?;
+        // Changed to an invalid spec: it leaves the composition; fixed: it is back.
+        apply(env, "watched", false).await?;
+        shows(false).await?;
+        apply(env, "watched", true).await?;
+        shows(true).await?;
+        bindings(env)
+            .delete("watched", &DeleteParams::default())
+            .await
+            .map_err(|e| format!("deleting watched: {e}"))?;
+        shows(false).await?;
+        let relists = watched.counts().lists.load(Ordering::Relaxed) - lists;
+        check(relists == 0, || {
+            format!("{relists} LISTs after the first sync: changes should arrive as events")
+        })
+    })
+}
+
+fn survives_outages(env: &Env) -> Outcome {
+    let watched = env.runtime.block_on(async {
+        // Started while nothing answers at the address: not synced, and reads are an outage
+        // (the reason is logged), never "this project has no capabilities".
+        let mut config = admin_config(env).await?;
+        config.cluster_url = "https://127.0.0.1:9".parse().map_err(|e| format!("{e}"))?;
+        let down =
+            WatchedCluster::start(kube::Client::try_from(config).map_err(|e| e.to_string())?);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (snapshot, outcome) = down.read("p").await;
+        check(
+            !down.synced() && outcome == CacheOutcome::Error && snapshot.is_empty(),
+            || format!("before a first sync: {outcome:?}"),
+        )?;
+        drop(down);
+
+        apply(env, "survivor", true).await?;
+        let watched = WatchedCluster::start(env.client.clone());
+        synced(&watched).await?;
+        eventually(
+            WATCH_BOUND,
+            || async {
+                watched_names(&watched)
+                    .await
+                    .contains(&"survivor".to_owned())
+                    .then_some(())
+            },
+            || "survivor not shown".to_owned(),
+        )
+        .await?;
+        Ok::<_, libtest_mimic::Failed>(watched)
+    })?;
+    env.plane.restart_apiserver().map_err(|e| e.to_string())?;
+    env.runtime.block_on(async {
+        // Right after the restart the watch is broken or re-listing: the last good state is
+        // still served.
+        let (snapshot, outcome) = watched.read("p").await;
+        let names: Vec<&str> = snapshot.documents.iter().map(|d| d.binding.as_str()).collect();
+        check(names.contains(&"survivor"), || {
+            format!("after an apiserver restart: {outcome:?}, {names:?}")
+        })?;
+        // The watch comes back on its own: a binding created now is seen.
+        let client = env.plane.client().await.map_err(|e| e.to_string())?;
+        let api: Api<DynamicObject> =
+            Api::all_with(client, &ApiResource::erase::<capstan_api::CapabilityBinding>(&()));
+        let object = json!({
+            "apiVersion": capstan_api::API_VERSION, "kind": "CapabilityBinding",
+            "metadata": { "name": "after-restart" },
+            "spec": { "serviceRef": { "name": "after-restart" }, "serviceName": "after-restart.example",
+                      "serviceAgentRef": { "name": "agent" }, "configurationVersion": "v1" },
+        });
+        api.patch("after-restart", &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&object))
+            .await
+            .map_err(|e| format!("applying after-restart: {e}"))?;
+        eventually(
+            Duration::from_secs(30),
+            || async {
+                watched_names(&watched)
+                    .await
+                    .contains(&"after-restart".to_owned())
+                    .then_some(())
+            },
+            || "a binding created after the restart was not seen".to_owned(),
+        )
+        .await?;
+        for name in ["survivor", "after-restart"] {
+            api.delete(name, &DeleteParams::default())
+                .await
+                .map_err(|e| format!("deleting {name}: {e}"))?;
+        }
+        Ok(())
+    })
+}
+
+/// The admin kube config of the test plane.
+async fn admin_config(env: &Env) -> Result<kube::Config, libtest_mimic::Failed> {
+    let kubeconfig =
+        Kubeconfig::read_from(env.plane.kubeconfig()).map_err(|e| format!("kubeconfig: {e}"))?;
+    Ok(
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| format!("kubeconfig: {e}"))?,
+    )
+}
+
+/// The HTTP status and body of a GET on `address` (status 0 when nothing answers).
+fn http_get(address: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+        return (0, String::new());
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
+}
+
+fn http_status(address: &str, path: &str) -> u16 {
+    http_get(address, path).0
+}
+
+/// A loopback address nothing listens on yet.
+fn free_address() -> Result<String, libtest_mimic::Failed> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(listener
+        .local_addr()
+        .map_err(|e| e.to_string())?
+        .to_string())
+}
+
+fn ready_after_first_sync(env: &Env) -> Outcome {
+    // The same kubeconfig with a server nothing answers at.
+    let text = std::fs::read_to_string(env.plane.kubeconfig()).map_err(|e| e.to_string())?;
+    let dead: String = text
+        .lines()
+        .map(|line| match line.trim_start().strip_prefix("server: ") {
+            Some(_) => "    server: https://127.0.0.1:9".to_owned(),
+            None => line.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let dead_path = env.plane.state_dir().join("kubeconfig-unreachable");
+    std::fs::write(&dead_path, dead).map_err(|e| e.to_string())?;
+
+    let (down_address, up_address) = (free_address()?, free_address()?);
+    let down = SidecarProcess::start(
+        &env.plane,
+        &dead_path,
+        "unsynced",
+        &[("CAPSTAN_METRICS_ADDRESS", down_address.as_str())],
+    )
+    .map_err(|e| e.to_string())?;
+    let up = SidecarProcess::start(
+        &env.plane,
+        env.plane.kubeconfig(),
+        "synced",
+        &[("CAPSTAN_METRICS_ADDRESS", up_address.as_str())],
+    )
+    .map_err(|e| e.to_string())?;
+    env.runtime.block_on(eventually(
+        Duration::from_secs(30),
+        || async { (http_status(&up_address, "/readyz") == 200).then_some(()) },
+        || format!("the synced sidecar is not ready:\n{}", up.log_text()),
+    ))?;
+    // Its watches listed each kind once, and report it.
+    let (_, metrics) = http_get(&up_address, "/metrics");
+    check(
+        metrics.contains("capstan_sidecar_crd_lists_total 2"),
+        || {
+            format!(
+                "crd metrics of the synced sidecar:\n{}",
+                metrics
+                    .lines()
+                    .filter(|l| l.contains("crd_"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )
+        },
+    )?;
+    // Serving, alive, but not ready: it has never read the bindings.
+    let (ready, alive) = (
+        http_status(&down_address, "/readyz"),
+        http_status(&down_address, "/healthz"),
+    );
+    check(ready == 503 && alive == 200, || {
+        format!(
+            "unsynced sidecar: /readyz {ready}, /healthz {alive}\n{}",
+            down.log_text()
+        )
     })
 }

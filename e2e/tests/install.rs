@@ -549,8 +549,11 @@ fn assistant_example(env: &Env) -> Outcome {
         &[
             ("list", "capabilitybindings", "", "", true),
             ("list", "routequalifiers", "", "", true),
+            // The crd source without a URL template keeps both with a watch.
+            ("watch", "capabilitybindings", "", "", true),
+            ("watch", "routequalifiers", "", "", true),
             ("get", "capabilitybindings", "", "", false),
-            ("watch", "capabilitybindings", "", "", false),
+            ("create", "capabilitybindings", "", "", false),
             ("get", "secrets", "", "assistants", false),
             ("list", "pods", "", "assistants", false),
         ],

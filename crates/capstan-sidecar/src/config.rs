@@ -96,11 +96,12 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_PLAN_TOKEN_TTL_SECONDS", default_value_t = capstan_compose::DEFAULT_PLAN_TTL.as_secs())]
     pub plan_token_ttl_seconds: u64,
 
-    /// Seconds a project's bindings are cached (source `crd`).
+    /// Seconds a project's bindings are cached (source `crd` with a URL template; without one
+    /// they are watched).
     #[arg(long, env = "CAPABILITY_CRD_CACHE_TTL_SECONDS", default_value_t = capstan_compose::DEFAULT_TTL.as_secs())]
     pub crd_cache_ttl_seconds: u64,
 
-    /// Projects cached at most (source `crd`).
+    /// Projects cached at most (source `crd` with a URL template).
     #[arg(long, env = "CAPABILITY_CRD_CACHE_CAPACITY", default_value_t = capstan_compose::DEFAULT_CAPACITY)]
     pub crd_cache_capacity: usize,
 

@@ -1,7 +1,13 @@
 //! The sidecar's Prometheus metrics.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use capstan_compose::WatchCounts;
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -52,6 +58,41 @@ pub struct Metrics {
     pub route_decisions: Family<RouteLabel, Counter>,
     /// Candidates excluded from routed calls, by reason.
     pub route_exclusions: Family<ExclusionLabel, Counter>,
+}
+
+/// The crd source's watches (`capstan_compose::WatchedCluster`), read at each scrape.
+#[derive(Debug)]
+pub struct WatchMetrics(pub Arc<WatchCounts>);
+
+impl Collector for WatchMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for (name, help, value) in [
+            (
+                "capstan_sidecar_crd_lists",
+                "Full LISTs the crd source's watches issued (the first, and one after each failed watch)",
+                &self.0.lists,
+            ),
+            (
+                "capstan_sidecar_crd_watch_failures",
+                "Failures of the crd source's watches, each followed by a re-list after backoff",
+                &self.0.failures,
+            ),
+            (
+                "capstan_sidecar_crd_objects_received",
+                "Objects the crd source's watches received, in lists and as events",
+                &self.0.events,
+            ),
+        ] {
+            let counter = ConstCounter::new(value.load(Ordering::Relaxed));
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
 }
 
 impl Metrics {

@@ -9,6 +9,7 @@ use axum::http::HeaderName;
 use capstan_compose::{
     CachedSource, ChangePath, Composer, ControlPlane, CrdSource, FixtureSource, HttpSource,
     KeyError, Limits, PlanKeys, ProjectDocuments, SetupError, SourceError, Uncached,
+    WatchedCluster,
 };
 use capstan_process::{AdminError, LoggingError, Readiness, Shutdown, init_logging, serve_admin};
 use prometheus_client::registry::Registry;
@@ -20,7 +21,7 @@ use crate::compose::{BaseToolsSetup, ProjectComposer};
 use crate::config::{BaseToolsMode, Config, SourceKind};
 use crate::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
 use crate::metering::Meter;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, WatchMetrics};
 use crate::server::router;
 use crate::sessions::Sessions;
 use crate::socket::{self, SocketError};
@@ -153,6 +154,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     }
     .map(|config| ControlPlane::new(config, crd_url_template.clone()));
 
+    // Ready at once, except with a watched crd source: once it has listed.
+    let readiness = Readiness::new();
+    let mut watch_counts = None;
+    if source != SourceKind::Crd {
+        readiness.set_ready();
+    }
     let documents: Arc<dyn ProjectDocuments> = match source {
         SourceKind::Fixture => {
             let path = docs_fixture.ok_or_else(|| {
@@ -182,11 +189,33 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             let plane = plane.clone().ok_or_else(|| {
                 RunError::Settings("CAPABILITY_SOURCE=crd needs a control plane".into())
             })?;
-            Arc::new(CachedSource::new(
-                Arc::new(CrdSource::from_plane(plane)),
-                Duration::from_secs(crd_cache_ttl_seconds),
-                crd_cache_capacity,
-            ))
+            match plane.cluster_config() {
+                // One cluster for every project: one watch serves them all
+                // (capstan-compose crd_watch.rs); ready once it has listed.
+                Some(config) => {
+                    let client = kube::Client::try_from(config).map_err(|e| {
+                        RunError::Settings(format!("the crd source's cluster: {e}"))
+                    })?;
+                    let watched = WatchedCluster::start(client);
+                    watch_counts = Some(watched.counts());
+                    let mut synced = watched.first_sync();
+                    let ready = readiness.clone();
+                    tokio::spawn(async move {
+                        if synced.wait_for(|synced| *synced).await.is_ok() {
+                            ready.set_ready();
+                        }
+                    });
+                    Arc::new(watched)
+                }
+                None => {
+                    readiness.set_ready();
+                    Arc::new(CachedSource::new(
+                        Arc::new(CrdSource::from_plane(plane)),
+                        Duration::from_secs(crd_cache_ttl_seconds),
+                        crd_cache_capacity,
+                    ))
+                }
+            }
         }
     };
     let limits = Limits {
@@ -207,6 +236,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    if let Some(counts) = watch_counts {
+        registry.register_collector(Box::new(WatchMetrics(counts)));
+    }
     let meter = Meter::open(&metering_sink).map_err(|source| RunError::Meter {
         sink: metering_sink.clone(),
         source,
@@ -279,8 +311,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let shutdown = Shutdown::on_signal();
     let admin = match metrics_address {
         Some(address) => {
-            let server =
-                serve_admin(address, registry, Readiness::ready(), shutdown.clone()).await?;
+            let server = serve_admin(address, registry, readiness, shutdown.clone()).await?;
             info!(%address, "serving /metrics, /healthz and /readyz");
             Some(tokio::spawn(server))
         }
