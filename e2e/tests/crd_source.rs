@@ -599,8 +599,14 @@ fn ready_after_first_sync(env: &Env) -> Outcome {
     ))?;
     // Its watches listed each kind once, and report it.
     let (_, metrics) = http_get(&up_address, "/metrics");
+    // And what that cost in bytes: at least the two lists' bodies.
+    let read_bytes: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("capstan_sidecar_crd_read_bytes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
     check(
-        metrics.contains("capstan_sidecar_crd_lists_total 2"),
+        metrics.contains("capstan_sidecar_crd_lists_total 2") && read_bytes > 100,
         || {
             format!(
                 "crd metrics of the synced sidecar:\n{}",

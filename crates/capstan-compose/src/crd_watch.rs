@@ -32,6 +32,7 @@ use serde_json::value::RawValue;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::counted_body::counting_client;
 use crate::document::Snapshot;
 use crate::read::{ProjectDocuments, ReadOutcome};
 use crate::source::{check_project, documents_of, qualifiers_of};
@@ -85,6 +86,8 @@ pub struct WatchCounts {
     pub failures: AtomicU64,
     /// Objects received, in lists and as events.
     pub events: AtomicU64,
+    /// Response bytes read from the apiserver (counted when started with [`WatchedCluster::connect`]).
+    pub bytes: Arc<AtomicU64>,
 }
 
 /// One kind's watch: its store, whether it has synced, whether it is healthy now.
@@ -122,8 +125,19 @@ impl std::fmt::Debug for WatchedCluster {
 }
 
 impl WatchedCluster {
-    /// Starts both watches with `client` (on the current runtime).
+    /// Starts both watches on the cluster `config` reaches, counting the bytes they read.
+    pub fn connect(config: kube::Config) -> Result<Self, kube::Error> {
+        let bytes = Arc::new(AtomicU64::new(0));
+        let client = counting_client(config, bytes.clone())?;
+        Ok(Self::start_counting(client, bytes))
+    }
+
+    /// Starts both watches with `client` (on the current runtime); bytes are not counted.
     pub fn start(client: kube::Client) -> Self {
+        Self::start_counting(client, Arc::default())
+    }
+
+    fn start_counting(client: kube::Client, bytes: Arc<AtomicU64>) -> Self {
         let (bindings_writer, qualifiers_writer) = (
             reflector::store::Writer::default(),
             reflector::store::Writer::default(),
@@ -141,7 +155,10 @@ impl WatchedCluster {
             },
             version: AtomicU64::new(0),
             built: Mutex::new(None),
-            counts: Arc::default(),
+            counts: Arc::new(WatchCounts {
+                bytes,
+                ..WatchCounts::default()
+            }),
             first_sync: tokio::sync::watch::channel(false).0,
         });
         let tasks = vec![

@@ -12,6 +12,7 @@ mod change_path;
 mod compose;
 mod composition;
 mod control_plane;
+mod counted_body;
 mod crd_watch;
 mod direct_call;
 mod document;

@@ -91,6 +91,13 @@ impl Collector for WatchMetrics {
                 counter.metric_type(),
             )?)?;
         }
+        let bytes = ConstCounter::new(self.0.bytes.load(Ordering::Relaxed));
+        bytes.encode(encoder.encode_descriptor(
+            "capstan_sidecar_crd_read_bytes",
+            "Response bytes the crd source's watches read from the apiserver",
+            None,
+            bytes.metric_type(),
+        )?)?;
         Ok(())
     }
 }

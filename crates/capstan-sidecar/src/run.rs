@@ -193,10 +193,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
                 // One cluster for every project: one watch serves them all
                 // (capstan-compose crd_watch.rs); ready once it has listed.
                 Some(config) => {
-                    let client = kube::Client::try_from(config).map_err(|e| {
+                    let watched = WatchedCluster::connect(config).map_err(|e| {
                         RunError::Settings(format!("the crd source's cluster: {e}"))
                     })?;
-                    let watched = WatchedCluster::start(client);
                     watch_counts = Some(watched.counts());
                     let mut synced = watched.first_sync();
                     let ready = readiness.clone();
