@@ -129,21 +129,15 @@ async fn probe_round(plane: &ControlPlane) -> String {
     let started = Instant::now();
     let mut controller = ControllerProcess::start(plane, &kubeconfig, identity, &args)
         .unwrap_or_else(|e| panic!("{e}"));
-    loop {
-        if composed.now() == BINDINGS {
-            break;
-        }
-        assert!(
-            controller.is_running(),
-            "the controller exited:\n{}",
-            controller.log_text()
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(900),
-            "not all Composed in 15 min"
-        );
-        composed.changed_within_a_second().await;
-    }
+    composed
+        .wait_for(
+            BINDINGS,
+            &mut controller,
+            (started, Duration::from_secs(900)),
+            "probe round, all Composed",
+            |_, _| {},
+        )
+        .await;
     let all_composed = started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let writes = writes_by(plane, &user);
@@ -300,6 +294,36 @@ impl ConditionCount {
         *self.count.borrow()
     }
 
+    /// Waits until `target` objects show the condition, failing the bench if `controller`
+    /// exits or `limit` passes since `started`; `seen` gets the elapsed time and the count at
+    /// every change.
+    async fn wait_for(
+        &mut self,
+        target: usize,
+        controller: &mut ControllerProcess,
+        (started, limit): (Instant, Duration),
+        what: &str,
+        mut seen: impl FnMut(Duration, usize),
+    ) {
+        loop {
+            let now = self.now();
+            seen(started.elapsed(), now);
+            if now == target {
+                return;
+            }
+            assert!(
+                controller.is_running(),
+                "{what}: the controller exited:\n{}",
+                controller.log_text()
+            );
+            assert!(
+                started.elapsed() < limit,
+                "{what}: not {target} in {limit:?}"
+            );
+            self.changed_within_a_second().await;
+        }
+    }
+
     /// Waits for the next change, at most a second.
     async fn changed_within_a_second(&mut self) {
         let _ = tokio::time::timeout(Duration::from_secs(1), self.count.changed()).await;
@@ -397,18 +421,15 @@ async fn large_round(plane: &ControlPlane) -> String {
     let started = Instant::now();
     let mut controller = ControllerProcess::start(plane, &kubeconfig, identity, &args)
         .unwrap_or_else(|e| panic!("{e}"));
-    while accepted.now() < LARGE {
-        assert!(
-            controller.is_running(),
-            "large round: the controller exited:\n{}",
-            controller.log_text()
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(1800),
-            "large round: not all Accepted in 30 min"
-        );
-        accepted.changed_within_a_second().await;
-    }
+    accepted
+        .wait_for(
+            LARGE,
+            &mut controller,
+            (started, Duration::from_secs(1800)),
+            "large round, all Accepted",
+            |_, _| {},
+        )
+        .await;
     let all_accepted = started.elapsed();
     let peak_at_accepted = controller.peak_rss_mib();
     wait_until_settled(plane, &controller, &user, LARGE).await;
@@ -611,26 +632,20 @@ async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<Raw>) {
                 .unwrap_or_else(|e| panic!("{e}"));
             let mut progress = Vec::new();
             let mut first = None;
-            loop {
-                let now = accepted.now();
-                progress.push((started.elapsed().as_secs(), now));
-                if now > 0 && first.is_none() {
-                    first = Some(started.elapsed());
-                }
-                if now == BINDINGS {
-                    break;
-                }
-                assert!(
-                    controller.is_running(),
-                    "{mode}: the controller exited:\n{}",
-                    controller.log_text()
-                );
-                assert!(
-                    started.elapsed() < Duration::from_secs(600),
-                    "{mode}: not all accepted in 10 min"
-                );
-                accepted.changed_within_a_second().await;
-            }
+            accepted
+                .wait_for(
+                    BINDINGS,
+                    &mut controller,
+                    (started, Duration::from_secs(600)),
+                    &format!("{mode}, all Accepted"),
+                    |elapsed, now| {
+                        progress.push((elapsed.as_secs(), now));
+                        if now > 0 && first.is_none() {
+                            first = Some(elapsed);
+                        }
+                    },
+                )
+                .await;
             let all_accepted = started.elapsed();
             eprintln!(
                 "round {round} {mode}: first Accepted after {:.2?} (process start, lease, initial list)",

@@ -225,17 +225,7 @@ fn reads_as_the_sidecar(env: &Env) -> Outcome {
         // would sync too, then fail every watch and fall back to re-listing.)
         let lists = watched.counts().lists.load(Ordering::Relaxed);
         apply(env, "as-sidecar-later", true).await?;
-        eventually(
-            WATCH_BOUND,
-            || async {
-                watched_names(&watched)
-                    .await
-                    .contains(&"as-sidecar-later".to_owned())
-                    .then_some(())
-            },
-            || "as-sidecar-later not shown".to_owned(),
-        )
-        .await?;
+        shown(&watched, "as-sidecar-later", true, WATCH_BOUND).await?;
         let (relists, failures) = (
             watched.counts().lists.load(Ordering::Relaxed) - lists,
             watched.counts().failures.load(Ordering::Relaxed),
@@ -396,6 +386,24 @@ async fn synced(watched: &WatchedCluster) -> Result<(), libtest_mimic::Failed> {
     Ok(())
 }
 
+/// Waits up to `bound` until binding `name` is (`present`) or is not in what a session
+/// composing now would get.
+async fn shown(
+    watched: &WatchedCluster,
+    name: &str,
+    present: bool,
+    bound: Duration,
+) -> Result<(), libtest_mimic::Failed> {
+    eventually(
+        bound,
+        || async move {
+            (watched_names(watched).await.iter().any(|n| n == name) == present).then_some(())
+        },
+        || format!("binding {name:?} shown: expected {present}"),
+    )
+    .await
+}
+
 /// The bindings a session composing now would get.
 async fn watched_names(watched: &WatchedCluster) -> Vec<String> {
     let (snapshot, _) = watched.read("p").await;
@@ -411,20 +419,7 @@ fn watches_changes(env: &Env) -> Outcome {
         let watched = WatchedCluster::start(env.client.clone());
         synced(&watched).await?;
         let lists = watched.counts().lists.load(Ordering::Relaxed);
-        let shows = |present: bool| {
-            let watched = &watched;
-            async move {
-                eventually(
-                    WATCH_BOUND,
-                    || async move {
-                        (watched_names(watched).await.contains(&"watched".to_owned()) == present)
-                            .then_some(())
-                    },
-                    || format!("binding \"watched\" shown: expected {present}"),
-                )
-                .await
-            }
-        };
+        let shows = |present: bool| shown(&watched, "watched", present, WATCH_BOUND);
         apply(env, "watched", true).await?;
         shows(true).await?;
         // Changed to an invalid spec: it leaves the composition; fixed: it is back.
@@ -463,17 +458,7 @@ fn survives_outages(env: &Env) -> Outcome {
         apply(env, "survivor", true).await?;
         let watched = WatchedCluster::start(env.client.clone());
         synced(&watched).await?;
-        eventually(
-            WATCH_BOUND,
-            || async {
-                watched_names(&watched)
-                    .await
-                    .contains(&"survivor".to_owned())
-                    .then_some(())
-            },
-            || "survivor not shown".to_owned(),
-        )
-        .await?;
+        shown(&watched, "survivor", true, WATCH_BOUND).await?;
         Ok::<_, libtest_mimic::Failed>(watched)
     })?;
     env.plane.restart_apiserver().map_err(|e| e.to_string())?;
@@ -498,17 +483,8 @@ fn survives_outages(env: &Env) -> Outcome {
         api.patch("after-restart", &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&object))
             .await
             .map_err(|e| format!("applying after-restart: {e}"))?;
-        eventually(
-            Duration::from_secs(30),
-            || async {
-                watched_names(&watched)
-                    .await
-                    .contains(&"after-restart".to_owned())
-                    .then_some(())
-            },
-            || "a binding created after the restart was not seen".to_owned(),
-        )
-        .await?;
+// The watch re-lists with backoff after the restart: a longer bound.
+        shown(&watched, "after-restart", true, Duration::from_secs(30)).await?;
         for name in ["survivor", "after-restart"] {
             api.delete(name, &DeleteParams::default())
                 .await

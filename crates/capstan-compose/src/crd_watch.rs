@@ -27,7 +27,6 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -48,11 +47,9 @@ pub struct Slim<K> {
 }
 
 impl<K> Slim<K> {
-    fn spec(&self) -> Value {
-        self.spec
-            .as_deref()
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or(Value::Null)
+    /// The spec as the apiserver sent it (`null` when the object has none).
+    fn spec(&self) -> &RawValue {
+        self.spec.as_deref().unwrap_or(RawValue::NULL)
     }
 }
 

@@ -14,7 +14,9 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::{RawValue, to_raw_value};
 use thiserror::Error;
 use tracing::warn;
 
@@ -315,9 +317,11 @@ impl CrdSource {
             .await
             .map_err(|e| format!("listing RouteQualifiers: {e}"))?
             .items;
+        let specs = spec_texts(&list)?;
         qualifiers_of(
             list.iter()
-                .map(|o| (&o.metadata, o.data.get("spec").cloned().unwrap_or_default())),
+                .zip(&specs)
+                .map(|(o, spec)| (&o.metadata, &**spec)),
         )
     }
 
@@ -330,29 +334,72 @@ impl CrdSource {
             .await
             .map_err(|e| format!("listing CapabilityBindings: {e}"))?
             .items;
+        let specs = spec_texts(&list)?;
         documents_of(
             list.iter()
-                .map(|o| (&o.metadata, o.data.get("spec").cloned().unwrap_or_default())),
+                .zip(&specs)
+                .map(|(o, spec)| (&o.metadata, &**spec)),
         )
     }
 }
 
-/// CapabilityBindings (metadata and spec) as documents in first-wins order — creation order,
-/// then name, the order the controller's probe uses for collisions —, each spec through the
-/// same parse and validation as every source. Shared by the listing and the watching crd
+/// Each listed object's spec as JSON text (`null` when it has none).
+fn spec_texts(list: &[DynamicObject]) -> Result<Vec<Box<RawValue>>, String> {
+    list.iter()
+        .map(|o| to_raw_value(o.data.get("spec").unwrap_or(&Value::Null)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())
+}
+
+/// One object as `capstan_api::parse` reads it from a list: its name and its spec, the spec
+/// text passed through as it is (the watching source keeps specs as text).
+#[derive(Serialize)]
+struct Item<'a> {
+    #[serde(rename = "apiVersion", skip_serializing_if = "Option::is_none")]
+    api_version: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    metadata: ItemName<'a>,
+    spec: &'a RawValue,
+}
+
+#[derive(Serialize)]
+struct ItemName<'a> {
+    name: Option<&'a str>,
+}
+
+/// `items` as one list through `capstan_api::parse`: the valid objects (`found_in`).
+fn found_in_items(items: &[Item<'_>]) -> Result<Found, String> {
+    #[derive(Serialize)]
+    struct List<'a, 'b> {
+        items: &'a [Item<'b>],
+    }
+    let text = serde_json::to_string(&List { items }).map_err(|e| e.to_string())?;
+    let parsed = capstan_api::parse(&text).map_err(|e| e.to_string())?;
+    Ok(found_in(parsed, "crd"))
+}
+
+/// CapabilityBindings (metadata and spec text) as documents in first-wins order — creation
+/// order, then name, the order the controller's probe uses for collisions —, each spec through
+/// the same parse and validation as every source. Shared by the listing and the watching crd
 /// source (`crd_watch.rs`).
 pub(crate) fn documents_of<'a>(
-    objects: impl Iterator<Item = (&'a ObjectMeta, Value)>,
+    objects: impl Iterator<Item = (&'a ObjectMeta, &'a RawValue)>,
 ) -> Result<Vec<Document>, String> {
-    let mut objects: Vec<(&ObjectMeta, Value)> = objects.collect();
+    let mut objects: Vec<(&ObjectMeta, &RawValue)> = objects.collect();
     objects.sort_by(|a, b| capstan_api::binding::first_wins_order(a.0, b.0));
-    let items: Vec<Value> = objects
+    let items: Vec<Item<'_>> = objects
         .into_iter()
-        .map(|(metadata, spec)| json!({ "metadata": { "name": metadata.name }, "spec": spec }))
+        .map(|(metadata, spec)| Item {
+            api_version: None,
+            kind: None,
+            metadata: ItemName {
+                name: metadata.name.as_deref(),
+            },
+            spec,
+        })
         .collect();
-    let text = serde_json::to_string(&json!({ "items": items })).map_err(|e| e.to_string())?;
-    let parsed = capstan_api::parse(&text).map_err(|e| e.to_string())?;
-    Ok(found_in(parsed, "crd")
+    Ok(found_in_items(&items)?
         .documents
         .into_iter()
         .map(|(document, binding)| Document {
@@ -362,24 +409,22 @@ pub(crate) fn documents_of<'a>(
         .collect())
 }
 
-/// RouteQualifiers (metadata and spec), the valid ones, through the same parse and
+/// RouteQualifiers (metadata and spec text), the valid ones, through the same parse and
 /// validation as every source.
 pub(crate) fn qualifiers_of<'a>(
-    objects: impl Iterator<Item = (&'a ObjectMeta, Value)>,
+    objects: impl Iterator<Item = (&'a ObjectMeta, &'a RawValue)>,
 ) -> Result<Vec<NamedQualifier>, String> {
-    let items: Vec<Value> = objects
-        .map(|(metadata, spec)| {
-            json!({
-                "apiVersion": capstan_api::API_VERSION,
-                "kind": "RouteQualifier",
-                "metadata": { "name": metadata.name },
-                "spec": spec,
-            })
+    let items: Vec<Item<'_>> = objects
+        .map(|(metadata, spec)| Item {
+            api_version: Some(capstan_api::API_VERSION),
+            kind: Some("RouteQualifier"),
+            metadata: ItemName {
+                name: metadata.name.as_deref(),
+            },
+            spec,
         })
         .collect();
-    let text = serde_json::to_string(&json!({ "items": items })).map_err(|e| e.to_string())?;
-    let parsed = capstan_api::parse(&text).map_err(|e| e.to_string())?;
-    Ok(found_in(parsed, "crd")
+    Ok(found_in_items(&items)?
         .qualifiers
         .into_iter()
         .map(|(qualifier, name)| (name, qualifier.spec))

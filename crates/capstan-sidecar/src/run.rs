@@ -154,12 +154,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     }
     .map(|config| ControlPlane::new(config, crd_url_template.clone()));
 
-    // Ready at once, except with a watched crd source: once it has listed.
-    let readiness = Readiness::new();
-    let mut watch_counts = None;
-    if source != SourceKind::Crd {
-        readiness.set_ready();
-    }
+    // The watched crd source's counts and first sync, when it is the source.
+    let mut watched_source = None;
     let documents: Arc<dyn ProjectDocuments> = match source {
         SourceKind::Fixture => {
             let path = docs_fixture.ok_or_else(|| {
@@ -196,24 +192,14 @@ pub async fn run(config: Config) -> Result<(), RunError> {
                     let watched = WatchedCluster::connect(config).map_err(|e| {
                         RunError::Settings(format!("the crd source's cluster: {e}"))
                     })?;
-                    watch_counts = Some(watched.counts());
-                    let mut synced = watched.first_sync();
-                    let ready = readiness.clone();
-                    tokio::spawn(async move {
-                        if synced.wait_for(|synced| *synced).await.is_ok() {
-                            ready.set_ready();
-                        }
-                    });
+                    watched_source = Some((watched.counts(), watched.first_sync()));
                     Arc::new(watched)
                 }
-                None => {
-                    readiness.set_ready();
-                    Arc::new(CachedSource::new(
-                        Arc::new(CrdSource::from_plane(plane)),
-                        Duration::from_secs(crd_cache_ttl_seconds),
-                        crd_cache_capacity,
-                    ))
-                }
+                None => Arc::new(CachedSource::new(
+                    Arc::new(CrdSource::from_plane(plane)),
+                    Duration::from_secs(crd_cache_ttl_seconds),
+                    crd_cache_capacity,
+                )),
             }
         }
     };
@@ -235,8 +221,19 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    if let Some(counts) = watch_counts {
-        registry.register_collector(Box::new(WatchMetrics(counts)));
+    // Ready at once, except with a watched crd source: once it has listed.
+    let readiness = Readiness::new();
+    match watched_source {
+        None => readiness.set_ready(),
+        Some((counts, mut synced)) => {
+            registry.register_collector(Box::new(WatchMetrics(counts)));
+            let ready = readiness.clone();
+            tokio::spawn(async move {
+                if synced.wait_for(|synced| *synced).await.is_ok() {
+                    ready.set_ready();
+                }
+            });
+        }
     }
     let meter = Meter::open(&metering_sink).map_err(|source| RunError::Meter {
         sink: metering_sink.clone(),

@@ -204,10 +204,26 @@ fn spawn_listening(mut command: Command, name: &str) -> (Child, SocketAddr) {
     (child, address)
 }
 
+/// A harness binary's process, killed (and reaped) on drop.
+struct Spawned(Child);
+
+impl Spawned {
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A running `echo-upstream` (one tool, `echo`) on a free loopback port: the benchmarks'
 /// minimal upstream. Stopped on drop.
 pub struct EchoUpstream {
-    child: Child,
+    process: Spawned,
     /// Where it listens.
     pub address: SocketAddr,
 }
@@ -218,7 +234,10 @@ impl EchoUpstream {
         let mut command = Command::new(binary("echo-upstream"));
         command.args(["--listen", "127.0.0.1:0"]);
         let (child, address) = spawn_listening(command, "echo-upstream");
-        Self { child, address }
+        Self {
+            process: Spawned(child),
+            address,
+        }
     }
 
     /// Its MCP endpoint.
@@ -233,21 +252,14 @@ impl EchoUpstream {
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for EchoUpstream {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.pid()
     }
 }
 
 /// A running `tcp-hop` on a free loopback port, copying every connection's bytes to `to`:
 /// one network hop and nothing else, for the benchmarks' floor. Stopped on drop.
 pub struct TcpHop {
-    child: Child,
+    process: Spawned,
     /// Where it listens.
     pub address: SocketAddr,
 }
@@ -258,19 +270,15 @@ impl TcpHop {
         let mut command = Command::new(binary("tcp-hop"));
         command.args(["--listen", "127.0.0.1:0", "--to", &to.to_string()]);
         let (child, address) = spawn_listening(command, "tcp-hop");
-        Self { child, address }
+        Self {
+            process: Spawned(child),
+            address,
+        }
     }
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for TcpHop {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.pid()
     }
 }
 
