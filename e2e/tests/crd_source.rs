@@ -283,12 +283,28 @@ fn reads_as_the_sidecar(env: &Env) -> Outcome {
     })
 }
 
+/// One request the project-plane proxy forwarded: the path, the query as sent, and the
+/// resourceVersion of the list the apiserver answered with.
+#[derive(Clone, Debug)]
+struct Asked {
+    path: String,
+    query: Option<String>,
+    answered_version: Option<String>,
+    /// Why the apiserver did not answer with a list, if it did not.
+    refused: Option<String>,
+}
+
+/// A resourceVersion no apiserver of this suite has reached: the proxy puts it in place of
+/// the one `team-b.prod`'s reads send, so the apiserver refuses those lists.
+const UNREACHED_VERSION: &str = "999999999999";
+
 /// A stand-in for a front proxy that routes `/projects/{project}/control-plane/...` to each
 /// project's control plane: here every project's plane is the test apiserver, reached with the
-/// admin client. It records the paths it was asked for.
+/// admin client. It records what it was asked; for project `team-b.prod` it replaces any
+/// `resourceVersion` with [`UNREACHED_VERSION`].
 async fn serve_project_planes(
     client: kube::Client,
-) -> Result<(String, Arc<std::sync::Mutex<Vec<String>>>), libtest_mimic::Failed> {
+) -> Result<(String, Arc<std::sync::Mutex<Vec<Asked>>>), libtest_mimic::Failed> {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let recorded = seen.clone();
     let app = axum::Router::new().fallback(move |uri: http::Uri| {
@@ -297,32 +313,64 @@ async fn serve_project_planes(
         async move {
             use axum::response::IntoResponse;
             let path = uri.path().to_owned();
-            if let Ok(mut seen) = recorded.lock() {
-                seen.push(path.clone());
-            }
             // /projects/<project>/control-plane/<the apiserver's path>
-            let rest = path
-                .splitn(5, '/')
-                .nth(4)
+            let mut parts = path.splitn(5, '/');
+            let project = parts.nth(2).unwrap_or_default().to_owned();
+            let rest = parts
+                .nth(1)
                 .filter(|_| path.starts_with("/projects/"))
                 .map(|rest| format!("/{rest}"));
             let Some(rest) = rest else {
                 return (http::StatusCode::NOT_FOUND, "no such project path").into_response();
             };
-            let target = match uri.query() {
+            let query = uri.query().map(|query| {
+                if project != "team-b.prod" {
+                    return query.to_owned();
+                }
+                query
+                    .split('&')
+                    .map(|pair| match pair.split_once('=') {
+                        Some(("resourceVersion", _)) => {
+                            format!("resourceVersion={UNREACHED_VERSION}")
+                        }
+                        _ => pair.to_owned(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("&")
+            });
+            let target = match &query {
                 Some(query) => format!("{rest}?{query}"),
                 None => rest,
             };
-            let request = match http::Request::get(target).body(Vec::new()) {
-                Ok(request) => request,
+            let answer = match http::Request::get(target).body(Vec::new()) {
+                Ok(request) => client.request_text(request).await,
                 Err(error) => {
                     return (http::StatusCode::BAD_REQUEST, error.to_string()).into_response();
                 }
             };
-            match client.request_text(request).await {
+            let answered_version = answer.as_ref().ok().and_then(|text| {
+                let list: serde_json::Value = serde_json::from_str(text).ok()?;
+                Some(list["metadata"]["resourceVersion"].as_str()?.to_owned())
+            });
+            if let Ok(mut seen) = recorded.lock() {
+                seen.push(Asked {
+                    path: path.clone(),
+                    query: uri.query().map(str::to_owned),
+                    answered_version,
+                    refused: answer.as_ref().err().map(ToString::to_string),
+                });
+            }
+            match answer {
                 Ok(text) => {
                     ([(http::header::CONTENT_TYPE, "application/json")], text).into_response()
                 }
+                // The apiserver's refusal passed on as it came.
+                Err(kube::Error::Api(status)) => (
+                    http::StatusCode::from_u16(status.code)
+                        .unwrap_or(http::StatusCode::BAD_GATEWAY),
+                    axum::Json(status),
+                )
+                    .into_response(),
                 Err(error) => (http::StatusCode::BAD_GATEWAY, error.to_string()).into_response(),
             }
         }
@@ -335,35 +383,93 @@ async fn serve_project_planes(
     Ok((format!("http://{address}"), seen))
 }
 
+/// The value of `key` in a query string.
+fn query_value<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .find_map(|pair| pair.split_once('=').filter(|(k, _)| *k == key))
+        .map(|(_, value)| value)
+}
+
 fn follows_the_url_template(env: &Env) -> Outcome {
     env.runtime.block_on(async {
         apply(env, "routed", true).await?;
-        let (base, seen) = serve_project_planes(env.client.clone()).await?;
+        // The proxy forwards each request once (kube's client would retry the refusals).
+        let kubeconfig =
+            Kubeconfig::read_from(env.plane.kubeconfig()).map_err(|e| format!("kubeconfig: {e}"))?;
+        let mut admin = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| format!("kubeconfig: {e}"))?;
+        admin.default_retry = false;
+        let admin = kube::Client::try_from(admin).map_err(|e| e.to_string())?;
+        let (base, seen) = serve_project_planes(admin).await?;
         let template = format!("{base}/projects/{{project}}/control-plane");
         let config = account_config(env, "capstan-sidecar-routed").await?;
         let source = CrdSource::new(config, Some(template));
-        for project in ["demo-project", "team-b.prod"] {
-            let documents = source
-                .documents(project)
-                .await
-                .map_err(|e| format!("{project}: {e}"))?;
-            let names: Vec<&str> = documents.documents.iter().map(|d| d.binding.as_str()).collect();
-            check(names == ["routed"], || format!("{project}: documents {names:?}"))?;
+        let path = |project: &str, kind: &str| {
+            format!(
+                "/projects/{project}/control-plane/apis/capabilities.assistant.miloapis.com/v1alpha1/{kind}"
+            )
+        };
+        // Each project read twice: the second read lists from the version the first saw.
+        for read in 1..=2 {
+            for project in ["demo-project", "team-b.prod"] {
+                let documents = source
+                    .documents(project)
+                    .await
+                    .map_err(|e| format!("{project}, read {read}: {e}"))?;
+                let names: Vec<&str> =
+                    documents.documents.iter().map(|d| d.binding.as_str()).collect();
+                check(names == ["routed"], || {
+                    format!("{project}, read {read}: documents {names:?}")
+                })?;
+            }
         }
-        // Bindings and RouteQualifiers are listed together, in either order.
-        let mut seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
-        seen.sort();
-        let expected: Vec<String> = ["demo-project", "team-b.prod"]
-            .iter()
-            .flat_map(|p| {
-                ["capabilitybindings", "routequalifiers"].map(|kind| {
-                    format!(
-                        "/projects/{p}/control-plane/apis/capabilities.assistant.miloapis.com/v1alpha1/{kind}"
+        let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        // A list throttled while a new kind's storage initializes is retried by the source
+        // and left out here.
+        let asked = |project: &str, kind: &str| -> Vec<Asked> {
+            let path = path(project, kind);
+            seen.iter()
+                .filter(|a| a.path == path)
+                .filter(|a| !a.refused.as_deref().is_some_and(|r| r.contains("TooManyRequests")))
+                .cloned()
+                .collect()
+        };
+        for kind in ["capabilitybindings", "routequalifiers"] {
+            // demo-project: a consistent list, then one not older than what it answered.
+            let demo = asked("demo-project", kind);
+            let [first, second] = demo.as_slice() else {
+                return Err(format!("demo-project {kind}: asked {demo:?}").into());
+            };
+            check(query_value(first.query.as_deref(), "resourceVersion").is_none(), || {
+                format!("demo-project {kind}: the first list named a version: {first:?}")
+            })?;
+            check(
+                query_value(second.query.as_deref(), "resourceVersionMatch")
+                    == Some("NotOlderThan")
+                    && query_value(second.query.as_deref(), "resourceVersion")
+                        == first.answered_version.as_deref()
+                    && first.answered_version.is_some(),
+                || format!("demo-project {kind}: the second list {second:?} after {first:?}"),
+            )?;
+            // team-b.prod: the version it sent was refused (the proxy made it one the
+            // apiserver has not reached), so it listed again without one and still read.
+            let team = asked("team-b.prod", kind);
+            let shapes: Vec<(Option<&str>, bool)> = team
+                .iter()
+                .map(|a| {
+                    (
+                        query_value(a.query.as_deref(), "resourceVersionMatch"),
+                        a.answered_version.is_some(),
                     )
                 })
-            })
-            .collect();
-        check(seen == expected, || format!("paths asked: {seen:?}"))?;
+                .collect();
+            check(
+                shapes == [(None, true), (Some("NotOlderThan"), false), (None, true)],
+                || format!("team-b.prod {kind}: asked {team:?}"),
+            )?;
+        }
         bindings(env)
             .delete("routed", &DeleteParams::default())
             .await

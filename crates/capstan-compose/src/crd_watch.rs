@@ -14,65 +14,24 @@
 //! (the reflector swaps its store only when a re-list has completed) while it re-lists with
 //! backoff, and until the first sync reads answer as an outage, never as "no capabilities".
 
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use capstan_api::{CapabilityBinding, RouteQualifier};
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::counted_body::counting_client;
 use crate::document::Snapshot;
 use crate::read::{ProjectDocuments, ReadOutcome};
+use crate::slim::Slim;
 use crate::source::{check_project, documents_of, qualifiers_of};
-
-/// One object as the watch keeps it: metadata (managed fields dropped) and the spec text.
-#[derive(Deserialize)]
-pub struct Slim<K> {
-    metadata: ObjectMeta,
-    #[serde(default)]
-    spec: Option<Box<RawValue>>,
-    #[serde(skip)]
-    kind: PhantomData<fn() -> K>,
-}
-
-impl<K> Slim<K> {
-    /// The spec as the apiserver sent it (`null` when the object has none).
-    fn spec(&self) -> &RawValue {
-        self.spec.as_deref().unwrap_or(RawValue::NULL)
-    }
-}
-
-// Hand-written: a derive would demand `K: Clone`, and `K` is only a marker here.
-impl<K> Clone for Slim<K> {
-    fn clone(&self) -> Self {
-        Self {
-            metadata: self.metadata.clone(),
-            spec: self.spec.clone(),
-            kind: PhantomData,
-        }
-    }
-}
-
-impl<K> std::fmt::Debug for Slim<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Slim")
-            .field("name", &self.metadata.name)
-            .finish_non_exhaustive()
-    }
-}
-
-capstan_api::resource_projection!(Slim);
 
 /// What the watches did, for the sidecar's metrics.
 #[derive(Debug, Default)]

@@ -13,6 +13,7 @@ mod compose;
 mod composition;
 mod control_plane;
 mod counted_body;
+mod crd_list;
 mod crd_watch;
 mod direct_call;
 mod document;
@@ -30,6 +31,7 @@ mod plan_token;
 mod pooled;
 mod project_api;
 mod read;
+mod slim;
 mod source;
 mod tool_error;
 mod upstream;
@@ -50,7 +52,8 @@ pub use composition::{
     UpstreamStage,
 };
 pub use control_plane::ControlPlane;
-pub use crd_watch::{Slim, WatchCounts, WatchedCluster};
+pub use crd_list::CrdSource;
+pub use crd_watch::{WatchCounts, WatchedCluster};
 pub use document::{Document, NamedQualifier, Snapshot};
 pub use errors::{chain_text, find_in_chain};
 pub use fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};
@@ -69,8 +72,8 @@ pub use project_api::{
 };
 pub use read::{ProjectDocuments, ReadOutcome, Uncached};
 pub use source::{
-    CrdSource, DEFAULT_PROVIDER_MAX_BODY, DocumentSource, FixtureSource, HTTP_SOURCE_TIMEOUT,
-    HttpSource, SourceError,
+    DEFAULT_PROVIDER_MAX_BODY, DocumentSource, FixtureSource, HTTP_SOURCE_TIMEOUT, HttpSource,
+    SourceError,
 };
 pub use tool_error::{ErrorKind, ToolError};
 pub use upstream::ConnectError;

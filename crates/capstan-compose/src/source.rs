@@ -1,5 +1,6 @@
 //! Sources of a project's capability documents: a fixture file, the capability-provider HTTP
-//! API, and CapabilityBinding objects on the project's control plane.
+//! API, and CapabilityBinding objects on the project's control plane (listed per project in
+//! `crd_list.rs`, watched in `crd_watch.rs`; both read objects through `documents_of` here).
 //!
 //! Every source reads through `capstan_api::parse`, so one schema and one validator serve all
 //! three. A source answers `Err` only when it could not read at all; invalid documents are
@@ -9,18 +10,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use capstan_api::{CapabilityBinding, CapabilityDocument, Object, Parsed, RouteQualifier};
+use capstan_api::{CapabilityDocument, Object, Parsed, RouteQualifier};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use serde::Serialize;
-use serde_json::Value;
-use serde_json::value::{RawValue, to_raw_value};
+use serde_json::value::RawValue;
 use thiserror::Error;
 use tracing::warn;
 
-use crate::control_plane::ControlPlane;
 use crate::document::{Document, NamedQualifier, Snapshot};
 use crate::errors::chain_text;
 
@@ -38,7 +36,11 @@ pub struct SourceError {
 
 impl SourceError {
     /// An error of the `source_kind` source for `project`.
-    fn new(source_kind: &'static str, project: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        source_kind: &'static str,
+        project: &str,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             source_kind,
             project: project.to_owned(),
@@ -282,75 +284,6 @@ impl DocumentSource for HttpSource {
     }
 }
 
-/// CapabilityBindings listed from the project's control plane with the sidecar's own
-/// credential. `url_template` holds `{project}` (path-escaped on use); without one, the
-/// cluster the credential points at is the project's plane.
-#[derive(Clone, Debug)]
-pub struct CrdSource {
-    plane: ControlPlane,
-}
-
-impl CrdSource {
-    /// A source using `config`'s credential, against `url_template` when given.
-    pub fn new(config: kube::Config, url_template: Option<String>) -> Self {
-        Self::from_plane(ControlPlane::new(config, url_template))
-    }
-
-    /// A source reading each project's plane with the sidecar's own credential.
-    pub fn from_plane(plane: ControlPlane) -> Self {
-        Self { plane }
-    }
-
-    fn client(&self, project: &str) -> Result<kube::Client, String> {
-        kube::Client::try_from(self.plane.config(project)?).map_err(|e| e.to_string())
-    }
-}
-
-impl CrdSource {
-    /// The project's valid RouteQualifiers, through the same parse and validation as every
-    /// source.
-    async fn qualifiers(&self, client: kube::Client) -> Result<Vec<NamedQualifier>, String> {
-        let api: Api<DynamicObject> =
-            Api::all_with(client, &ApiResource::erase::<RouteQualifier>(&()));
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| format!("listing RouteQualifiers: {e}"))?
-            .items;
-        let specs = spec_texts(&list)?;
-        qualifiers_of(
-            list.iter()
-                .zip(&specs)
-                .map(|(o, spec)| (&o.metadata, &**spec)),
-        )
-    }
-
-    /// The project's bindings as documents, in first-wins order.
-    async fn bindings(&self, client: kube::Client) -> Result<Vec<Document>, String> {
-        let api: Api<DynamicObject> =
-            Api::all_with(client, &ApiResource::erase::<CapabilityBinding>(&()));
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| format!("listing CapabilityBindings: {e}"))?
-            .items;
-        let specs = spec_texts(&list)?;
-        documents_of(
-            list.iter()
-                .zip(&specs)
-                .map(|(o, spec)| (&o.metadata, &**spec)),
-        )
-    }
-}
-
-/// Each listed object's spec as JSON text (`null` when it has none).
-fn spec_texts(list: &[DynamicObject]) -> Result<Vec<Box<RawValue>>, String> {
-    list.iter()
-        .map(|o| to_raw_value(o.data.get("spec").unwrap_or(&Value::Null)))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())
-}
-
 /// One object as `capstan_api::parse` reads it from a list: its name and its spec, the spec
 /// text passed through as it is (the watching source keeps specs as text).
 #[derive(Serialize)]
@@ -429,32 +362,4 @@ pub(crate) fn qualifiers_of<'a>(
         .into_iter()
         .map(|(qualifier, name)| (name, qualifier.spec))
         .collect())
-}
-
-impl DocumentSource for CrdSource {
-    fn documents<'a>(&'a self, project: &'a str) -> BoxFuture<'a, Result<Snapshot, SourceError>> {
-        Box::pin(async move {
-            check_project("crd", project)?;
-            let error = |message: String| SourceError::new("crd", project, message);
-            let client = self.client(project).map_err(error)?;
-            let (bindings, qualifiers) =
-                futures::join!(self.bindings(client.clone()), self.qualifiers(client));
-            // The control plane is the tenancy boundary: no namespace check applies here.
-            let documents = bindings.map_err(error)?;
-            // Qualifiers that cannot be read are not "no qualifiers": routed calls are refused
-            // until they can be (the providers' own tools are unaffected).
-            let (qualifiers, qualifiers_error) = match qualifiers {
-                Ok(qualifiers) => (qualifiers, None),
-                Err(message) => {
-                    warn!(project, error = %message, "route qualifiers unavailable; routed calls refused");
-                    (Vec::new(), Some(message))
-                }
-            };
-            Ok(Snapshot {
-                documents,
-                qualifiers,
-                qualifiers_error,
-            })
-        })
-    }
 }

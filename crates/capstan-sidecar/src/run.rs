@@ -196,7 +196,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
                     Arc::new(watched)
                 }
                 None => Arc::new(CachedSource::new(
-                    Arc::new(CrdSource::from_plane(plane)),
+                    Arc::new(CrdSource::from_plane(plane).with_capacity(crd_cache_capacity)),
                     Duration::from_secs(crd_cache_ttl_seconds),
                     crd_cache_capacity,
                 )),
