@@ -64,7 +64,7 @@ cluster-down: ## Stop the control plane started by cluster-up and delete its sta
 	@e2e/control-plane down
 
 # One build, one feature set: the binaries the benchmarks start and the benchmarks themselves.
-BENCHES := --bench parse --bench select --bench compose --bench plan_token --bench sidecar --bench base_tools --bench controller
+BENCHES := --bench parse --bench select --bench compose --bench plan_token --bench sidecar --bench base_tools --bench controller --bench fleet
 
 .PHONY: bench
 bench: tools ## Benchmarks (release builds; medians and ratios, never asserted), written to docs/benchmarks.md

@@ -26,9 +26,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use capstan_e2e::ControlPlane;
 use capstan_e2e::controller::{ControllerProcess, service_account_kubeconfig};
+use capstan_e2e::objects::apply_many;
 use capstan_e2e::suite::with_plane;
-use capstan_e2e::{ControlPlane, FIELD_MANAGER};
 use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
@@ -205,24 +206,9 @@ async fn apply_range(
     indices: std::ops::Range<usize>,
     spec_of: impl Fn(usize) -> Value,
 ) {
-    futures::stream::iter(indices)
-        .map(|index| {
-            let name = format!("bench-{index:05}");
-            let object = json!({
-                "apiVersion": capstan_api::API_VERSION, "kind": "CapabilityBinding",
-                "metadata": { "name": name }, "spec": spec_of(index),
-            });
-            async move {
-                api.patch(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&object),
-                )
-                .await
-            }
-        })
-        .buffer_unordered(32)
-        .try_for_each(|_| async { Ok(()) })
+    let client = kube::Client::from(api.clone());
+    let objects = indices.map(|index| (format!("bench-{index:05}"), spec_of(index)));
+    apply_many(&client, "CapabilityBinding", objects, 32)
         .await
         .unwrap_or_else(|e| panic!("applying bindings: {e}"));
 }

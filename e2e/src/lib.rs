@@ -152,6 +152,14 @@ impl ControlPlane {
         &self.state
     }
 
+    /// The kube-apiserver's process id (`e2e/control-plane` writes it to its state directory),
+    /// for measuring what it spends; `None` when it is not running.
+    pub fn apiserver_pid(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.state.join("kube-apiserver.pid")).ok()?;
+        let pid: u32 = text.trim().parse().ok()?;
+        Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    }
+
     /// Restarts kube-apiserver on the same port and etcd, keeping all state.
     pub fn restart_apiserver(&self) -> Result<(), HarnessError> {
         control_plane(&self.state, "restart-apiserver").map(drop)

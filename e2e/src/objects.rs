@@ -34,6 +34,36 @@ pub async fn apply(client: &Client, kind: &str, name: &str, spec: Value) -> Resu
     .map_err(|e| format!("apply {kind}/{name}: {e}"))
 }
 
+/// Creates or replaces many objects of `kind`, each `(name, spec)`, with `in_flight` requests
+/// at once (server-side apply as the test's own field manager); the first failure ends it.
+pub async fn apply_many(
+    client: &Client,
+    kind: &str,
+    objects: impl Iterator<Item = (String, Value)>,
+    in_flight: usize,
+) -> Result<(), String> {
+    use futures::{StreamExt, TryStreamExt};
+
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+    futures::stream::iter(objects)
+        .map(|(name, spec)| {
+            let api = api.clone();
+            async move {
+                let object = json!({ "apiVersion": API_VERSION, "kind": kind, "metadata": { "name": name }, "spec": spec });
+                api.patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&object),
+                )
+                .await
+                .map_err(|e| format!("apply {kind}/{name}: {e}"))
+            }
+        })
+        .buffer_unordered(in_flight.max(1))
+        .try_for_each(|_| async { Ok(()) })
+        .await
+}
+
 /// Deletes an object if it exists.
 pub async fn delete(client: &Client, kind: &str, name: &str) {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
