@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use capstan_e2e::ControlPlane;
 use capstan_e2e::controller::{ControllerProcess, service_account_kubeconfig};
-use capstan_e2e::objects::apply_many;
+use capstan_e2e::objects::{apply_many, sample_binding_spec};
 use capstan_e2e::suite::with_plane;
 use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
@@ -177,22 +177,11 @@ fn binding_resource() -> ApiResource {
 }
 
 fn spec(index: usize, round: usize) -> Value {
-    let mut spec = json!({
-        "serviceRef": { "name": format!("service-{index}") },
-        "serviceName": format!("service-{index}.example"),
-        "serviceAgentRef": { "name": format!("agent-{index}") },
-        "configurationVersion": format!("round-{round}"),
-        "tools": { "mcpServers": [{
-            "name": "streamco",
-            "endpoint": "http://127.0.0.1:7810/mcp",
-            "toolSelector": { "include": ["streams_list", "streams_get", "pipeline_diagnose"] }
-        }]},
-        "skills": [{ "name": "lag-triage", "description": "Triage lag", "source": "http://127.0.0.1:7810/runbooks/lag.md" }]
-    });
-    if index.is_multiple_of(INVALID_EVERY) {
-        spec.as_object_mut().map(|s| s.remove("serviceName"));
-    }
-    spec
+    sample_binding_spec(
+        index,
+        &format!("round-{round}"),
+        !index.is_multiple_of(INVALID_EVERY),
+    )
 }
 
 /// Applies every binding with the spec `spec_of` gives its index (32 requests in flight).

@@ -28,10 +28,10 @@ use std::time::{Duration, Instant};
 use capstan_compose::{CachedSource, CrdSource, ProjectDocuments, Snapshot, WatchedCluster};
 use capstan_demo_provider::harness::cpu_seconds;
 use capstan_e2e::ControlPlane;
-use capstan_e2e::objects::{apply_many, resource};
+use capstan_e2e::objects::{apply_many, resource, sample_binding_spec};
 use capstan_e2e::suite::with_plane;
 use kube::api::{Api, DynamicObject, ListParams};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const BINDINGS: usize = 5_000;
 const INVALID_EVERY: usize = 10;
@@ -289,22 +289,7 @@ fn name(index: usize) -> String {
 }
 
 fn spec(index: usize, version: &str) -> Value {
-    let mut spec = json!({
-        "serviceRef": { "name": format!("service-{index}") },
-        "serviceName": format!("service-{index}.example"),
-        "serviceAgentRef": { "name": format!("agent-{index}") },
-        "configurationVersion": version,
-        "tools": { "mcpServers": [{
-            "name": "streamco",
-            "endpoint": "http://127.0.0.1:7810/mcp",
-            "toolSelector": { "include": ["streams_list", "streams_get", "pipeline_diagnose"] }
-        }]},
-        "skills": [{ "name": "lag-triage", "description": "Triage lag", "source": "http://127.0.0.1:7810/runbooks/lag.md" }]
-    });
-    if index.is_multiple_of(INVALID_EVERY) {
-        spec.as_object_mut().map(|s| s.remove("serviceName"));
-    }
-    spec
+    sample_binding_spec(index, version, !index.is_multiple_of(INVALID_EVERY))
 }
 
 /// Starts `sources` sources reading in `mode`, measures them idle and through `changes` changes,

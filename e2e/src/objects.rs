@@ -64,6 +64,27 @@ pub async fn apply_many(
         .await
 }
 
+/// The CapabilityBinding spec the benchmarks fill the plane with: binding `index` of a
+/// provider at `configuration_version`; without `serviceName` (invalid) unless `valid`.
+pub fn sample_binding_spec(index: usize, configuration_version: &str, valid: bool) -> Value {
+    let mut spec = json!({
+        "serviceRef": { "name": format!("service-{index}") },
+        "serviceName": format!("service-{index}.example"),
+        "serviceAgentRef": { "name": format!("agent-{index}") },
+        "configurationVersion": configuration_version,
+        "tools": { "mcpServers": [{
+            "name": "streamco",
+            "endpoint": "http://127.0.0.1:7810/mcp",
+            "toolSelector": { "include": ["streams_list", "streams_get", "pipeline_diagnose"] }
+        }]},
+        "skills": [{ "name": "lag-triage", "description": "Triage lag", "source": "http://127.0.0.1:7810/runbooks/lag.md" }]
+    });
+    if !valid {
+        spec.as_object_mut().map(|s| s.remove("serviceName"));
+    }
+    spec
+}
+
 /// Deletes an object if it exists.
 pub async fn delete(client: &Client, kind: &str, name: &str) {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
