@@ -16,9 +16,12 @@
 //! For each: the apiserver's CPU-seconds (from `/proc/<pid>/stat`) and the bytes it sent for the
 //! two kinds (its own `/metrics`: response sizes of LISTs, sizes of watch events) while the
 //! sources start, per minute while idle (`CAPSTAN_BENCH_FLEET_IDLE_SECONDS`, 300), and per
-//! minute during 100 binding changes (`CAPSTAN_BENCH_FLEET_CHANGES`) at one a second; and the time from each change (its apply
-//! answered) until the first source — read every 20 ms — shows it. The apiserver's own idle
-//! cost with no source is measured first and taken off the per-source figures.
+//! minute during 100 binding changes at one a second (`CAPSTAN_BENCH_FLEET_CHANGES`); and the
+//! time from each change (its apply answered) until the first source — read every 20 ms — shows
+//! it. The apiserver's own idle cost with no source is measured right before each run
+//! (`CAPSTAN_BENCH_FLEET_BASELINE_SECONDS`, 120; it drifts over a bench of more than an hour)
+//! and taken off that run's per-source CPU. `CAPSTAN_BENCH_FLEET_MODES` picks modes
+//! (`list,list-cached,watch`).
 //!
 //! Nothing here is asserted.
 
@@ -216,6 +219,8 @@ impl Source {
 struct Run {
     mode: Mode,
     sources: usize,
+    /// The apiserver with no source, measured right before the run.
+    alone: (f64, f64),
     start: (f64, f64),
     idle: (f64, f64),
     changes: (f64, f64),
@@ -236,9 +241,18 @@ fn main() {
     };
     let idle = Duration::from_secs(setting("CAPSTAN_BENCH_FLEET_IDLE_SECONDS", 300));
     let changes = setting("CAPSTAN_BENCH_FLEET_CHANGES", 100).max(1) as usize;
-    let (alone, runs) =
-        with_plane("bench-fleet", |plane, runtime| {
-            runtime.block_on(async {
+    let baseline = Duration::from_secs(setting("CAPSTAN_BENCH_FLEET_BASELINE_SECONDS", 120));
+    let modes: Vec<Mode> = std::env::var("CAPSTAN_BENCH_FLEET_MODES")
+        .unwrap_or_else(|_| "list,list-cached,watch".into())
+        .split(',')
+        .filter_map(|m| {
+            [Mode::List, Mode::ListCached, Mode::Watch]
+                .into_iter()
+                .find(|k| k.name() == m.trim())
+        })
+        .collect();
+    let runs = with_plane("bench-fleet", |plane, runtime| {
+        runtime.block_on(async {
             let admin = plane
                 .client_with_open_crds()
                 .await
@@ -254,23 +268,18 @@ fn main() {
             )
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-            // The apiserver alone, settled after the bindings went in.
-            tokio::time::sleep(Duration::from_secs(10)).await;
-            let before = Spent::now(plane, &admin).await;
-            tokio::time::sleep(idle).await;
-            let alone = Spent::now(plane, &admin).await.per_minute_since(before);
-            eprintln!("fleet: apiserver alone {alone:.3?} CPU-s, MB per minute");
             let mut runs = Vec::new();
             let mut round = 0;
             for &sources in &sizes {
-                for mode in [Mode::List, Mode::ListCached, Mode::Watch] {
+                for &mode in &modes {
                     round += 1;
                     let run =
-                        measure(plane, &admin, &config, mode, (sources, changes), idle, round)
+                        measure(plane, &admin, &config, mode, (sources, changes), (idle, baseline), round)
                             .await;
                     eprintln!(
-                        "fleet: {} × {sources}: idle {:.3?}, changes {:.3?}, visible median {:?}",
+                        "fleet: {} × {sources}: alone {:.3?}, idle {:.3?}, changes {:.3?}, visible median {:?}",
                         mode.name(),
+                        run.alone,
                         run.idle,
                         run.changes,
                         median(&run.visible)
@@ -278,10 +287,10 @@ fn main() {
                     runs.push(run);
                 }
             }
-            (alone, runs)
+            runs
         })
-        });
-    report(alone, &runs, idle, changes);
+    });
+    report(&runs, (idle, baseline), changes);
 }
 
 fn name(index: usize) -> String {
@@ -292,17 +301,24 @@ fn spec(index: usize, version: &str) -> Value {
     sample_binding_spec(index, version, !index.is_multiple_of(INVALID_EVERY))
 }
 
-/// Starts `sources` sources reading in `mode`, measures them idle and through `changes` changes,
-/// and stops them.
+/// Measures the apiserver alone for `baseline`, then starts `sources` sources reading in
+/// `mode`, measures them idle for `idle` and through `changes` changes, and stops them.
 async fn measure(
     plane: &ControlPlane,
     admin: &kube::Client,
     config: &kube::Config,
     mode: Mode,
     (sources, changes): (usize, usize),
-    idle: Duration,
+    (idle, baseline): (Duration, Duration),
     round: usize,
 ) -> Run {
+    // The apiserver alone right before the run: its own idle cost drifts over a long bench.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before_alone = Spent::now(plane, admin).await;
+    tokio::time::sleep(baseline).await;
+    let alone = Spent::now(plane, admin)
+        .await
+        .per_minute_since(before_alone);
     let started = Spent::now(plane, admin).await;
     let mut fleet = Vec::new();
     for _ in 0..sources {
@@ -421,6 +437,7 @@ async fn measure(
     Run {
         mode,
         sources,
+        alone,
         start,
         idle: idle_cost,
         changes: changes_cost.unwrap_or_else(|| panic!("no change cost taken")),
@@ -434,22 +451,20 @@ fn median(values: &[Duration]) -> Duration {
     sorted.get(sorted.len() / 2).copied().unwrap_or_default()
 }
 
-fn report(alone: (f64, f64), runs: &[Run], idle: Duration, changes: usize) {
+fn report(runs: &[Run], (idle, baseline): (Duration, Duration), changes: usize) {
     println!("<!-- bench:fleet -->\n### Fleet of crd sources (`e2e/benches/fleet.rs`)\n\n```text");
     println!(
-        "{BINDINGS} bindings ({} invalid); idle {} s per run; {changes} changes at one a second",
+        "{BINDINGS} bindings ({} invalid); per run: the apiserver alone {} s, then idle {} s, then {changes} changes at one a second",
         BINDINGS / INVALID_EVERY,
+        baseline.as_secs(),
         idle.as_secs()
-    );
-    println!(
-        "apiserver alone, idle: {:.3} CPU-s/min, {:.3} MB/min for the two kinds",
-        alone.0, alone.1
     );
     println!();
     println!(
-        "{:<12} {:>3} | {:>9} {:>8} | {:>10} {:>9} | {:>12} {:>11} | {:>10} {:>9} | {:>8} {:>8} {:>5}",
+        "{:<12} {:>3} | {:>11} | {:>9} {:>8} | {:>10} {:>9} | {:>12} {:>11} | {:>10} {:>9} | {:>8} {:>8} {:>5}",
         "mode",
         "N",
+        "alone CPU/m",
         "start CPU",
         "start MB",
         "idle CPU/m",
@@ -466,14 +481,15 @@ fn report(alone: (f64, f64), runs: &[Run], idle: Duration, changes: usize) {
         let n = run.sources as f64;
         let max = run.visible.iter().max().copied().unwrap_or_default();
         println!(
-            "{:<12} {:>3} | {:>9.2} {:>8.1} | {:>10.3} {:>9.2} | {:>12.4} {:>11.1} | {:>10.3} {:>9.2} | {:>7.2}s {:>7.2}s {:>5}",
+            "{:<12} {:>3} | {:>11.3} | {:>9.2} {:>8.1} | {:>10.3} {:>9.2} | {:>12.4} {:>11.1} | {:>10.3} {:>9.2} | {:>7.2}s {:>7.2}s {:>5}",
             run.mode.name(),
             run.sources,
+            run.alone.0,
             run.start.0,
             run.start.1,
             run.idle.0,
             run.idle.1,
-            (run.idle.0 - alone.0) / n,
+            (run.idle.0 - run.alone.0) / n,
             run.idle.1 * 1e3 / n,
             run.changes.0,
             run.changes.1,
@@ -491,7 +507,7 @@ fn report(alone: (f64, f64), runs: &[Run], idle: Duration, changes: usize) {
             .iter()
             .find(|r| r.mode == Mode::List && r.sources == run.sources)
         {
-            let above = |r: &Run| r.idle.0 - alone.0;
+            let above = |r: &Run| r.idle.0 - r.alone.0;
             // CPU above the apiserver's own idle is noise below a few hundredths of a second
             // a minute on this machine; bytes are exact.
             let cpu = if above(list) > 0.05 {
