@@ -164,7 +164,7 @@ pub fn render(composition: &Value) -> String {
         .unwrap_or(4);
     let _ = writeln!(out, "{:<width$}  MUTATING  BINDING / SERVICE", "TOOL");
     for tool in tools {
-        let _ = writeln!(
+        let _ = write!(
             out,
             "{:<width$}  {:<8}  {} / {}",
             tool["name"].as_str().unwrap_or("?"),
@@ -176,6 +176,12 @@ pub fn render(composition: &Value) -> String {
             tool["binding"].as_str().unwrap_or("?"),
             tool["serviceName"].as_str().unwrap_or("?"),
         );
+        match tool["shortenedFrom"].as_str() {
+            Some(full) => {
+                let _ = writeln!(out, " (shortened from {full})");
+            }
+            None => out.push('\n'),
+        }
     }
     for capability in composition["capabilities"].as_array().unwrap_or(&empty) {
         let candidates: Vec<String> = capability["candidates"]

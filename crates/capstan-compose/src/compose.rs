@@ -21,7 +21,7 @@ use crate::fetch::{ClientError, FetchError, Fetcher};
 use crate::guard::{EndpointGuard, PatternError};
 use crate::knowledge;
 use crate::limits::Limits;
-use crate::names::composed_name;
+use crate::names::{composed_name, full_name};
 use crate::upstream::{ConnectError, Connector, Upstream};
 
 /// Why a `load_skill` produced no body.
@@ -363,7 +363,9 @@ impl Composer {
                 if mutating {
                     composed.composition.mutating.push(name.clone());
                 }
+                let full = full_name(&server.server, tool);
                 composed.composition.tools.push(ComposedTool {
+                    shortened_from: (full != name).then_some(full),
                     name,
                     binding: document.binding.clone(),
                     service_name: document.spec.service_name.clone(),

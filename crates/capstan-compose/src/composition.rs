@@ -10,8 +10,12 @@ use crate::capabilities::CapabilitySummary;
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ComposedTool {
-    /// The name the assistant sees: `<server>__<tool>`, sanitized.
+    /// The name the assistant sees: `<server>__<tool>`, sanitized, shortened to 64 characters
+    /// when longer (`names.rs`).
     pub name: String,
+    /// The full `<server>__<tool>` when `name` is its shortened form.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shortened_from: Option<String>,
     /// The binding that contributed it.
     pub binding: String,
     /// The binding's `serviceName` (the metering dimension).

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
+use sha2::Digest;
 
 /// Project, token, tool and arguments the SDK client scripts are run with.
 const SDK_CLIENT_ARGS: [&str; 4] = [
@@ -763,6 +764,83 @@ async fn a_running_call_should_keep_its_session_alive_past_the_idle_timeout() {
         .unwrap();
     assert_ne!(result.is_error, Some(true));
     assert_eq!(upstream_deletes(&provider).await, 0);
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_composed_name_over_64_characters_should_be_shortened_and_call_through() {
+    let provider = DemoProvider::start(&[]);
+    let mut documents = streamco(&provider);
+    let server = format!("streamco-{}", "x".repeat(51));
+    let tool = "streams_consumer_lag_breakdown";
+    assert_eq!((server.len(), tool.len()), (60, 30));
+    let entry = &mut documents["items"][0]["spec"]["tools"]["mcpServers"][0];
+    entry["name"] = json!(server);
+    entry["toolSelector"]["include"] = json!([tool]);
+    let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
+    let session = sidecar.session("demo-project", None).await;
+    let names: Vec<String> = session
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.into_owned())
+        .collect();
+    // The oracle: the full name's first 55 characters, `_`, 8 hex digits of its SHA-256.
+    let full = format!("{server}__{tool}");
+    let digest: String = sha2::Sha256::digest(full.as_bytes())[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let expected = format!("{}_{digest}", &full[..55]);
+    assert_eq!(names, [expected.as_str(), "load_skill"]);
+    assert_eq!(expected.len(), 64);
+    let before = provider.tool_calls().await;
+    let result = session
+        .call_tool(call(&expected, json!({"name": "clickstream"})))
+        .await
+        .unwrap();
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    assert_eq!(
+        result
+            .structured_content
+            .as_ref()
+            .map(|c| c["partitions"][0]["consumerLag"].clone()),
+        Some(json!(48_210))
+    );
+    let after = provider.tool_calls().await;
+    assert_eq!(after[before.len()..], [tool]);
+    // The mapping, as /v1/composition (through capstanctl --json) and capstanctl show it.
+    let compose = |extra: &[&str]| {
+        let mut args = vec![
+            "compose",
+            "--socket",
+            sidecar.socket.to_str().unwrap(),
+            "--project",
+            "demo-project",
+        ];
+        args.extend_from_slice(extra);
+        let output = Command::new(binary("capstanctl"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let composition: Value = serde_json::from_str(&compose(&["--json"])).unwrap();
+    assert_eq!(composition["tools"][0]["name"], json!(expected));
+    assert_eq!(composition["tools"][0]["shortenedFrom"], json!(full));
+    let table = compose(&[]);
+    assert!(
+        table.contains(&format!(
+            "{expected}  no        streamco-binding / streaming.streamco.example (shortened from {full})"
+        )),
+        "{table}"
+    );
     session.cancel().await.unwrap();
 }
 

@@ -195,6 +195,23 @@ impl StreamCo {
     }
 
     #[tool(
+        description = "A stream's consumer lag per partition (a 30-character name: composed under a long server name it must be shortened)."
+    )]
+    fn streams_consumer_lag_breakdown(
+        &self,
+        Parameters(StreamName { name }): Parameters<StreamName>,
+    ) -> CallToolResult {
+        match STREAMS.iter().find(|(n, _, _)| *n == name) {
+            Some((name, _, lag)) => CallToolResult::structured(
+                json!({ "name": name, "partitions": [{ "partition": 7, "consumerLag": lag }] }),
+            ),
+            None => CallToolResult::error(vec![ContentBlock::text(format!(
+                "no stream named {name:?}"
+            ))]),
+        }
+    }
+
+    #[tool(
         description = "Streams of a named project (takes a project argument, which Capstan never exposes)."
     )]
     fn streams_by_project(
