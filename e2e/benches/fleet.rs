@@ -202,10 +202,9 @@ impl Source {
                 let qualifiers: Api<DynamicObject> =
                     Api::all_with(client, &resource("RouteQualifier"));
                 let params = ListParams::default();
-                let (bindings, qualifiers) =
+                let (bindings, _qualifiers) =
                     futures::join!(bindings.list(&params), qualifiers.list(&params));
                 let objects = Arc::new(bindings.map(|l| l.items).unwrap_or_default());
-                drop(qualifiers);
                 *listed = Some((Instant::now(), objects.clone()));
                 Seen::Objects(objects)
             }

@@ -44,21 +44,8 @@ pub async fn apply_many(
 ) -> Result<(), String> {
     use futures::{StreamExt, TryStreamExt};
 
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
     futures::stream::iter(objects)
-        .map(|(name, spec)| {
-            let api = api.clone();
-            async move {
-                let object = json!({ "apiVersion": API_VERSION, "kind": kind, "metadata": { "name": name }, "spec": spec });
-                api.patch(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&object),
-                )
-                .await
-                .map_err(|e| format!("apply {kind}/{name}: {e}"))
-            }
-        })
+        .map(|(name, spec)| async move { apply(client, kind, &name, spec).await })
         .buffer_unordered(in_flight.max(1))
         .try_for_each(|_| async { Ok(()) })
         .await

@@ -21,7 +21,7 @@ use crate::fetch::{ClientError, FetchError, Fetcher};
 use crate::guard::{EndpointGuard, PatternError};
 use crate::knowledge;
 use crate::limits::Limits;
-use crate::names::{composed_name, full_name};
+use crate::names::{full_name, shortened};
 use crate::upstream::{ConnectError, Connector, Upstream};
 
 /// Why a `load_skill` produced no body.
@@ -338,7 +338,8 @@ impl Composer {
                         .push(format!("{}/{tool}", server.server));
                     continue;
                 }
-                let name = composed_name(&server.server, tool);
+                let full = full_name(&server.server, tool);
+                let name = shortened(&full);
                 if let Some(winner) = owners.get(&name) {
                     outcome.collisions.push(Collision {
                         name,
@@ -363,7 +364,6 @@ impl Composer {
                 if mutating {
                     composed.composition.mutating.push(name.clone());
                 }
-                let full = full_name(&server.server, tool);
                 composed.composition.tools.push(ComposedTool {
                     shortened_from: (full != name).then_some(full),
                     name,

@@ -113,9 +113,8 @@ impl CrdSource {
 const MOST_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// All objects of kind `K`, not older than `since` when given (from the watch cache), with
-/// the list's resourceVersion. A throttled list ("too many requests", also what a CRD whose
-/// storage is still initializing answers) is tried once more after the server's delay, at most
-/// [`MOST_RETRY_AFTER`]; anything else is the cache's to handle.
+/// the list's resourceVersion. A version the apiserver refuses falls back to a consistent
+/// list; throttling is handled the same way for either (`list_once_more_if_throttled`).
 async fn list<K>(
     client: kube::Client,
     since: Option<&str>,
@@ -129,21 +128,37 @@ where
         let params = ListParams::default()
             .at(version)
             .matching(VersionMatch::NotOlderThan);
-        match api.list(&params).await {
+        match list_once_more_if_throttled(&api, &params).await {
             Ok(list) => return Ok(list),
             // The apiserver answered but would not serve that version: ask for the current
-            // state instead. A transport failure is not retried here (the cache serves stale).
-            Err(kube::Error::Api(status)) => {
+            // state instead. A transport failure or throttling is not retried here (the
+            // cache serves stale).
+            Err(kube::Error::Api(status)) if status.code != THROTTLED => {
                 debug!(kind = %K::kind(&()), version, %status, "list from a known version refused; listing consistently");
             }
             Err(error) => return Err(error),
         }
     }
-    match api.list(&ListParams::default()).await {
-        Err(kube::Error::Api(status)) if status.code == 429 => {
+    list_once_more_if_throttled(&api, &ListParams::default()).await
+}
+
+/// "Too many requests": also what a CRD whose storage is still initializing answers.
+const THROTTLED: u16 = 429;
+
+/// One list; a throttled one is tried once more after the server's delay, at most
+/// [`MOST_RETRY_AFTER`]. Anything else is the cache's to handle.
+async fn list_once_more_if_throttled<K>(
+    api: &Api<Slim<K>>,
+    params: &ListParams,
+) -> Result<ObjectList<Slim<K>>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + 'static,
+{
+    match api.list(params).await {
+        Err(kube::Error::Api(status)) if status.code == THROTTLED => {
             let asked = status.details.as_ref().map_or(0, |d| d.retry_after_seconds);
             tokio::time::sleep(Duration::from_secs(asked.into()).min(MOST_RETRY_AFTER)).await;
-            api.list(&ListParams::default()).await
+            api.list(params).await
         }
         answer => answer,
     }

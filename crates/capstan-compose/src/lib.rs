@@ -62,7 +62,7 @@ pub use limits::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FETCH_TIMEOUT,
     DEFAULT_KNOWLEDGE_SOURCE_CAP, DEFAULT_KNOWLEDGE_TOTAL_CAP, DEFAULT_SKILL_CAP, Limits,
 };
-pub use names::{MAX_TOOL_NAME, composed_name, full_name, sanitize};
+pub use names::{MAX_TOOL_NAME, composed_name, full_name, sanitize, shortened};
 pub use plan_token::{
     DEFAULT_PLAN_TTL, KeyError, MIN_KEY_BYTES, PlanKeys, PlanPayload, Refused as PlanRefused,
 };

@@ -36,13 +36,13 @@ pub fn full_name(server: &str, tool: &str) -> String {
 /// The composed name of `tool` on MCP server `server`: [`full_name`], shortened to
 /// [`MAX_TOOL_NAME`] when longer.
 pub fn composed_name(server: &str, tool: &str) -> String {
-    shortened(full_name(server, tool))
+    shortened(&full_name(server, tool))
 }
 
 /// `full` itself when it fits, else its first characters, `_` and a digest of all of it.
-fn shortened(full: String) -> String {
+pub fn shortened(full: &str) -> String {
     if full.len() <= MAX_TOOL_NAME {
-        return full;
+        return full.to_owned();
     }
     let digest = Sha256::digest(full.as_bytes());
     let digits: String = digest

@@ -388,6 +388,23 @@ async fn arguments_should_be_checked_against_the_input_schema() {
     session.cancel().await.unwrap();
 }
 
+/// What `capstanctl compose --socket … --project demo-project <extra>` prints; it must succeed.
+fn capstanctl_compose(sidecar: &Sidecar, extra: &[&str]) -> String {
+    let socket = sidecar.socket.to_str().unwrap();
+    let mut args = vec!["compose", "--socket", socket, "--project", "demo-project"];
+    args.extend_from_slice(extra);
+    let output = Command::new(binary("capstanctl"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn capstanctl_should_show_the_composition_and_call_a_tool() {
     let provider = DemoProvider::start(&[]);
@@ -404,16 +421,7 @@ async fn capstanctl_should_show_the_composition_and_call_a_tool() {
     let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
     let capstanctl = binary("capstanctl");
     let socket = sidecar.socket.to_str().unwrap();
-    let table = Command::new(&capstanctl)
-        .args(["compose", "--socket", socket, "--project", "demo-project"])
-        .output()
-        .unwrap();
-    assert!(
-        table.status.success(),
-        "{}",
-        String::from_utf8_lossy(&table.stderr)
-    );
-    let table = String::from_utf8_lossy(&table.stdout);
+    let table = capstanctl_compose(&sidecar, &[]);
     assert!(
         table.starts_with("project demo-project: 3 tools, 1 skills, 2 bindings (1 degraded)"),
         "{table}"
@@ -426,18 +434,8 @@ async fn capstanctl_should_show_the_composition_and_call_a_tool() {
     );
     assert!(table.contains("outside  DEGRADED\n  - endpoint http://169.254.169.254/mcp was not dialed: address 169.254.169.254 is link-local"), "{table}");
 
-    let json_out = Command::new(&capstanctl)
-        .args([
-            "compose",
-            "--socket",
-            socket,
-            "--project",
-            "demo-project",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    let composition: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    let composition: Value =
+        serde_json::from_str(&capstanctl_compose(&sidecar, &["--json"])).unwrap();
     assert_eq!(composition["tools"][0]["mutating"], false);
     assert_eq!(composition["bindings"][1]["degraded"], true);
     assert_eq!(composition["builtins"], json!(["load_skill"]));
@@ -811,30 +809,11 @@ async fn a_composed_name_over_64_characters_should_be_shortened_and_call_through
     let after = provider.tool_calls().await;
     assert_eq!(after[before.len()..], [tool]);
     // The mapping, as /v1/composition (through capstanctl --json) and capstanctl show it.
-    let compose = |extra: &[&str]| {
-        let mut args = vec![
-            "compose",
-            "--socket",
-            sidecar.socket.to_str().unwrap(),
-            "--project",
-            "demo-project",
-        ];
-        args.extend_from_slice(extra);
-        let output = Command::new(binary("capstanctl"))
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
-    let composition: Value = serde_json::from_str(&compose(&["--json"])).unwrap();
+    let composition: Value =
+        serde_json::from_str(&capstanctl_compose(&sidecar, &["--json"])).unwrap();
     assert_eq!(composition["tools"][0]["name"], json!(expected));
     assert_eq!(composition["tools"][0]["shortenedFrom"], json!(full));
-    let table = compose(&[]);
+    let table = capstanctl_compose(&sidecar, &[]);
     assert!(
         table.contains(&format!(
             "{expected}  no        streamco-binding / streaming.streamco.example (shortened from {full})"

@@ -141,6 +141,11 @@ const STREAMS: [(&str, &str, u64); 3] = [
     ("clickstream", "Lagging", 48_210),
 ];
 
+/// The stream named `name`: its name, state and consumer lag.
+fn stream(name: &str) -> Option<(&'static str, &'static str, u64)> {
+    STREAMS.iter().copied().find(|(n, _, _)| *n == name)
+}
+
 /// The StreamCo MCP server.
 #[derive(Clone)]
 struct StreamCo {
@@ -173,7 +178,7 @@ impl StreamCo {
         &self,
         Parameters(StreamName { name }): Parameters<StreamName>,
     ) -> CallToolResult {
-        match STREAMS.iter().find(|(n, _, _)| *n == name) {
+        match stream(&name) {
             Some((name, state, lag)) => CallToolResult::structured(
                 json!({ "name": name, "state": state, "consumerLag": lag, "partitions": 12 }),
             ),
@@ -201,7 +206,7 @@ impl StreamCo {
         &self,
         Parameters(StreamName { name }): Parameters<StreamName>,
     ) -> CallToolResult {
-        match STREAMS.iter().find(|(n, _, _)| *n == name) {
+        match stream(&name) {
             Some((name, _, lag)) => CallToolResult::structured(
                 json!({ "name": name, "partitions": [{ "partition": 7, "consumerLag": lag }] }),
             ),
