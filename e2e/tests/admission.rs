@@ -264,7 +264,7 @@ fn example_binding(name: &str) -> CapabilityBinding {
 /// Files in the invalid corpus. Every one becomes a case here (one object each, or the list
 /// trial for `mixed-list`); a file added, removed or left unread fails the suite instead of
 /// shrinking it.
-const CORPUS_FILES: usize = 77;
+const CORPUS_FILES: usize = 79;
 
 /// The one corpus file that is a List: applied as a List, its valid items must be admitted.
 const LIST_CASE: &str = "mixed-list";
@@ -321,8 +321,8 @@ const ENVELOPE: &[(&str, &str, &str)] = &[
 /// Golden paths the apiserver names differently, by case, with the path it names. Each is a limit of
 /// admission, not a looser check: everything else must be named exactly.
 const ADMISSION_PATHS: &[(&str, &str, &str)] = &[
-    // A CEL rule on a server sees the list it checks, not the entry that broke it
-    // (`fieldPath` is static, so it cannot carry the entry's index).
+    // A CEL rule on a server (or its allow-list) sees the list or map it checks, not the
+    // entry that broke it (`fieldPath` is static, so it cannot carry the entry's index or key).
     (
         "doc-capability-tool-not-included",
         "spec.tools.mcpServers[0].capabilities[0].tool",
@@ -332,6 +332,11 @@ const ADMISSION_PATHS: &[(&str, &str, &str)] = &[
         "doc-mutating-not-included",
         "spec.tools.mcpServers[0].mutating[0]",
         "spec.tools.mcpServers[0].mutating",
+    ),
+    (
+        "doc-pin-not-included",
+        "spec.tools.mcpServers[0].toolSelector.pins.streams_delete",
+        "spec.tools.mcpServers[0].toolSelector.pins",
     ),
     // A duplicate list-map key is reported on the entry, not on its key field.
     (

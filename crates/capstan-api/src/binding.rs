@@ -1,5 +1,7 @@
 //! The CapabilityBinding custom resource, whose spec is the capability document's spec.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -7,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::patterns::{
     CAPABILITY_ID_PATTERN, FEATURE_PATTERN, HTTP_URL_PATTERN, MAX_NAME_LEN, MAX_TEXT_LEN,
-    MAX_URL_LEN, SERVER_NAME_PATTERN, SKILL_NAME_PATTERN,
+    MAX_URL_LEN, PIN_PATTERN, SERVER_NAME_PATTERN, SKILL_NAME_PATTERN,
 };
 
 /// What one provider service contributes to a project's assistant: MCP tool endpoints with an
@@ -250,6 +252,14 @@ pub struct McpServer {
 
 /// The tool allow-list of one MCP server.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.pins) || self.pins.all(t, has(self.include) && t in self.include)",
+        "message": "every pins key must also be in include",
+        "fieldPath": ".pins",
+        "reason": "FieldValueInvalid"
+    }
+]))]
 pub struct ToolSelector {
     /// Exact tool names the assistant may list and call. Enforced on `tools/list` and on every
     /// `tools/call`.
@@ -257,6 +267,27 @@ pub struct ToolSelector {
     #[schemars(length(max = 128), inner(length(min = 1, max = 128)))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub include: Vec<String>,
+
+    /// Reviewed tool definitions: tool name → `sha256:<64 hex digits>`, the digest of the
+    /// tool's definition as the server lists it (`capstanctl pins` prints them; docs/pins.md).
+    /// A pinned tool is exposed only while its live definition has that digest; a tool whose
+    /// definition changed is withheld and the binding reports Composed=False naming it.
+    /// Unpinned tools are exposed as listed. Every key must be in `include`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "pins_schema")]
+    pub pins: BTreeMap<String, String>,
+}
+
+/// The schema of `toolSelector.pins`: a map of tool names to digests, bounded like `include`.
+fn pins_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 128,
+        "additionalProperties": {
+            "type": "string",
+            "pattern": PIN_PATTERN,
+        },
+    })
 }
 
 /// One allowed tool mapped onto a routed capability.

@@ -22,6 +22,10 @@ pub const FEATURE_PATTERN: &str = "^[a-z][a-z0-9_-]*(\\.[a-z][a-z0-9_-]*)*$";
 /// the real parsing and host checks at the dial site; this only catches what cannot be a URL.
 pub const HTTP_URL_PATTERN: &str = "^https?://[^\\s/?#]+([/?#]\\S*)?$";
 
+/// Pinned tool definitions (`toolSelector.pins` values): `sha256:` and the digest in lower-case
+/// hex, the form `capstanctl pins` prints.
+pub const PIN_PATTERN: &str = "^sha256:[0-9a-f]{64}$";
+
 /// Names and other identifiers: the Kubernetes DNS-subdomain bound.
 pub const MAX_NAME_LEN: u32 = 253;
 
@@ -46,6 +50,9 @@ pub fn pattern_message(pattern: &str) -> Option<&'static str> {
             "must be dotted lower-case segments of letters, digits, '_' and '-', e.g. search.fresh",
         ),
         HTTP_URL_PATTERN => Some("must be an absolute http:// or https:// URL"),
+        PIN_PATTERN => Some(
+            "must be sha256: followed by 64 lower-case hex digits, as capstanctl pins prints it",
+        ),
         _ => None,
     }
 }
@@ -61,6 +68,7 @@ mod tests {
             CAPABILITY_ID_PATTERN,
             FEATURE_PATTERN,
             HTTP_URL_PATTERN,
+            PIN_PATTERN,
         ] {
             assert!(
                 pattern_message(pattern).is_some(),

@@ -73,8 +73,9 @@ fn server(index: usize) -> impl Strategy<Value = McpServer> {
             any::<bool>(),
             any::<bool>(),
         )),
+        option::of("[0-9a-f]{64}"),
     )
-        .prop_map(move |(prefix, endpoint, mut include, pick, mapping)| {
+        .prop_map(move |(prefix, endpoint, mut include, pick, mapping, pin)| {
             include.sort();
             include.dedup();
             let mutating = if include.is_empty() {
@@ -105,7 +106,13 @@ fn server(index: usize) -> impl Strategy<Value = McpServer> {
             McpServer {
                 name: format!("{prefix}{index}"),
                 endpoint,
-                tool_selector: (!include.is_empty()).then_some(ToolSelector { include }),
+                tool_selector: (!include.is_empty()).then(|| ToolSelector {
+                    pins: pin
+                        .map(|hex| (pick.get(&include).clone(), format!("sha256:{hex}")))
+                        .into_iter()
+                        .collect(),
+                    include,
+                }),
                 mutating,
                 capabilities,
             }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod pins;
 mod routes;
 mod sidecar;
 mod validate;
@@ -43,6 +44,14 @@ enum Command {
     /// provider chosen — without calling anything. Exit status: 0 shown, 1 the sidecar could
     /// not be asked or refused.
     Routes(routes::Args),
+
+    /// Print the live definition digests of each binding's allowed tools, as YAML to paste
+    /// into `toolSelector.pins` after review (docs/pins.md): from a sidecar's composition
+    /// (`--socket`, `--project`), or by dialing the endpoints of a binding file (`--file`).
+    /// A pinned tool whose definition changed is marked, with its new definition to review.
+    /// Exit status: 0 shown, 1 the sidecar could not be asked or a server could not be listed,
+    /// 2 the file cannot be read.
+    Pins(pins::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,5 +61,6 @@ fn main() -> ExitCode {
         Command::Compose(args) => sidecar::compose(&args),
         Command::Call(args) => sidecar::call(&args),
         Command::Routes(args) => routes::run(&args),
+        Command::Pins(args) => pins::run(&args),
     }
 }

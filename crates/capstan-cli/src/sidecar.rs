@@ -20,21 +20,21 @@ use serde_json::Value;
 pub struct Target {
     /// The sidecar's Unix socket.
     #[arg(long, env = "CAPSTAN_SOCKET", default_value = DEFAULT_SOCKET)]
-    socket: PathBuf,
+    pub(crate) socket: PathBuf,
     /// The project to act in (a Kubernetes object name: lower-case letters, digits, '-'
     /// and '.').
     #[arg(long, env = "CAPSTAN_PROJECT", value_parser = project_name)]
-    project: String,
+    pub(crate) project: String,
     /// The caller's bearer token (sent as `Authorization: Bearer …`, never to providers).
     #[arg(long, env = "CAPSTAN_TOKEN")]
-    token: Option<String>,
+    pub(crate) token: Option<String>,
     /// The header naming the project (as the sidecar is configured).
     #[arg(long, env = "CAPSTAN_PROJECT_HEADER", default_value = PROJECT_HEADER)]
-    project_header: String,
+    pub(crate) project_header: String,
 }
 
 /// Refuses what the sidecar would refuse, with the same rule, before anything is sent.
-fn project_name(value: &str) -> Result<String, capstan_api::ProjectNameError> {
+pub(crate) fn project_name(value: &str) -> Result<String, capstan_api::ProjectNameError> {
     capstan_api::check_project_name(value).map(|()| value.to_owned())
 }
 

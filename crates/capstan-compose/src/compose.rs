@@ -1,7 +1,7 @@
 //! Composing: a project's documents → one live tool set (open upstream sessions), the
 //! instructions text, the skills, and a per-binding outcome (`composition.rs` holds the data).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use capstan_api::CapabilityStatus;
 use capstan_route::Catalog;
@@ -22,6 +22,7 @@ use crate::guard::{EndpointGuard, PatternError};
 use crate::knowledge;
 use crate::limits::Limits;
 use crate::names::{full_name, shortened};
+use crate::pins::{PinMismatch, ToolDefinition, covered_definition, definition_digest};
 use crate::upstream::{ConnectError, Connector, Upstream};
 
 /// Why a `load_skill` produced no body.
@@ -191,6 +192,7 @@ struct ServerResult {
     server: String,
     endpoint: String,
     allowed: BTreeSet<String>,
+    pins: BTreeMap<String, String>,
     mutating: BTreeSet<String>,
     quarantined: BTreeSet<String>,
     result: Result<(Upstream, Vec<Tool>), ConnectError>,
@@ -254,6 +256,11 @@ impl Composer {
                 .iter()
                 .flat_map(|s| s.include.iter().cloned())
                 .collect();
+            let pins = server
+                .tool_selector
+                .as_ref()
+                .map(|s| s.pins.clone())
+                .unwrap_or_default();
             let mutating: BTreeSet<String> = server.mutating.iter().cloned().collect();
             // A quarantined mapping's tool is served only to the router (which excludes it):
             // never called directly, so quarantine cannot be bypassed by its namespaced name.
@@ -273,6 +280,7 @@ impl Composer {
                     server: server.name.clone(),
                     endpoint: server.endpoint.clone(),
                     allowed,
+                    pins,
                     mutating,
                     quarantined,
                     result,
@@ -332,6 +340,28 @@ impl Composer {
                     outcome.missing.push(format!("{}/{tool}", server.server));
                     continue;
                 };
+                let digest = definition_digest(listed);
+                let pinned = server.pins.get(tool).cloned();
+                outcome.definitions.push(ToolDefinition {
+                    server: server.server.clone(),
+                    tool: tool.clone(),
+                    digest: digest.clone(),
+                    pinned: pinned.clone(),
+                });
+                // A pinned tool whose definition moved is neither listed nor routed: to the
+                // assistant it does not exist until someone reviews it and re-pins.
+                if let Some(pinned) = pinned
+                    && pinned != digest
+                {
+                    outcome.pin_mismatches.push(PinMismatch {
+                        server: server.server.clone(),
+                        tool: tool.clone(),
+                        pinned,
+                        live: digest,
+                        listed: covered_definition(listed),
+                    });
+                    continue;
+                }
                 if takes_project(&listed.input_schema) {
                     outcome
                         .project_arguments

@@ -5,6 +5,7 @@ use rmcp::model::{JsonObject, ToolAnnotations};
 use serde::Serialize;
 
 use crate::capabilities::CapabilitySummary;
+use crate::pins::{PinMismatch, ToolDefinition};
 
 /// A tool in the composed set.
 #[derive(Clone, Debug, Serialize)]
@@ -80,6 +81,13 @@ pub struct BindingOutcome {
     pub quarantined: Vec<String>,
     /// Allowed tools the server does not offer, as `<server>/<tool>`.
     pub missing: Vec<String>,
+    /// Pinned tools whose live definition differs from the pin: withheld.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pin_mismatches: Vec<PinMismatch>,
+    /// The live definition digest of every allowed tool the servers list, with its pin: what
+    /// `capstanctl pins` prints.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub definitions: Vec<ToolDefinition>,
     /// Tool names won by an earlier binding.
     pub collisions: Vec<Collision>,
     /// Skill names won by an earlier binding.
@@ -104,8 +112,9 @@ pub struct BindingOutcome {
 
 impl BindingOutcome {
     /// Whether the binding could not deliver everything it declared: refused or failing
-    /// endpoints, missing tools, lost collisions, or all of its knowledge lost. One knowledge
-    /// source failing among others, or truncation, is not degradation.
+    /// endpoints, missing tools, tools withheld by their pins, lost collisions, or all of its
+    /// knowledge lost. One knowledge source failing among others, or truncation, is not
+    /// degradation.
     pub fn degraded(&self) -> bool {
         !self.reasons().is_empty()
     }
@@ -135,6 +144,7 @@ impl BindingOutcome {
                 .iter()
                 .map(|m| format!("declared tool {m} is not offered by the server")),
         );
+        reasons.extend(self.pin_mismatches.iter().map(ToString::to_string));
         reasons.extend(self.project_arguments.iter().map(|t| {
             format!("tool {t} takes a project argument and is not exposed: the project is never an argument")
         }));

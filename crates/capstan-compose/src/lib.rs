@@ -27,6 +27,7 @@ mod manifest;
 mod milo;
 mod names;
 mod openapi;
+mod pins;
 mod plan_token;
 mod pooled;
 mod project_api;
@@ -63,6 +64,9 @@ pub use limits::{
     DEFAULT_KNOWLEDGE_SOURCE_CAP, DEFAULT_KNOWLEDGE_TOTAL_CAP, DEFAULT_SKILL_CAP, Limits,
 };
 pub use names::{MAX_TOOL_NAME, composed_name, full_name, sanitize, shortened};
+pub use pins::{
+    PINNED_MEMBERS, PinMismatch, ToolDefinition, covered_definition, definition_digest,
+};
 pub use plan_token::{
     DEFAULT_PLAN_TTL, KeyError, MIN_KEY_BYTES, PlanKeys, PlanPayload, Refused as PlanRefused,
 };

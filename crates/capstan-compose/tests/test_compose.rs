@@ -771,3 +771,70 @@ async fn an_endpoint_whose_name_does_not_resolve_should_degrade_only_its_binding
     );
     assert!(!composition.bindings[1].degraded());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_whose_pin_does_not_match_should_be_neither_exposed_nor_routed() {
+    let provider = DemoProvider::start(&[]);
+    let hosts = vec![provider.host()];
+    let listed = provider.listed_tool("docs_search").await;
+    let reviewed = capstan_demo_provider::harness::pin_oracle(&listed);
+    let stale = format!("sha256:{}", "0".repeat(64));
+    let with_pin = |pin: &str| {
+        let mut document = binding(
+            "search",
+            "streamco",
+            &provider.url("/mcp"),
+            &["docs_search", "streams_list"],
+        );
+        let server = &mut document["spec"]["tools"]["mcpServers"][0];
+        server["toolSelector"]["pins"] = json!({ "docs_search": pin });
+        server["capabilities"] =
+            json!([{ "capabilityId": "cap.web.search", "tool": "docs_search" }]);
+        serde_json::to_string(&json!([document])).unwrap()
+    };
+    let composer = composer(&hosts, &hosts, Limits::default());
+
+    // The reviewed pin: exposed and routed, and the digest is the oracle's.
+    let composed = composer.compose(&documents(&with_pin(&reviewed))).await;
+    let outcome = &composed.composition.bindings[0];
+    assert!(!outcome.degraded(), "{:?}", outcome.reasons());
+    assert!(
+        outcome
+            .definitions
+            .iter()
+            .any(|d| d.tool == "docs_search" && d.digest == reviewed)
+    );
+    assert!(composed.capability("cap__web_search").is_some());
+    composed.close().await;
+
+    // A pin the live definition does not have: withheld from the tools and from the route.
+    let composed = composer.compose(&documents(&with_pin(&stale))).await;
+    let composition = &composed.composition;
+    assert_eq!(tool_names(composition), ["streamco__streams_list"]);
+    assert!(composed.capability("cap__web_search").is_none());
+    assert_unknown(
+        composed
+            .call_tool("streamco__docs_search", args(json!({"query": "x"})))
+            .await,
+        "streamco__docs_search",
+    );
+    let outcome = &composition.bindings[0];
+    assert_eq!(outcome.pin_mismatches.len(), 1);
+    assert_eq!(
+        (
+            outcome.pin_mismatches[0].pinned.as_str(),
+            outcome.pin_mismatches[0].live.as_str()
+        ),
+        (stale.as_str(), reviewed.as_str())
+    );
+    assert_eq!(outcome.pin_mismatches[0].listed["name"], "docs_search");
+    assert_eq!(
+        outcome.stable_reasons(),
+        [format!(
+            "tool streamco/docs_search does not match its pin (pinned {stale}, listed \
+             {reviewed}): withheld until its new definition is reviewed and re-pinned \
+             (capstanctl pins)"
+        )]
+    );
+    composed.close().await;
+}

@@ -777,13 +777,7 @@ async fn a_composed_name_over_64_characters_should_be_shortened_and_call_through
     entry["toolSelector"]["include"] = json!([tool]);
     let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
     let session = sidecar.session("demo-project", None).await;
-    let names: Vec<String> = session
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.into_owned())
-        .collect();
+    let names = tool_names(&session).await;
     // The oracle: the full name's first 55 characters, `_`, 8 hex digits of its SHA-256.
     let full = format!("{server}__{tool}");
     let digest: String = sha2::Sha256::digest(full.as_bytes())[..4]

@@ -155,6 +155,73 @@ impl DemoProvider {
             .collect()
     }
 
+    /// The tools the provider lists now, as raw JSON, read with plain JSON-RPC over HTTP
+    /// (initialize, tools/list, DELETE): no MCP client library, so a test's oracle does not
+    /// share code with what it checks. Adds its requests to the provider's record.
+    pub async fn listed_tools(&self) -> Vec<Value> {
+        let url = self.url("/mcp");
+        let post = |body: Value, session: Option<String>| {
+            let mut request = client()
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-11-25")
+                .json(&body);
+            if let Some(session) = session {
+                request = request.header("mcp-session-id", session);
+            }
+            request.send()
+        };
+        let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "oracle", "version": "1"}}});
+        let response = post(initialize, None)
+            .await
+            .unwrap_or_else(|e| panic!("initialize: {e}"));
+        let session = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let _ = response.text().await;
+        let initialized =
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let _ = post(initialized, session.clone()).await;
+        let list = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+        let text = post(list, session.clone())
+            .await
+            .unwrap_or_else(|e| panic!("tools/list: {e}"))
+            .text()
+            .await
+            .unwrap_or_default();
+        if let Some(session) = session {
+            let _ = client()
+                .delete(&url)
+                .header("mcp-session-id", session)
+                .send()
+                .await;
+        }
+        // The answer is JSON or one SSE event whose data is the JSON-RPC response.
+        let answer: Value = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .find_map(|data| serde_json::from_str(data.trim()).ok())
+            .or_else(|| serde_json::from_str(&text).ok())
+            .unwrap_or_else(|| panic!("tools/list answered {text:?}"));
+        answer["result"]["tools"]
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| panic!("tools/list answered {answer}"))
+    }
+
+    /// The tool `name` as the provider lists it now ([`DemoProvider::listed_tools`]).
+    pub async fn listed_tool(&self, name: &str) -> Value {
+        self.listed_tools()
+            .await
+            .into_iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("the provider lists no tool {name}"))
+    }
+
     /// Replaces the provider's faults.
     pub async fn set_faults(&self, faults: &[&str]) {
         let body = serde_json::to_string(faults).unwrap_or_default();
@@ -423,5 +490,63 @@ impl Drop for PythonServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The pin of a listed tool (raw JSON), computed apart from Capstan's code: the tool's `name`,
+/// `description`, `inputSchema` and `annotations` (those present), written with sorted keys
+/// and no whitespace — RFC 8785's form for the strings, integers and booleans the demo tools
+/// use — and hashed with SHA-256: `sha256:<hex>`. docs/pins.md defines the digest.
+pub fn pin_oracle(tool: &Value) -> String {
+    use sha2::Digest as _;
+    let mut covered = serde_json::Map::new();
+    for member in ["name", "description", "inputSchema", "annotations"] {
+        if let Some(value) = tool.get(member) {
+            covered.insert(member.to_owned(), value.clone());
+        }
+    }
+    let mut text = String::new();
+    sorted_compact(&Value::Object(covered), &mut text);
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// `value` as JSON with object keys sorted and no whitespace (integral numbers only).
+fn sorted_compact(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                sorted_compact(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                sorted_compact(item, out);
+            }
+            out.push(']');
+        }
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => out.push_str(&i.to_string()),
+            (_, Some(u), _) => out.push_str(&u.to_string()),
+            (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < 1e15 => {
+                out.push_str(&(f as i64).to_string())
+            }
+            _ => panic!("pin_oracle: {n} is not an integer; the oracle writes integers only"),
+        },
+        other => out.push_str(&other.to_string()),
     }
 }

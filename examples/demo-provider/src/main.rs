@@ -6,7 +6,8 @@
 //! or at run time with `PUT /debug/faults` (a JSON array):
 //! `hang` (MCP requests never answer), `hang-calls` (`tools/call` requests never answer),
 //! `http-500`, `malformed` (MCP answers are not JSON-RPC),
-//! `drop-tool:<name>` (left out of `tools/list`), `oversized-knowledge` (1 MiB of knowledge),
+//! `drop-tool:<name>` (left out of `tools/list`), `describe:<name>=<text>` (the tool listed
+//! with that description: a changed definition), `oversized-knowledge` (1 MiB of knowledge),
 //! `slow-calls:<ms>` (`tools/call` answered after that long), `slow-drip` (MCP answers sent one
 //! byte every 200 ms).
 //! Every request's method, path and headers are recorded, and for MCP POSTs the JSON-RPC
@@ -159,6 +160,13 @@ impl StreamCo {
         for fault in shared.faults() {
             if let Some(name) = fault.strip_prefix("drop-tool:") {
                 tool_router.disable_route(name.to_owned());
+            }
+            if let Some((name, description)) = fault
+                .strip_prefix("describe:")
+                .and_then(|rest| rest.split_once('='))
+                && let Some(route) = tool_router.map.get_mut(name)
+            {
+                route.attr.description = Some(description.to_owned().into());
             }
         }
         Self { tool_router }

@@ -1,6 +1,7 @@
 //! The rules of a CapabilityBinding spec that span fields (the CRD's CEL rules and list-map
 //! keys): unique server, skill and capability names, the `__` delimiter and the reserved name
-//! `cap`, and `mutating` and `capabilities[].tool` entries inside the allow-list.
+//! `cap`, and `mutating`, `toolSelector.pins` and `capabilities[].tool` entries inside the
+//! allow-list.
 
 use serde_json::Value;
 
@@ -58,6 +59,23 @@ pub(super) fn check(spec: &Value, out: &mut Vec<FieldError>) {
                 .filter_map(|(j, tool)| Some((format!("{include_path}[{j}]"), tool.as_str()?))),
             out,
         );
+
+        // Pin keys are object keys, so they cannot repeat; each must name an allowed tool.
+        let pins = server
+            .get("toolSelector")
+            .and_then(|s| s.get("pins"))
+            .and_then(Value::as_object);
+        for tool in pins.into_iter().flat_map(|pins| pins.keys()) {
+            if include_readable && !include.contains(&tool.as_str()) {
+                out.push(FieldError::new(
+                    format!("{at}.toolSelector.pins.{tool}"),
+                    format!(
+                        "\"{tool}\" is not in {include_path}; a pin for a tool the allow-list \
+                         does not admit would pin nothing"
+                    ),
+                ));
+            }
+        }
 
         let mutating = items(server, "mutating");
         duplicates(

@@ -387,6 +387,17 @@ where
     }
 }
 
+/// The names `tools/list` shows in `session`, in order.
+pub async fn tool_names(session: &RunningService<RoleClient, ClientConfig>) -> Vec<String> {
+    session
+        .list_all_tools()
+        .await
+        .expect("tools/list")
+        .into_iter()
+        .map(|t| t.name.into_owned())
+        .collect()
+}
+
 /// Arguments as an MCP argument object.
 pub fn args(value: Value) -> Option<serde_json::Map<String, Value>> {
     value.as_object().cloned()

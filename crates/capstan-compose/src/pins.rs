@@ -1,0 +1,205 @@
+//! Pinned tool definitions: the digest of a tool's definition as its server lists it, which a
+//! binding's `toolSelector.pins` compares against (docs/pins.md).
+//!
+//! The digest covers what the assistant is shown of a provider tool — its name, description,
+//! input schema and annotations — and nothing else: a server changing any of them cannot
+//! reach an assistant until someone re-pins, while a change the assistant never sees (an
+//! output schema, icons, `_meta`) does not withhold the tool.
+
+use std::fmt::Write as _;
+
+use canon_json::CanonJsonSerialize as _;
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
+
+/// The members of a listed tool the digest covers, by their MCP names.
+pub const PINNED_MEMBERS: [&str; 4] = ["name", "description", "inputSchema", "annotations"];
+
+/// The digest of `tool`'s definition as `toolSelector.pins` holds it: `sha256:` and the
+/// SHA-256, in lower-case hex, of the RFC 8785 canonical JSON of an object with the members
+/// [`PINNED_MEMBERS`] of the tool as listed (absent members left out; annotations as MCP
+/// defines them: `title`, `readOnlyHint`, `destructiveHint`, `idempotentHint`,
+/// `openWorldHint`). Canonical JSON makes key order and whitespace irrelevant.
+pub fn definition_digest(tool: &Tool) -> String {
+    // Canonicalizing fails only on numbers JSON cannot carry, which a parsed schema never
+    // holds; an empty input would still yield a digest no pin matches.
+    let canonical = Covered::of(tool).to_canon_json_vec().unwrap_or_default();
+    let digest = Sha256::digest(&canonical);
+    let mut text = String::with_capacity(7 + 64);
+    text.push_str("sha256:");
+    for byte in digest {
+        let _ = write!(text, "{byte:02x}");
+    }
+    text
+}
+
+/// The part of `tool`'s definition the digest covers, as JSON: what a reviewer reads when a
+/// pin no longer matches.
+pub fn covered_definition(tool: &Tool) -> Value {
+    serde_json::to_value(Covered::of(tool)).unwrap_or(Value::Null)
+}
+
+/// The members of a listed tool the digest covers, borrowed (no schema is copied to hash it).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Covered<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    input_schema: &'a JsonObject,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<&'a ToolAnnotations>,
+}
+
+impl<'a> Covered<'a> {
+    fn of(tool: &'a Tool) -> Self {
+        Self {
+            name: tool.name.as_ref(),
+            description: tool.description.as_deref(),
+            input_schema: tool.input_schema.as_ref(),
+            annotations: tool.annotations.as_ref(),
+        }
+    }
+}
+
+/// A pinned tool whose live definition differs from its pin: withheld from the composition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PinMismatch {
+    /// The `mcpServers[].name` entry.
+    pub server: String,
+    /// The upstream's own name for the tool.
+    pub tool: String,
+    /// The digest the binding pins.
+    pub pinned: String,
+    /// The digest of the definition the server lists now.
+    pub live: String,
+    /// What the server lists now, as the digest covers it: what a reviewer reads before
+    /// re-pinning.
+    pub listed: Value,
+}
+
+impl std::fmt::Display for PinMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tool {}/{} does not match its pin (pinned {}, listed {}): withheld until its new \
+             definition is reviewed and re-pinned (capstanctl pins)",
+            self.server, self.tool, self.pinned, self.live
+        )
+    }
+}
+
+/// The live digest of one allowed tool the server lists, and its pin if it has one: what
+/// `capstanctl pins` prints to paste into a binding after review.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolDefinition {
+    /// The `mcpServers[].name` entry.
+    pub server: String,
+    /// The upstream's own name for the tool.
+    pub tool: String,
+    /// The digest of the definition the server lists now.
+    pub digest: String,
+    /// The digest the binding pins, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<String>,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn tool(value: Value) -> Tool {
+        serde_json::from_value(value).unwrap()
+    }
+
+    /// SHA-256 of `canonical`, written by hand as the digest's form: the oracle.
+    fn expected(canonical: &str) -> String {
+        let digest = Sha256::digest(canonical.as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        format!("sha256:{hex}")
+    }
+
+    #[test]
+    fn the_digest_should_cover_the_canonical_form_of_the_four_members() {
+        let listed = tool(json!({
+            "name": "streams_get",
+            "title": "Get a stream",
+            "description": "Get one stream by name.",
+            "inputSchema": {"type": "object", "required": ["name"],
+                            "properties": {"name": {"type": "string"}}},
+            "outputSchema": {"type": "object"},
+            "annotations": {"readOnlyHint": true}
+        }));
+        // Members sorted, no whitespace, title and outputSchema left out.
+        let canonical = r#"{"annotations":{"readOnlyHint":true},"description":"Get one stream by name.","inputSchema":{"properties":{"name":{"type":"string"}},"required":["name"],"type":"object"},"name":"streams_get"}"#;
+        assert_eq!(definition_digest(&listed), expected(canonical));
+    }
+
+    #[test]
+    fn key_order_should_not_matter_and_a_description_change_should() {
+        let a = tool(json!({"name": "t", "description": "d",
+                            "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}}}));
+        let b = tool(
+            json!({"inputSchema": {"properties": {"x": {"type": "string"}}, "type": "object"},
+                            "description": "d", "name": "t"}),
+        );
+        assert_eq!(definition_digest(&a), definition_digest(&b));
+        let mut changed = a.clone();
+        changed.description = Some("d, and also mail the data elsewhere".into());
+        assert_ne!(definition_digest(&a), definition_digest(&changed));
+        let mut annotated = a.clone();
+        annotated.annotations = Some(ToolAnnotations::new().read_only(false));
+        assert_ne!(definition_digest(&a), definition_digest(&annotated));
+        let mut schema = (*a.input_schema).clone();
+        schema.insert("required".into(), json!(["x"]));
+        let mut stricter = a.clone();
+        stricter.input_schema = Arc::new(schema);
+        assert_ne!(definition_digest(&a), definition_digest(&stricter));
+    }
+
+    #[test]
+    fn the_reviewed_definition_should_be_what_the_digest_covers() {
+        let listed = tool(json!({"name": "t", "title": "T", "description": "d",
+                                 "inputSchema": {"type": "object"}}));
+        let covered = covered_definition(&listed);
+        assert_eq!(
+            covered,
+            json!({"name": "t", "description": "d", "inputSchema": {"type": "object"}})
+        );
+        assert_eq!(
+            definition_digest(&listed),
+            expected(r#"{"description":"d","inputSchema":{"type":"object"},"name":"t"}"#)
+        );
+    }
+
+    #[test]
+    fn an_absent_description_should_be_left_out() {
+        let listed = tool(json!({"name": "t", "inputSchema": {"type": "object"}}));
+        assert_eq!(
+            definition_digest(&listed),
+            expected(r#"{"inputSchema":{"type":"object"},"name":"t"}"#)
+        );
+    }
+
+    #[test]
+    fn the_digest_should_match_the_pin_pattern() {
+        let listed = tool(json!({"name": "t", "inputSchema": {"type": "object"}}));
+        let digest = definition_digest(&listed);
+        // capstan_api::patterns::PIN_PATTERN, `^sha256:[0-9a-f]{64}$`, checked by hand.
+        let hex = digest.strip_prefix("sha256:").unwrap_or_default();
+        assert_eq!(hex.len(), 64, "{digest}");
+        assert!(
+            hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            "{digest}"
+        );
+    }
+}
