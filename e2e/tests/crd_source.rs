@@ -13,6 +13,9 @@ use capstan_compose::{
     CachedSource, CrdSource, DocumentSource, ProjectDocuments, ReadOutcome as CacheOutcome,
     WatchedCluster,
 };
+use capstan_demo_provider::harness::{
+    DemoProvider, ListeningClient, binding_document, unix_seconds,
+};
 use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
@@ -50,6 +53,10 @@ fn main() -> ExitCode {
             trial(
                 "a_sidecar_with_the_crd_source_should_report_ready_only_after_its_first_sync",
                 ready_after_first_sync,
+            ),
+            trial(
+                "a_binding_change_should_reach_a_live_python_session_as_list_changed",
+                live_list_changed,
             ),
         ],
     )
@@ -711,4 +718,97 @@ fn ready_after_first_sync(env: &Env) -> Outcome {
             down.log_text()
         )
     })
+}
+
+/// A live session of the Python SDK client on a sidecar whose crd source watches the cluster:
+/// a binding changed with the apiserver reaches it as `notifications/tools/list_changed`, its
+/// next `tools/list` shows the new set, and the tool that left reads as unknown. The time from
+/// the apply to the notification is printed (measured, never asserted).
+fn live_list_changed(env: &Env) -> Outcome {
+    let provider = DemoProvider::start(&[]);
+    let address = free_address()?;
+    let hosts = provider.host();
+    let spec = |include: &[&str]| {
+        binding_document("live", "live", &provider.url("/mcp"), include)["spec"].clone()
+    };
+    env.runtime.block_on(async {
+        capstan_e2e::objects::apply(
+            &env.client,
+            "CapabilityBinding",
+            "live",
+            spec(&["streams_list", "streams_get"]),
+        )
+        .await?;
+        Ok::<(), libtest_mimic::Failed>(())
+    })?;
+    let sidecar = SidecarProcess::start(
+        &env.plane,
+        env.plane.kubeconfig(),
+        "live",
+        &[
+            ("CAPSTAN_METRICS_ADDRESS", address.as_str()),
+            ("CAPABILITY_MCP_ENDPOINT_HOSTS", hosts.as_str()),
+            // Neither is what this trial is about: the caller and the base tools.
+            ("CAPSTAN_CALLER_CHECK", "none"),
+            ("CAPSTAN_BASE_TOOLS", "off"),
+        ],
+    )
+    .map_err(|e| e.to_string())?;
+    env.runtime.block_on(eventually(
+        Duration::from_secs(30),
+        || async { (http_status(&address, "/readyz") == 200).then_some(()) },
+        || format!("the sidecar is not ready:\n{}", sidecar.log_text()),
+    ))?;
+    let line = Duration::from_secs(90);
+    let client = ListeningClient::start(
+        &sidecar.socket,
+        "demo-project",
+        "t",
+        "legacy",
+        Some("live__streams_get"),
+    );
+    let first = client.next(line);
+    check(
+        first["tools"] == json!(["live__streams_get", "live__streams_list"]),
+        || format!("first list: {first}\n{}", sidecar.log_text()),
+    )?;
+    let applied_at = env.runtime.block_on(async {
+        capstan_e2e::objects::apply(
+            &env.client,
+            "CapabilityBinding",
+            "live",
+            spec(&["streams_list", "pipeline_diagnose"]),
+        )
+        .await?;
+        Ok::<f64, libtest_mimic::Failed>(unix_seconds())
+    })?;
+    let notified = client.next(line);
+    let Some(notified_at) = notified["notifiedAt"].as_f64() else {
+        return Err(format!("no notification: {notified}\n{}", sidecar.log_text()).into());
+    };
+    eprintln!(
+        "list_changed reached the Python client {:.3} s after the apply returned",
+        notified_at - applied_at
+    );
+    let calls_before = env.runtime.block_on(provider.tool_calls());
+    let again = client.next(line);
+    check(
+        again["tools"] == json!(["live__pipeline_diagnose", "live__streams_list"]),
+        || format!("second list: {again}"),
+    )?;
+    let gone = client.next(line);
+    check(
+        gone["gone"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no tool named \"live__streams_get\" is available")),
+        || format!("the call of the tool that left: {gone}"),
+    )?;
+    let calls_after = env.runtime.block_on(provider.tool_calls());
+    check(calls_after == calls_before, || {
+        format!("the provider saw {calls_after:?} after {calls_before:?}")
+    })?;
+    env.runtime.block_on(async {
+        capstan_e2e::objects::delete(&env.client, "CapabilityBinding", "live").await;
+    });
+    Ok(())
 }

@@ -16,6 +16,7 @@ use crate::composition::{
     BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
     UpstreamStage,
 };
+use crate::direct_call::ToolListChanges;
 use crate::document::Document;
 use crate::fetch::{ClientError, FetchError, Fetcher};
 use crate::guard::{EndpointGuard, PatternError};
@@ -88,9 +89,17 @@ pub struct Composed {
     limits: Limits,
     base: Option<BaseTools>,
     capabilities: Vec<RoutedCapability>,
+    changes: ToolListChanges,
 }
 
 impl Composed {
+    /// A receiver whose value moves whenever one of this composition's upstreams says its
+    /// tool list changed (`notifications/tools/list_changed`, from servers advertising
+    /// `tools.listChanged`): the composition is then out of date.
+    pub fn upstream_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     /// The routed capabilities offered (at least one candidate composed), in id order.
     pub fn capabilities(&self) -> impl Iterator<Item = &RoutedCapability> {
         self.capabilities.iter().filter(|c| c.offered())
@@ -243,6 +252,7 @@ impl Composer {
     /// and knowledge fetched concurrently; the result depends only on the inputs and what the
     /// servers answer, never on which answered first.
     pub async fn compose(&self, documents: &[Document]) -> Composed {
+        let changes = ToolListChanges::default();
         let connects = documents.iter().enumerate().flat_map(|(doc, d)| {
             d.spec
                 .tools
@@ -270,10 +280,11 @@ impl Composer {
                 .filter(|m| m.status == Some(CapabilityStatus::Quarantined))
                 .map(|m| m.tool.clone())
                 .collect();
+            let changes = &changes;
             async move {
                 let result = self
                     .connector
-                    .connect(&server.name, &server.endpoint, allowed.clone())
+                    .connect(&server.name, &server.endpoint, allowed.clone(), changes)
                     .await;
                 ServerResult {
                     doc,
@@ -306,6 +317,7 @@ impl Composer {
             limits: self.limits.clone(),
             base: None,
             capabilities: Vec::new(),
+            changes: changes.clone(),
         };
         let mut owners: HashMap<String, String> = HashMap::new();
         for server in servers {

@@ -58,6 +58,8 @@ struct Shared {
     qualifiers: Kept<RouteQualifier>,
     /// Bumped on every change to either store.
     version: AtomicU64,
+    /// Carries `version` to those following changes ([`ProjectDocuments::changes`]).
+    changed: tokio::sync::watch::Sender<u64>,
     /// The snapshot of `version`, built on the first read after a change.
     built: Mutex<Option<(u64, Arc<Snapshot>)>>,
     counts: Arc<WatchCounts>,
@@ -110,6 +112,7 @@ impl WatchedCluster {
                 healthy: AtomicBool::new(false),
             },
             version: AtomicU64::new(0),
+            changed: tokio::sync::watch::channel(0).0,
             built: Mutex::new(None),
             counts: Arc::new(WatchCounts {
                 bytes,
@@ -225,6 +228,19 @@ impl ProjectDocuments for WatchedCluster {
             (snapshot, outcome)
         })
     }
+
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.shared.changed.subscribe())
+    }
+}
+
+impl Shared {
+    /// Notes a change of either store: the next read builds a new snapshot, and those
+    /// following changes are told.
+    fn bump(&self) {
+        let version = self.version.fetch_add(1, Ordering::AcqRel) + 1;
+        self.changed.send_replace(version);
+    }
 }
 
 /// Runs one kind's reflector for as long as the source lives, noting syncs, health and
@@ -258,7 +274,7 @@ async fn keep<K>(
             }
             Ok(watcher::Event::InitDone) => {
                 this.healthy.store(true, Ordering::Release);
-                shared.version.fetch_add(1, Ordering::AcqRel);
+                shared.bump();
                 if !this.synced.swap(true, Ordering::AcqRel) {
                     info!(%kind, count = this.store.len(), "first sync");
                 }
@@ -271,7 +287,7 @@ async fn keep<K>(
             Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
                 this.healthy.store(true, Ordering::Release);
                 shared.counts.events.fetch_add(1, Ordering::Relaxed);
-                shared.version.fetch_add(1, Ordering::AcqRel);
+                shared.bump();
             }
             Err(error) => {
                 if this.healthy.swap(false, Ordering::AcqRel) {

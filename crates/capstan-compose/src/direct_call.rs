@@ -19,6 +19,7 @@ use rmcp::model::{CallToolResult, ErrorCode, JsonObject};
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 use thiserror::Error;
+use tracing::debug;
 
 use crate::call_error::CallError;
 use crate::errors::chain_text;
@@ -34,6 +35,38 @@ pub(crate) struct DirectCalls {
     pub(crate) session: String,
     pub(crate) version: String,
     pub(crate) next_id: AtomicU64,
+    /// Where a `notifications/tools/list_changed` from the server is noted, for a server that
+    /// advertises `tools.listChanged`.
+    pub(crate) changes: Option<ToolListChanges>,
+}
+
+/// Notes that an upstream's tool list changed: every upstream of one composition shares one,
+/// and the sidecar follows it to compose again (`Composed::upstream_changes`).
+#[derive(Clone, Debug)]
+pub struct ToolListChanges(std::sync::Arc<tokio::sync::watch::Sender<u64>>);
+
+impl Default for ToolListChanges {
+    fn default() -> Self {
+        Self(std::sync::Arc::new(tokio::sync::watch::channel(0).0))
+    }
+}
+
+impl ToolListChanges {
+    /// Notes one change.
+    pub(crate) fn note(&self) {
+        self.0
+            .send_modify(|changes| *changes = changes.wrapping_add(1));
+    }
+
+    /// A receiver whose value moves with every change noted from now on.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+}
+
+/// Whether a JSON-RPC message is `notifications/tools/list_changed`.
+fn is_list_changed(message: &Value) -> bool {
+    message.get("id").is_none() && message["method"] == "notifications/tools/list_changed"
 }
 
 impl DirectCalls {
@@ -103,15 +136,7 @@ impl DirectCalls {
                     .map_err(|e| malformed(format!("the answer is not JSON: {e}")))?
             }
             "text/event-stream" if status.is_success() => {
-                let mut size = 0usize;
-                let bytes = response.bytes_stream().map(move |chunk| {
-                    let chunk = chunk?;
-                    size += chunk.len();
-                    if size > MAX_ANSWER_BYTES {
-                        return Err(ReadError::TooLarge);
-                    }
-                    Ok(chunk)
-                });
+                let bytes = limited_bytes(response, MAX_ANSWER_BYTES);
                 let mut events = DrainOnDrop::new(SseStream::from_bytes_stream(bytes).boxed());
                 loop {
                     let Some(event) = events.next().await else {
@@ -125,9 +150,15 @@ impl DirectCalls {
                     };
                     let message = serde_json::from_str::<Value>(&data)
                         .map_err(|e| malformed(format!("an event is not JSON: {e}")))?;
-                    // Notifications (progress, logs) are not forwarded.
+                    // Notifications (progress, logs) are not forwarded; a changed tool list
+                    // is noted, whichever stream it arrives on.
                     if message.get("id") == Some(&Value::String(id.clone())) {
                         break message;
+                    }
+                    if is_list_changed(&message)
+                        && let Some(changes) = &self.changes
+                    {
+                        changes.note();
                     }
                 }
             }
@@ -190,6 +221,76 @@ impl DirectCalls {
     }
 }
 
+impl DirectCalls {
+    /// Follows the server's standalone stream (GET on the session) for as long as it is
+    /// polled, noting each `notifications/tools/list_changed` in `changes`; other messages are
+    /// read and dropped. A stream that ends or fails is opened again after a pause that grows
+    /// to [`LISTEN_MAX_PAUSE`]; a server that offers no stream (405) is not asked again. Each
+    /// connection reads at most [`LISTEN_MAX_BYTES`], so a server cannot make the sidecar
+    /// buffer without bound.
+    pub(crate) fn listen(
+        &self,
+        changes: ToolListChanges,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let request = self
+            .http
+            .get(&self.url)
+            .header(http::header::ACCEPT, "text/event-stream")
+            .header(MCP_SESSION_ID, &self.session)
+            .header(MCP_PROTOCOL_VERSION, &self.version);
+        let server = self.server.clone();
+        async move {
+            let mut pause = LISTEN_FIRST_PAUSE;
+            loop {
+                let Some(request) = request.try_clone() else {
+                    return;
+                };
+                match request.send().await {
+                    Ok(response)
+                        if response.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED =>
+                    {
+                        debug!(%server, "the server offers no standalone stream");
+                        return;
+                    }
+                    Ok(response) if response.status().is_success() => {
+                        pause = LISTEN_FIRST_PAUSE;
+                        let bytes = limited_bytes(response, LISTEN_MAX_BYTES);
+                        let mut events = std::pin::pin!(SseStream::from_bytes_stream(bytes));
+                        while let Some(Ok(event)) = events.next().await {
+                            let message = event
+                                .data
+                                .and_then(|data| serde_json::from_str::<Value>(&data).ok());
+                            if message.as_ref().is_some_and(is_list_changed) {
+                                debug!(%server, "the server's tool list changed");
+                                changes.note();
+                            }
+                        }
+                    }
+                    Ok(response) => {
+                        debug!(%server, status = %response.status(), "the standalone stream was refused");
+                    }
+                    Err(error) => {
+                        debug!(%server, error = %chain_text(&error), "the standalone stream failed");
+                    }
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LISTEN_MAX_PAUSE);
+            }
+        }
+    }
+}
+
+/// The first pause before a standalone stream is opened again.
+const LISTEN_FIRST_PAUSE: Duration = Duration::from_millis(500);
+
+/// The longest pause between attempts at a standalone stream. 30 s: a server restarting is
+/// followed again soon after, and one refusing streams is asked twice a minute at most.
+const LISTEN_MAX_PAUSE: Duration = Duration::from_secs(30);
+
+/// The most one standalone stream connection is read before it is opened again. 1 MiB: list
+/// changes are a few dozen bytes each; anything larger is not what the sidecar listens for.
+const LISTEN_MAX_BYTES: usize = 1024 * 1024;
+
 /// How long the DELETE ending a session may take.
 const END_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -201,15 +302,31 @@ const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 enum ReadError {
     #[error(transparent)]
     Http(#[from] reqwest::Error),
-    #[error("the answer exceeds {MAX_ANSWER_BYTES} bytes")]
-    TooLarge,
+    #[error("the answer exceeds {0} bytes")]
+    TooLarge(usize),
+}
+
+/// The body of `response` as a stream that fails once more than `limit` bytes have come.
+fn limited_bytes(
+    response: reqwest::Response,
+    limit: usize,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, ReadError>> + Send + 'static {
+    let mut size = 0usize;
+    response.bytes_stream().map(move |chunk| {
+        let chunk = chunk?;
+        size += chunk.len();
+        if size > limit {
+            return Err(ReadError::TooLarge(limit));
+        }
+        Ok(chunk)
+    })
 }
 
 async fn read_limited(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, ReadError> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await? {
         if body.len() + chunk.len() > limit {
-            return Err(ReadError::TooLarge);
+            return Err(ReadError::TooLarge(limit));
         }
         body.extend_from_slice(&chunk);
     }

@@ -4,7 +4,7 @@
 use capstan_api::{CapabilityBindingSpec, RouteQualifierSpec};
 
 /// One capability document as composition reads it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Document {
     /// The binding (document) name, used in provenance and outcomes.
     pub binding: String,
@@ -17,7 +17,7 @@ pub type NamedQualifier = (String, RouteQualifierSpec);
 
 /// What a source holds for one project, read together so routing and composition see the same
 /// moment.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
     /// The capability documents, in first-wins order.
     pub documents: Vec<Document>,

@@ -55,6 +55,7 @@ pub use composition::{
 pub use control_plane::ControlPlane;
 pub use crd_list::CrdSource;
 pub use crd_watch::{WatchCounts, WatchedCluster};
+pub use direct_call::ToolListChanges;
 pub use document::{Document, NamedQualifier, Snapshot};
 pub use errors::{chain_text, find_in_chain};
 pub use fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};

@@ -199,10 +199,12 @@ impl StreamableHttpClient for PooledClient {
         }
     }
 
-    // No standalone GET stream: it is one more kept-open connection (and rmcp's tasks and
-    // buffers behind it) per upstream session, for server-initiated messages — sampling,
-    // elicitation, logging, list changes — that the sidecar does not consume. Answering as a
-    // server without one makes rmcp skip it (docs/benchmarks.md: RSS per session).
+    // No standalone GET stream through rmcp: it is one more kept-open connection (and rmcp's
+    // tasks and buffers behind it) per upstream session, for server-initiated messages —
+    // sampling, elicitation, logging — that the sidecar does not consume. Answering as a
+    // server without one makes rmcp skip it (docs/benchmarks.md: RSS per session). List
+    // changes are the exception: once the session is Capstan's, a server advertising
+    // `tools.listChanged` is followed on a stream of Capstan's own (direct_call.rs `listen`).
     fn get_stream(
         &self,
         _uri: Arc<str>,

@@ -52,6 +52,13 @@ impl ReadOutcome {
 pub trait ProjectDocuments: Send + Sync {
     /// The snapshot of `project`.
     fn read<'a>(&'a self, project: &'a str) -> BoxFuture<'a, (Arc<Snapshot>, ReadOutcome)>;
+
+    /// For a source that learns of changes as they happen (a watch), a receiver whose value
+    /// moves whenever any project's documents or qualifiers may have changed; `None` for a
+    /// source that only answers when read (live sessions re-read it on a timer instead).
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// A source read afresh on every composition (fixture and http: the contract caches only the

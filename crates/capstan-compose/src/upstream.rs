@@ -20,7 +20,7 @@ use rmcp::{RoleClient, ServiceExt};
 use thiserror::Error;
 
 use crate::call_error::CallError;
-use crate::direct_call::DirectCalls;
+use crate::direct_call::{DirectCalls, ToolListChanges};
 use crate::errors::{chain_text, find_in_chain};
 use crate::fetch::{ClientError, guarded_client_builder};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};
@@ -62,6 +62,18 @@ pub struct Upstream {
     allowed: BTreeSet<String>,
     link: Link,
     closed: AtomicBool,
+    /// The standalone stream followed for list changes (servers advertising
+    /// `tools.listChanged`), stopped when the session ends.
+    listener: Option<Listener>,
+}
+
+/// The task following a standalone stream, stopped when dropped (with its upstream).
+struct Listener(tokio::task::JoinHandle<()>);
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Who holds the session with the upstream.
@@ -117,33 +129,50 @@ impl Connector {
         self.guard.patterns().next().is_none()
     }
 
-    /// Connects to `endpoint` (guard first) and lists its tools.
+    /// Connects to `endpoint` (guard first) and lists its tools. A server that advertises
+    /// `tools.listChanged` is followed on its standalone stream, each change noted in
+    /// `changes`.
     pub async fn connect(
         &self,
         server: &str,
         endpoint: &str,
         allowed: BTreeSet<String>,
+        changes: &ToolListChanges,
     ) -> Result<(Upstream, Vec<Tool>), ConnectError> {
         connect(
             &self.guard,
             self.http.clone(),
-            server,
-            endpoint,
-            allowed,
+            Target {
+                server,
+                endpoint,
+                allowed,
+            },
+            changes,
             self.timeout,
         )
         .await
     }
 }
 
+/// The upstream to connect: its `mcpServers[]` name, endpoint and allow-list.
+struct Target<'a> {
+    server: &'a str,
+    endpoint: &'a str,
+    allowed: BTreeSet<String>,
+}
+
 async fn connect(
     guard: &EndpointGuard,
     http: reqwest::Client,
-    server: &str,
-    endpoint: &str,
-    allowed: BTreeSet<String>,
+    target: Target<'_>,
+    changes: &ToolListChanges,
     timeout: Duration,
 ) -> Result<(Upstream, Vec<Tool>), ConnectError> {
+    let Target {
+        server,
+        endpoint,
+        allowed,
+    } = target;
     let checked = guard.check(endpoint)?;
     let connect_error = |message: String| ConnectError::Connect {
         endpoint: endpoint.to_owned(),
@@ -193,6 +222,11 @@ async fn connect(
     let version = client
         .peer_info()
         .map(|info| info.protocol_version.as_str().to_owned());
+    let advertises_changes = client
+        .peer_info()
+        .and_then(|info| info.capabilities.tools.as_ref()?.list_changed)
+        == Some(true);
+    let mut listener = None;
     let link = match (pooled.session(), version) {
         (Some(session), Some(version)) if version.as_str() <= SESSION_REVISIONS_UP_TO => {
             let direct = DirectCalls {
@@ -202,12 +236,20 @@ async fn connect(
                 session: session.to_owned(),
                 version,
                 next_id: AtomicU64::new(1),
+                changes: advertises_changes.then(|| changes.clone()),
             };
             // rmcp lets go of the session without ending it: the DELETE is Capstan's now.
             pooled.keep_session_on_close();
             let _ = tokio::time::timeout(timeout, client.cancel()).await;
+            // Only a server that says its list can change is followed: a standalone stream
+            // is one more open connection per upstream session.
+            if advertises_changes {
+                listener = Some(Listener(tokio::spawn(direct.listen(changes.clone()))));
+            }
             Link::Direct(direct)
         }
+        // A server without sessions (or a revision without them) is not followed; its changes
+        // are seen by the next composition.
         _ => Link::Rmcp(client),
     };
     let upstream = Upstream {
@@ -216,6 +258,7 @@ async fn connect(
         allowed,
         link,
         closed: AtomicBool::new(false),
+        listener,
     };
     Ok((upstream, tools))
 }
@@ -296,6 +339,7 @@ impl Upstream {
 
     /// Ends the session with the upstream and waits until it is closed.
     pub async fn close(self) {
+        drop(self.listener);
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -310,6 +354,9 @@ impl Upstream {
     /// Ends the session with the upstream without waiting (usable from `Drop`, on a task of
     /// the current runtime); calls made afterwards fail as unavailable.
     pub fn shutdown(&self) {
+        if let Some(listener) = &self.listener {
+            listener.0.abort();
+        }
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }

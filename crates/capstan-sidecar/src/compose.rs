@@ -66,15 +66,30 @@ impl ProjectComposer {
         &self.context
     }
 
+    /// Where documents are read from.
+    pub fn documents(&self) -> &Arc<dyn ProjectDocuments> {
+        &self.documents
+    }
+
     /// Composes the project of `identity`. The caller's token plays no part in composing
     /// provider tools (it is never forwarded to a provider); the base platform tools act with
     /// it on the project's own control plane, and without it they are not composed — there is
     /// no fallback to reading as the sidecar.
     pub async fn compose(&self, identity: &Identity) -> ComposedProject {
+        let (snapshot, outcome) = self.documents.read(&identity.project).await;
+        self.context.metrics.source_read(outcome.label());
+        self.compose_snapshot(identity, snapshot).await
+    }
+
+    /// Composes `snapshot` (already read) for `identity`, as [`ProjectComposer::compose`]
+    /// does: when a live session's documents or upstreams change (`refresh.rs`).
+    pub async fn compose_snapshot(
+        &self,
+        identity: &Identity,
+        snapshot: Arc<Snapshot>,
+    ) -> ComposedProject {
         let metrics = &self.context.metrics;
         let started = Instant::now();
-        let (snapshot, outcome) = self.documents.read(&identity.project).await;
-        metrics.source_read(outcome.label());
         let mut composed = self.composer.compose(&snapshot.documents).await;
         if let (Some(setup), Some(token)) = (&self.base, identity.token()) {
             match setup.plane.project_api(&identity.project, token) {

@@ -142,6 +142,14 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_SESSION_IDLE_SECONDS", default_value_t = DEFAULT_SESSION_IDLE_SECONDS)]
     pub session_idle_seconds: u64,
 
+    /// Seconds between re-reads of the documents of projects with live sessions, for sources
+    /// that do not report changes (fixture, http, crd with a URL template): a binding added,
+    /// changed or removed reaches live sessions within this time, as
+    /// `notifications/tools/list_changed`. 0: never (sessions keep what they composed). The crd
+    /// source without a URL template is watched and reports changes as they happen.
+    #[arg(long, env = "CAPSTAN_REFRESH_SECONDS", default_value_t = DEFAULT_REFRESH_SECONDS)]
+    pub refresh_seconds: u64,
+
     /// Seconds in-flight requests may run after SIGTERM (no new connection is accepted
     /// meanwhile); then every session's upstream sessions are closed and the sidecar exits.
     /// Keep it below the pod's terminationGracePeriodSeconds (30 by default).
@@ -185,6 +193,10 @@ pub const DEFAULT_WORKER_THREADS: usize = 0;
 /// Seconds a session may go without a request. 600 s: an assistant's task pauses for a
 /// person's reply; a session's upstream connections are cheap to keep that long.
 pub const DEFAULT_SESSION_IDLE_SECONDS: u64 = 600;
+
+/// Default of `--refresh-seconds`. 30 s: half the crd cache's TTL, so a cached project is
+/// mostly read from the cache, and a change made by hand shows within half a minute.
+pub const DEFAULT_REFRESH_SECONDS: u64 = 30;
 
 /// Default of `--shutdown-grace-seconds`: room for a slow tool call, well inside Kubernetes'
 /// default 30 s termination grace period.

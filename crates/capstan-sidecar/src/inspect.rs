@@ -50,7 +50,8 @@ pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts
         .map(|SessionTask(task)| task.clone())
         .or_else(|| inspection.sessions.live_task(&identity.fingerprint()));
     if let Some(task) = live {
-        return axum::Json(composition_view(&identity.project, task.composed())).into_response();
+        let served = task.served();
+        return axum::Json(composition_view(&identity.project, served.composed())).into_response();
     }
     let Some(cell) = inspection.views.cell(identity.fingerprint()).await else {
         return refusal(

@@ -9,6 +9,7 @@ mod compose;
 mod config;
 mod decisions;
 mod direct;
+mod feeds;
 #[doc(hidden)]
 pub mod fuzzing;
 mod identity;
@@ -18,6 +19,7 @@ mod metering;
 mod metrics;
 mod middleware;
 mod reaper;
+mod refresh;
 mod routes;
 mod routing;
 mod run;

@@ -22,9 +22,11 @@ use tokio::sync::OnceCell;
 use tracing::info;
 
 use crate::compose::ProjectComposer;
+use crate::feeds::ProjectFeeds;
 use crate::identity::Identity;
+use crate::refresh;
 use crate::sessions::TaskSlot;
-use crate::task::Task;
+use crate::task::{Served, Task};
 
 /// The protocol revisions served: every session-based one.
 pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
@@ -37,14 +39,16 @@ pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
 /// The MCP handler of one session.
 pub struct SessionHandler {
     composer: Arc<ProjectComposer>,
+    feeds: Arc<ProjectFeeds>,
     task: OnceCell<Arc<Task>>,
 }
 
 impl SessionHandler {
-    /// A handler for a new session.
-    pub fn new(composer: Arc<ProjectComposer>) -> Self {
+    /// A handler for a new session; its task follows its project's documents on `feeds`.
+    pub fn new(composer: Arc<ProjectComposer>, feeds: Arc<ProjectFeeds>) -> Self {
         Self {
             composer,
+            feeds,
             task: OnceCell::new(),
         }
     }
@@ -84,9 +88,15 @@ fn identity_of(context: &RequestContext<RoleServer>) -> Option<Identity> {
 
 impl ServerHandler for SessionHandler {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
-            Implementation::new("capstan-sidecar", env!("CARGO_PKG_VERSION")),
-        )
+        // listChanged: a session's tools follow its bindings and upstreams (`refresh.rs`).
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        ServerConfig::new(capabilities).with_server_info(Implementation::new(
+            "capstan-sidecar",
+            env!("CARGO_PKG_VERSION"),
+        ))
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -121,14 +131,16 @@ impl ServerHandler for SessionHandler {
         let task = Task::start(
             self.composer.context().clone(),
             identity,
-            project.composed,
-            project.snapshot,
+            Served::new(project.composed, project.snapshot),
             slot.and_then(TaskSlot::take_permit),
         );
+        task.set_peer(context.peer.clone());
+        refresh::follow(&task, self.composer.clone(), &self.feeds);
         if let Some(slot) = slot {
             slot.set_task(&task);
         }
         let degraded = task
+            .served()
             .composed()
             .composition
             .bindings
@@ -137,7 +149,7 @@ impl ServerHandler for SessionHandler {
             .count();
         info!(
             project = %task.identity().project,
-            tools = task.tools().len(),
+            tools = task.served().tools().len(),
             degraded,
             "session initialized"
         );
@@ -151,7 +163,9 @@ impl ServerHandler for SessionHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let task = self.task(&context)?;
-        Ok(ListToolsResult::with_all_items(task.tools().to_vec()))
+        Ok(ListToolsResult::with_all_items(
+            task.served().tools().to_vec(),
+        ))
     }
 
     async fn call_tool(

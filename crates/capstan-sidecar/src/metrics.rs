@@ -58,6 +58,10 @@ pub struct Metrics {
     pub route_decisions: Family<RouteLabel, Counter>,
     /// Candidates excluded from routed calls, by reason.
     pub route_exclusions: Family<ExclusionLabel, Counter>,
+    /// Live sessions composed again, by what followed (`list_changed`: the tools differ and
+    /// the client was told; `unchanged`: same tools; `requalified`: only the qualifiers
+    /// moved).
+    pub session_refreshes: Family<OutcomeLabel, Counter>,
 }
 
 /// The crd source's watches (`capstan_compose::WatchedCluster`), read at each scrape.
@@ -116,6 +120,7 @@ impl Metrics {
             caller_checks: Family::default(),
             route_decisions: Family::default(),
             route_exclusions: Family::default(),
+            session_refreshes: Family::default(),
         };
         let registry = registry.sub_registry_with_prefix("capstan_sidecar");
         registry.register(
@@ -163,7 +168,21 @@ impl Metrics {
             "Candidates excluded from routed calls, by reason",
             metrics.route_exclusions.clone(),
         );
+        registry.register(
+            "session_refreshes",
+            "Live sessions whose documents, qualifiers or upstream tool lists changed, by what followed",
+            metrics.session_refreshes.clone(),
+        );
         metrics
+    }
+
+    /// Counts a live session's refresh.
+    pub fn session_refresh(&self, outcome: &str) {
+        self.session_refreshes
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts a routing decision and its exclusions.

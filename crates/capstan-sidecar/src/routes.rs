@@ -112,11 +112,12 @@ pub async fn routes(State(inspection): State<Arc<Inspection>>, parts: Parts) -> 
         .map(|SessionTask(task)| task.clone())
         .or_else(|| inspection.sessions.live_task(&identity.fingerprint()));
     if let Some(task) = live {
+        let served = task.served();
         return axum::Json(routes_view(
             &identity.project,
             &capability,
-            task.composed(),
-            task.snapshot(),
+            served.composed(),
+            served.snapshot(),
         ))
         .into_response();
     }

@@ -20,6 +20,7 @@ use crate::caller_check::{CallerCheck, CallerCheckMode};
 use crate::compose::{BaseToolsSetup, ProjectComposer};
 use crate::config::{BaseToolsMode, Config, SourceKind};
 use crate::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
+use crate::feeds::ProjectFeeds;
 use crate::metering::Meter;
 use crate::metrics::{Metrics, WatchMetrics};
 use crate::server::router;
@@ -129,6 +130,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         knowledge_total_cap,
         skill_cap,
         session_idle_seconds,
+        refresh_seconds,
         shutdown_grace_seconds,
         // Read by `parse_and_run`, which built the runtime this runs on.
         worker_threads: _,
@@ -313,8 +315,14 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         }
         None => None,
     };
+    let feeds = ProjectFeeds::new(
+        composer.documents().clone(),
+        (refresh_seconds > 0).then(|| Duration::from_secs(refresh_seconds)),
+        composer.context().metrics.clone(),
+    );
     let app = router(
         composer,
+        feeds,
         sessions.clone(),
         Duration::from_secs(session_idle_seconds),
     );

@@ -15,6 +15,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use crate::compose::ProjectComposer;
 use crate::direct;
+use crate::feeds::ProjectFeeds;
 use crate::inspect::{CompositionViews, Inspection, composition};
 use crate::mcp::SessionHandler;
 use crate::middleware::{MAX_BODY_BYTES, check, check_host};
@@ -24,7 +25,12 @@ use crate::sessions::Sessions;
 
 /// Builds the router and starts the idle reaper, which closes a session after `idle`
 /// without a request. Call within a Tokio runtime.
-pub fn router(composer: Arc<ProjectComposer>, sessions: Arc<Sessions>, idle: Duration) -> Router {
+pub fn router(
+    composer: Arc<ProjectComposer>,
+    feeds: Arc<ProjectFeeds>,
+    sessions: Arc<Sessions>,
+    idle: Duration,
+) -> Router {
     // rmcp's own idle timer counts only what reaches its session worker; tool calls served
     // by `direct.rs` do not, so the sidecar keeps the idle clock itself (`reaper.rs`).
     let mut session_config = SessionConfig::default();
@@ -37,7 +43,7 @@ pub fn router(composer: Arc<ProjectComposer>, sessions: Arc<Sessions>, idle: Dur
         StreamableHttpService::new(
             {
                 let composer = composer.clone();
-                move || Ok(SessionHandler::new(composer.clone()))
+                move || Ok(SessionHandler::new(composer.clone(), feeds.clone()))
             },
             manager,
             StreamableHttpServerConfig::default()

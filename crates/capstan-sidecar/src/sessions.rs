@@ -128,7 +128,7 @@ impl Sessions {
         };
         let live: Vec<Arc<Task>> = bindings.values().filter_map(|b| b.task.upgrade()).collect();
         for task in &live {
-            task.composed().shutdown();
+            task.shutdown();
         }
         live.len()
     }

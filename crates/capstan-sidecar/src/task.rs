@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use capstan_api::validate::pointer_to_path;
@@ -12,10 +12,11 @@ use capstan_compose::{
     BaseTools, Composed, ComposedTool, Document, ErrorKind, MAX_INTENT_LEN, RoutedCapability,
     SkillError, Snapshot, ToolCallError, ToolError,
 };
-use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations,
 };
+use rmcp::service::Peer;
+use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{Instrument, info, info_span, warn};
@@ -42,15 +43,13 @@ pub struct TaskContext {
     pub decisions: Arc<DecisionLog>,
 }
 
-/// A task: what `initialize` composed, and who it is for.
+/// A task: what the session serves now, and who it is for.
 pub struct Task {
     context: TaskContext,
     identity: Identity,
-    composed: Composed,
-    /// What the session composed from: its documents and the qualifiers routed calls obey.
-    snapshot: Arc<Snapshot>,
-    tools: Vec<Tool>,
-    validators: HashMap<String, jsonschema::Validator>,
+    /// What the session serves; replaced whole when its composition changes (`refresh.rs`),
+    /// while calls already running finish on the one they started with.
+    served: RwLock<Arc<Served>>,
     max_duration: Option<Duration>,
     expired: AtomicBool,
     /// Milliseconds since `TaskContext::clock` at the session's last request.
@@ -59,71 +58,37 @@ pub struct Task {
     busy: AtomicUsize,
     /// This session's place among the open sessions, released when the task ends.
     _permit: Option<OwnedSemaphorePermit>,
+    /// The session's MCP peer, through which `notifications/tools/list_changed` is sent.
+    peer: OnceLock<Peer<RoleServer>>,
+    /// Dropped with the task: those following it (`refresh.rs`) see the channel close.
+    ended: tokio::sync::watch::Sender<()>,
 }
 
-/// Counts a running call; the session is touched again when it ends (the identity middleware
-/// touched it when the request arrived).
-struct Busy<'a>(&'a Task);
-
-impl<'a> Busy<'a> {
-    fn new(task: &'a Task) -> Self {
-        task.busy.fetch_add(1, Ordering::AcqRel);
-        Self(task)
-    }
+/// One composition as a session serves it: the live composition and its tools, and the
+/// snapshot it came from (documents, and the qualifiers routed calls obey).
+pub struct Served {
+    live: Arc<Live>,
+    snapshot: Arc<Snapshot>,
 }
 
-impl Drop for Busy<'_> {
+/// A live composition, the tools `tools/list` shows and their input validators. Its upstream
+/// sessions close when the last holder lets go (a call still running on it finishes first).
+struct Live {
+    composed: Composed,
+    tools: Vec<Tool>,
+    validators: HashMap<String, jsonschema::Validator>,
+}
+
+impl Drop for Live {
     fn drop(&mut self) {
-        self.0.touch();
-        self.0.busy.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Drop for Task {
-    fn drop(&mut self) {
-        // The session ended (DELETE or idle timeout): close its upstream sessions.
         self.composed.shutdown();
-        self.context.metrics.sessions_active.dec();
-        info!(project = %self.identity.project, "session ended; upstreams closed");
     }
 }
 
-/// The smallest `authority.maxTaskDurationSeconds` among the documents.
-fn max_task_duration(documents: &[Document]) -> Option<Duration> {
-    documents
-        .iter()
-        .filter_map(|d| d.spec.authority.as_ref()?.max_task_duration_seconds)
-        .filter(|seconds| *seconds > 0)
-        .min()
-        .map(|seconds| Duration::from_secs(u64::from(seconds)))
-}
-
-fn load_skill_tool() -> Tool {
-    let schema = json!({
-        "type": "object",
-        "properties": { "name": { "type": "string", "description": "The skill's name, as listed under Available skills." } },
-        "required": ["name"],
-        "additionalProperties": false
-    });
-    let mut tool = Tool::new(
-        LOAD_SKILL,
-        "Load the full procedure of one of the Available skills listed in your instructions.",
-        Arc::new(schema.as_object().cloned().unwrap_or_default()),
-    );
-    tool.annotations = Some(ToolAnnotations::new().read_only(true));
-    tool
-}
-
-impl Task {
-    /// The task of `identity` over `composed` (made from `snapshot`), holding `permit` for its
-    /// life. Starts the clock of the smallest `maxTaskDurationSeconds`, if any.
-    pub fn start(
-        context: TaskContext,
-        identity: Identity,
-        composed: Composed,
-        snapshot: Arc<Snapshot>,
-        permit: Option<OwnedSemaphorePermit>,
-    ) -> Arc<Self> {
+impl Served {
+    /// Builds what a session serves from `composed` (made from `snapshot`): the tools
+    /// `tools/list` shows and a validator per input schema.
+    pub fn new(composed: Composed, snapshot: Arc<Snapshot>) -> Self {
         let composition = &composed.composition;
         let mut tools: Vec<Tool> = composition
             .tools
@@ -172,21 +137,143 @@ impl Task {
                 }
             }
         }
-        let max_duration = max_task_duration(&snapshot.documents);
+        Self {
+            live: Arc::new(Live {
+                composed,
+                tools,
+                validators,
+            }),
+            snapshot,
+        }
+    }
+
+    /// The same composition, routing by the qualifiers of `snapshot` (whose documents are
+    /// those this one was composed from).
+    pub fn requalified(&self, snapshot: Arc<Snapshot>) -> Self {
+        Self {
+            live: self.live.clone(),
+            snapshot,
+        }
+    }
+
+    /// The live composition.
+    pub fn composed(&self) -> &Composed {
+        &self.live.composed
+    }
+
+    /// The snapshot it was composed from (documents and qualifiers).
+    pub fn snapshot(&self) -> &Arc<Snapshot> {
+        &self.snapshot
+    }
+
+    /// The tools `tools/list` shows.
+    pub fn tools(&self) -> &[Tool] {
+        &self.live.tools
+    }
+
+    /// Checks `arguments` against the input schema of `tool`, if it has a usable one.
+    fn validate(&self, tool: &str, arguments: &Value) -> Result<(), ToolError> {
+        let Some(validator) = self.live.validators.get(tool) else {
+            return Ok(());
+        };
+        let Some(error) = validator.iter_errors(arguments).next() else {
+            return Ok(());
+        };
+        let field = pointer_to_path(arguments, error.instance_path().as_str());
+        let shown = if field.is_empty() {
+            "arguments"
+        } else {
+            field.as_str()
+        };
+        let error = ToolError::new(
+            ErrorKind::InvalidInput,
+            format!("{shown}: {error}; see the tool's input schema"),
+        );
+        Err(if field.is_empty() {
+            error
+        } else {
+            error.at(field)
+        })
+    }
+}
+
+/// Counts a running call; the session is touched again when it ends (the identity middleware
+/// touched it when the request arrived).
+struct Busy<'a>(&'a Task);
+
+impl<'a> Busy<'a> {
+    fn new(task: &'a Task) -> Self {
+        task.busy.fetch_add(1, Ordering::AcqRel);
+        Self(task)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // The session ended (DELETE or idle timeout): close its upstream sessions now, even
+        // if a refresh still holds the composition for a moment.
+        self.shutdown();
+        self.context.metrics.sessions_active.dec();
+        info!(project = %self.identity.project, "session ended; upstreams closed");
+    }
+}
+
+/// The smallest `authority.maxTaskDurationSeconds` among the documents.
+fn max_task_duration(documents: &[Document]) -> Option<Duration> {
+    documents
+        .iter()
+        .filter_map(|d| d.spec.authority.as_ref()?.max_task_duration_seconds)
+        .filter(|seconds| *seconds > 0)
+        .min()
+        .map(|seconds| Duration::from_secs(u64::from(seconds)))
+}
+
+fn load_skill_tool() -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": { "name": { "type": "string", "description": "The skill's name, as listed under Available skills." } },
+        "required": ["name"],
+        "additionalProperties": false
+    });
+    let mut tool = Tool::new(
+        LOAD_SKILL,
+        "Load the full procedure of one of the Available skills listed in your instructions.",
+        Arc::new(schema.as_object().cloned().unwrap_or_default()),
+    );
+    tool.annotations = Some(ToolAnnotations::new().read_only(true));
+    tool
+}
+
+impl Task {
+    /// The task of `identity` serving `served`, holding `permit` for its life. Starts the
+    /// clock of the smallest `maxTaskDurationSeconds`, if any.
+    pub fn start(
+        context: TaskContext,
+        identity: Identity,
+        served: Served,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Arc<Self> {
+        let max_duration = max_task_duration(&served.snapshot().documents);
         context.metrics.sessions_active.inc();
         context.metrics.sessions_total.inc();
         let task = Arc::new(Self {
             context,
             identity,
-            composed,
-            snapshot,
-            tools,
-            validators,
+            served: RwLock::new(Arc::new(served)),
             max_duration,
             expired: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
             busy: AtomicUsize::new(0),
             _permit: permit,
+            peer: OnceLock::new(),
+            ended: tokio::sync::watch::channel(()).0,
         });
         task.touch();
         if let Some(limit) = max_duration {
@@ -195,7 +282,7 @@ impl Task {
                 tokio::time::sleep(limit).await;
                 if let Some(task) = weak.upgrade() {
                     task.expired.store(true, Ordering::Release);
-                    task.composed.shutdown();
+                    task.shutdown();
                     info!(project = %task.identity.project, ?limit, "task time limit reached; upstreams closed");
                 }
             });
@@ -203,24 +290,56 @@ impl Task {
         task
     }
 
+    /// What the session serves now.
+    pub fn served(&self) -> Arc<Served> {
+        match self.served.read() {
+            Ok(served) => served.clone(),
+            // Only an `Arc` is ever written under the lock, so a panic cannot leave it half
+            // written: the value is whole.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Serves `served` from now on (calls running finish on what they started with); returns
+    /// what was served before.
+    pub fn replace(&self, served: Served) -> Arc<Served> {
+        let served = Arc::new(served);
+        let mut slot = match self.served.write() {
+            Ok(slot) => slot,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        std::mem::replace(&mut *slot, served)
+    }
+
+    /// Ends the upstream sessions of what the session serves; later calls to provider tools
+    /// fail as unavailable.
+    pub fn shutdown(&self) {
+        self.served().composed().shutdown();
+    }
+
+    /// Whether the task's time limit has passed (its upstream sessions are closed).
+    pub fn expired(&self) -> bool {
+        self.expired.load(Ordering::Acquire)
+    }
+
+    /// Keeps the session's MCP peer, through which list changes are sent (once).
+    pub fn set_peer(&self, peer: Peer<RoleServer>) {
+        let _ = self.peer.set(peer);
+    }
+
+    /// The session's MCP peer, once `initialize` has kept it.
+    pub fn peer(&self) -> Option<&Peer<RoleServer>> {
+        self.peer.get()
+    }
+
+    /// A receiver whose channel closes when the task ends.
+    pub fn ended(&self) -> tokio::sync::watch::Receiver<()> {
+        self.ended.subscribe()
+    }
+
     /// Who the task is for.
     pub fn identity(&self) -> &Identity {
         &self.identity
-    }
-
-    /// What `initialize` composed for this task.
-    pub fn composed(&self) -> &Composed {
-        &self.composed
-    }
-
-    /// The snapshot the session composed from (documents and qualifiers).
-    pub fn snapshot(&self) -> &Snapshot {
-        &self.snapshot
-    }
-
-    /// The tools `tools/list` shows.
-    pub fn tools(&self) -> &[Tool] {
-        &self.tools
     }
 
     /// Serves one `tools/call` of this session, whichever path it arrived on (rmcp's session
@@ -255,28 +374,31 @@ impl Task {
         let CallToolRequestParams {
             name, arguments, ..
         } = request;
-        if name == LOAD_SKILL && !self.composed.composition.skills.is_empty() {
+        // The call runs on what the session serves as it starts, to its end.
+        let served = self.served();
+        let composed = served.composed();
+        if name == LOAD_SKILL && !composed.composition.skills.is_empty() {
             let arguments = Value::Object(arguments.unwrap_or_default());
-            return Ok(self
-                .load_skill(&arguments)
+            return Ok(load_skill(composed, &arguments)
                 .await
                 .unwrap_or_else(ToolError::into_result));
         }
-        if let Some(base) = self.composed.base_tools()
+        if let Some(base) = composed.base_tools()
             && base.has(&name)
         {
-            return Ok(self.call_base_tool(base, &name, arguments).await);
+            return Ok(self.call_base_tool(&served, base, &name, arguments).await);
         }
-        if let Some(routed) = self.composed.capability(&name) {
-            return Ok(self.call_capability(routed, arguments).await);
+        if let Some(routed) = composed.capability(&name) {
+            return Ok(self.call_capability(&served, routed, arguments).await);
         }
-        self.call_provider_tool(&name, arguments).await
+        self.call_provider_tool(&served, &name, arguments).await
     }
 
     /// A routed call: take out the routing arguments, check the rest against the capability's
     /// schema, decide (recorded whatever the outcome), and forward to the chosen provider.
     async fn call_capability(
         &self,
+        served: &Served,
         routed: &RoutedCapability,
         arguments: Option<JsonObject>,
     ) -> CallToolResult {
@@ -308,13 +430,13 @@ impl Task {
             .into_result();
         }
         let arguments = Value::Object(arguments);
-        if let Err(error) = self.validate(&routed.tool.name, &arguments) {
+        if let Err(error) = served.validate(&routed.tool.name, &arguments) {
             self.context.metrics.tool_call(error.kind.as_str());
             return error.into_result();
         }
         let digest = taken.intent.as_deref().map(intent_digest);
         let project = &self.identity.project;
-        let decision = match decide(routed, &self.snapshot, &taken.route, &taken.requirements) {
+        let decision = match decide(routed, served.snapshot(), &taken.route, &taken.requirements) {
             Ok(decision) => decision,
             Err(why) => {
                 warn!(capability, %why, "routed call refused");
@@ -358,25 +480,32 @@ impl Task {
             .record(DecisionRecord::of(project, &decision, digest));
         let Some(tool) = decision
             .selected()
-            .and_then(|winner| self.composed.tool(&winner.tool))
+            .and_then(|winner| served.composed().tool(&winner.tool))
         else {
             self.context.metrics.tool_call(ErrorKind::Rejected.as_str());
             return ToolError::new(ErrorKind::Rejected, no_eligible_provider(&decision))
                 .with_code("no_eligible_provider")
                 .into_result();
         };
-        self.forward(tool, arguments, Some(capability)).await
+        self.forward(served, tool, arguments, Some(capability))
+            .await
     }
 
     /// A base platform tool: acts as the caller on the project's control plane. Not metered
     /// (no provider did the work); counted and traced like every call.
     async fn call_base_tool(
         &self,
+        served: &Served,
         base: &BaseTools,
         name: &str,
         arguments: Option<JsonObject>,
     ) -> CallToolResult {
-        let mutating = self.composed.composition.mutating.iter().any(|m| m == name);
+        let mutating = served
+            .composed()
+            .composition
+            .mutating
+            .iter()
+            .any(|m| m == name);
         let span = info_span!(
             "tool_call",
             tool.name = %name,
@@ -385,7 +514,7 @@ impl Task {
             outcome = tracing::field::Empty,
         );
         let arguments = Value::Object(arguments.unwrap_or_default());
-        let result = match self.validate(name, &arguments) {
+        let result = match served.validate(name, &arguments) {
             Err(error) => Err(error),
             Ok(()) => base.call(name, &arguments).instrument(span.clone()).await,
         };
@@ -416,56 +545,13 @@ impl Task {
         Duration::from_millis(now.saturating_sub(self.last_used.load(Ordering::Relaxed)))
     }
 
-    fn validate(&self, tool: &str, arguments: &Value) -> Result<(), ToolError> {
-        let Some(validator) = self.validators.get(tool) else {
-            return Ok(());
-        };
-        let Some(error) = validator.iter_errors(arguments).next() else {
-            return Ok(());
-        };
-        let field = pointer_to_path(arguments, error.instance_path().as_str());
-        let shown = if field.is_empty() {
-            "arguments"
-        } else {
-            field.as_str()
-        };
-        let error = ToolError::new(
-            ErrorKind::InvalidInput,
-            format!("{shown}: {error}; see the tool's input schema"),
-        );
-        Err(if field.is_empty() {
-            error
-        } else {
-            error.at(field)
-        })
-    }
-
-    async fn load_skill(&self, arguments: &Value) -> Result<CallToolResult, ToolError> {
-        let Some(name) = arguments.get("name").and_then(Value::as_str) else {
-            let mut error = ToolError::new(ErrorKind::InvalidInput, "name: required (a string)");
-            error.field = Some("name".into());
-            return Err(error);
-        };
-        match self.composed.load_skill(name).await {
-            Ok(body) => Ok(CallToolResult::success(vec![ContentBlock::text(body)])),
-            Err(error @ SkillError::Unknown { .. }) => {
-                let mut error = ToolError::new(ErrorKind::InvalidInput, error.to_string());
-                error.field = Some("name".into());
-                Err(error)
-            }
-            Err(error @ SkillError::Fetch { .. }) => Err(ToolError::new(
-                ErrorKind::UpstreamUnavailable,
-                error.to_string(),
-            )),
-        }
-    }
-
     async fn call_provider_tool(
         &self,
+        served: &Served,
         name: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, McpError> {
-        let Some(tool) = self.composed.tool(name) else {
+        let Some(tool) = served.composed().tool(name) else {
             return Err(McpError::invalid_params(
                 format!(
                     "no tool named {name:?} is available to this assistant; tools/list shows the ones that are"
@@ -474,18 +560,19 @@ impl Task {
             ));
         };
         let arguments = Value::Object(arguments.unwrap_or_default());
-        if let Err(error) = self.validate(name, &arguments) {
+        if let Err(error) = served.validate(name, &arguments) {
             self.context.metrics.tool_call(error.kind.as_str());
             self.meter(tool, error.kind.as_str(), Instant::now(), None);
             return Ok(error.into_result());
         }
-        Ok(self.forward(tool, arguments, None).await)
+        Ok(self.forward(served, tool, arguments, None).await)
     }
 
     /// Calls provider `tool` with `arguments` (already checked), counted, traced and metered;
     /// `capability` names the routed capability the call serves, if any.
     async fn forward(
         &self,
+        served: &Served,
         tool: &ComposedTool,
         arguments: Value,
         capability: Option<&str>,
@@ -503,8 +590,8 @@ impl Task {
             Value::Object(map) => Some(map),
             _ => None,
         };
-        let result = match self
-            .composed
+        let result = match served
+            .composed()
             .call_tool(&tool.name, arguments)
             .instrument(span.clone())
             .await
@@ -543,6 +630,27 @@ impl Task {
             outcome,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         });
+    }
+}
+
+/// `load_skill`: the named skill's body, framed with its provenance.
+async fn load_skill(composed: &Composed, arguments: &Value) -> Result<CallToolResult, ToolError> {
+    let Some(name) = arguments.get("name").and_then(Value::as_str) else {
+        let mut error = ToolError::new(ErrorKind::InvalidInput, "name: required (a string)");
+        error.field = Some("name".into());
+        return Err(error);
+    };
+    match composed.load_skill(name).await {
+        Ok(body) => Ok(CallToolResult::success(vec![ContentBlock::text(body)])),
+        Err(error @ SkillError::Unknown { .. }) => {
+            let mut error = ToolError::new(ErrorKind::InvalidInput, error.to_string());
+            error.field = Some("name".into());
+            Err(error)
+        }
+        Err(error @ SkillError::Fetch { .. }) => Err(ToolError::new(
+            ErrorKind::UpstreamUnavailable,
+            error.to_string(),
+        )),
     }
 }
 

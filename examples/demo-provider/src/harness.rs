@@ -222,6 +222,20 @@ impl DemoProvider {
             .unwrap_or_else(|| panic!("the provider lists no tool {name}"))
     }
 
+    /// Sends `notifications/tools/list_changed` to every session opened while the
+    /// `list-changed` switch was set; returns how many sessions were told.
+    pub async fn notify_list_changed(&self) -> u64 {
+        let answer: Value = client()
+            .post(self.url("/debug/list-changed"))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("asking for a list change: {e}"))
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("reading the list change answer: {e}"));
+        answer["told"].as_u64().unwrap_or(0)
+    }
+
     /// Replaces the provider's faults.
     pub async fn set_faults(&self, faults: &[&str]) {
         let body = serde_json::to_string(faults).unwrap_or_default();
@@ -549,4 +563,73 @@ fn sorted_compact(value: &Value, out: &mut String) {
         },
         other => out.push_str(&other.to_string()),
     }
+}
+
+/// The Python SDK client of `crates/capstan-sidecar/tests/python/list_changed.py`: one
+/// session on a sidecar's socket that waits for `notifications/tools/list_changed` and reports
+/// what it sees, a JSON object per line. Killed on drop.
+pub struct ListeningClient {
+    process: Spawned,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl ListeningClient {
+    /// Connects to the sidecar at `socket` as (`project`, `token`) in the SDK's connect `mode`
+    /// (`legacy`, `auto`, or a revision); after the notification it calls `gone`, if given.
+    pub fn start(
+        socket: &Path,
+        project: &str,
+        token: &str,
+        mode: &str,
+        gone: Option<&str>,
+    ) -> Self {
+        let mut command = Command::new(python());
+        command
+            .arg(repo_root().join("crates/capstan-sidecar/tests/python/list_changed.py"))
+            .arg(socket)
+            .args([project, token, mode]);
+        if let Some(gone) = gone {
+            command.arg(gone);
+        }
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting the Python SDK client: {e}"));
+        let stdout = child.stdout.take();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let Some(stdout) = stdout else { return };
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            process: Spawned(child),
+            lines,
+        }
+    }
+
+    /// The next line the client printed, as JSON; panics after `patience`.
+    pub fn next(&self, patience: Duration) -> Value {
+        let line = self.lines.recv_timeout(patience).unwrap_or_else(|e| {
+            panic!("the Python SDK client said nothing within {patience:?}: {e}")
+        });
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("the client printed {line:?}: {e}"))
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+}
+
+/// Seconds since the Unix epoch, as the Python client stamps what it saw.
+pub fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }

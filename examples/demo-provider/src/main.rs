@@ -9,7 +9,8 @@
 //! `drop-tool:<name>` (left out of `tools/list`), `describe:<name>=<text>` (the tool listed
 //! with that description: a changed definition), `oversized-knowledge` (1 MiB of knowledge),
 //! `slow-calls:<ms>` (`tools/call` answered after that long), `slow-drip` (MCP answers sent one
-//! byte every 200 ms).
+//! byte every 200 ms), `list-changed` (sessions opened while it is set advertise
+//! `tools.listChanged`; `POST /debug/list-changed` sends them `notifications/tools/list_changed`).
 //! Every request's method, path and headers are recorded, and for MCP POSTs the JSON-RPC
 //! method and the tool a `tools/call` names; `GET /debug/requests` returns them.
 
@@ -27,9 +28,10 @@ use axum::routing::get;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
+use rmcp::service::{NotificationContext, Peer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
+use rmcp::{RoleServer, ServerHandler, schemars, tool, tool_handler, tool_router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -97,6 +99,9 @@ const MAX_RECORDED_BODY: usize = 16 * 1024 * 1024;
 struct Shared {
     faults: Mutex<Vec<String>>,
     requests: Mutex<Vec<Recorded>>,
+    /// The sessions opened with the `list-changed` switch on, told of list changes by
+    /// `POST /debug/list-changed`.
+    peers: Mutex<Vec<Peer<RoleServer>>>,
 }
 
 impl Shared {
@@ -151,11 +156,14 @@ fn stream(name: &str) -> Option<(&'static str, &'static str, u64)> {
 #[derive(Clone)]
 struct StreamCo {
     tool_router: ToolRouter<Self>,
+    shared: Arc<Shared>,
+    /// Whether this session advertises `tools.listChanged` (the `list-changed` switch).
+    list_changed: bool,
 }
 
 #[tool_router]
 impl StreamCo {
-    fn new(shared: &Shared) -> Self {
+    fn new(shared: &Arc<Shared>) -> Self {
         let mut tool_router = Self::tool_router();
         for fault in shared.faults() {
             if let Some(name) = fault.strip_prefix("drop-tool:") {
@@ -169,7 +177,11 @@ impl StreamCo {
                 route.attr.description = Some(description.to_owned().into());
             }
         }
-        Self { tool_router }
+        Self {
+            tool_router,
+            shared: shared.clone(),
+            list_changed: shared.has("list-changed"),
+        }
     }
 
     #[tool(description = "List the streams of this project with their state and consumer lag.")]
@@ -277,8 +289,24 @@ impl StreamCo {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for StreamCo {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = if self.list_changed {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build()
+        } else {
+            ServerCapabilities::builder().enable_tools().build()
+        };
+        ServerConfig::new(capabilities)
             .with_instructions("StreamCo streaming: inspect streams and diagnose pipelines.")
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if self.list_changed
+            && let Ok(mut peers) = self.shared.peers.lock()
+        {
+            peers.push(context.peer);
+        }
     }
 }
 
@@ -313,6 +341,19 @@ async fn requests(State(shared): State<Arc<Shared>>) -> Response {
         .map(|r| r.clone())
         .unwrap_or_default();
     axum::Json(requests).into_response()
+}
+
+/// Sends `notifications/tools/list_changed` to every session opened with the `list-changed`
+/// switch; answers how many were told.
+async fn notify_list_changed(State(shared): State<Arc<Shared>>) -> Response {
+    let peers = shared.peers.lock().map(|p| p.clone()).unwrap_or_default();
+    let mut told = 0usize;
+    for peer in peers {
+        if peer.notify_tool_list_changed().await.is_ok() {
+            told += 1;
+        }
+    }
+    axum::Json(json!({ "told": told })).into_response()
 }
 
 async fn set_faults(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
@@ -421,7 +462,7 @@ async fn main() -> anyhow::Result<()> {
     let config = <Config as clap::Parser>::parse();
     let shared = Arc::new(Shared {
         faults: Mutex::new(config.faults),
-        requests: Mutex::default(),
+        ..Shared::default()
     });
     let mcp: StreamableHttpService<StreamCo, LocalSessionManager> = StreamableHttpService::new(
         {
@@ -443,6 +484,10 @@ async fn main() -> anyhow::Result<()> {
         .route("/runbooks/lag.md", get(runbook))
         .route("/debug/requests", get(requests))
         .route("/debug/faults", axum::routing::put(set_faults))
+        .route(
+            "/debug/list-changed",
+            axum::routing::post(notify_list_changed),
+        )
         .nest_service("/mcp", mcp)
         .layer(middleware::from_fn_with_state(
             shared.clone(),

@@ -1,0 +1,153 @@
+//! Per-project document feeds for live sessions: while a project has a live session, one
+//! follower reads its documents whenever the source says they may have changed (a watched
+//! source) or every refresh interval (sources read on demand), and passes on each snapshot
+//! that differs from the one before. The project's sessions share that one read.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use capstan_compose::{ProjectDocuments, ReadOutcome, Snapshot};
+use tokio::sync::watch;
+use tracing::debug;
+
+use crate::metrics::Metrics;
+
+/// How long a follower waits after a change before it reads. 100 ms: a burst of changes (a
+/// `kubectl apply` of many bindings) is read once, and a change still reaches sessions well
+/// within a second.
+pub const SETTLE: Duration = Duration::from_millis(100);
+
+/// The feeds of the projects with live sessions.
+pub struct ProjectFeeds {
+    documents: Arc<dyn ProjectDocuments>,
+    interval: Option<Duration>,
+    metrics: Metrics,
+    feeds: Mutex<HashMap<String, watch::Sender<Arc<Snapshot>>>>,
+}
+
+impl ProjectFeeds {
+    /// Feeds reading `documents`; a source that does not report changes is read every
+    /// `interval` (`None`: never, so its sessions keep what they composed).
+    pub fn new(
+        documents: Arc<dyn ProjectDocuments>,
+        interval: Option<Duration>,
+        metrics: Metrics,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            documents,
+            interval,
+            metrics,
+            feeds: Mutex::default(),
+        })
+    }
+
+    /// Follows `project` for a session that composed from `current`: the receiver sees every
+    /// later snapshot that differs from the one before it, and is marked changed at once when
+    /// the feed already holds a different one. The project's follower runs while any
+    /// receiver lives.
+    pub fn follow(
+        self: &Arc<Self>,
+        project: &str,
+        current: &Arc<Snapshot>,
+    ) -> watch::Receiver<Arc<Snapshot>> {
+        let mut feeds = match self.feeds.lock() {
+            Ok(feeds) => feeds,
+            // The map holds whole entries only; a panic elsewhere cannot leave one half made.
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(sender) = feeds.get(project)
+            && !sender.is_closed()
+        {
+            let mut receiver = sender.subscribe();
+            if !same(&receiver.borrow(), current) {
+                receiver.mark_changed();
+            }
+            return receiver;
+        }
+        let (sender, receiver) = watch::channel(current.clone());
+        feeds.insert(project.to_owned(), sender.clone());
+        let changes = self.documents.changes();
+        if changes.is_some() || self.interval.is_some() {
+            tokio::spawn(run(
+                Arc::downgrade(self),
+                project.to_owned(),
+                sender,
+                changes,
+            ));
+        }
+        receiver
+    }
+}
+
+/// Whether two snapshots hold the same documents and qualifiers (the same `Arc` is).
+fn same(a: &Arc<Snapshot>, b: &Arc<Snapshot>) -> bool {
+    Arc::ptr_eq(a, b) || **a == **b
+}
+
+/// One project's follower: waits for a change (or the interval), settles, reads, and passes
+/// on a snapshot that differs; ends when no session follows the project any more.
+async fn run(
+    feeds: Weak<ProjectFeeds>,
+    project: String,
+    sender: watch::Sender<Arc<Snapshot>>,
+    mut changes: Option<watch::Receiver<u64>>,
+) {
+    loop {
+        let Some(interval) = feeds.upgrade().map(|f| f.interval) else {
+            return;
+        };
+        // A source that reports changes is not polled.
+        let poll = interval.filter(|_| changes.is_none());
+        tokio::select! {
+            () = sender.closed() => {
+                let Some(feeds) = feeds.upgrade() else { return };
+                let mut map = match feeds.feeds.lock() {
+                    Ok(map) => map,
+                    Err(poisoned) => poisoned.into_inner(),
+                };
+                // A session may have started following under the lock meanwhile.
+                if sender.receiver_count() == 0 {
+                    if map.get(&project).is_some_and(|s| s.same_channel(&sender)) {
+                        map.remove(&project);
+                    }
+                    debug!(%project, "no live session follows the project's documents");
+                    return;
+                }
+                continue;
+            }
+            changed = async {
+                match changes.as_mut() {
+                    Some(changes) => changes.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            } => {
+                if !changed {
+                    // The source is gone (shutting down): fall back to the interval.
+                    changes = None;
+                }
+            }
+            () = async {
+                match poll {
+                    Some(interval) => tokio::time::sleep(interval).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+        tokio::time::sleep(SETTLE).await;
+        let Some(this) = feeds.upgrade() else { return };
+        let (snapshot, outcome) = this.documents.read(&project).await;
+        this.metrics.source_read(outcome.label());
+        // An outage is not a change: sessions keep what they have until the source answers.
+        if outcome == ReadOutcome::Error {
+            continue;
+        }
+        sender.send_if_modified(|current| {
+            if same(current, &snapshot) {
+                return false;
+            }
+            *current = snapshot;
+            true
+        });
+    }
+}

@@ -1,0 +1,106 @@
+//! A live session following its composition: when its project's documents change (the
+//! project's feed, `feeds.rs`) or one of its upstreams says its tool list changed, the session
+//! is composed again and serves the new composition; when the tools it lists differ, its
+//! client is sent `notifications/tools/list_changed`. A tool that left then reads as unknown;
+//! a call already running finishes on the composition it started with.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::compose::ProjectComposer;
+use crate::feeds::{ProjectFeeds, SETTLE};
+use crate::task::{Served, Task};
+
+/// What woke a follower.
+enum Woke {
+    /// The project's documents or qualifiers changed.
+    Documents,
+    /// An upstream's tool list changed.
+    Upstream,
+    /// The composition whose upstreams were followed is gone: follow the current one.
+    Resubscribe,
+}
+
+/// Follows `task` until it ends (spawned; holds the task weakly).
+pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<ProjectFeeds>) {
+    let weak = Arc::downgrade(task);
+    let mut ended = task.ended();
+    let mut documents = feeds.follow(&task.identity().project, task.served().snapshot());
+    tokio::spawn(async move {
+        let mut upstream = match weak.upgrade() {
+            Some(task) => upstream_changes(&task.served()),
+            None => return,
+        };
+        loop {
+            let woke = tokio::select! {
+                // Nothing is ever sent on `ended`: it closes when the task is dropped.
+                _ = ended.changed() => return,
+                changed = documents.changed() => match changed {
+                    Ok(()) => Woke::Documents,
+                    Err(_) => return,
+                },
+                changed = upstream.changed() => match changed {
+                    Ok(()) => Woke::Upstream,
+                    Err(_) => Woke::Resubscribe,
+                },
+            };
+            if matches!(woke, Woke::Resubscribe) {
+                let Some(task) = weak.upgrade() else { return };
+                // A composition holds its own sender, so this receiver stays open.
+                upstream = upstream_changes(&task.served());
+                continue;
+            }
+            // A burst (several upstreams, several bindings) is composed once.
+            tokio::time::sleep(SETTLE).await;
+            let Some(task) = weak.upgrade() else { return };
+            if task.expired() {
+                return;
+            }
+            let snapshot = documents.borrow_and_update().clone();
+            let served = task.served();
+            let metrics = &composer.context().metrics;
+            if matches!(woke, Woke::Documents) && served.snapshot().documents == snapshot.documents
+            {
+                if served.snapshot().qualifiers != snapshot.qualifiers
+                    || served.snapshot().qualifiers_error != snapshot.qualifiers_error
+                {
+                    task.replace(served.requalified(snapshot));
+                    metrics.session_refresh("requalified");
+                }
+                continue;
+            }
+            let project = composer.compose_snapshot(task.identity(), snapshot).await;
+            let fresh = Served::new(project.composed, project.snapshot);
+            let changed = fresh.tools() != served.tools();
+            upstream = upstream_changes(&fresh);
+            drop(served);
+            // The composition replaced closes its upstream sessions once the calls running on
+            // it have finished.
+            drop(task.replace(fresh));
+            if !changed {
+                metrics.session_refresh("unchanged");
+                debug!(project = %task.identity().project, "composed again; the same tools");
+                continue;
+            }
+            metrics.session_refresh("list_changed");
+            info!(project = %task.identity().project, tools = task.served().tools().len(), "the session's tools changed; telling its client");
+            if let Some(peer) = task.peer()
+                && let Err(error) = peer.notify_tool_list_changed().await
+            {
+                warn!(project = %task.identity().project, %error, "notifications/tools/list_changed could not be sent");
+            }
+        }
+    });
+}
+
+/// The upstream list changes of what `served` composed, including any noted before this
+/// receiver was made (the composition's upstreams start listening while it is composed).
+fn upstream_changes(served: &Served) -> watch::Receiver<u64> {
+    let mut changes = served.composed().upstream_changes();
+    if *changes.borrow() != 0 {
+        changes.mark_changed();
+    }
+    changes
+}
