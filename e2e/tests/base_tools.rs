@@ -70,6 +70,10 @@ fn main() -> ExitCode {
                 "the_python_sdk_should_list_plan_and_apply_over_the_socket",
                 python_client,
             ),
+            trial(
+                "a_2026_07_28_request_should_be_checked_against_the_project_every_time",
+                sessionless_caller_check,
+            ),
         ],
     );
     if let Ok(mut sidecar) = SIDECAR.lock()
@@ -1161,4 +1165,71 @@ fn python_client(env: &Env) -> Outcome {
 fn with_socket() -> Result<std::path::PathBuf, Failed> {
     let guard = SIDECAR.lock().map_err(|_| "the sidecar slot is poisoned")?;
     Ok(guard.as_ref().ok_or("no sidecar")?.socket.clone())
+}
+
+/// One 2026-07-28 `tools/call` of `resources_list` (ConfigMaps in team-a) as `token`, with no
+/// session: (status, body).
+fn sessionless_list(sidecar: &SidecarProcess, token: Option<&str>) -> (u16, String) {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {
+            "name": "resources_list",
+            "arguments": {"group": "", "version": "v1", "kind": "ConfigMap", "namespace": "team-a"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    })
+    .to_string();
+    let authorization = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![
+        ("X-Capstan-Project", PROJECT),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "resources_list"),
+    ];
+    if let Some(authorization) = &authorization {
+        headers.push(("authorization", authorization));
+    }
+    let (status, _, body) = sidecar.request("POST", "/mcp", &headers, Some(&body));
+    (status, body)
+}
+
+/// Without a session, every request is checked like an `initialize`: a caller the project
+/// does not admit — even right after an admitted caller's task was composed — never reaches a
+/// tool, and the admitted caller's call acts as her. The audit log is the oracle.
+fn sessionless_caller_check(env: &Env) -> Outcome {
+    let configmap_lists = |account: &str| {
+        events_by(env, &user(account), |e| {
+            e["objectRef"]["resource"] == "configmaps" && e["verb"] == "list"
+        })
+        .len()
+    };
+    with_sidecar(|sidecar| {
+        let alice_token = token(env, ALICE)?;
+        let bob_token = token(env, BOB)?;
+        let alice_before = configmap_lists(ALICE);
+        let (status, body) = sessionless_list(sidecar, Some(&alice_token));
+        check(status == 200 && body.contains("\"items\""), || {
+            format!("alice's call without a session: {status} {body}")
+        })?;
+        check(configmap_lists(ALICE) == alice_before + 1, || {
+            "alice's call did not list ConfigMaps as alice".to_owned()
+        })?;
+        // Another token than the cached task's: bob is refused; so is no token at all.
+        let bob_before = configmap_lists(BOB);
+        let (status, body) = sessionless_list(sidecar, Some(&bob_token));
+        check(status == 403 && body.contains("project acme"), || {
+            format!("bob's call without a session: {status} {body}")
+        })?;
+        let (status, body) = sessionless_list(sidecar, None);
+        check(status == 401, || {
+            format!("a call without a token: {status} {body}")
+        })?;
+        check(configmap_lists(BOB) == bob_before, || {
+            "a refused call reached the project".to_owned()
+        })?;
+        Ok(())
+    })
 }

@@ -720,10 +720,11 @@ fn ready_after_first_sync(env: &Env) -> Outcome {
     })
 }
 
-/// A live session of the Python SDK client on a sidecar whose crd source watches the cluster:
-/// a binding changed with the apiserver reaches it as `notifications/tools/list_changed`, its
+/// Live clients of the Python SDK — one in a session (2025-11-25), one without (2026-07-28, a
+/// `subscriptions/listen` stream) — on a sidecar whose crd source watches the cluster: a
+/// binding changed with the apiserver reaches both as `notifications/tools/list_changed`, their
 /// next `tools/list` shows the new set, and the tool that left reads as unknown. The time from
-/// the apply to the notification is printed (measured, never asserted).
+/// the apply to each notification is printed (measured, never asserted).
 fn live_list_changed(env: &Env) -> Outcome {
     let provider = DemoProvider::start(&[]);
     let address = free_address()?;
@@ -760,18 +761,27 @@ fn live_list_changed(env: &Env) -> Outcome {
         || format!("the sidecar is not ready:\n{}", sidecar.log_text()),
     ))?;
     let line = Duration::from_secs(90);
-    let client = ListeningClient::start(
-        &sidecar.socket,
-        "demo-project",
-        "t",
-        "legacy",
-        Some("live__streams_get"),
-    );
-    let first = client.next(line);
-    check(
-        first["tools"] == json!(["live__streams_get", "live__streams_list"]),
-        || format!("first list: {first}\n{}", sidecar.log_text()),
-    )?;
+    // A session revision (its session's stream) and 2026-07-28 (a listen stream), side by side.
+    let clients: Vec<ListeningClient> = ["legacy", "auto"]
+        .into_iter()
+        .map(|mode| {
+            ListeningClient::start(
+                &sidecar.socket,
+                "demo-project",
+                "t",
+                mode,
+                Some("live__streams_get"),
+            )
+        })
+        .collect();
+    for (client, version) in clients.iter().zip(["2025-11-25", "2026-07-28"]) {
+        let first = client.next(line);
+        check(
+            first["tools"] == json!(["live__streams_get", "live__streams_list"])
+                && first["protocolVersion"] == version,
+            || format!("first list: {first}\n{}", sidecar.log_text()),
+        )?;
+    }
     let applied_at = env.runtime.block_on(async {
         capstan_e2e::objects::apply(
             &env.client,
@@ -782,27 +792,33 @@ fn live_list_changed(env: &Env) -> Outcome {
         .await?;
         Ok::<f64, libtest_mimic::Failed>(unix_seconds())
     })?;
-    let notified = client.next(line);
-    let Some(notified_at) = notified["notifiedAt"].as_f64() else {
-        return Err(format!("no notification: {notified}\n{}", sidecar.log_text()).into());
-    };
-    eprintln!(
-        "list_changed reached the Python client {:.3} s after the apply returned",
-        notified_at - applied_at
-    );
     let calls_before = env.runtime.block_on(provider.tool_calls());
-    let again = client.next(line);
-    check(
-        again["tools"] == json!(["live__pipeline_diagnose", "live__streams_list"]),
-        || format!("second list: {again}"),
-    )?;
-    let gone = client.next(line);
-    check(
-        gone["gone"]["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("no tool named \"live__streams_get\" is available")),
-        || format!("the call of the tool that left: {gone}"),
-    )?;
+    for (client, version) in clients.iter().zip(["2025-11-25", "2026-07-28"]) {
+        let notified = client.next(line);
+        let Some(notified_at) = notified["notifiedAt"].as_f64() else {
+            return Err(format!(
+                "{version}: no notification: {notified}\n{}",
+                sidecar.log_text()
+            )
+            .into());
+        };
+        eprintln!(
+            "{version}: list_changed reached the Python client {:.3} s after the apply returned",
+            notified_at - applied_at
+        );
+        let again = client.next(line);
+        check(
+            again["tools"] == json!(["live__pipeline_diagnose", "live__streams_list"]),
+            || format!("{version}: second list: {again}"),
+        )?;
+        let gone = client.next(line);
+        check(
+            gone["gone"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("no tool named \"live__streams_get\" is available")),
+            || format!("{version}: the call of the tool that left: {gone}"),
+        )?;
+    }
     let calls_after = env.runtime.block_on(provider.tool_calls());
     check(calls_after == calls_before, || {
         format!("the provider saw {calls_after:?} after {calls_before:?}")

@@ -4,7 +4,9 @@
 //! Reports the median full compose (documents from the cache, six upstream sessions opened
 //! and listed, knowledge fetched, instructions rendered, sessions closed), and `tools/call`
 //! forwarded through the composer against the same rmcp client calling the upstream directly,
-//! interleaved call by call so both see the same machine. Nothing here is asserted.
+//! interleaved call by call so both see the same machine, and the cost of the definition
+//! digests every compose takes of each allowed tool (pins, `pins.rs`) against the compose
+//! they are part of. Nothing here is asserted.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -23,6 +25,7 @@ use serde_json::json;
 
 const COMPOSES: usize = 21;
 const CALLS: usize = 501;
+const DIGEST_ROUNDS: usize = 1001;
 
 fn median(mut values: Vec<Duration>) -> Duration {
     values.sort();
@@ -115,9 +118,27 @@ async fn bench() {
             straight.push(d);
         }
     }
+    // The digests one compose takes: one per allowed tool the servers list.
+    let listed = direct.list_all_tools().await.unwrap();
+    let allowed = composed
+        .composition
+        .bindings
+        .iter()
+        .map(|b| b.definitions.len())
+        .sum::<usize>();
+    let mut digests = Vec::new();
+    for _ in 0..DIGEST_ROUNDS {
+        let started = Instant::now();
+        for tool in &listed {
+            std::hint::black_box(capstan_compose::definition_digest(tool));
+        }
+        digests.push(started.elapsed() / u32::try_from(listed.len()).unwrap_or(1));
+    }
+    let per_digest = median(digests);
     let _ = direct.cancel().await;
     composed.close().await;
 
+    let compose = median(composes);
     let through = median(through);
     let straight = median(straight);
     println!(
@@ -125,8 +146,13 @@ async fn bench() {
     );
     println!("capstan-compose: 3 bindings x 2 MCP servers on loopback, warm document cache");
     println!(
-        "full compose ({tools} tools, 6 sessions, 3 knowledge fetches), median of {COMPOSES}: {:.2?}",
-        median(composes)
+        "full compose ({tools} tools, 6 sessions, 3 knowledge fetches), median of {COMPOSES}: {compose:.2?}"
+    );
+    println!(
+        "definition digest (pins), median of {DIGEST_ROUNDS} rounds over the {} tools the demo provider lists: {per_digest:.2?} per tool; {allowed} per compose = {:.2?}, {:.2}% of the compose",
+        listed.len(),
+        per_digest * u32::try_from(allowed).unwrap_or(0),
+        100.0 * per_digest.as_secs_f64() * allowed as f64 / compose.as_secs_f64()
     );
     println!(
         "tools/call, median of {CALLS} interleaved: through the composer {through:.2?}, direct {straight:.2?}, ratio {:.2}x",

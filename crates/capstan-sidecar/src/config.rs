@@ -150,6 +150,12 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_REFRESH_SECONDS", default_value_t = DEFAULT_REFRESH_SECONDS)]
     pub refresh_seconds: u64,
 
+    /// Seconds a task without a session (a 2026-07-28 caller, keyed by project and token)
+    /// lives without a request; an open `subscriptions/listen` stream counts as activity. The
+    /// next request after it composes a new task (new upstream sessions).
+    #[arg(long, env = "CAPSTAN_SESSIONLESS_TTL_SECONDS", default_value_t = crate::sessionless::DEFAULT_SESSIONLESS_TTL.as_secs())]
+    pub sessionless_ttl_seconds: u64,
+
     /// Seconds in-flight requests may run after SIGTERM (no new connection is accepted
     /// meanwhile); then every session's upstream sessions are closed and the sidecar exits.
     /// Keep it below the pod's terminationGracePeriodSeconds (30 by default).

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::compose::ProjectComposer;
 use crate::identity::{Identity, refusal};
 use crate::middleware::SessionTask;
+use crate::sessionless::SessionlessTasks;
 use crate::sessions::Sessions;
 use crate::task::LOAD_SKILL;
 
@@ -23,6 +24,8 @@ use crate::task::LOAD_SKILL;
 pub struct Inspection {
     /// The bound sessions (their tasks' compositions).
     pub sessions: Arc<Sessions>,
+    /// The tasks of callers without sessions (2026-07-28).
+    pub sessionless: Arc<SessionlessTasks>,
     /// Composes for callers without a live session.
     pub composer: Arc<ProjectComposer>,
     /// Compositions made for inspection, per caller.
@@ -44,11 +47,15 @@ pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts
             "no caller identity",
         );
     };
-    let live = parts
+    let live = match parts
         .extensions
         .get::<SessionTask>()
         .map(|SessionTask(task)| task.clone())
-        .or_else(|| inspection.sessions.live_task(&identity.fingerprint()));
+        .or_else(|| inspection.sessions.live_task(&identity.fingerprint()))
+    {
+        Some(task) => Some(task),
+        None => inspection.sessionless.live(&identity.fingerprint()).await,
+    };
     if let Some(task) = live {
         let served = task.served();
         return axum::Json(composition_view(&identity.project, served.composed())).into_response();

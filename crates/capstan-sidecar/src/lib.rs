@@ -24,6 +24,7 @@ mod routes;
 mod routing;
 mod run;
 mod server;
+mod sessionless;
 mod sessions;
 mod socket;
 mod task;

@@ -1,22 +1,24 @@
-//! The rmcp adapter: one `SessionHandler` per MCP session. `initialize` composes the caller's
-//! project and starts the session's task; `tools/list` and `tools/call` serve from it, for the
-//! caller it was started for and nobody else.
+//! The rmcp adapter: one `SessionHandler` per MCP session, and one per request of the
+//! 2026-07-28 revision (rmcp makes a handler for each sessionless request). `initialize`
+//! composes the caller's project and starts the session's task; a request without a session
+//! is served by the caller's task in `sessionless.rs`. `tools/list` and `tools/call` serve
+//! from the task, for the caller it was started for and nobody else.
 //!
-//! Protocol revisions: only the session-based ones (up to 2025-11-25). The 2026-07-28 revision
-//! has no sessions and no `initialize`, so a check bound at `initialize` would not hold for
-//! it; supporting it means composing per request, keyed by (project, caller), with a short
-//! TTL — a later issue; clients fall back to `initialize` when the server does not offer
-//! 2026-07-28.
+//! Protocol revisions: the session-based ones (2024-11-05 … 2025-11-25) over `initialize`, and
+//! 2026-07-28 without a session: `server/discover` (with the caller's instructions), and
+//! `subscriptions/listen` for `notifications/tools/list_changed`. rmcp checks the revision's
+//! rules — the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers against the body,
+//! the request's `_meta` — before a handler runs; the identity middleware checked the caller.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams,
-    InitializeResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig,
+    CallToolRequestParams, CallToolResponse, DiscoverResult, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::sync::OnceCell;
 use tracing::info;
@@ -25,53 +27,85 @@ use crate::compose::ProjectComposer;
 use crate::feeds::ProjectFeeds;
 use crate::identity::Identity;
 use crate::refresh;
+use crate::sessionless::SessionlessTasks;
 use crate::sessions::TaskSlot;
 use crate::task::{Served, Task};
 
-/// The protocol revisions served: every session-based one.
+/// The protocol revisions served: 2026-07-28 (without sessions) and every session-based one.
 pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
+    ProtocolVersion::V_2026_07_28,
     ProtocolVersion::V_2025_11_25,
     ProtocolVersion::V_2025_06_18,
     ProtocolVersion::V_2025_03_26,
     ProtocolVersion::V_2024_11_05,
 ];
 
-/// The MCP handler of one session.
+/// The MCP handler of one session, or of one request without a session.
 pub struct SessionHandler {
     composer: Arc<ProjectComposer>,
     feeds: Arc<ProjectFeeds>,
+    sessionless: Arc<SessionlessTasks>,
     task: OnceCell<Arc<Task>>,
 }
 
 impl SessionHandler {
-    /// A handler for a new session; its task follows its project's documents on `feeds`.
-    pub fn new(composer: Arc<ProjectComposer>, feeds: Arc<ProjectFeeds>) -> Self {
+    /// A handler for a new session (its task follows its project's documents on `feeds`), or
+    /// for one request without a session (served by the caller's task in `sessionless`).
+    pub fn new(
+        composer: Arc<ProjectComposer>,
+        feeds: Arc<ProjectFeeds>,
+        sessionless: Arc<SessionlessTasks>,
+    ) -> Self {
         Self {
             composer,
             feeds,
+            sessionless,
             task: OnceCell::new(),
         }
     }
 
-    /// The session's task, for the caller it is bound to and nobody else: the only way a
-    /// handler method reaches the task, so every method that serves the session checks the
-    /// identity (the identity middleware checked it too, before rmcp saw the request). rmcp's
-    /// `StreamableHttpService` takes a `ServerHandler`, not a `Service`, so the check cannot
-    /// wrap every method from outside.
-    fn task(&self, context: &RequestContext<RoleServer>) -> Result<&Arc<Task>, McpError> {
-        let task = self
-            .task
-            .get()
-            .ok_or_else(|| McpError::invalid_request("the session is not initialized", None))?;
-        match identity_of(context) {
-            Some(caller) if caller.fingerprint() == task.identity().fingerprint() => Ok(task),
-            _ => Err(McpError::invalid_request(
-                "this session belongs to another project or caller: the project and token must \
-                 be the ones sent with `initialize`",
-                None,
-            )),
+    /// The task serving this request, for the caller it belongs to and nobody else: the
+    /// session's (bound at `initialize`), or — for a request of the 2026-07-28 revision — the
+    /// caller's task without a session. The only way a handler method reaches a task, so every
+    /// method checks the identity (the identity middleware checked it too, before rmcp saw the
+    /// request). rmcp's `StreamableHttpService` takes a `ServerHandler`, not a `Service`, so
+    /// the check cannot wrap every method from outside.
+    async fn task(&self, context: &RequestContext<RoleServer>) -> Result<Arc<Task>, McpError> {
+        let caller = identity_of(context);
+        if let Some(task) = self.task.get() {
+            return match caller {
+                Some(caller) if caller.fingerprint() == task.identity().fingerprint() => {
+                    Ok(task.clone())
+                }
+                _ => Err(McpError::invalid_request(
+                    "this session belongs to another project or caller: the project and token \
+                     must be the ones sent with `initialize`",
+                    None,
+                )),
+            };
         }
+        if !is_sessionless(context) {
+            return Err(McpError::invalid_request(
+                "the session is not initialized",
+                None,
+            ));
+        }
+        let Some(caller) = caller else {
+            return Err(McpError::invalid_request(
+                "no caller identity on the request (project header and token)",
+                None,
+            ));
+        };
+        self.sessionless.task(&caller).await
     }
+}
+
+/// Whether the request is of a revision without sessions (2026-07-28 on), by its own `_meta`.
+fn is_sessionless(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .meta
+        .protocol_version()
+        .is_some_and(|version| !version.has_initialize())
 }
 
 /// The HTTP request parts rmcp attached to a request.
@@ -157,12 +191,51 @@ impl ServerHandler for SessionHandler {
         Ok(result)
     }
 
+    async fn discover(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, McpError> {
+        // The instructions are the caller's: discovering composes its task (reused by the
+        // requests that follow).
+        let task = self.task(&context).await?;
+        let mut info = self.get_info();
+        let served = task.served();
+        let instructions = &served.composed().composition.instructions;
+        if !instructions.is_empty() {
+            info.instructions = Some(instructions.clone());
+        }
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            info,
+        ))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // Tool list changes are the only notifications a task has.
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        let task = self.task(subscription.request_context()).await?;
+        let mut ended = task.ended();
+        let _listening = task.listen(subscription.sink().clone());
+        tokio::select! {
+            () = subscription.cancelled() => {}
+            // The task ended (time limit, shutdown): the stream closes gracefully.
+            _ = ended.changed() => {}
+        }
+        Ok(())
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let task = self.task(&context)?;
+        let task = self.task(&context).await?;
         Ok(ListToolsResult::with_all_items(
             task.served().tools().to_vec(),
         ))
@@ -173,9 +246,11 @@ impl ServerHandler for SessionHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let task = self.task(&context)?;
-        task.call(identity_of(&context).as_ref(), request)
-            .await
-            .map(CallToolResponse::Complete)
+        let task = self.task(&context).await?;
+        let mut result = task.call(identity_of(&context).as_ref(), request).await?;
+        // A provider's answer of a session revision has no `resultType`, which 2026-07-28
+        // requires; rmcp takes it out again for a peer of a session revision.
+        result.result_type.get_or_insert(ResultType::COMPLETE);
+        Ok(CallToolResponse::Complete(result))
     }
 }

@@ -6,9 +6,10 @@
 //! With a caller check configured (`caller_check.rs`), an `initialize` and a composition read
 //! outside a session are admitted only for a caller the project's control plane admits.
 //!
-//! An MCP request without a session must be an `initialize`: the sidecar speaks only the
-//! session-based protocol revisions (see `mcp.rs`), so no tool call can slip past the binding
-//! by skipping `initialize`.
+//! An MCP request without a session must be an `initialize`, or a request of the 2026-07-28
+//! revision (which has no sessions, `mcp.rs`): such a request is checked like an `initialize`
+//! — caller check included — on every request, and served by the caller's own task
+//! (`sessionless.rs`), so no tool call slips past the identity by skipping `initialize`.
 
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use capstan_api::wire::{MCP_SESSION_ID, SOCKET_HOST};
+use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID, SOCKET_HOST};
 use serde_json::json;
 use tracing::error;
 
@@ -96,6 +97,24 @@ fn unreadable_table() -> Response {
     )
 }
 
+/// Whether an MCP POST without a session is of a revision without sessions (2026-07-28 on):
+/// its `MCP-Protocol-Version` header or its `_meta` names one, or it is `server/discover`.
+/// rmcp then checks the header against the `_meta`, the method and the name.
+fn is_sessionless(headers: &axum::http::HeaderMap, message: &serde_json::Value) -> bool {
+    let modern = |version: &str| !version.is_empty() && version >= SESSIONLESS_FROM;
+    let header = headers
+        .get(MCP_PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(modern);
+    let meta = message["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"]
+        .as_str()
+        .is_some_and(modern);
+    header || meta || message["method"] == "server/discover"
+}
+
+/// The first revision without sessions. Revisions are dates, so they compare as strings.
+const SESSIONLESS_FROM: &str = "2026-07-28";
+
 /// Whether a JSON-RPC message is an `initialize` request (alone or first in a batch).
 fn is_initialize(value: &serde_json::Value) -> bool {
     let first = match value {
@@ -124,6 +143,8 @@ pub async fn check(
 
     let (mut parts, body) = request.into_parts();
     let mut initialize = false;
+    let mut modern = false;
+    let mut sessionless = false;
     let body = if is_mcp && parts.method == Method::POST {
         let bytes: Bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
             Ok(bytes) => bytes,
@@ -150,12 +171,15 @@ pub async fn check(
             }
         };
         initialize = is_initialize(&message);
-        if session.is_none() && !initialize {
+        modern = is_sessionless(&parts.headers, &message);
+        sessionless = session.is_none() && !initialize && modern;
+        if session.is_none() && !initialize && !sessionless {
             return refusal(
                 StatusCode::BAD_REQUEST,
                 "forbidden",
                 "no MCP session: send `initialize` first (the sidecar binds your project and \
-                 token to the session it creates), then the Mcp-Session-Id it returns",
+                 token to the session it creates), then the Mcp-Session-Id it returns; or speak \
+                 2026-07-28, whose requests each carry MCP-Protocol-Version and their _meta",
             );
         }
         parts.extensions.insert(Message(message));
@@ -192,10 +216,21 @@ pub async fn check(
         }
     }
 
+    // Checked once the session is known to be the caller's: a revision without sessions has
+    // no place inside one.
+    if session.is_some() && modern {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            "a request of MCP-Protocol-Version 2026-07-28 carries no Mcp-Session-Id: inside a \
+             session, send the revision negotiated at initialize",
+        );
+    }
+
     // A new session, or a read outside one (composition, routes, decisions), only for a caller
     // the project admits.
     let composition_read = !is_mcp && session.is_none() && parts.uri.path().starts_with("/v1/");
-    if (initialize || composition_read)
+    if (initialize || sessionless || composition_read)
         && let Some(caller_check) = sessions.caller_check()
         && let Err(refused) = caller_check.check(&identity).await
     {
@@ -331,6 +366,57 @@ mod tests {
             assert_eq!(response.status(), StatusCode::NOT_FOUND);
         }
         assert_eq!(reached.load(Ordering::SeqCst), 0);
+    }
+
+    fn sessionless(body: &str, project: Option<&str>, version: &str) -> Request {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri("/mcp")
+            .header(header::AUTHORIZATION, "Bearer t")
+            .header(MCP_PROTOCOL_VERSION, version);
+        if let Some(project) = project {
+            request = request.header("x-capstan-project", project);
+        }
+        request.body(Body::from(body.to_owned())).unwrap()
+    }
+
+    const MODERN_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+
+    #[tokio::test]
+    async fn a_request_without_a_session_should_pass_only_as_2026_07_28_with_an_identity() {
+        use tower::ServiceExt as _;
+        let sessions = sessions();
+        let (router, reached) = guarded(&sessions);
+        // A session revision without its session, or 2026-07-28 without a project: refused.
+        for request in [
+            sessionless(LIST, Some("p"), "2025-11-25"),
+            sessionless(MODERN_LIST, None, "2026-07-28"),
+            sessionless(MODERN_LIST, Some("Not A Project"), "2026-07-28"),
+        ] {
+            let response = router.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        }
+        assert_eq!(reached.load(Ordering::SeqCst), 0);
+        // 2026-07-28 with a project and token passes, carrying the caller on to rmcp.
+        let response = router
+            .clone()
+            .oneshot(sessionless(MODERN_LIST, Some("p"), "2026-07-28"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(reached.load(Ordering::SeqCst), 1);
+        // Inside a bound session, a revision without sessions is refused.
+        let mut request = sessionless(MODERN_LIST, Some("p"), "2026-07-28");
+        request
+            .headers_mut()
+            .insert(MCP_SESSION_ID, HeaderValue::from_static("made-up"));
+        let response = router.oneshot(request).await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::NOT_FOUND,
+            "unbound ids stay 404"
+        );
+        assert_eq!(reached.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::compose::ProjectComposer;
 use crate::feeds::{ProjectFeeds, SETTLE};
@@ -35,7 +35,7 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
         };
         loop {
             let woke = tokio::select! {
-                // Nothing is ever sent on `ended`: it closes when the task is dropped.
+                // Shut down (a change) or dropped (closed): either way, done.
                 _ = ended.changed() => return,
                 changed = documents.changed() => match changed {
                     Ok(()) => Woke::Documents,
@@ -86,11 +86,7 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
             }
             metrics.session_refresh("list_changed");
             info!(project = %task.identity().project, tools = task.served().tools().len(), "the session's tools changed; telling its client");
-            if let Some(peer) = task.peer()
-                && let Err(error) = peer.notify_tool_list_changed().await
-            {
-                warn!(project = %task.identity().project, %error, "notifications/tools/list_changed could not be sent");
-            }
+            task.notify_tool_list_changed().await;
         }
     });
 }

@@ -24,6 +24,7 @@ use crate::feeds::ProjectFeeds;
 use crate::metering::Meter;
 use crate::metrics::{Metrics, WatchMetrics};
 use crate::server::router;
+use crate::sessionless::SessionlessTasks;
 use crate::sessions::Sessions;
 use crate::socket::{self, SocketError};
 use crate::task::TaskContext;
@@ -131,6 +132,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         skill_cap,
         session_idle_seconds,
         refresh_seconds,
+        sessionless_ttl_seconds,
         shutdown_grace_seconds,
         // Read by `parse_and_run`, which built the runtime this runs on.
         worker_threads: _,
@@ -320,10 +322,17 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         (refresh_seconds > 0).then(|| Duration::from_secs(refresh_seconds)),
         composer.context().metrics.clone(),
     );
+    let sessionless = SessionlessTasks::new(
+        composer.clone(),
+        feeds.clone(),
+        sessions.clone(),
+        Duration::from_secs(sessionless_ttl_seconds),
+    );
     let app = router(
         composer,
         feeds,
         sessions.clone(),
+        sessionless.clone(),
         Duration::from_secs(session_idle_seconds),
     );
     // On SIGTERM: no new connection is accepted, in-flight requests get the grace period,
@@ -344,7 +353,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         }
     };
     let _ = std::fs::remove_file(&socket);
-    let closed = sessions.close_all();
+    let closed = sessions.close_all() + sessionless.close_all().await;
     if closed > 0 {
         info!(sessions = closed, "upstream sessions closed");
         // The session closes go out from the upstream clients' own tasks: a moment for them.

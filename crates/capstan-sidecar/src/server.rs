@@ -21,7 +21,11 @@ use crate::mcp::SessionHandler;
 use crate::middleware::{MAX_BODY_BYTES, check, check_host};
 use crate::reaper::reap_idle;
 use crate::routes::{route_decisions, routes};
+use crate::sessionless::SessionlessTasks;
 use crate::sessions::Sessions;
+
+/// How often a stream held open gets a keep-alive comment.
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Builds the router and starts the idle reaper, which closes a session after `idle`
 /// without a request. Call within a Tokio runtime.
@@ -29,6 +33,7 @@ pub fn router(
     composer: Arc<ProjectComposer>,
     feeds: Arc<ProjectFeeds>,
     sessions: Arc<Sessions>,
+    sessionless: Arc<SessionlessTasks>,
     idle: Duration,
 ) -> Router {
     // rmcp's own idle timer counts only what reaches its session worker; tool calls served
@@ -43,17 +48,28 @@ pub fn router(
         StreamableHttpService::new(
             {
                 let composer = composer.clone();
-                move || Ok(SessionHandler::new(composer.clone(), feeds.clone()))
+                let sessionless = sessionless.clone();
+                move || {
+                    Ok(SessionHandler::new(
+                        composer.clone(),
+                        feeds.clone(),
+                        sessionless.clone(),
+                    ))
+                }
             },
             manager,
+            // Streams held open (a session's GET stream, a 2026-07-28 `subscriptions/listen`)
+            // get a keep-alive comment every 15 s: the Python SDK drops a stream silent for
+            // 300 s, and a proxy in between may sooner.
             StreamableHttpServerConfig::default()
-                .with_sse_keep_alive(None)
+                .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))
                 .with_allowed_hosts([SOCKET_HOST])
                 .with_max_request_body_bytes(MAX_BODY_BYTES),
         );
     let inspection = Arc::new(Inspection {
         views: CompositionViews::new(sessions.max_sessions()),
         sessions: sessions.clone(),
+        sessionless,
         composer,
     });
     Router::new()

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use capstan_api::validate::pointer_to_path;
@@ -15,11 +15,11 @@ use capstan_compose::{
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations,
 };
-use rmcp::service::Peer;
+use rmcp::service::{Peer, SubscriptionSink};
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::OwnedSemaphorePermit;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::decisions::{DecisionLog, DecisionRecord};
 use crate::identity::Identity;
@@ -60,7 +60,12 @@ pub struct Task {
     _permit: Option<OwnedSemaphorePermit>,
     /// The session's MCP peer, through which `notifications/tools/list_changed` is sent.
     peer: OnceLock<Peer<RoleServer>>,
-    /// Dropped with the task: those following it (`refresh.rs`) see the channel close.
+    /// The open `subscriptions/listen` streams of a task without a session (2026-07-28), each
+    /// told of list changes; keyed so each stream removes its own when it ends.
+    listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
+    next_listener: AtomicU64,
+    /// Sent to when the task is shut down, dropped with it: those following it (`refresh.rs`,
+    /// listen streams) stop.
     ended: tokio::sync::watch::Sender<()>,
 }
 
@@ -197,6 +202,19 @@ impl Served {
     }
 }
 
+/// An open `subscriptions/listen` stream of a task ([`Task::listen`]); forgotten on drop.
+pub struct Listening<'a> {
+    task: &'a Task,
+    id: u64,
+    _busy: Busy<'a>,
+}
+
+impl Drop for Listening<'_> {
+    fn drop(&mut self) {
+        self.task.forget_listener(self.id);
+    }
+}
+
 /// Counts a running call; the session is touched again when it ends (the identity middleware
 /// touched it when the request arrived).
 struct Busy<'a>(&'a Task);
@@ -273,6 +291,8 @@ impl Task {
             busy: AtomicUsize::new(0),
             _permit: permit,
             peer: OnceLock::new(),
+            listeners: Mutex::default(),
+            next_listener: AtomicU64::new(0),
             ended: tokio::sync::watch::channel(()).0,
         });
         task.touch();
@@ -311,10 +331,11 @@ impl Task {
         std::mem::replace(&mut *slot, served)
     }
 
-    /// Ends the upstream sessions of what the session serves; later calls to provider tools
-    /// fail as unavailable.
+    /// Ends the upstream sessions of what the session serves (later calls to provider tools
+    /// fail as unavailable), and tells those following the task that it has ended.
     pub fn shutdown(&self) {
         self.served().composed().shutdown();
+        self.ended.send_replace(());
     }
 
     /// Whether the task's time limit has passed (its upstream sessions are closed).
@@ -327,12 +348,51 @@ impl Task {
         let _ = self.peer.set(peer);
     }
 
-    /// The session's MCP peer, once `initialize` has kept it.
-    pub fn peer(&self) -> Option<&Peer<RoleServer>> {
-        self.peer.get()
+    /// Tells the task's client that its tools changed: through the session's peer, and on
+    /// every open `subscriptions/listen` stream (a stream that is gone is dropped).
+    pub async fn notify_tool_list_changed(&self) {
+        if let Some(peer) = self.peer.get()
+            && let Err(error) = peer.notify_tool_list_changed().await
+        {
+            warn!(project = %self.identity.project, %error, "notifications/tools/list_changed could not be sent");
+        }
+        let sinks: Vec<(u64, SubscriptionSink)> = match self.listeners.lock() {
+            Ok(listeners) => listeners.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        for (id, sink) in sinks {
+            if let Err(error) = sink.notify_tool_list_changed().await {
+                debug!(project = %self.identity.project, %error, "a listen stream is gone");
+                self.forget_listener(id);
+            }
+        }
     }
 
-    /// A receiver whose channel closes when the task ends.
+    /// Follows `sink` (an open `subscriptions/listen` stream) until the returned guard is
+    /// dropped; meanwhile the task counts as busy, so a client that only listens keeps it.
+    pub fn listen(&self, sink: SubscriptionSink) -> Listening<'_> {
+        let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
+        match self.listeners.lock() {
+            Ok(mut listeners) => listeners.push((id, sink)),
+            Err(poisoned) => poisoned.into_inner().push((id, sink)),
+        }
+        Listening {
+            task: self,
+            id,
+            _busy: Busy::new(self),
+        }
+    }
+
+    fn forget_listener(&self, id: u64) {
+        let mut listeners = match self.listeners.lock() {
+            Ok(listeners) => listeners,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        listeners.retain(|(kept, _)| *kept != id);
+    }
+
+    /// A receiver that changes when the task is shut down (time limit, sidecar shutdown) and
+    /// closes when the task is dropped: either way, it has ended.
     pub fn ended(&self) -> tokio::sync::watch::Receiver<()> {
         self.ended.subscribe()
     }

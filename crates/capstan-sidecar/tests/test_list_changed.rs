@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use capstan_demo_provider::harness::{ListeningClient, pin_oracle, unix_seconds};
+use capstan_demo_provider::harness::{ListeningClient, pin_oracle};
 use common::*;
 use serde_json::{Value, json};
 
@@ -20,32 +20,7 @@ const LINE: Duration = Duration::from_secs(90);
 /// The Python SDK client in one session of `sidecar` as the caller (demo-project, t),
 /// calling `gone` once notified.
 fn client(sidecar: &Sidecar, gone: Option<&str>) -> ListeningClient {
-    ListeningClient::start(&sidecar.socket, "demo-project", "t", "legacy", gone)
-}
-
-/// Rewrites the sidecar's fixture (the fixture source reads it at every read).
-fn write_fixture(sidecar: &Sidecar, documents: &Value) {
-    std::fs::write(
-        sidecar.dir.join("documents.json"),
-        serde_json::to_string(documents).unwrap(),
-    )
-    .unwrap();
-}
-
-/// Writes `changed` as the fixture and waits for the client's notification: how long after the
-/// write it arrived, by the client's clock (never before the write).
-fn change_and_wait(sidecar: &Sidecar, client: &ListeningClient, changed: &Value) -> f64 {
-    let changed_at = unix_seconds();
-    write_fixture(sidecar, changed);
-    let notified = client.next(LINE);
-    let notified_at = notified["notifiedAt"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no notification: {notified}"));
-    assert!(
-        notified_at >= changed_at,
-        "a notification came before the change: {notified}"
-    );
-    notified_at - changed_at
+    listening_client(sidecar, "legacy", gone)
 }
 
 fn names(line: &Value) -> Vec<String> {
@@ -68,6 +43,18 @@ fn assert_gone(line: &Value, tool: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_binding_change_should_reach_a_live_python_session_as_list_changed() {
+    binding_change_should_reach_the_client("legacy", "2025-11-25").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_binding_change_should_reach_a_2026_07_28_listen_stream_as_list_changed() {
+    binding_change_should_reach_the_client("auto", "2026-07-28").await;
+}
+
+/// The Python SDK client in connect `mode` (negotiating `version`) is told of a binding change
+/// — on its session's stream, or on a `subscriptions/listen` stream without a session — and
+/// sees the new tools; the tool that left reads as unknown and reaches no provider.
+async fn binding_change_should_reach_the_client(mode: &str, version: &str) {
     let provider = DemoProvider::start(&[]);
     let documents = streamco(&provider);
     let sidecar = Sidecar::start(
@@ -75,8 +62,9 @@ async fn a_binding_change_should_reach_a_live_python_session_as_list_changed() {
         &[provider.host()],
         &[("CAPSTAN_REFRESH_SECONDS", "1")],
     );
-    let client = client(&sidecar, Some("streamco__streams_get"));
+    let client = listening_client(&sidecar, mode, Some("streamco__streams_get"));
     let first = client.next(LINE);
+    assert_eq!(first["protocolVersion"], version, "{first}");
     assert_eq!(
         names(&first),
         [
@@ -98,9 +86,9 @@ async fn a_binding_change_should_reach_a_live_python_session_as_list_changed() {
         &provider,
         &["streams_export"],
     ));
-    let latency = change_and_wait(&sidecar, &client, &changed);
+    let latency = change_and_wait(&sidecar, &client, &changed, LINE);
     eprintln!(
-        "list_changed reached the client {latency:.3} s after the fixture changed (refresh every 1 s)"
+        "{version}: list_changed reached the client {latency:.3} s after the fixture changed (refresh every 1 s)"
     );
     let calls_before = provider.tool_calls().await;
     let again = client.next(LINE);
@@ -207,7 +195,7 @@ async fn a_refresh_that_changes_no_tool_should_send_no_notification() {
     let mut changed = documents.clone();
     changed["items"][0]["spec"]["tools"]["mcpServers"][0]["toolSelector"]["include"] =
         json!(["streams_list"]);
-    change_and_wait(&sidecar, &client, &changed);
+    change_and_wait(&sidecar, &client, &changed, LINE);
     assert_eq!(
         names(&client.next(LINE)),
         ["streamco__streams_list", "load_skill"]

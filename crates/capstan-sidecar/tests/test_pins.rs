@@ -41,11 +41,7 @@ fn write_pinned(sidecar: &Sidecar, provider: &DemoProvider, pin: &str) {
     let mut documents = streamco(provider);
     documents["items"][0]["spec"]["tools"]["mcpServers"][0]["toolSelector"]["pins"] =
         json!({ "streams_get": pin });
-    std::fs::write(
-        sidecar.dir.join("documents.json"),
-        serde_json::to_string(&documents).unwrap(),
-    )
-    .unwrap();
+    sidecar.write_fixture(&documents);
 }
 
 async fn listed_names(sidecar: &Sidecar) -> Vec<String> {

@@ -14,73 +14,21 @@ use common::*;
 use serde_json::{Value, json};
 use sha2::Digest;
 
-/// Project, token, tool and arguments the SDK client scripts are run with.
-const SDK_CLIENT_ARGS: [&str; 4] = [
-    "demo-project",
-    "caller-token",
-    "streamco__streams_get",
-    r#"{"name": "clickstream"}"#,
-];
-
-/// What an SDK client script (Python or TypeScript) must report after initializing, listing,
-/// reading the instructions and calling `streamco__streams_get` on the StreamCo fixture.
-fn assert_sdk_client_saw_streamco(output: &std::process::Output) {
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(seen["protocolVersion"], "2025-11-25");
-    assert_eq!(
-        seen["tools"],
-        json!([
-            "streamco__pipeline_diagnose",
-            "streamco__streams_get",
-            "streamco__streams_list",
-            "load_skill"
-        ])
-    );
-    let instructions = seen["instructions"].as_str().unwrap();
-    assert!(instructions.contains("## Overview — streaming.streamco.example"));
-    assert!(instructions.contains("- lag-triage (streaming.streamco.example): Step-by-step"));
-    assert_eq!(seen["isError"], false);
-    assert_eq!(seen["structured"]["state"], "Lagging");
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_client_in_legacy_mode_should_initialize_list_read_instructions_and_call() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let output = python_sdk_client(&sidecar, "legacy");
+    assert_sdk_client_saw_streamco(&output, "2025-11-25");
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_python_sdk_client_should_initialize_list_read_instructions_and_call() {
+async fn the_typescript_sdk_1_client_should_initialize_list_read_instructions_and_call() {
     let provider = DemoProvider::start(&[]);
     let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
-    let output = Command::new(python())
-        .arg(repo_root().join("crates/capstan-sidecar/tests/python/client.py"))
-        .arg(&sidecar.socket)
-        .args(SDK_CLIENT_ARGS)
-        .output()
-        .unwrap();
-    assert_sdk_client_saw_streamco(&output);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_typescript_sdk_client_should_initialize_list_read_instructions_and_call() {
-    let provider = DemoProvider::start(&[]);
-    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
-    // ES modules find packages next to the script: run a copy from the SDK's directory.
-    let dir = node_dir();
-    let script = dir.join(format!("sidecar-client-{}.mjs", std::process::id()));
-    std::fs::copy(
-        repo_root().join("crates/capstan-sidecar/tests/node/client.mjs"),
-        &script,
-    )
-    .unwrap();
-    let output = Command::new("node")
-        .arg(&script)
-        .arg(&sidecar.socket)
-        .args(SDK_CLIENT_ARGS)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&script);
-    assert_sdk_client_saw_streamco(&output);
+    let output = typescript_sdk_client(&sidecar, "client.mjs");
+    // The 1.x SDK speaks only the session revisions: it sees what it always saw.
+    assert_sdk_client_saw_streamco(&output, "2025-11-25");
     // The client ended its session: the upstream session is closed too.
     eventually("the upstream session is closed", || async {
         upstream_deletes(&provider).await.checked_sub(1)

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 pub use capstan_demo_provider::harness::{
     DemoProvider, binary, binding_document, client, node_dir, python, repo_root,
 };
+use capstan_demo_provider::harness::{ListeningClient, unix_seconds};
 use rmcp::model::ClientConfig;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -245,6 +246,15 @@ impl Sidecar {
         (code, body)
     }
 
+    /// Rewrites the fixture (the fixture source reads it at every read).
+    pub fn write_fixture(&self, documents: &Value) {
+        std::fs::write(
+            self.dir.join("documents.json"),
+            serde_json::to_string(documents).unwrap(),
+        )
+        .unwrap();
+    }
+
     /// The metering events written so far.
     pub fn meter_events(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.metering)
@@ -385,6 +395,105 @@ where
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Project, token, tool and arguments the SDK client scripts are run with.
+pub const SDK_CLIENT_ARGS: [&str; 4] = [
+    "demo-project",
+    "caller-token",
+    "streamco__streams_get",
+    r#"{"name": "clickstream"}"#,
+];
+
+/// What an SDK client script (Python or TypeScript) must report after connecting at protocol
+/// revision `version`, listing, reading the instructions and calling `streamco__streams_get`
+/// on the StreamCo fixture.
+pub fn assert_sdk_client_saw_streamco(output: &std::process::Output, version: &str) {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(seen["protocolVersion"], version, "{seen}");
+    assert_eq!(
+        seen["tools"],
+        json!([
+            "streamco__pipeline_diagnose",
+            "streamco__streams_get",
+            "streamco__streams_list",
+            "load_skill"
+        ])
+    );
+    let instructions = seen["instructions"].as_str().unwrap();
+    assert!(instructions.contains("## Overview — streaming.streamco.example"));
+    assert!(instructions.contains("- lag-triage (streaming.streamco.example): Step-by-step"));
+    assert_eq!(seen["isError"], false);
+    assert_eq!(seen["structured"]["state"], "Lagging");
+}
+
+/// Runs `tests/python/client.py` (the Python SDK) against `sidecar` in connect `mode`.
+pub fn python_sdk_client(sidecar: &Sidecar, mode: &str) -> Output {
+    Command::new(python())
+        .arg(repo_root().join("crates/capstan-sidecar/tests/python/client.py"))
+        .arg(&sidecar.socket)
+        .args(SDK_CLIENT_ARGS)
+        .arg(mode)
+        .output()
+        .expect("running the Python SDK client")
+}
+
+/// Runs the TypeScript SDK client script `tests/node/<script>` against `sidecar` (a copy in
+/// the SDK's directory: ES modules find packages next to the script).
+pub fn typescript_sdk_client(sidecar: &Sidecar, script: &str) -> Output {
+    let dir = node_dir();
+    let copy = dir.join(format!(
+        "sidecar-{}-{}-{script}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::copy(
+        repo_root()
+            .join("crates/capstan-sidecar/tests/node")
+            .join(script),
+        &copy,
+    )
+    .expect("copying the TypeScript client");
+    let output = Command::new("node")
+        .arg(&copy)
+        .arg(&sidecar.socket)
+        .args(SDK_CLIENT_ARGS)
+        .output()
+        .expect("running the TypeScript SDK client");
+    let _ = std::fs::remove_file(&copy);
+    output
+}
+
+/// Writes `changed` as the fixture and waits for the client's notification: how long after the
+/// write it arrived, by the client's clock (never before the write).
+pub fn change_and_wait(
+    sidecar: &Sidecar,
+    client: &ListeningClient,
+    changed: &Value,
+    patience: Duration,
+) -> f64 {
+    let changed_at = unix_seconds();
+    sidecar.write_fixture(changed);
+    let notified = client.next(patience);
+    let notified_at = notified["notifiedAt"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no notification: {notified}"));
+    assert!(
+        notified_at >= changed_at,
+        "a notification came before the change: {notified}"
+    );
+    notified_at - changed_at
+}
+
+/// The Python SDK client of `list_changed.py` in `sidecar` as (demo-project, t) in connect
+/// `mode`, calling `gone` once notified.
+pub fn listening_client(sidecar: &Sidecar, mode: &str, gone: Option<&str>) -> ListeningClient {
+    ListeningClient::start(&sidecar.socket, "demo-project", "t", mode, gone)
 }
 
 /// The names `tools/list` shows in `session`, in order.

@@ -1,7 +1,9 @@
 """An independent MCP client (the Python `mcp` SDK, default settings) talking to the sidecar
 over its Unix socket: initialize, list tools, read the instructions, call one tool.
 
-Usage: client.py SOCKET PROJECT TOKEN TOOL ARGUMENTS_JSON
+Usage: client.py SOCKET PROJECT TOKEN TOOL ARGUMENTS_JSON [MODE]
+MODE is the SDK's connect mode: `auto` (the default: probes server/discover, 2026-07-28 where
+the server offers it) or `legacy` (initialize, the session revisions).
 Prints one JSON object: tools, instructions, protocol version, the call's result.
 """
 
@@ -14,7 +16,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 
-async def main(socket: str, project: str, token: str, tool: str, arguments: str) -> None:
+async def main(
+    socket: str, project: str, token: str, tool: str, arguments: str, mode: str = "auto"
+) -> None:
     headers = {"X-Capstan-Project": project}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -23,7 +27,7 @@ async def main(socket: str, project: str, token: str, tool: str, arguments: str)
     )
     async with http:
         transport = streamable_http_client("http://localhost/mcp", http_client=http)
-        async with Client(transport) as client:
+        async with Client(transport, mode=mode) as client:
             tools = await client.list_tools()
             result = await client.call_tool(tool, json.loads(arguments))
             print(
@@ -44,4 +48,4 @@ async def main(socket: str, project: str, token: str, tool: str, arguments: str)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:6]))
+    asyncio.run(main(*sys.argv[1:7]))

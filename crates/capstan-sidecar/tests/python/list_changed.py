@@ -2,7 +2,9 @@
 `notifications/tools/list_changed`, as an assistant would while its bindings change.
 
 Usage: list_changed.py SOCKET PROJECT TOKEN MODE [GONE_TOOL]
-MODE is the SDK's connect mode (`legacy`, `auto`, or a protocol revision).
+MODE is the SDK's connect mode (`legacy`, `auto`, or a protocol revision). In a session
+revision the notification arrives on the session's stream; at 2026-07-28 (no session) the
+client opens a `subscriptions/listen` stream for tool list changes first.
 
 Prints one JSON object per line, flushed, so the test can act between them:
   {"tools": [...], "protocolVersion": ...}   connected and listed; the test changes something now
@@ -13,6 +15,7 @@ Prints one JSON object per line, flushed, so the test can act between them:
 
 import asyncio
 import json
+from contextlib import AsyncExitStack
 import sys
 import time
 
@@ -47,22 +50,25 @@ async def main(socket: str, project: str, token: str, mode: str, gone: str | Non
     async with http:
         transport = streamable_http_client("http://localhost/mcp", http_client=http)
         async with Client(transport, message_handler=on_message, mode=mode) as client:
-            tools = await client.list_tools()
             version = getattr(client.session, "protocol_version", None)
-            say({"tools": [t.name for t in tools.tools], "protocolVersion": str(version) if version else None})
-            try:
-                await asyncio.wait_for(changed.wait(), WAIT_SECONDS)
-                say({"notifiedAt": notified[0]})
-            except asyncio.TimeoutError:
-                say({"timeout": True})
-            tools = await client.list_tools()
-            say({"tools": [t.name for t in tools.tools]})
-            if gone:
+            async with AsyncExitStack() as stack:
+                if version and str(version) >= "2026-07-28":
+                    await stack.enter_async_context(client.listen(tools_list_changed=True))
+                tools = await client.list_tools()
+                say({"tools": [t.name for t in tools.tools], "protocolVersion": str(version) if version else None})
                 try:
-                    result = await client.call_tool(gone, {})
-                    say({"gone": {"isError": bool(result.is_error), "error": None}})
-                except Exception as error:  # the SDK raises the JSON-RPC error
-                    say({"gone": {"isError": True, "error": str(error)}})
+                    await asyncio.wait_for(changed.wait(), WAIT_SECONDS)
+                    say({"notifiedAt": notified[0]})
+                except asyncio.TimeoutError:
+                    say({"timeout": True})
+                tools = await client.list_tools()
+                say({"tools": [t.name for t in tools.tools]})
+                if gone:
+                    try:
+                        result = await client.call_tool(gone, {})
+                        say({"gone": {"isError": bool(result.is_error), "error": None}})
+                    except Exception as error:  # the SDK raises the JSON-RPC error
+                        say({"gone": {"isError": True, "error": str(error)}})
 
 
 if __name__ == "__main__":

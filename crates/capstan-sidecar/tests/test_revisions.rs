@@ -1,0 +1,232 @@
+//! The 2026-07-28 revision beside the session revisions, on one endpoint: the official SDK
+//! clients in auto mode negotiate it (no `initialize`, no session), list and call; every
+//! request carries its own identity and headers, and none that fails a check reaches a tool;
+//! a caller's task without a session is kept by (project, token) while it is used (its listen
+//! streams: `test_list_changed.rs`). The oracles are the clients' own reports and the demo
+//! provider's request log.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+const REVISION: &str = "2026-07-28";
+
+/// A JSON-RPC request of the 2026-07-28 revision: its `_meta` carries the revision and the
+/// client's capabilities.
+fn modern(id: u64, method: &str, mut params: Value) -> String {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": REVISION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "curl", "version": "1"},
+    });
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+/// POSTs a 2026-07-28 `body` as `headers` (project, token, Mcp-* as given) plus the revision
+/// header; returns (status, body).
+fn post(sidecar: &Sidecar, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    let mut all = vec![("mcp-protocol-version", REVISION)];
+    all.extend_from_slice(headers);
+    let (status, body, _) = sidecar.curl("POST", "/mcp", &all, Some(body));
+    (status, body)
+}
+
+/// The JSON-RPC message in an answer that is JSON or one SSE event.
+fn message(body: &str) -> Value {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .find_map(|data| serde_json::from_str(data.trim()).ok())
+        .or_else(|| serde_json::from_str(body).ok())
+        .unwrap_or_else(|| panic!("not a JSON-RPC answer: {body:?}"))
+}
+
+const CALL_GET: (&str, &str) = ("mcp-method", "tools/call");
+
+fn call_get_body(id: u64) -> String {
+    modern(
+        id,
+        "tools/call",
+        json!({"name": "streamco__streams_get", "arguments": {"name": "orders"}}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_client_in_auto_mode_should_negotiate_2026_07_28_list_and_call() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let output = python_sdk_client(&sidecar, "auto");
+    assert_sdk_client_saw_streamco(&output, REVISION);
+    // Metered as in a session: one event, named by the binding's service.
+    let events = sidecar.meter_events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["service"], "streaming.streamco.example");
+    assert_eq!(events[0]["tool"], "streamco__streams_get");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_2_client_in_auto_mode_should_negotiate_2026_07_28_list_and_call() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let output = typescript_sdk_client(&sidecar, "client2.mjs");
+    assert_sdk_client_saw_streamco(&output, REVISION);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_2026_07_28_request_that_fails_a_check_should_never_reach_a_tool() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let project = (PROJECT_HEADER, "demo-project");
+    let token = ("authorization", "Bearer t");
+    let named = ("mcp-name", "streamco__streams_get");
+    let before = provider.tool_calls().await;
+
+    // No project header: refused before anything is composed or called.
+    let (status, body) = post(&sidecar, &[token, CALL_GET, named], &call_get_body(1));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("project"), "{body}");
+    // Headers that contradict the body: the name, the method.
+    let (status, body) = post(
+        &sidecar,
+        &[
+            project,
+            token,
+            CALL_GET,
+            ("mcp-name", "streamco__streams_list"),
+        ],
+        &call_get_body(2),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(message(&body)["error"]["code"], -32020, "{body}");
+    let (status, body) = post(
+        &sidecar,
+        &[project, token, ("mcp-method", "tools/list"), named],
+        &call_get_body(3),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(message(&body)["error"]["code"], -32020, "{body}");
+    // No Mcp-Name at all.
+    let (status, body) = post(&sidecar, &[project, token, CALL_GET], &call_get_body(4));
+    assert_eq!(status, 400, "{body}");
+    // A revision this sidecar does not speak.
+    let future = call_get_body(5).replace(REVISION, "2099-01-01");
+    let (status, body, _) = sidecar.curl(
+        "POST",
+        "/mcp",
+        &[
+            ("mcp-protocol-version", "2099-01-01"),
+            project,
+            token,
+            CALL_GET,
+            named,
+        ],
+        Some(&future),
+    );
+    assert_eq!(
+        (status, message(&body)["error"]["code"].clone()),
+        (400, json!(-32022)),
+        "{body}"
+    );
+    assert_eq!(
+        provider.tool_calls().await,
+        before,
+        "a refused request reached the provider"
+    );
+
+    // The same call, well formed: exactly one call reaches the provider.
+    let (status, body) = post(
+        &sidecar,
+        &[project, token, CALL_GET, named],
+        &call_get_body(6),
+    );
+    assert_eq!(status, 200, "{body}");
+    let answer = message(&body);
+    assert_eq!(
+        answer["result"]["structuredContent"]["name"], "orders",
+        "{body}"
+    );
+    assert_eq!(answer["result"]["resultType"], "complete", "{body}");
+    assert_eq!(provider.tool_calls().await[before.len()..], ["streams_get"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_without_a_session_should_be_kept_per_token_and_end_after_its_ttl() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(
+        &streamco(&provider),
+        &[provider.host()],
+        &[("CAPSTAN_SESSIONLESS_TTL_SECONDS", "2")],
+    );
+    let initializes = || async {
+        provider
+            .requests()
+            .await
+            .iter()
+            .flat_map(|r| r["rpc"].as_array().cloned().unwrap_or_default())
+            .filter(|m| m["method"] == "initialize")
+            .count()
+    };
+    let list = |token: &str, id: u64| {
+        let authorization = format!("Bearer {token}");
+        let (status, body) = post(
+            &sidecar,
+            &[
+                (PROJECT_HEADER, "demo-project"),
+                ("authorization", &authorization),
+                ("mcp-method", "tools/list"),
+            ],
+            &modern(id, "tools/list", json!({})),
+        );
+        assert_eq!(status, 200, "{body}");
+        message(&body)["result"]["tools"].as_array().unwrap().len()
+    };
+    assert_eq!(list("a", 1), 4);
+    assert_eq!(list("a", 2), 4);
+    // One composition for token a: one upstream session.
+    assert_eq!(initializes().await, 1);
+    // Another token is another caller: never served a's task, composed for itself.
+    assert_eq!(list("b", 3), 4);
+    assert_eq!(initializes().await, 2);
+    // Unused past its TTL, a task ends and its upstream session closes.
+    eventually("both tasks end after their TTL", || async {
+        (upstream_deletes(&provider).await >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(list("a", 4), 4);
+    assert_eq!(
+        initializes().await,
+        3,
+        "the next request composes a new task"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_task_duration_should_end_a_task_without_a_session_and_the_next_call_start_another() {
+    let provider = DemoProvider::start(&[]);
+    let mut documents = streamco(&provider);
+    documents["items"][0]["spec"]["authority"] = json!({"maxTaskDurationSeconds": 1});
+    let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
+    let headers = [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+        CALL_GET,
+        ("mcp-name", "streamco__streams_get"),
+    ];
+    let (status, body) = post(&sidecar, &headers, &call_get_body(1));
+    assert_eq!(
+        (status, message(&body)["result"]["isError"].clone()),
+        (200, json!(false))
+    );
+    // The time limit ends the task: its upstream session closes.
+    eventually("the task ends at its time limit", || async {
+        (upstream_deletes(&provider).await >= 1).then_some(())
+    })
+    .await;
+    // Without a session there is nothing to start again by hand: the next call is a new task.
+    let (status, body) = post(&sidecar, &headers, &call_get_body(2));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(message(&body)["result"]["isError"], false, "{body}");
+    assert_eq!(provider.tool_calls().await, ["streams_get", "streams_get"]);
+}
