@@ -9,9 +9,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientConfig, ErrorCode, JsonObject, Tool,
+    CallToolRequestParams, CallToolResult, ClientConfig, ErrorCode, ErrorData, JsonObject,
+    ProtocolVersion, Tool,
 };
-use rmcp::service::{RunningService, ServiceError};
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RunningService, ServiceError,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
@@ -179,12 +182,32 @@ async fn connect(
         message,
     };
     let pooled = PooledClient::new(http.clone());
-    let transport = StreamableHttpClientTransport::with_client(
-        pooled.clone(),
-        StreamableHttpClientTransportConfig::with_uri(checked.url.as_str().to_owned()),
-    );
-    let client = match tokio::time::timeout(timeout, ClientConfig::default().serve(transport)).await
-    {
+    let transport = || {
+        StreamableHttpClientTransport::with_client(
+            pooled.clone(),
+            StreamableHttpClientTransportConfig::with_uri(checked.url.as_str().to_owned()),
+        )
+    };
+    // A session revision first: its session is what direct calls ride on (`direct_call.rs`).
+    // A server of 2026-07-28 alone refuses `initialize`; it is spoken to in its revision, by
+    // rmcp's client (no session to hold). One deadline covers both attempts.
+    let started = tokio::time::Instant::now();
+    let opened =
+        match tokio::time::timeout(timeout, ClientConfig::default().serve(transport())).await {
+            Ok(Err(error)) if refuses_initialize(&error) => {
+                let lifecycle = ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                };
+                let left = timeout.saturating_sub(started.elapsed());
+                tokio::time::timeout(
+                    left,
+                    ClientConfig::default().serve_with_lifecycle(transport(), lifecycle),
+                )
+                .await
+            }
+            other => other,
+        };
+    let client = match opened {
         Ok(Ok(client)) => client,
         Ok(Err(error)) => {
             if let Some(refused) = pooled
@@ -369,6 +392,18 @@ impl Upstream {
             Link::Rmcp(client) => client.cancellation_token().cancel(),
         }
     }
+}
+
+/// Whether a server refused `initialize` as a server of a revision without it does: no
+/// version in common (-32022) or no such method (-32601).
+fn refuses_initialize(error: &ClientInitializeError) -> bool {
+    let code = match error {
+        ClientInitializeError::JsonRpcError(data) => Some(data.code),
+        other => find_in_chain::<ErrorData>(other).map(|data| data.code),
+    };
+    code.is_some_and(|code| {
+        code == ErrorCode::UNSUPPORTED_PROTOCOL_VERSION || code == ErrorCode::METHOD_NOT_FOUND
+    })
 }
 
 /// The newest protocol revision with sessions (later ones are served through rmcp only).

@@ -838,3 +838,27 @@ async fn a_tool_whose_pin_does_not_match_should_be_neither_exposed_nor_routed() 
     );
     composed.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_of_2026_07_28_alone_should_be_composed_and_called_in_its_revision() {
+    // It refuses `initialize`: without speaking its revision, the binding would be degraded.
+    let echo = capstan_demo_provider::harness::EchoUpstream::start_only_2026_07_28();
+    let hosts = vec![echo.host()];
+    let text =
+        serde_json::to_string(&json!([binding("modern", "echo", &echo.url(), &["echo"])])).unwrap();
+    let composed = composer(&hosts, &hosts, Limits::default())
+        .compose(&documents(&text))
+        .await;
+    let outcome = &composed.composition.bindings[0];
+    assert!(!outcome.degraded(), "{:?}", outcome.reasons());
+    assert_eq!(tool_names(&composed.composition), ["echo__echo"]);
+    let result = composed
+        .call_tool("echo__echo", args(json!({"text": "in its own revision"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        result.content[0].as_text().map(|t| t.text.as_str()),
+        Some("in its own revision")
+    );
+    composed.close().await;
+}

@@ -312,8 +312,17 @@ pub struct EchoUpstream {
 impl EchoUpstream {
     /// Starts it on a free loopback port.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts one that speaks only the 2026-07-28 revision (no `initialize`, no sessions).
+    pub fn start_only_2026_07_28() -> Self {
+        Self::start_with(&["--only-2026-07-28"])
+    }
+
+    fn start_with(flags: &[&str]) -> Self {
         let mut command = Command::new(binary("echo-upstream"));
-        command.args(["--listen", "127.0.0.1:0"]);
+        command.args(["--listen", "127.0.0.1:0"]).args(flags);
         let (child, address) = spawn_listening(command, "echo-upstream");
         Self {
             process: Spawned(child),

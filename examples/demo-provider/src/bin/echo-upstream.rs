@@ -3,12 +3,15 @@
 //! transport settings and nothing else (no recording, no faults). The benchmarks' minimal
 //! upstream (`docs/benchmarks.md`): a heavier provider would hide the sidecar's own cost.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 
 use axum::Router;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
+use rmcp::model::{
+    CallToolResult, ContentBlock, ProtocolVersion, ServerCapabilities, ServerConfig,
+};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ServerHandler, schemars, tool, tool_handler, tool_router};
@@ -21,6 +24,11 @@ struct Config {
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
+
+    /// Speak only the 2026-07-28 revision (no `initialize`, no sessions): a server of the
+    /// newest revision alone, for the composer's tests.
+    #[arg(long)]
+    only_2026_07_28: bool,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -32,6 +40,7 @@ struct Text {
 #[derive(Clone)]
 struct Echo {
     tool_router: ToolRouter<Self>,
+    only_2026_07_28: bool,
 }
 
 #[tool_router]
@@ -47,15 +56,25 @@ impl ServerHandler for Echo {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
     }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        if self.only_2026_07_28 {
+            Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
+        } else {
+            Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
+    }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = <Config as clap::Parser>::parse();
+    let only_2026_07_28 = config.only_2026_07_28;
     let mcp: StreamableHttpService<Echo, LocalSessionManager> = StreamableHttpService::new(
-        || {
+        move || {
             Ok(Echo {
                 tool_router: Echo::tool_router(),
+                only_2026_07_28,
             })
         },
         Default::default(),
