@@ -12,7 +12,8 @@
 //!   alternated;
 //! - RSS per open session over 1,000 sessions.
 //!
-//! Then a routed call (`cap__web_search`) against the same provider tool by name. Release
+//! Then a routed call (`cap__web_search`) against the same provider tool by name, and with the
+//! minimal upstream the 2026-07-28 revision (no session) against a session revision. Release
 //! builds, medians; nothing is asserted. The report is a markdown section between
 //! `<!-- bench:sidecar -->` markers, which `scripts/bench-report` copies into
 //! `docs/benchmarks.md`.
@@ -165,6 +166,16 @@ struct Figures {
     setup_direct_ms: f64,
     rss_per_session_kib: f64,
     routed: Option<(f64, f64, usize)>,
+    revisions: Option<Revisions>,
+}
+
+/// 2026-07-28 against a session revision ([`revisions`]).
+struct Revisions {
+    call_session_ms: f64,
+    call_sessionless_ms: f64,
+    calls: usize,
+    setup_session_ms: f64,
+    setup_sessionless_ms: f64,
 }
 
 fn main() {
@@ -336,6 +347,11 @@ async fn measure(workload: &Workload) -> Figures {
         let _ = perf.wait();
     }
 
+    let revisions = if workload.hop.is_some() && !sessions_only() {
+        Some(revisions(&sidecar, &namespaced, &workload.arguments).await)
+    } else {
+        None
+    };
     let routed = if workload.include.contains(&"docs_search") && !sessions_only() {
         Some(routed_vs_named(&sidecar).await)
     } else {
@@ -395,6 +411,56 @@ async fn measure(workload: &Workload) -> Figures {
         setup_direct_ms: median(direct_setup),
         rss_per_session_kib: (after - before) / OPEN_SESSIONS as f64,
         routed,
+        revisions,
+    }
+}
+
+/// 2026-07-28 against a session revision through the same sidecar: `tools/call` of `tool`
+/// alternated call by call between a session (2025-11-25, answered by `direct.rs`) and a
+/// client without one (each request checked and served by the caller's task), and the first
+/// request of a new caller — `initialize` against `server/discover`, each composing a task —
+/// alternated. (call p50 session, call p50 2026-07-28, calls each, setup p50 session, setup
+/// p50 2026-07-28.)
+async fn revisions(sidecar: &Sidecar, tool: &str, arguments: &Value) -> Revisions {
+    let session = sidecar.session("bench", Some("revisions")).await;
+    let modern = sidecar.modern_client("bench", Some("revisions")).await;
+    for _ in 0..20 {
+        session.call_tool(params(tool, arguments)).await.unwrap();
+        modern.call_tool(params(tool, arguments)).await.unwrap();
+    }
+    let (mut with_session, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS * CALLS {
+        for (client, into) in [(&session, &mut with_session), (&modern, &mut without)] {
+            let started = Instant::now();
+            let result = client.call_tool(params(tool, arguments)).await.unwrap();
+            assert_ne!(result.is_error, Some(true), "{result:?}");
+            into.push(started.elapsed());
+        }
+    }
+    let _ = session.cancel().await;
+    let _ = modern.cancel().await;
+    let (mut initialize, mut discover) = (Vec::new(), Vec::new());
+    for round in 0..SETUPS {
+        // A token per round: each first request composes a task of its own.
+        let token = format!("setup-{round}");
+        let started = Instant::now();
+        let session = sidecar.session("bench", Some(&token)).await;
+        initialize.push(ms(started.elapsed()));
+        let _ = session.cancel().await;
+        let token = format!("setup-modern-{round}");
+        let started = Instant::now();
+        let client = sidecar.modern_client("bench", Some(&token)).await;
+        discover.push(ms(started.elapsed()));
+        let _ = client.cancel().await;
+    }
+    with_session.sort();
+    without.sort();
+    Revisions {
+        call_session_ms: ms(percentile(&with_session, 0.5)),
+        call_sessionless_ms: ms(percentile(&without, 0.5)),
+        calls: without.len(),
+        setup_session_ms: median(initialize),
+        setup_sessionless_ms: median(discover),
     }
 }
 
@@ -502,6 +568,21 @@ fn report(figures: &[Figures]) {
             f.setup_sidecar_ms / f.setup_direct_ms,
             f.rss_per_session_kib
         ));
+    }
+    for f in figures {
+        if let Some(r) = &f.revisions {
+            out.push_str(&format!(
+                "\n2026-07-28 beside the session revisions ({}): `tools/call` p50 {:.3} ms without a session against {:.3} ms in a 2025-11-25 session, {} calls each alternated: {:.2}×; a new caller's first request (composing its task) `server/discover` {:.2} ms against `initialize` {:.2} ms: {:.2}×.\n",
+                f.label,
+                r.call_sessionless_ms,
+                r.call_session_ms,
+                r.calls,
+                r.call_sessionless_ms / r.call_session_ms,
+                r.setup_sessionless_ms,
+                r.setup_session_ms,
+                r.setup_sessionless_ms / r.setup_session_ms,
+            ));
+        }
     }
     for f in figures {
         if let Some((routed, named, calls)) = f.routed {

@@ -230,3 +230,42 @@ async fn max_task_duration_should_end_a_task_without_a_session_and_the_next_call
     assert_eq!(message(&body)["result"]["isError"], false, "{body}");
     assert_eq!(provider.tool_calls().await, ["streams_get", "streams_get"]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn discover_and_initialize_should_advertise_both_eras_and_list_changed() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let caller = [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+        ("mcp-method", "server/discover"),
+    ];
+    let (status, body) = post(&sidecar, &caller, &modern(1, "server/discover", json!({})));
+    assert_eq!(status, 200, "{body}");
+    let discovered = message(&body)["result"].clone();
+    let versions = discovered["supportedVersions"].as_array().unwrap();
+    assert!(versions.contains(&json!(REVISION)), "{discovered}");
+    assert!(versions.contains(&json!("2025-11-25")), "{discovered}");
+    assert_eq!(discovered["capabilities"]["tools"]["listChanged"], true);
+    // The caller's own instructions: discovering composed the caller's task.
+    let instructions = discovered["instructions"].as_str().unwrap_or_default();
+    assert!(
+        instructions.contains("## Overview — streaming.streamco.example"),
+        "{discovered}"
+    );
+    assert_eq!(discovered["cacheScope"], "private", "{discovered}");
+    // A session revision's initialize says the same of its tools.
+    let (status, body, _) = sidecar.curl(
+        "POST",
+        "/mcp",
+        &[
+            (PROJECT_HEADER, "demo-project"),
+            ("authorization", "Bearer t"),
+        ],
+        Some(INITIALIZE),
+    );
+    assert_eq!(status, 200, "{body}");
+    let initialized = message(&body)["result"].clone();
+    assert_eq!(initialized["protocolVersion"], "2025-11-25");
+    assert_eq!(initialized["capabilities"]["tools"]["listChanged"], true);
+}

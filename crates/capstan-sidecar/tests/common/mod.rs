@@ -126,6 +126,35 @@ impl Sidecar {
             .expect("initializing a session")
     }
 
+    /// An rmcp client of the 2026-07-28 revision (`server/discover`, no session) for
+    /// `project` with `token`.
+    pub async fn modern_client(
+        &self,
+        project: &str,
+        token: Option<&str>,
+    ) -> RunningService<RoleClient, ClientConfig> {
+        use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+        let url = "http://localhost/mcp";
+        let mut config =
+            StreamableHttpClientTransportConfig::with_uri(url).custom_headers(HashMap::from([(
+                http::HeaderName::from_static("x-capstan-project"),
+                http::HeaderValue::from_str(project).unwrap(),
+            )]));
+        if let Some(token) = token {
+            config = config.auth_header(token);
+        }
+        let client = UnixSocketHttpClient::new(self.socket.to_str().unwrap(), url);
+        ClientConfig::default()
+            .serve_with_lifecycle(
+                StreamableHttpClientTransport::with_client(client, config),
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+                },
+            )
+            .await
+            .expect("discovering the sidecar")
+    }
+
     /// curl over the socket: returns (HTTP status, body, headers).
     pub fn curl(
         &self,
