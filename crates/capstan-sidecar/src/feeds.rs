@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use capstan_compose::{ProjectDocuments, ReadOutcome, Snapshot};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tracing::debug;
 
 use crate::metrics::Metrics;
@@ -23,7 +23,13 @@ pub struct ProjectFeeds {
     documents: Arc<dyn ProjectDocuments>,
     interval: Option<Duration>,
     metrics: Metrics,
-    feeds: Mutex<HashMap<String, watch::Sender<Arc<Snapshot>>>>,
+    feeds: Mutex<HashMap<String, Feed>>,
+}
+
+/// One project's feed: the latest snapshot, and a way to ask its follower to read now.
+struct Feed {
+    latest: watch::Sender<Arc<Snapshot>>,
+    nudge: Arc<Notify>,
 }
 
 impl ProjectFeeds {
@@ -43,8 +49,9 @@ impl ProjectFeeds {
     }
 
     /// Follows `project` for a session that composed from `current`: the receiver sees every
-    /// later snapshot that differs from the one before it, and is marked changed at once when
-    /// the feed already holds a different one. The project's follower runs while any
+    /// later snapshot that differs from the one before it. When the feed holds a different one,
+    /// the session read either before or after it, so the follower reads again at once: a
+    /// session never goes back to an older state. The project's follower runs while any
     /// receiver lives.
     pub fn follow(
         self: &Arc<Self>,
@@ -56,23 +63,30 @@ impl ProjectFeeds {
             // The map holds whole entries only; a panic elsewhere cannot leave one half made.
             Err(poisoned) => poisoned.into_inner(),
         };
-        if let Some(sender) = feeds.get(project)
-            && !sender.is_closed()
+        if let Some(feed) = feeds.get(project)
+            && !feed.latest.is_closed()
         {
-            let mut receiver = sender.subscribe();
+            let receiver = feed.latest.subscribe();
             if !same(&receiver.borrow(), current) {
-                receiver.mark_changed();
+                feed.nudge.notify_one();
             }
             return receiver;
         }
-        let (sender, receiver) = watch::channel(current.clone());
-        feeds.insert(project.to_owned(), sender.clone());
+        let (latest, receiver) = watch::channel(current.clone());
+        let nudge = Arc::new(Notify::new());
+        feeds.insert(
+            project.to_owned(),
+            Feed {
+                latest: latest.clone(),
+                nudge: nudge.clone(),
+            },
+        );
         let changes = self.documents.changes();
         if changes.is_some() || self.interval.is_some() {
             tokio::spawn(run(
                 Arc::downgrade(self),
                 project.to_owned(),
-                sender,
+                Feed { latest, nudge },
                 changes,
             ));
         }
@@ -90,9 +104,13 @@ fn same(a: &Arc<Snapshot>, b: &Arc<Snapshot>) -> bool {
 async fn run(
     feeds: Weak<ProjectFeeds>,
     project: String,
-    sender: watch::Sender<Arc<Snapshot>>,
+    feed: Feed,
     mut changes: Option<watch::Receiver<u64>>,
 ) {
+    let Feed {
+        latest: sender,
+        nudge,
+    } = feed;
     loop {
         let Some(interval) = feeds.upgrade().map(|f| f.interval) else {
             return;
@@ -108,7 +126,7 @@ async fn run(
                 };
                 // A session may have started following under the lock meanwhile.
                 if sender.receiver_count() == 0 {
-                    if map.get(&project).is_some_and(|s| s.same_channel(&sender)) {
+                    if map.get(&project).is_some_and(|f| f.latest.same_channel(&sender)) {
                         map.remove(&project);
                     }
                     debug!(%project, "no live session follows the project's documents");
@@ -133,6 +151,7 @@ async fn run(
                     None => std::future::pending().await,
                 }
             } => {}
+            () = nudge.notified() => {}
         }
         tokio::time::sleep(SETTLE).await;
         let Some(this) = feeds.upgrade() else { return };

@@ -72,6 +72,10 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
                 continue;
             }
             let project = composer.compose_snapshot(task.identity(), snapshot).await;
+            if task.expired() {
+                // It ended while this composed: what was opened for it closes unused.
+                return;
+            }
             let fresh = Served::new(project.composed, project.snapshot);
             let changed = fresh.tools() != served.tools();
             upstream = upstream_changes(&fresh);
