@@ -50,9 +50,9 @@ impl ProjectFeeds {
 
     /// Follows `project` for a session that composed from `current`: the receiver sees every
     /// later snapshot that differs from the one before it. When the feed holds a different one,
-    /// the session read either before or after it, so the follower reads again at once: a
-    /// session never goes back to an older state. The project's follower runs while any
-    /// receiver lives.
+    /// the session read either before or after it, so the follower reads again at once and
+    /// tells every receiver what is current: nobody is moved back to an older state, and nobody
+    /// is left on one. The project's follower runs while any receiver lives.
     pub fn follow(
         self: &Arc<Self>,
         project: &str,
@@ -117,6 +117,7 @@ async fn run(
         };
         // A source that reports changes is not polled.
         let poll = interval.filter(|_| changes.is_none());
+        let mut nudged = false;
         tokio::select! {
             () = sender.closed() => {
                 let Some(feeds) = feeds.upgrade() else { return };
@@ -151,7 +152,7 @@ async fn run(
                     None => std::future::pending().await,
                 }
             } => {}
-            () = nudge.notified() => {}
+            () = nudge.notified() => nudged = true,
         }
         tokio::time::sleep(SETTLE).await;
         let Some(this) = feeds.upgrade() else { return };
@@ -161,6 +162,12 @@ async fn run(
         if outcome == ReadOutcome::Error {
             continue;
         }
+        if nudged {
+            // A follower composed from another state than the feed held, newer or older: all
+            // are told what is current, and each compares it with what it serves.
+            sender.send_replace(snapshot);
+            continue;
+        }
         sender.send_if_modified(|current| {
             if same(current, &snapshot) {
                 return false;
@@ -168,5 +175,111 @@ async fn run(
             *current = snapshot;
             true
         });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Mutex as StdMutex;
+
+    use capstan_compose::Document;
+    use futures::future::BoxFuture;
+
+    use super::*;
+
+    /// A watched source held in memory: `set` changes what it answers and says so.
+    struct Memory {
+        now: StdMutex<Arc<Snapshot>>,
+        changed: watch::Sender<u64>,
+    }
+
+    impl Memory {
+        fn new(snapshot: Arc<Snapshot>) -> Arc<Self> {
+            Arc::new(Self {
+                now: StdMutex::new(snapshot),
+                changed: watch::channel(0).0,
+            })
+        }
+
+        fn set(&self, snapshot: Arc<Snapshot>) {
+            *self.now.lock().unwrap() = snapshot;
+            self.changed.send_modify(|v| *v += 1);
+        }
+    }
+
+    impl ProjectDocuments for Memory {
+        fn read<'a>(&'a self, _: &'a str) -> BoxFuture<'a, (Arc<Snapshot>, ReadOutcome)> {
+            let snapshot = self.now.lock().unwrap().clone();
+            Box::pin(async move { (snapshot, ReadOutcome::Hit) })
+        }
+
+        fn changes(&self) -> Option<watch::Receiver<u64>> {
+            Some(self.changed.subscribe())
+        }
+    }
+
+    fn snapshot(binding: &str) -> Arc<Snapshot> {
+        let spec = serde_json::from_value(serde_json::json!({
+            "serviceRef": {"name": "s"}, "serviceName": "s",
+            "serviceAgentRef": {"name": "a"}, "configurationVersion": "1"
+        }))
+        .unwrap();
+        Arc::new(Snapshot::of(vec![Document {
+            binding: binding.to_owned(),
+            spec,
+        }]))
+    }
+
+    /// Waits (on the paused clock) until `receiver` is told of a change; fails, never hangs.
+    async fn told(receiver: &mut watch::Receiver<Arc<Snapshot>>) {
+        tokio::time::timeout(Duration::from_secs(60), receiver.changed())
+            .await
+            .expect("told of the change")
+            .unwrap();
+    }
+
+    fn feeds(source: &Arc<Memory>) -> Arc<ProjectFeeds> {
+        let mut registry = prometheus_client::registry::Registry::default();
+        ProjectFeeds::new(source.clone(), None, Metrics::register(&mut registry))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_should_reach_every_follower_of_the_project_once_read() {
+        let (a, b) = (snapshot("a"), snapshot("b"));
+        let source = Memory::new(a.clone());
+        let feeds = feeds(&source);
+        let mut first = feeds.follow("p", &a);
+        let mut second = feeds.follow("p", &a);
+        source.set(b.clone());
+        told(&mut first).await;
+        told(&mut second).await;
+        assert_eq!(**first.borrow_and_update(), *b);
+        assert_eq!(**second.borrow_and_update(), *b);
+        // The same state read again is not a change.
+        source.set(b.clone());
+        tokio::time::sleep(SETTLE * 3).await;
+        assert!(!first.has_changed().unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_should_never_be_moved_back_to_an_older_state() {
+        let (a, b) = (snapshot("a"), snapshot("b"));
+        let source = Memory::new(a.clone());
+        let feeds = feeds(&source);
+        let _first = feeds.follow("p", &a);
+        // The source moves on; a session composed from the new state before the feed read it.
+        *source.now.lock().unwrap() = b.clone();
+        let mut late = feeds.follow("p", &b);
+        told(&mut late).await;
+        assert_eq!(
+            **late.borrow_and_update(),
+            *b,
+            "told the state it has, not the old one"
+        );
+        // One that composed from the old state while the feed holds the new one is told too.
+        let mut early = feeds.follow("p", &a);
+        told(&mut early).await;
+        assert_eq!(**early.borrow_and_update(), *b);
     }
 }
