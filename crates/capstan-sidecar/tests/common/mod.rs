@@ -104,12 +104,12 @@ impl Sidecar {
         command
     }
 
-    /// An MCP session (rmcp client over the socket) for `project` with `token`.
-    pub async fn session(
+    /// The rmcp client transport over the socket, as `project` with `token`.
+    fn transport(
         &self,
         project: &str,
         token: Option<&str>,
-    ) -> RunningService<RoleClient, ClientConfig> {
+    ) -> StreamableHttpClientTransport<UnixSocketHttpClient> {
         let url = "http://localhost/mcp";
         let mut config =
             StreamableHttpClientTransportConfig::with_uri(url).custom_headers(HashMap::from([(
@@ -120,8 +120,17 @@ impl Sidecar {
             config = config.auth_header(token);
         }
         let client = UnixSocketHttpClient::new(self.socket.to_str().unwrap(), url);
+        StreamableHttpClientTransport::with_client(client, config)
+    }
+
+    /// An MCP session (rmcp client over the socket) for `project` with `token`.
+    pub async fn session(
+        &self,
+        project: &str,
+        token: Option<&str>,
+    ) -> RunningService<RoleClient, ClientConfig> {
         ClientConfig::default()
-            .serve(StreamableHttpClientTransport::with_client(client, config))
+            .serve(self.transport(project, token))
             .await
             .expect("initializing a session")
     }
@@ -134,19 +143,9 @@ impl Sidecar {
         token: Option<&str>,
     ) -> RunningService<RoleClient, ClientConfig> {
         use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
-        let url = "http://localhost/mcp";
-        let mut config =
-            StreamableHttpClientTransportConfig::with_uri(url).custom_headers(HashMap::from([(
-                http::HeaderName::from_static("x-capstan-project"),
-                http::HeaderValue::from_str(project).unwrap(),
-            )]));
-        if let Some(token) = token {
-            config = config.auth_header(token);
-        }
-        let client = UnixSocketHttpClient::new(self.socket.to_str().unwrap(), url);
         ClientConfig::default()
             .serve_with_lifecycle(
-                StreamableHttpClientTransport::with_client(client, config),
+                self.transport(project, token),
                 ClientLifecycleMode::Discover {
                     preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
                 },
