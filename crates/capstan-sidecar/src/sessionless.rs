@@ -75,7 +75,7 @@ impl SessionlessTasks {
             }
             cell.clone()
         };
-        let task = cell
+        let composed = cell
             .get_or_try_init(|| async {
                 let Some(permit) = self.sessions.admit() else {
                     return Err(McpError::internal_error(
@@ -98,7 +98,21 @@ impl SessionlessTasks {
                 info!(project = %identity.project, tools = task.served().tools().len(), "task without a session started");
                 Ok(task)
             })
-            .await?;
+            .await;
+        let task = match composed {
+            Ok(task) => task,
+            Err(refused) => {
+                // Nothing was started: the entry goes, so refused callers fill no table.
+                let mut entries = self.entries.lock().await;
+                if entries
+                    .get(&key)
+                    .is_some_and(|kept| Arc::ptr_eq(kept, &cell) && kept.get().is_none())
+                {
+                    entries.remove(&key);
+                }
+                return Err(refused);
+            }
+        };
         task.touch();
         Ok(task.clone())
     }

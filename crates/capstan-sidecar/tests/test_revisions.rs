@@ -269,3 +269,37 @@ async fn discover_and_initialize_should_advertise_both_eras_and_list_changed() {
     assert_eq!(initialized["protocolVersion"], "2025-11-25");
     assert_eq!(initialized["capabilities"]["tools"]["listChanged"], true);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_without_a_session_should_take_a_place_under_the_session_cap() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(
+        &streamco(&provider),
+        &[provider.host()],
+        &[("CAPSTAN_MAX_SESSIONS", "1")],
+    );
+    let headers = [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+        ("mcp-method", "tools/list"),
+    ];
+    let session = sidecar.session("demo-project", Some("other")).await;
+    let (status, body) = post(&sidecar, &headers, &modern(1, "tools/list", json!({})));
+    assert_eq!(status, 200, "{body}");
+    let refused = message(&body);
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("CAPSTAN_MAX_SESSIONS")),
+        "{body}"
+    );
+    // The place frees with the session, and the refused caller is served on its next request.
+    session.cancel().await.unwrap();
+    eventually("the caller without a session is served", || async {
+        let (_, body) = post(&sidecar, &headers, &modern(2, "tools/list", json!({})));
+        message(&body)["result"]["tools"]
+            .as_array()
+            .map(|tools| tools.len())
+    })
+    .await;
+}
