@@ -56,10 +56,9 @@ struct Kept<K: Resource<DynamicType = ()> + 'static> {
 struct Shared {
     bindings: Kept<CapabilityBinding>,
     qualifiers: Kept<RouteQualifier>,
-    /// Bumped on every change to either store.
-    version: AtomicU64,
-    /// Carries `version` to those following changes ([`ProjectDocuments::changes`]).
-    changed: tokio::sync::watch::Sender<u64>,
+    /// The version of the stores, bumped on every change to either; its receivers are those
+    /// following changes ([`ProjectDocuments::changes`]).
+    version: tokio::sync::watch::Sender<u64>,
     /// The snapshot of `version`, built on the first read after a change.
     built: Mutex<Option<(u64, Arc<Snapshot>)>>,
     counts: Arc<WatchCounts>,
@@ -77,7 +76,7 @@ pub struct WatchedCluster {
 impl std::fmt::Debug for WatchedCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WatchedCluster")
-            .field("version", &self.shared.version)
+            .field("version", &*self.shared.version.borrow())
             .finish_non_exhaustive()
     }
 }
@@ -111,8 +110,7 @@ impl WatchedCluster {
                 synced: AtomicBool::new(false),
                 healthy: AtomicBool::new(false),
             },
-            version: AtomicU64::new(0),
-            changed: tokio::sync::watch::channel(0).0,
+            version: tokio::sync::watch::channel(0).0,
             built: Mutex::new(None),
             counts: Arc::new(WatchCounts {
                 bytes,
@@ -156,7 +154,7 @@ impl WatchedCluster {
     /// The snapshot of the stores as they are, built once per change.
     fn snapshot(&self) -> Arc<Snapshot> {
         let shared = &self.shared;
-        let version = shared.version.load(Ordering::Acquire);
+        let version = *shared.version.borrow();
         if let Ok(built) = shared.built.lock()
             && let Some((at, snapshot)) = built.as_ref()
             && *at == version
@@ -230,7 +228,7 @@ impl ProjectDocuments for WatchedCluster {
     }
 
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        Some(self.shared.changed.subscribe())
+        Some(self.shared.version.subscribe())
     }
 }
 
@@ -238,8 +236,7 @@ impl Shared {
     /// Notes a change of either store: the next read builds a new snapshot, and those
     /// following changes are told.
     fn bump(&self) {
-        let version = self.version.fetch_add(1, Ordering::AcqRel) + 1;
-        self.changed.send_replace(version);
+        self.version.send_modify(|version| *version += 1);
     }
 }
 

@@ -142,148 +142,116 @@ impl Connector {
         allowed: BTreeSet<String>,
         changes: &ToolListChanges,
     ) -> Result<(Upstream, Vec<Tool>), ConnectError> {
-        connect(
-            &self.guard,
-            self.http.clone(),
-            Target {
-                server,
-                endpoint,
-                allowed,
-            },
-            changes,
-            self.timeout,
-        )
-        .await
-    }
-}
-
-/// The upstream to connect: its `mcpServers[]` name, endpoint and allow-list.
-struct Target<'a> {
-    server: &'a str,
-    endpoint: &'a str,
-    allowed: BTreeSet<String>,
-}
-
-async fn connect(
-    guard: &EndpointGuard,
-    http: reqwest::Client,
-    target: Target<'_>,
-    changes: &ToolListChanges,
-    timeout: Duration,
-) -> Result<(Upstream, Vec<Tool>), ConnectError> {
-    let Target {
-        server,
-        endpoint,
-        allowed,
-    } = target;
-    let checked = guard.check(endpoint)?;
-    let connect_error = |message: String| ConnectError::Connect {
-        endpoint: endpoint.to_owned(),
-        message,
-    };
-    let pooled = PooledClient::new(http.clone());
-    let transport = || {
-        StreamableHttpClientTransport::with_client(
-            pooled.clone(),
-            StreamableHttpClientTransportConfig::with_uri(checked.url.as_str().to_owned()),
-        )
-    };
-    // A session revision first: its session is what direct calls ride on (`direct_call.rs`).
-    // A server of 2026-07-28 alone refuses `initialize`; it is spoken to in its revision, by
-    // rmcp's client (no session to hold). One deadline covers both attempts.
-    let started = tokio::time::Instant::now();
-    let opened =
-        match tokio::time::timeout(timeout, ClientConfig::default().serve(transport())).await {
-            Ok(Err(error)) if refuses_initialize(&error) => {
-                let lifecycle = ClientLifecycleMode::Discover {
-                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-                };
-                let left = timeout.saturating_sub(started.elapsed());
-                tokio::time::timeout(
-                    left,
-                    ClientConfig::default().serve_with_lifecycle(transport(), lifecycle),
-                )
-                .await
-            }
-            other => other,
+        let (guard, http, timeout) = (&self.guard, self.http.clone(), self.timeout);
+        let checked = guard.check(endpoint)?;
+        let connect_error = |message: String| ConnectError::Connect {
+            endpoint: endpoint.to_owned(),
+            message,
         };
-    let client = match opened {
-        Ok(Ok(client)) => client,
-        Ok(Err(error)) => {
-            if let Some(refused) = pooled
-                .refused()
-                .or_else(|| find_in_chain::<AddressRefused>(&error))
-            {
-                return Err(ConnectError::Refused(Refusal {
-                    url: endpoint.to_owned(),
-                    reason: refused.to_string(),
-                }));
-            }
-            return Err(connect_error(chain_text(&error)));
-        }
-        Err(_) => return Err(connect_error(format!("no answer within {timeout:?}"))),
-    };
-    let tools = match tokio::time::timeout(timeout, client.list_all_tools()).await {
-        Ok(Ok(tools)) => tools,
-        Ok(Err(error)) => {
-            let _ = client.cancel().await;
-            return Err(ConnectError::List {
-                endpoint: endpoint.to_owned(),
-                message: chain_text(&error),
-            });
-        }
-        Err(_) => {
-            let _ = client.cancel().await;
-            return Err(ConnectError::List {
-                endpoint: endpoint.to_owned(),
-                message: format!("no answer within {timeout:?}"),
-            });
-        }
-    };
-    // Direct calls need a session: every revision up to 2025-11-25 has one. A server that
-    // assigned none stays with rmcp.
-    let version = client
-        .peer_info()
-        .map(|info| info.protocol_version.as_str().to_owned());
-    let advertises_changes = client
-        .peer_info()
-        .and_then(|info| info.capabilities.tools.as_ref()?.list_changed)
-        == Some(true);
-    let mut listener = None;
-    let link = match (pooled.session(), version) {
-        (Some(session), Some(version)) if version.as_str() <= SESSION_REVISIONS_UP_TO => {
-            let direct = DirectCalls {
-                server: server.to_owned(),
-                http,
-                url: checked.url.as_str().to_owned(),
-                session: session.to_owned(),
-                version,
-                next_id: AtomicU64::new(1),
-                changes: advertises_changes.then(|| changes.clone()),
+        let pooled = PooledClient::new(http.clone());
+        let transport = || {
+            StreamableHttpClientTransport::with_client(
+                pooled.clone(),
+                StreamableHttpClientTransportConfig::with_uri(checked.url.as_str().to_owned()),
+            )
+        };
+        // A session revision first: its session is what direct calls ride on (`direct_call.rs`).
+        // A server of 2026-07-28 alone refuses `initialize`; it is spoken to in its revision, by
+        // rmcp's client (no session to hold). One deadline covers both attempts.
+        let started = tokio::time::Instant::now();
+        let opened =
+            match tokio::time::timeout(timeout, ClientConfig::default().serve(transport())).await {
+                Ok(Err(error)) if refuses_initialize(&error) => {
+                    let lifecycle = ClientLifecycleMode::Discover {
+                        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                    };
+                    let left = timeout.saturating_sub(started.elapsed());
+                    tokio::time::timeout(
+                        left,
+                        ClientConfig::default().serve_with_lifecycle(transport(), lifecycle),
+                    )
+                    .await
+                }
+                other => other,
             };
-            // rmcp lets go of the session without ending it: the DELETE is Capstan's now.
-            pooled.keep_session_on_close();
-            let _ = tokio::time::timeout(timeout, client.cancel()).await;
-            // Only a server that says its list can change is followed: a standalone stream
-            // is one more open connection per upstream session.
-            if advertises_changes {
-                listener = Some(Listener(tokio::spawn(direct.listen(changes.clone()))));
+        let client = match opened {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => {
+                if let Some(refused) = pooled
+                    .refused()
+                    .or_else(|| find_in_chain::<AddressRefused>(&error))
+                {
+                    return Err(ConnectError::Refused(Refusal {
+                        url: endpoint.to_owned(),
+                        reason: refused.to_string(),
+                    }));
+                }
+                return Err(connect_error(chain_text(&error)));
             }
-            Link::Direct(direct)
-        }
-        // A server without sessions (or a revision without them) is not followed; its changes
-        // are seen by the next composition.
-        _ => Link::Rmcp(client),
-    };
-    let upstream = Upstream {
-        server: server.to_owned(),
-        endpoint: endpoint.to_owned(),
-        allowed,
-        link,
-        closed: AtomicBool::new(false),
-        listener,
-    };
-    Ok((upstream, tools))
+            Err(_) => return Err(connect_error(format!("no answer within {timeout:?}"))),
+        };
+        let tools = match tokio::time::timeout(timeout, client.list_all_tools()).await {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(error)) => {
+                let _ = client.cancel().await;
+                return Err(ConnectError::List {
+                    endpoint: endpoint.to_owned(),
+                    message: chain_text(&error),
+                });
+            }
+            Err(_) => {
+                let _ = client.cancel().await;
+                return Err(ConnectError::List {
+                    endpoint: endpoint.to_owned(),
+                    message: format!("no answer within {timeout:?}"),
+                });
+            }
+        };
+        // Direct calls need a session: every revision up to 2025-11-25 has one. A server that
+        // assigned none stays with rmcp.
+        let version = client
+            .peer_info()
+            .map(|info| info.protocol_version.as_str().to_owned());
+        let advertises_changes = client
+            .peer_info()
+            .and_then(|info| info.capabilities.tools.as_ref()?.list_changed)
+            == Some(true);
+        let mut listener = None;
+        let link = match (pooled.session(), version) {
+            (Some(session), Some(version)) if version.as_str() <= SESSION_REVISIONS_UP_TO => {
+                let direct = DirectCalls {
+                    server: server.to_owned(),
+                    http,
+                    url: checked.url.as_str().to_owned(),
+                    session: session.to_owned(),
+                    version,
+                    next_id: AtomicU64::new(1),
+                    changes: advertises_changes.then(|| changes.clone()),
+                };
+                // rmcp lets go of the session without ending it: the DELETE is Capstan's now.
+                pooled.keep_session_on_close();
+                let _ = tokio::time::timeout(timeout, client.cancel()).await;
+                // Only a server that says its list can change is followed: a standalone stream
+                // is one more open connection per upstream session.
+                if advertises_changes {
+                    listener = Some(Listener(tokio::spawn(direct.listen(changes.clone()))));
+                }
+                Link::Direct(direct)
+            }
+            // A server without sessions (or a revision without them) is not followed; its changes
+            // are seen by the next composition.
+            _ => Link::Rmcp(client),
+        };
+        let upstream = Upstream {
+            server: server.to_owned(),
+            endpoint: endpoint.to_owned(),
+            allowed,
+            link,
+            closed: AtomicBool::new(false),
+            listener,
+        };
+        Ok((upstream, tools))
+    }
 }
 
 impl Upstream {

@@ -19,6 +19,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID, SOCKET_HOST};
+use rmcp::model::ProtocolVersion;
 use serde_json::json;
 use tracing::error;
 
@@ -101,7 +102,8 @@ fn unreadable_table() -> Response {
 /// its `MCP-Protocol-Version` header or its `_meta` names one, or it is `server/discover`.
 /// rmcp then checks the header against the `_meta`, the method and the name.
 fn is_sessionless(headers: &axum::http::HeaderMap, message: &serde_json::Value) -> bool {
-    let modern = |version: &str| !version.is_empty() && version >= SESSIONLESS_FROM;
+    // Revisions are dates, so they compare as strings (as rmcp compares them).
+    let modern = |version: &str| version >= ProtocolVersion::NO_INITIALIZE.as_str();
     let header = headers
         .get(MCP_PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok())
@@ -111,9 +113,6 @@ fn is_sessionless(headers: &axum::http::HeaderMap, message: &serde_json::Value) 
         .is_some_and(modern);
     header || meta || message["method"] == "server/discover"
 }
-
-/// The first revision without sessions. Revisions are dates, so they compare as strings.
-const SESSIONLESS_FROM: &str = "2026-07-28";
 
 /// Whether a JSON-RPC message is an `initialize` request (alone or first in a batch).
 fn is_initialize(value: &serde_json::Value) -> bool {
