@@ -21,6 +21,10 @@ const PROJECT: &str = "acme";
 const ALICE: &str = "alice";
 /// A caller the project does not admit (no RBAC at all).
 const BOB: &str = "bob";
+/// A second admitted caller: alice's rights, her own identity.
+const CAROL: &str = "carol";
+/// The sidecar's own service account: reads bindings and qualifiers, nothing else.
+const COMPOSER: &str = "composer";
 /// The plan-token key of the sidecar under test.
 const PLAN_TOKEN_KEY: &str = "e2e-plan-token-key-of-thirty-two-bytes!";
 
@@ -74,6 +78,27 @@ fn main() -> ExitCode {
                 "a_2026_07_28_request_should_be_checked_against_the_project_every_time",
                 sessionless_caller_check,
             ),
+            trial(
+                "a_create_should_never_overwrite_an_object_someone_else_created_meanwhile",
+                created_meanwhile,
+            ),
+            trial(
+                "a_plan_should_be_applied_once_even_after_what_it_created_is_deleted",
+                applied_once,
+            ),
+            trial(
+                "a_plan_should_be_applied_only_by_the_caller_who_made_it",
+                borrowed_plan,
+            ),
+            trial(
+                "keys_should_rotate_and_the_ledger_hold_across_restarts_of_the_binary",
+                rotation_through_the_binary,
+            ),
+            // Last: the whole run's audit log.
+            trial(
+                "the_sidecars_own_account_should_only_list_and_watch_bindings_and_qualifiers",
+                own_account,
+            ),
         ],
     );
     if let Ok(mut sidecar) = SIDECAR.lock()
@@ -110,7 +135,8 @@ items:
   rules:
   - apiGroups: [""]
     resources: [configmaps]
-    verbs: [get, list, watch, create, update, patch]
+    # delete: undoing a create of a plan that stopped part-way deletes what it created.
+    verbs: [get, list, watch, create, update, patch, delete]
   - apiGroups: [example.capstan.dev]
     resources: [widgets, gadgets]
     verbs: [get, list, watch, create, update, patch]
@@ -119,6 +145,11 @@ items:
   metadata: {name: alice-editor, namespace: team-a}
   roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: editor}
   subjects: [{kind: ServiceAccount, name: alice, namespace: capstan-system}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: RoleBinding
+  metadata: {name: carol-editor, namespace: team-a}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: editor}
+  subjects: [{kind: ServiceAccount, name: carol, namespace: capstan-system}]
 - apiVersion: rbac.authorization.k8s.io/v1
   kind: ClusterRole
   metadata: {name: project-reader}
@@ -172,10 +203,12 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
     )?;
     run(&["apply", "-f", "-"], Some(RBAC))?;
     // The sidecar's own account reads bindings (config/rbac/sidecar.yaml), nothing more.
-    let composer = service_account(&env.plane, "composer")?;
-    bind_cluster_role(&env.plane, "composer", "capstan-sidecar")?;
+    let composer = service_account(&env.plane, COMPOSER)?;
+    bind_cluster_role(&env.plane, COMPOSER, "capstan-sidecar")?;
     service_account(&env.plane, ALICE)?;
     bind_cluster_role(&env.plane, ALICE, "project-reader")?;
+    service_account(&env.plane, CAROL)?;
+    bind_cluster_role(&env.plane, CAROL, "project-reader")?;
     service_account(&env.plane, BOB)?;
     let sidecar = SidecarProcess::start(
         &env.plane,
@@ -225,7 +258,11 @@ fn writes_by(env: &Env, user: &str) -> Vec<Value> {
             .as_str()
             .unwrap_or_default()
             .contains("dryRun")
-            && e["objectRef"]["resource"] != "selfsubjectaccessreviews"
+            // Questions, not writes: may I (access review), who am I (the plan's caller).
+            && !matches!(
+                e["objectRef"]["resource"].as_str(),
+                Some("selfsubjectaccessreviews" | "selfsubjectreviews")
+            )
     })
 }
 
@@ -675,47 +712,61 @@ fn configmap(name: &str, data: Value) -> Value {
 }
 
 fn validate(env: &Env) -> Outcome {
-    kubectl(
-        env,
-        &[
-            "-n",
-            "team-a",
-            "create",
-            "configmap",
-            "existing",
-            "--from-literal=a=1",
-        ],
-        None,
-    )?;
+    for (name, literal) in [("existing", "a=1"), ("owned", "k=1")] {
+        kubectl(
+            env,
+            &[
+                "-n",
+                "team-a",
+                "create",
+                "configmap",
+                name,
+                &format!("--from-literal={literal}"),
+            ],
+            None,
+        )?;
+    }
     let writes_before = writes_by(env, &user(ALICE)).len();
     with_sidecar(|sidecar| {
         let session = alice(env, sidecar)?;
         let answer = session.ok(
             "resources_validate",
             json!({"manifests": [
-                configmap("existing", json!({"a": "2"})),
+                configmap("existing", json!({"b": "2"})),
                 {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "broken", "namespace": "team-a"}, "data": ["a", "b"]},
                 {"apiVersion": "example.capstan.dev/v1", "kind": "Widget", "metadata": {"name": "too-big", "namespace": "team-a"}, "spec": {"size": 99}},
                 configmap("fresh", json!({"b": "1"})),
+                // kubectl owns data.k: setting it to another value is refused, never taken over.
+                configmap("owned", json!({"k": "2"})),
             ]}),
         )?;
         let reports = answer["manifests"].as_array().cloned().unwrap_or_default();
         let field = |i: usize| reports[i]["errors"][0]["field"].clone();
+        let message = |i: usize| {
+            reports[i]["errors"][0]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
         check(
             answer["accepted"] == false
-                && reports.len() == 4
+                && reports.len() == 5
                 && reports[0]["accepted"] == true
                 && reports[0]["exists"] == true
                 && reports[0]["action"] == "update"
-                && reports[0]["changes"]
-                    == json!([{"path": "data.a", "op": "replace", "before": "1", "after": "2"}])
+                && reports[0]["changes"] == json!([{"path": "data.b", "op": "add", "after": "2"}])
                 && reports[1]["accepted"] == false
                 && field(1) == "manifests[1].data"
                 && reports[2]["accepted"] == false
                 && field(2) == "manifests[2].spec.size"
                 && reports[3]["accepted"] == true
                 && reports[3]["exists"] == false
-                && reports[3]["action"] == "create",
+                && reports[3]["action"] == "create"
+                && reports[4]["accepted"] == false
+                && field(4) == "manifests[4]"
+                && message(4).contains("conflict with \"kubectl-create\"")
+                && message(4).contains(".data.k")
+                && message(4).contains("never takes a field from another field manager"),
             || format!("validate: {answer}"),
         )?;
         session.end();
@@ -730,7 +781,21 @@ fn validate(env: &Env) -> Outcome {
         .kubectl(&["-n", "team-a", "get", "configmap", "fresh"]);
     check(!fresh.status.success(), || {
         "validate created team-a/fresh".into()
-    })
+    })?;
+    let owned = kubectl(
+        env,
+        &[
+            "-n",
+            "team-a",
+            "get",
+            "configmap",
+            "owned",
+            "-o",
+            "jsonpath={.data.k}",
+        ],
+        None,
+    )?;
+    check(owned == "1", || format!("owned's data.k is {owned}"))
 }
 
 fn widget(name: &str, gadget: &str) -> Value {
@@ -776,7 +841,8 @@ fn plan_and_apply(env: &Env) -> Outcome {
         session.end();
         Ok(())
     })?;
-    // The audit log: alice's writes, in the plan's order, each a server-side apply.
+    // The audit log: alice's writes, in the plan's order, each a create (the object must not
+    // exist: a create, never an apply that would take over someone else's object).
     let writes: Vec<(String, String)> = writes_by(env, &user(ALICE))[before..]
         .iter()
         .map(|e| {
@@ -792,9 +858,9 @@ fn plan_and_apply(env: &Env) -> Outcome {
     check(
         writes
             == [
-                ("g-plan".to_owned(), "patch".to_owned()),
-                ("w-plan".to_owned(), "patch".to_owned()),
-                ("cm-plan".to_owned(), "patch".to_owned()),
+                ("g-plan".to_owned(), "create".to_owned()),
+                ("w-plan".to_owned(), "create".to_owned()),
+                ("cm-plan".to_owned(), "create".to_owned()),
             ],
         || format!("alice's writes: {writes:?}"),
     )?;
@@ -860,7 +926,8 @@ fn tampering(env: &Env) -> Outcome {
         // An object changed by someone else between plan and apply.
         let update = session.ok(
             "resources_plan",
-            json!({"manifests": [configmap("watched", json!({"v": "2"}))]}),
+            // A field kubectl does not own: the plan is accepted.
+            json!({"manifests": [configmap("watched", json!({"w": "2"}))]}),
         )?;
         kubectl(
             env,
@@ -911,6 +978,7 @@ fn tampering(env: &Env) -> Outcome {
         // Each case with the reason apply must give (the refusal's own words).
         const MISMATCH: &str = "does not match";
         const NOT_HELD: &str = "which this sidecar does not hold";
+        const OTHER_CALLER: &str = "issued to another caller (or for another project";
         let text = |plan: &Value| plan["planToken"].as_str().unwrap_or_default().to_owned();
         let cases: Vec<(&str, Value, String, &str)> = vec![
             ("a one-character edit", edited, token.clone(), MISMATCH),
@@ -919,7 +987,7 @@ fn tampering(env: &Env) -> Outcome {
                 "a token from another project",
                 planned.clone(),
                 text(&foreign),
-                MISMATCH,
+                OTHER_CALLER,
             ),
             (
                 "an object changed since the plan",
@@ -1232,4 +1300,510 @@ fn sessionless_caller_check(env: &Env) -> Outcome {
         })?;
         Ok(())
     })
+}
+
+/// Starts another sidecar with the composer's account and `env` (its own socket).
+fn another_sidecar(env: &Env, name: &str, vars: &[(&str, &str)]) -> Result<SidecarProcess, Failed> {
+    SidecarProcess::start(
+        &env.plane,
+        &env.plane
+            .state_dir()
+            .join(format!("kubeconfig-capstan-system-{COMPOSER}")),
+        name,
+        vars,
+    )
+    .map_err(|e| e.to_string().into())
+}
+
+/// The JSON `data` of ConfigMap `team-a/name`, or `None` when it does not exist.
+fn configmap_data(env: &Env, name: &str) -> Option<Value> {
+    let output = env
+        .plane
+        .kubectl(&["-n", "team-a", "get", "configmap", name, "-o", "json"]);
+    if !output.status.success() {
+        return None;
+    }
+    let object: Value = serde_json::from_slice(&output.stdout).ok()?;
+    Some(object["data"].clone())
+}
+
+/// The field managers of ConfigMap `team-a/name`, with their operations.
+fn managers(env: &Env, name: &str) -> Result<Vec<String>, Failed> {
+    let text = kubectl(
+        env,
+        &[
+            "-n",
+            "team-a",
+            "get",
+            "configmap",
+            name,
+            "-o",
+            "jsonpath={range .metadata.managedFields[*]}{.manager}/{.operation} {end}",
+        ],
+        None,
+    )?;
+    Ok(text.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Expects `resources_apply` of `plan` (its manifests and token) in `session` to be refused as
+/// stale, its message containing each of `reasons`; returns the message.
+fn refused_apply(session: &Session<'_>, plan: &Value, reasons: &[&str]) -> Result<String, Failed> {
+    let error = session.error(
+        "resources_apply",
+        json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
+    )?;
+    let message = error["message"].as_str().unwrap_or_default().to_owned();
+    check(
+        error["kind"] == "stale_plan"
+            && reasons.iter().all(|reason| message.contains(reason))
+            && message.contains("Nothing was changed"),
+        || format!("want stale_plan with {reasons:?}: {error}"),
+    )?;
+    Ok(message)
+}
+
+/// A self-signed certificate for 127.0.0.1 (the webhook's), written to `dir`: (cert, key).
+fn webhook_certificate(
+    dir: &std::path::Path,
+) -> Result<(std::path::PathBuf, std::path::PathBuf), Failed> {
+    let (cert, key) = (dir.join("webhook.crt"), dir.join("webhook.key"));
+    let output = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ])
+        .args([
+            "-days",
+            "1",
+            "-subj",
+            "/CN=race-webhook",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .map_err(|e| e.to_string())?;
+    check(output.status.success(), || printed(&output))?;
+    Ok((cert, key))
+}
+
+/// The webhook process (`e2e/python/race_webhook.py`), stopped on drop.
+struct RaceWebhook(std::process::Child);
+
+impl Drop for RaceWebhook {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Finding: a planned create overwrote an object another manager created between the check
+/// and the write (server-side apply with force). A webhook plays the other manager: admitting
+/// the real create of `rt-first`, it creates `rt-victim` — which the plan creates next. Apply
+/// must refuse as stale, naming rt-victim, leave its data alone, and undo what it wrote before
+/// (rt-first deleted, rt-kept put back with its fields and managers as they were).
+fn created_meanwhile(env: &Env) -> Outcome {
+    use std::io::BufRead as _;
+
+    kubectl(
+        env,
+        &[
+            "-n",
+            "team-a",
+            "create",
+            "configmap",
+            "rt-kept",
+            "--from-literal=v=1",
+        ],
+        None,
+    )?;
+    let kept_managers = managers(env, "rt-kept")?;
+    let dir = env.plane.state_dir().join("race-webhook");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let (cert, key) = webhook_certificate(&dir)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let mut child = std::process::Command::new("python3")
+        .arg(capstan_e2e::repo_root().join("e2e/python/race_webhook.py"))
+        .arg(port.to_string())
+        .arg(&cert)
+        .arg(&key)
+        .arg(env.plane.kubeconfig())
+        .args(["team-a", "rt-first=rt-victim,rt-second=rt-victim-2"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    // Its lines arrive on a channel, each awaited for a bounded time: a trial never hangs on
+    // a line that does not come.
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let webhook = RaceWebhook(child);
+    let (sender, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let ready = lines.recv_timeout(std::time::Duration::from_secs(20)).ok();
+    check(ready.as_deref() == Some("ready"), || {
+        "the webhook did not start".into()
+    })?;
+    let ca = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .encode(std::fs::read(&cert).map_err(|e| e.to_string())?)
+    };
+    let configuration = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "race"},
+        "webhooks": [{
+            "name": "race.capstan.dev",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "NoneOnDryRun",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 15,
+            "objectSelector": {"matchLabels": {"capstan-e2e/race": "yes"}},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["configmaps"]}],
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/"), "caBundle": ca},
+        }],
+    });
+    kubectl(env, &["apply", "-f", "-"], Some(&configuration.to_string()))?;
+    let outcome = with_sidecar(|sidecar| {
+        let session = alice(env, sidecar)?;
+        let mut first = configmap("rt-first", json!({"mine": "yes"}));
+        first["metadata"]["labels"] = json!({"capstan-e2e/race": "yes"});
+        let plan = session.ok(
+            "resources_plan",
+            json!({"manifests": [
+                configmap("rt-kept", json!({"w": "2"})),
+                first,
+                configmap("rt-victim", json!({"mine": "yes"})),
+            ]}),
+        )?;
+        let actions: Vec<&str> = plan["steps"]
+            .as_array()
+            .map(|s| s.iter().filter_map(|s| s["action"].as_str()).collect())
+            .unwrap_or_default();
+        check(actions == ["update", "create", "create"], || {
+            format!("plan: {plan}")
+        })?;
+        refused_apply(
+            &session,
+            &plan,
+            &[
+                "step 3: ConfigMap team-a/rt-victim was created by someone else after the plan \
+                 was checked",
+                "every write before it was undone (undone: ConfigMap team-a/rt-kept, ConfigMap \
+                 team-a/rt-first)",
+            ],
+        )?;
+        // A write alice may not undo (she may create Gadgets, not delete them) is named as
+        // left written, never passed over.
+        let mut second = configmap("rt-second", json!({"mine": "yes"}));
+        second["metadata"]["labels"] = json!({"capstan-e2e/race": "yes"});
+        let plan = session.ok(
+            "resources_plan",
+            json!({"manifests": [
+                gadget("rt-gadget"),
+                second,
+                configmap("rt-victim-2", json!({"mine": "yes"})),
+            ]}),
+        )?;
+        let error = session.error(
+            "resources_apply",
+            json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
+        )?;
+        let message = error["message"].as_str().unwrap_or_default();
+        check(
+            error["kind"] == "rejected"
+                && error["code"] == "partially_applied"
+                && message.contains("ConfigMap team-a/rt-victim-2 was created by someone else")
+                && message.contains("left written")
+                && message.contains("Gadget team-a/rt-gadget (")
+                && message.contains("cannot delete resource \"gadgets\"")
+                && message.contains("(undone: ConfigMap team-a/rt-second)"),
+            || format!("a write that cannot be undone: {error}"),
+        )?;
+        session.end();
+        Ok(())
+    });
+    let _ = kubectl(
+        env,
+        &["delete", "validatingwebhookconfiguration", "race"],
+        None,
+    );
+    // Printed before each admission answer, so they are in; the bound only keeps a missing
+    // one from hanging the trial.
+    let played: Vec<String> = std::iter::from_fn(|| {
+        lines
+            .recv_timeout(std::time::Duration::from_secs(2))
+            .ok()
+    })
+    .take(2)
+    .collect();
+    drop(webhook);
+    outcome?;
+    check(
+        played == ["created rt-victim", "created rt-victim-2"],
+        || format!("the webhook did not play the other manager: {played:?}"),
+    )?;
+    check(configmap_data(env, "rt-second").is_none(), || {
+        "rt-second was left created".into()
+    })?;
+    // The other manager's object is theirs, untouched; nothing of the plan is left.
+    let victim = configmap_data(env, "rt-victim");
+    check(victim == Some(json!({"owner": "someone-else"})), || {
+        format!("rt-victim holds {victim:?}")
+    })?;
+    check(configmap_data(env, "rt-first").is_none(), || {
+        "rt-first was left created".into()
+    })?;
+    let kept = configmap_data(env, "rt-kept");
+    check(kept == Some(json!({"v": "1"})), || {
+        format!("rt-kept holds {kept:?}")
+    })?;
+    let now = managers(env, "rt-kept")?;
+    check(now == kept_managers, || {
+        format!("rt-kept's managers were {kept_managers:?}, now {now:?}")
+    })
+}
+
+/// Finding: a token re-created what was deleted — "did not exist" is true again after a
+/// delete. A token is applied once.
+fn applied_once(env: &Env) -> Outcome {
+    with_sidecar(|sidecar| {
+        let session = alice(env, sidecar)?;
+        let plan = session.ok(
+            "resources_plan",
+            json!({"manifests": [configmap("rt-once", json!({"k": "v"}))]}),
+        )?;
+        let applied = session.ok(
+            "resources_apply",
+            json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
+        )?;
+        check(applied["complete"] == true, || format!("apply: {applied}"))?;
+        kubectl(
+            env,
+            &["-n", "team-a", "delete", "configmap", "rt-once"],
+            None,
+        )?;
+        let before = writes_by(env, &user(ALICE)).len();
+        refused_apply(&session, &plan, &["the plan token was applied already"])?;
+        let after = writes_by(env, &user(ALICE));
+        check(after.len() == before, || {
+            format!("the replay wrote: {:?}", &after[before..])
+        })?;
+        check(configmap_data(env, "rt-once").is_none(), || {
+            "the replay re-created rt-once".into()
+        })?;
+        session.end();
+        Ok(())
+    })
+}
+
+/// Finding: a second admitted caller applied the first one's plan with her own rights. A plan
+/// is bound to the caller who made it (user and uid, from a SelfSubjectReview).
+fn borrowed_plan(env: &Env) -> Outcome {
+    with_sidecar(|sidecar| {
+        let alice_session = alice(env, sidecar)?;
+        let plan = alice_session.ok(
+            "resources_plan",
+            json!({"manifests": [configmap("rt-borrowed", json!({"k": "v"}))]}),
+        )?;
+        let carol = sidecar.session(PROJECT, Some(&token(env, CAROL)?))?;
+        let before = writes_by(env, &user(CAROL)).len();
+        refused_apply(
+            &carol,
+            &plan,
+            &["the plan token was issued to another caller"],
+        )?;
+        let after = writes_by(env, &user(CAROL));
+        check(after.len() == before, || {
+            format!("carol wrote: {:?}", &after[before..])
+        })?;
+        check(configmap_data(env, "rt-borrowed").is_none(), || {
+            "carol's apply created rt-borrowed".into()
+        })?;
+        carol.end();
+        // The token itself was good: its caller applies it.
+        let applied = alice_session.ok(
+            "resources_apply",
+            json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
+        )?;
+        check(applied["complete"] == true, || format!("apply: {applied}"))?;
+        alice_session.end();
+        Ok(())
+    })
+}
+
+/// Rotation and single use through the binary itself: a sidecar signing with key `old`, then
+/// restarted with `[new, old]`, then with `[new]`, the same ledger file throughout, and last
+/// without it.
+fn rotation_through_the_binary(env: &Env) -> Outcome {
+    let dir = env.plane.state_dir().join("rotation");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let old = r#"{"id": "old", "secret": "the old key of the rotation trial, 32+ bytes"}"#;
+    let new = r#"{"id": "new", "secret": "the new key of the rotation trial, 32+ bytes"}"#;
+    let file = |name: &str, keys: &[&str]| -> Result<String, Failed> {
+        let path = dir.join(name);
+        std::fs::write(&path, format!(r#"{{"keys": [{}]}}"#, keys.join(", ")))
+            .map_err(|e| e.to_string())?;
+        Ok(path.display().to_string())
+    };
+    let (only_old, rotated, only_new) = (
+        file("old.json", &[old])?,
+        file("rotated.json", &[new, old])?,
+        file("new.json", &[new])?,
+    );
+    let ledger = dir.join("plan-ledger").display().to_string();
+    let alice_token = token(env, ALICE)?;
+    let plan = |session: &Session<'_>, name: &str| {
+        session.ok(
+            "resources_plan",
+            json!({"manifests": [configmap(name, json!({"k": "v"}))]}),
+        )
+    };
+    let apply = |session: &Session<'_>, plan: &Value| -> Outcome {
+        let applied = session.ok(
+            "resources_apply",
+            json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
+        )?;
+        check(applied["complete"] == true, || format!("apply: {applied}"))
+    };
+
+    // 1. Key `old`: three plans, one applied.
+    let (first, second, retired) = {
+        let sidecar = another_sidecar(
+            env,
+            "rotation-1",
+            &[
+                ("PLAN_TOKEN_KEYS_FILE", &only_old),
+                ("CAPSTAN_PLAN_LEDGER", &ledger),
+            ],
+        )?;
+        let session = sidecar.session(PROJECT, Some(&alice_token))?;
+        let first = plan(&session, "rot-a")?;
+        check(
+            first["planToken"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("cpt2.old.")),
+            || format!("signed with: {}", first["planToken"]),
+        )?;
+        apply(&session, &first)?;
+        let second = plan(&session, "rot-b")?;
+        let retired = plan(&session, "rot-e")?;
+        session.end();
+        (first, second, retired)
+    };
+    // 2. `[new, old]`, the same ledger: what was applied stays applied; a plan of `old` made
+    // before the restart applies; new plans are signed with `new`.
+    let (third, fourth) = {
+        let sidecar = another_sidecar(
+            env,
+            "rotation-2",
+            &[
+                ("PLAN_TOKEN_KEYS_FILE", &rotated),
+                ("CAPSTAN_PLAN_LEDGER", &ledger),
+            ],
+        )?;
+        let session = sidecar.session(PROJECT, Some(&alice_token))?;
+        refused_apply(&session, &first, &["the plan token was applied already"])?;
+        apply(&session, &second)?;
+        let third = plan(&session, "rot-c")?;
+        check(
+            third["planToken"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("cpt2.new.")),
+            || format!("signed with: {}", third["planToken"]),
+        )?;
+        let fourth = plan(&session, "rot-d")?;
+        session.end();
+        (third, fourth)
+    };
+    // 3. `[new]`: the retired key's plans are refused; the new key's apply.
+    {
+        let sidecar = another_sidecar(
+            env,
+            "rotation-3",
+            &[
+                ("PLAN_TOKEN_KEYS_FILE", &only_new),
+                ("CAPSTAN_PLAN_LEDGER", &ledger),
+            ],
+        )?;
+        let session = sidecar.session(PROJECT, Some(&alice_token))?;
+        refused_apply(
+            &session,
+            &retired,
+            &["signed with key \"old\", which this sidecar does not hold"],
+        )?;
+        apply(&session, &third)?;
+        session.end();
+    }
+    // 4. The same key without the ledger: it cannot know what was applied, so it refuses.
+    {
+        let sidecar = another_sidecar(env, "rotation-4", &[("PLAN_TOKEN_KEYS_FILE", &only_new)])?;
+        let session = sidecar.session(PROJECT, Some(&alice_token))?;
+        refused_apply(&session, &fourth, &["issued by another sidecar"])?;
+        session.end();
+    }
+    for (name, exists) in [
+        ("rot-a", true),
+        ("rot-b", true),
+        ("rot-c", true),
+        ("rot-d", false),
+        ("rot-e", false),
+    ] {
+        check(configmap_data(env, name).is_some() == exists, || {
+            format!("{name} exists: {}", !exists)
+        })?;
+    }
+    Ok(())
+}
+
+/// Over the whole run (so it runs last): the sidecar's own account only listed and watched
+/// CapabilityBindings and RouteQualifiers — every read of the project as a caller was made
+/// with the caller's token, discovery and OpenAPI included.
+fn own_account(env: &Env) -> Outcome {
+    let events = events_by(env, &user(COMPOSER), |_| true);
+    let mut seen = std::collections::BTreeSet::new();
+    for event in &events {
+        let verb = event["verb"].as_str().unwrap_or_default();
+        let resource = event["objectRef"]["resource"].as_str().unwrap_or_default();
+        check(
+            matches!(verb, "list" | "watch")
+                && matches!(resource, "capabilitybindings" | "routequalifiers"),
+            || {
+                format!(
+                    "the sidecar's own account made {verb} {} ({resource})",
+                    event["requestURI"]
+                )
+            },
+        )?;
+        seen.insert((verb.to_owned(), resource.to_owned()));
+    }
+    // The oracle has something to judge: the sidecars did read with their own account.
+    check(
+        seen.contains(&("list".to_owned(), "capabilitybindings".to_owned()))
+            && seen.contains(&("watch".to_owned(), "capabilitybindings".to_owned()))
+            && seen.contains(&("list".to_owned(), "routequalifiers".to_owned())),
+        || {
+            format!(
+                "the sidecar's own account: {seen:?} in {} events",
+                events.len()
+            )
+        },
+    )
 }

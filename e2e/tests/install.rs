@@ -1032,6 +1032,8 @@ spec:
   volumes:
   - name: capstan-socket
     emptyDir: {}
+  - name: capstan-state
+    emptyDir: {}
   initContainers:
   {{- include "capstan.sidecar" $sidecar | nindent 2 }}
   containers:
@@ -1047,6 +1049,8 @@ spec:
   serviceAccountName: assistant
   volumes:
   - name: capstan-socket
+    emptyDir: {}
+  - name: capstan-state
     emptyDir: {}
   containers:
   {{- include "capstan.sidecar" (merge (dict "native" false) $sidecar) | nindent 2 }}

@@ -9,6 +9,8 @@ template's output for the parameters below, and a test keeps the two equal.
     volumes:
     - name: capstan-socket
       emptyDir: {}
+    - name: capstan-state
+      emptyDir: {}
     initContainers:
     {{- include "capstan.sidecar" (dict
           "image" "capstan-sidecar:0.1.0"
@@ -23,6 +25,9 @@ Parameters:
   fetchHosts        hosts knowledge may be fetched from (CAPABILITY_FETCH_HOSTS)
   socketDir         where the socket volume is mounted (default /var/run/capstan)
   volume            the emptyDir volume shared with the assistant (default capstan-socket)
+  stateVolume       an emptyDir of the sidecar's alone (default capstan-state), mounted at
+                    /var/lib/capstan: the ledger of applied plan tokens (CAPSTAN_PLAN_LEDGER)
+                    lives there, so a restarted sidecar still applies each earlier plan once
   logFormat         json (default) or text
   resources         the container's resources (default below)
   native            false for a plain container (default true)
@@ -51,11 +56,15 @@ The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.
       secretKeyRef:
         name: {{ required "capstan.sidecar: planTokenSecret is required" .planTokenSecret | quote }}
         key: key
+  - name: CAPSTAN_PLAN_LEDGER
+    value: /var/lib/capstan/plan-ledger
   - name: CAPSTAN_LOG_FORMAT
     value: {{ .logFormat | default "json" | quote }}
   volumeMounts:
   - name: {{ .volume | default "capstan-socket" }}
     mountPath: {{ $socketDir | quote }}
+  - name: {{ .stateVolume | default "capstan-state" }}
+    mountPath: /var/lib/capstan
   securityContext:
     allowPrivilegeEscalation: false
     readOnlyRootFilesystem: true

@@ -7,7 +7,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant, SystemTime};
 
-use capstan_compose::{DEFAULT_PLAN_TTL, PlanKeys, PlanPayload};
+use capstan_compose::{Caller, DEFAULT_PLAN_TTL, PlanKeys, PlanPayload};
 use serde_json::{Value, json};
 
 const RUNS: usize = 2001;
@@ -58,12 +58,20 @@ fn manifest(index: usize) -> Value {
 fn payload(count: usize) -> PlanPayload {
     PlanPayload {
         project: "acme".into(),
+        plane: "https://acme.example.com:6443".into(),
+        caller: Caller {
+            username: "system:serviceaccount:team-a:assistant".into(),
+            uid: "6f1c2d7e-2b1a-4c4e-9d0f-3a5b7c9e1f20".into(),
+        },
         manifests: (0..count).map(manifest).collect(),
         resource_versions: (0..count)
             .map(|i| (i % 2 == 0).then(|| format!("{}", 1000 + i)))
             .collect(),
     }
 }
+
+/// The ledger id tokens of the benchmark name.
+const LEDGER: &str = "bench-ledger";
 
 fn main() {
     let keys = PlanKeys::from_secret("bench-plan-token-key-of-thirty-two-bytes!").unwrap();
@@ -81,19 +89,19 @@ fn main() {
     );
     for count in [1, 50] {
         let plan = payload(count);
-        let bytes = plan.canonical(keys.signing_id(), 0).len();
-        let token = keys.sign(&plan, expires);
+        let bytes = plan.canonical(keys.signing_id(), LEDGER, 0).len();
+        let token = keys.sign(&plan, LEDGER, expires);
         let (mut sign, mut verify, mut canonical) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..RUNS {
             let t = Instant::now();
-            black_box(keys.sign(black_box(&plan), expires));
+            black_box(keys.sign(black_box(&plan), LEDGER, expires));
             sign.push(t.elapsed());
             let t = Instant::now();
-            keys.verify(black_box(&token), black_box(&plan), now)
+            keys.verify(black_box(&token), black_box(&plan), LEDGER, now)
                 .unwrap();
             verify.push(t.elapsed());
             let t = Instant::now();
-            black_box(plan.canonical(keys.signing_id(), 0));
+            black_box(plan.canonical(keys.signing_id(), LEDGER, 0));
             canonical.push(t.elapsed());
         }
         let (sign, verify, canonical) = (median(sign), median(verify), median(canonical));

@@ -1,17 +1,19 @@
 //! The change path: `resources_validate` (judge, keep nothing), `resources_plan` (validate,
-//! order, diff, sign) and `resources_apply` (re-derive the token from what it is handed,
-//! dry-run again, apply in plan order). Only apply writes, and only what a plan token covers
-//! (`plan_token.rs`).
+//! order, diff, sign for this caller) and `resources_apply` (re-derive the token from what it
+//! is handed, check every precondition, apply in plan order, undo on a refusal). Only apply
+//! writes, only what a plan token covers (`plan_token.rs`), only once (`plan_ledger.rs`), and
+//! never over another field manager (docs/base-tools.md, "The change path").
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 use crate::failures::read_failure;
 use crate::manifest::{Identity, diff, editable, plan_order};
-use crate::plan_token::{PlanKeys, PlanPayload};
+use crate::plan_ledger::{NotRecorded, PlanLedger};
+use crate::plan_token::{Caller, PlanKeys, PlanPayload, Refused, ledger_digest};
 use crate::project_api::{ApiFailure, Cause, DEFAULT_NAMESPACE, Kind, ProjectApi};
 use crate::tool_error::{ErrorKind, ToolError};
 
@@ -22,10 +24,12 @@ pub const MAX_MANIFESTS: usize = 50;
 /// The clock plan expiries are measured with (tests inject one).
 pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
-/// The change path of a sidecar: its plan-token keys, how long a plan lives, and the clock.
+/// The change path of a sidecar: its plan-token keys, its ledger of applied tokens, how long a
+/// plan lives, and the clock.
 #[derive(Clone)]
 pub struct ChangePath {
     keys: Arc<PlanKeys>,
+    ledger: Arc<PlanLedger>,
     ttl: Duration,
     clock: Clock,
 }
@@ -34,6 +38,7 @@ impl std::fmt::Debug for ChangePath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChangePath")
             .field("key", &self.keys.signing_id())
+            .field("ledger", &self.ledger.id())
             .field("ttl", &self.ttl)
             .finish_non_exhaustive()
     }
@@ -63,15 +68,81 @@ fn item_error(index: usize, field: &str, message: impl Into<String>) -> Value {
     json!({"field": path, "message": message.into()})
 }
 
+/// What apply found of one object before writing: the manifest to write and the object as it
+/// is now (`None`: it must not exist, so it is created).
+struct Step {
+    prepared: Prepared,
+    before: Option<Value>,
+}
+
+/// A write apply made, remembered so it can be undone.
+enum Written {
+    /// An object created: deleted again if it is still exactly this one.
+    Created {
+        uid: String,
+        resource_version: String,
+    },
+    /// An object updated: put back as it was if nobody changed it since.
+    Updated { resource_version: String },
+    /// Applied without a change (the same resource version): nothing to undo.
+    Unchanged,
+}
+
 impl ChangePath {
-    /// A change path signing with `keys`, plans living `ttl`, measured with `clock`.
-    pub fn new(keys: Arc<PlanKeys>, ttl: Duration, clock: Clock) -> Self {
-        Self { keys, ttl, clock }
+    /// A change path signing with `keys`, recording applied tokens in `ledger`, plans living
+    /// `ttl`, measured with `clock`.
+    pub fn new(keys: Arc<PlanKeys>, ledger: Arc<PlanLedger>, ttl: Duration, clock: Clock) -> Self {
+        Self {
+            keys,
+            ledger,
+            ttl,
+            clock,
+        }
     }
 
     /// A change path on the system clock.
-    pub fn with_system_clock(keys: Arc<PlanKeys>, ttl: Duration) -> Self {
-        Self::new(keys, ttl, Arc::new(SystemTime::now))
+    pub fn with_system_clock(keys: Arc<PlanKeys>, ledger: Arc<PlanLedger>, ttl: Duration) -> Self {
+        Self::new(keys, ledger, ttl, Arc::new(SystemTime::now))
+    }
+
+    fn now_seconds(&self) -> u64 {
+        (self.clock)()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    }
+
+    /// Who the caller is, for binding a plan to them.
+    async fn caller(api: &ProjectApi) -> Result<Caller, ToolError> {
+        api.caller().await.map_err(|failure| match failure {
+            ApiFailure::Forbidden { message } => ToolError::new(
+                ErrorKind::Forbidden,
+                format!(
+                    "project {}'s control plane does not accept your token ({message}); \
+                     nothing was planned or changed",
+                    api.project()
+                ),
+            ),
+            other => read_failure(other, "tell who you are", api.project()),
+        })
+    }
+
+    /// The write a step makes: a create when the object does not exist (refused if it exists
+    /// by then), else a server-side apply on the resource version it has (refused if it has
+    /// moved on); never forced over another field manager.
+    async fn write(api: &ProjectApi, step: &Step, dry_run: bool) -> Result<Value, ApiFailure> {
+        let kind = &step.prepared.kind;
+        match step.before.as_ref().and_then(resource_version) {
+            None => api.create(kind, &step.prepared.canonical, dry_run).await,
+            Some(version) => {
+                let mut manifest = step.prepared.canonical.clone();
+                if let Some(metadata) = manifest.get_mut("metadata").and_then(Value::as_object_mut)
+                {
+                    metadata.insert("resourceVersion".into(), json!(version));
+                }
+                api.apply(kind, &manifest, dry_run).await
+            }
+        }
     }
 
     /// The canonical form of manifest `index`, or the errors that keep it from being judged
@@ -213,6 +284,9 @@ impl ChangePath {
                 ));
             }
         };
+        // Server-side apply as a dry run (never forced), for a create too: it names the field
+        // of a type error, which a create's decoding error does not. Apply then creates with
+        // a create, whose dry run it repeats with the preconditions.
         let verdict = match api.apply(&prepared.kind, &prepared.canonical, true).await {
             Ok(object) => Ok(object),
             Err(
@@ -292,11 +366,13 @@ impl ChangePath {
         let ordered: Vec<&Report> = order.iter().map(|&i| &reports[i]).collect();
         let payload = PlanPayload {
             project: api.project().to_owned(),
+            plane: api.plane().to_owned(),
+            caller: Self::caller(api).await?,
             manifests: ordered.iter().map(|r| r.manifest.clone()).collect(),
             resource_versions: ordered.iter().map(|r| r.resource_version()).collect(),
         };
         let expires = (self.clock)() + self.ttl;
-        let token = self.keys.sign(&payload, expires);
+        let token = self.keys.sign(&payload, self.ledger.id(), expires);
         let steps: Vec<Value> = ordered
             .iter()
             .enumerate()
@@ -323,15 +399,6 @@ impl ChangePath {
         manifests: &[Value],
         token: &str,
     ) -> Result<CallToolResult, ToolError> {
-        let stale = |what: String| {
-            ToolError::new(
-                ErrorKind::StalePlan,
-                format!(
-                    "{what}. Nothing was changed. Plan again: call resources_plan with the \
-                     manifests, show the person the new plan, and apply with its token."
-                ),
-            )
-        };
         let mut prepared = Vec::with_capacity(manifests.len());
         for item in Self::prepare_all(api, manifests).await? {
             match item {
@@ -339,63 +406,126 @@ impl ChangePath {
                 Err(_) => {
                     return Err(stale(
                         "these manifests are not ones a plan was issued for (one cannot even \
-                         be read as a manifest of this project)"
-                            .into(),
+                         be read as a manifest of this project)",
                     ));
                 }
             }
         }
-        // Re-derive: the manifests as handed, in the order handed, this project, and each
-        // object's resource version as it is now.
-        let mut current = Vec::with_capacity(prepared.len());
-        for item in &prepared {
+        // Applied before: said first, whatever else has moved since (what it created exists
+        // now, so the objects no longer match either).
+        if ledger_digest(token).is_some_and(|digest| self.ledger.was_applied(&digest)) {
+            return Err(stale(&Refused::AlreadyApplied.to_string()));
+        }
+        let caller = Self::caller(api).await?;
+        // Re-derive: the manifests as handed, in the order handed, this project and plane,
+        // this caller, and each object as it is now.
+        let mut steps = Vec::with_capacity(prepared.len());
+        for item in prepared {
             let namespace = item
                 .canonical
                 .pointer("/metadata/namespace")
                 .and_then(Value::as_str);
-            let existing = api
+            let before = api
                 .get(&item.kind, &item.identity.name, namespace)
                 .await
                 .map_err(|f| read_failure(f, &format!("read {}", item.identity), api.project()))?;
-            current.push(existing.as_ref().and_then(resource_version));
+            steps.push(Step {
+                prepared: item,
+                before,
+            });
         }
         let payload = PlanPayload {
             project: api.project().to_owned(),
-            manifests: prepared.iter().map(|p| p.canonical.clone()).collect(),
-            resource_versions: current.clone(),
+            plane: api.plane().to_owned(),
+            caller,
+            manifests: steps.iter().map(|s| s.prepared.canonical.clone()).collect(),
+            resource_versions: steps
+                .iter()
+                .map(|s| s.before.as_ref().and_then(resource_version))
+                .collect(),
         };
-        self.keys
-            .verify(token, &payload, (self.clock)())
-            .map_err(|refused| stale(refused.to_string()))?;
-        // Once more as a dry run: the plane may have changed its mind (a policy, a quota).
-        let mut reports = Vec::with_capacity(prepared.len());
-        for (index, item) in prepared.into_iter().enumerate() {
-            reports.push(Report::judged(index, Self::judge(api, item).await?));
+        let verified = self
+            .keys
+            .verify(token, &payload, self.ledger.id(), (self.clock)())
+            .map_err(|refused| stale(&refused.to_string()))?;
+        // Every write as a dry run first, each with its precondition: what was true when the
+        // token was checked is still true, the plane still accepts each object (a policy or a
+        // quota may have changed), and no field of another manager is in the way.
+        let mut reports = Vec::with_capacity(steps.len());
+        for (index, step) in steps.iter().enumerate() {
+            let verdict = match Self::write(api, step, true).await {
+                Ok(object) => Ok(object),
+                Err(ApiFailure::Conflict { message }) => {
+                    return Err(stale(&moved_since(step, &message)));
+                }
+                Err(
+                    failure @ (ApiFailure::Forbidden { .. }
+                    | ApiFailure::Invalid { .. }
+                    | ApiFailure::NotFound { .. }),
+                ) => Err(failure),
+                Err(failure) => {
+                    return Err(read_failure(
+                        failure,
+                        &format!("dry-run {}", step.prepared.identity),
+                        api.project(),
+                    ));
+                }
+            };
+            let (errors, forbidden) = match &verdict {
+                Ok(_) => (Vec::new(), false),
+                Err(failure) => failure_errors(index, failure),
+            };
+            reports.push(Report {
+                index,
+                manifest: step.prepared.canonical.clone(),
+                identity: step.prepared.identity.clone(),
+                judged: None,
+                errors,
+                forbidden,
+            });
         }
         refuse_unless_accepted(&reports, "applied")?;
-        let mut applied: Vec<Value> = Vec::new();
-        for (step, report) in reports.iter().enumerate() {
-            let Some(judged) = &report.judged else {
-                continue;
-            };
-            let mut manifest = report.manifest.clone();
-            // An update only lands on the version the plan saw (the apiserver refuses it
-            // otherwise): nobody's change in between is overwritten.
-            if let (Some(version), Some(metadata)) = (
-                &current[step],
-                manifest.get_mut("metadata").and_then(Value::as_object_mut),
-            ) {
-                metadata.insert("resourceVersion".into(), json!(version));
-            }
-            match api.apply(&judged.prepared.kind, &manifest, false).await {
-                Ok(object) => applied.push(json!({
-                    "step": step + 1,
-                    "object": report.identity.to_string(),
-                    "action": if current[step].is_some() { "updated" } else { "created" },
-                    "resourceVersion": resource_version(&object),
-                })),
+        // Recorded before the first write: a second apply of this token, concurrent or later,
+        // is refused.
+        self.ledger
+            .record(&verified, self.now_seconds())
+            .map_err(|error| match error {
+                NotRecorded::AlreadyApplied => stale(&Refused::AlreadyApplied.to_string()),
+                other => ToolError::new(
+                    ErrorKind::UpstreamUnavailable,
+                    format!("{other}. Nothing was changed; apply again in a moment."),
+                ),
+            })?;
+        let mut written: Vec<Written> = Vec::with_capacity(steps.len());
+        let mut applied: Vec<Value> = Vec::with_capacity(steps.len());
+        for (index, step) in steps.iter().enumerate() {
+            match Self::write(api, step, false).await {
+                Ok(object) => {
+                    let version = resource_version(&object).unwrap_or_default();
+                    let before = step.before.as_ref().and_then(resource_version);
+                    written.push(match before {
+                        None => Written::Created {
+                            uid: object
+                                .pointer("/metadata/uid")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_owned(),
+                            resource_version: version.clone(),
+                        },
+                        Some(before) if before == version => Written::Unchanged,
+                        Some(_) => Written::Updated {
+                            resource_version: version.clone(),
+                        },
+                    });
+                    applied.push(json!({
+                        "step": index + 1,
+                        "object": step.prepared.identity.to_string(),
+                        "action": if step.before.is_some() { "updated" } else { "created" },
+                        "resourceVersion": version,
+                    }));
+                }
                 Err(failure) => {
-                    return Err(partial_failure(&reports, step, &applied, failure));
+                    return Err(failed_at(api, &steps, index, &written, failure).await);
                 }
             }
         }
@@ -405,6 +535,170 @@ impl ChangePath {
             "applied": applied,
         })))
     }
+}
+
+/// A refusal of the token or the plan: nothing was changed.
+fn stale(what: &str) -> ToolError {
+    ToolError::new(
+        ErrorKind::StalePlan,
+        format!(
+            "{what}. Nothing was changed. Plan again: call resources_plan with the manifests, \
+             show the person the new plan, and apply with its token."
+        ),
+    )
+}
+
+/// What a refused precondition says of `step`'s object.
+fn moved_since(step: &Step, message: &str) -> String {
+    let object = &step.prepared.identity;
+    match step.before {
+        None => format!(
+            "{object} was created by someone else after the plan was checked, so creating it \
+             would overwrite theirs ({message})"
+        ),
+        Some(_) => format!(
+            "{object} was changed by someone else after the plan was checked, or another \
+             field manager owns a field the plan sets ({message})"
+        ),
+    }
+}
+
+/// Undoes `written` (the writes of `steps` before the one that failed), newest first: a
+/// created object is deleted if it is still exactly the one created, an updated one is put
+/// back as apply read it if nobody changed it since. Returns the objects undone and those
+/// left as written (with why).
+async fn undo(api: &ProjectApi, steps: &[Step], written: &[Written]) -> (Vec<String>, Vec<String>) {
+    let mut undone = Vec::new();
+    let mut left = Vec::new();
+    for (step, write) in steps.iter().zip(written).rev() {
+        let object = &step.prepared.identity;
+        let namespace = step
+            .prepared
+            .canonical
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str);
+        let outcome = match (write, &step.before) {
+            (Written::Unchanged, _) => continue,
+            (
+                Written::Created {
+                    uid,
+                    resource_version,
+                },
+                _,
+            ) => {
+                api.delete_exactly(
+                    &step.prepared.kind,
+                    &object.name,
+                    namespace,
+                    uid,
+                    resource_version,
+                )
+                .await
+            }
+            (Written::Updated { resource_version }, Some(before)) => api
+                .restore(&step.prepared.kind, before, resource_version)
+                .await
+                .map(drop),
+            (Written::Updated { .. }, None) => continue,
+        };
+        match outcome {
+            Ok(()) => undone.push(object.to_string()),
+            Err(failure) => left.push(format!("{object} ({failure})")),
+        }
+    }
+    undone.reverse();
+    left.reverse();
+    (undone, left)
+}
+
+/// Apply stopped at step `index`: the writes before it are undone when the plane refused the
+/// step outright (a conflict, a rejection, a refusal), so nothing of the plan is left
+/// written; when the step's outcome is unknown (no answer) or the plane failed, they are
+/// named instead, for the person to read before planning again.
+async fn failed_at(
+    api: &ProjectApi,
+    steps: &[Step],
+    index: usize,
+    written: &[Written],
+    failure: ApiFailure,
+) -> ToolError {
+    let object = &steps[index].prepared.identity;
+    let step = index + 1;
+    let names = |range: &[Step]| -> Vec<String> {
+        range
+            .iter()
+            .map(|s| s.prepared.identity.to_string())
+            .collect()
+    };
+    let not_done = names(&steps[index + 1..]);
+    let rest = if not_done.is_empty() {
+        String::new()
+    } else {
+        format!("; not applied: {}", not_done.join(", "))
+    };
+    let done = names(&steps[..index]);
+    let so_far = if done.is_empty() {
+        "nothing was applied before it".to_owned()
+    } else {
+        format!("applied before it: {}", done.join(", "))
+    };
+    let (kind, what) = match failure {
+        ApiFailure::TimedOut { message } => {
+            return ToolError::new(
+                ErrorKind::OutcomeUnknown,
+                format!(
+                    "step {step} ({object}) got no answer, so whether it was applied is \
+                     unknown ({message}); {so_far}{rest}. Read it with resources_get before \
+                     planning again."
+                ),
+            );
+        }
+        ApiFailure::Unavailable { message } => {
+            return ToolError::new(
+                ErrorKind::UpstreamUnavailable,
+                format!(
+                    "step {step} ({object}) failed: the control plane is unavailable \
+                     ({message}); whether it was applied is unknown; {so_far}{rest}. Read \
+                     them with resources_get before planning again."
+                ),
+            );
+        }
+        ApiFailure::Conflict { message } => {
+            (ErrorKind::StalePlan, moved_since(&steps[index], &message))
+        }
+        ApiFailure::Forbidden { message } => (
+            ErrorKind::Forbidden,
+            format!("{object} was refused: {message}"),
+        ),
+        other => (
+            ErrorKind::Rejected,
+            format!("{object} was refused: {other}"),
+        ),
+    };
+    let (undone, left) = undo(api, steps, &written[..index.min(written.len())]).await;
+    let undone_text = if undone.is_empty() {
+        String::new()
+    } else {
+        format!(" (undone: {})", undone.join(", "))
+    };
+    if left.is_empty() {
+        return ToolError::new(
+            kind,
+            format!(
+                "step {step}: {what}. Nothing was changed: every write before it was undone{undone_text}{rest}. Plan again."
+            ),
+        );
+    }
+    ToolError::new(
+        ErrorKind::Rejected,
+        format!(
+            "step {step}: {what}. Some of the plan is left written, because undoing it was \
+             refused (someone changed the object since, or you may not delete or update it): \
+             {}{undone_text}{rest}. Read them with resources_get before planning again.",
+            left.join(", ")
+        ),
+    )
+    .with_code("partially_applied")
 }
 
 /// One manifest's judgement.
@@ -510,6 +804,17 @@ fn failure_errors(index: usize, failure: &ApiFailure) -> (Vec<Value>, bool) {
             (vec![item_error(index, "", message.clone())], false)
         }
         ApiFailure::Forbidden { message } => (vec![item_error(index, "", message.clone())], true),
+        ApiFailure::Conflict { message } => (
+            vec![item_error(
+                index,
+                "",
+                format!(
+                    "{message}; Capstan never takes a field from another field manager: leave \
+                     those fields out of the manifest, or have their manager change them"
+                ),
+            )],
+            false,
+        ),
         other => (vec![item_error(index, "", other.to_string())], false),
     }
 }
@@ -554,73 +859,4 @@ fn refuse_unless_accepted(reports: &[Report], what: &str) -> Result<(), ToolErro
         ),
     )
     .at(first))
-}
-
-/// Apply stopped at `step`: what was applied, what was not, and why.
-fn partial_failure(
-    reports: &[Report],
-    step: usize,
-    applied: &[Value],
-    failure: ApiFailure,
-) -> ToolError {
-    let done: Vec<String> = reports[..step]
-        .iter()
-        .map(|r| r.identity.to_string())
-        .collect();
-    let not_done: Vec<String> = reports[step + 1..]
-        .iter()
-        .map(|r| r.identity.to_string())
-        .collect();
-    let object = &reports[step].identity;
-    let so_far = if applied.is_empty() {
-        "nothing was applied before it".to_owned()
-    } else {
-        format!("applied before it: {}", done.join(", "))
-    };
-    debug_assert_eq!(done.len(), applied.len());
-    let rest = if not_done.is_empty() {
-        String::new()
-    } else {
-        format!("; not applied: {}", not_done.join(", "))
-    };
-    match failure {
-        ApiFailure::TimedOut { message } => ToolError::new(
-            ErrorKind::OutcomeUnknown,
-            format!(
-                "step {} ({object}) got no answer, so whether it was applied is unknown \
-                 ({message}); {so_far}{rest}. Read it with resources_get before planning again.",
-                step + 1
-            ),
-        ),
-        ApiFailure::Conflict { message } => ToolError::new(
-            ErrorKind::StalePlan,
-            format!(
-                "step {} ({object}) was changed by someone else after the plan was checked \
-                 ({message}); it was not applied; {so_far}{rest}. Plan again.",
-                step + 1
-            ),
-        ),
-        ApiFailure::Forbidden { message } => ToolError::new(
-            ErrorKind::Forbidden,
-            format!(
-                "step {} ({object}) was refused: {message}; {so_far}{rest}.",
-                step + 1
-            ),
-        ),
-        ApiFailure::Unavailable { message } => ToolError::new(
-            ErrorKind::UpstreamUnavailable,
-            format!(
-                "step {} ({object}) failed: the control plane is unavailable ({message}); it was \
-                 not applied; {so_far}{rest}.",
-                step + 1
-            ),
-        ),
-        other => ToolError::new(
-            ErrorKind::Rejected,
-            format!(
-                "step {} ({object}) was refused: {other}; {so_far}{rest}.",
-                step + 1
-            ),
-        ),
-    }
 }

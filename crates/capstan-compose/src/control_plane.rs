@@ -85,9 +85,10 @@ impl ControlPlane {
         let config = self
             .caller_config(project, token)
             .map_err(ApiFailure::unavailable)?;
+        let plane = config.cluster_url.to_string();
         let client = kube::Client::try_from(config)
             .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))?;
-        Ok(ProjectApi::new(client, project))
+        Ok(ProjectApi::new(client, project, &plane))
     }
 
     /// Whether the caller holding `token` may list CapabilityBindings in `project`, asked of

@@ -28,6 +28,7 @@ mod milo;
 mod names;
 mod openapi;
 mod pins;
+mod plan_ledger;
 mod plan_token;
 mod pooled;
 mod project_api;
@@ -68,8 +69,10 @@ pub use names::{MAX_TOOL_NAME, composed_name, full_name, sanitize, shortened};
 pub use pins::{
     PINNED_MEMBERS, PinMismatch, ToolDefinition, covered_definition, definition_digest,
 };
+pub use plan_ledger::{LEDGER_CAPACITY, LedgerError, NotRecorded, PlanLedger};
 pub use plan_token::{
-    DEFAULT_PLAN_TTL, KeyError, MIN_KEY_BYTES, PlanKeys, PlanPayload, Refused as PlanRefused,
+    Caller, DEFAULT_PLAN_TTL, KeyError, MIN_KEY_BYTES, PlanKeys, PlanPayload,
+    Refused as PlanRefused, Verified, ledger_digest,
 };
 pub use project_api::{
     ApiFailure, Cause, DEFAULT_NAMESPACE, DEFAULT_REQUEST_TIMEOUT, FIELD_MANAGER, Kind, LIST_LIMIT,

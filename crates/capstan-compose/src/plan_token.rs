@@ -1,15 +1,21 @@
-//! Plan tokens: the proof that a change applied is the change planned (README, "The change
-//! path").
+//! Plan tokens: the proof that a change applied is the change planned, by the caller who
+//! planned it (docs/base-tools.md, "Plan tokens").
 //!
-//! A token is `cpt1.<key id>.<expiry, unix seconds>.<HMAC-SHA256, base64url>`. The MAC covers
-//! the RFC 8785 canonical JSON of the manifests in plan order, the project, the resource
-//! version of each object as the plan saw it (none for a create), the key id and the expiry.
-//! Anything that moves between plan and apply — one character of a manifest, the order, the
-//! project, an object someone else changed — fails to re-derive, and apply refuses.
+//! A token is `cpt2.<key id>.<ledger id>.<expiry, unix seconds>.<binding tag>.<MAC>`. The MAC
+//! (HMAC-SHA256) covers the RFC 8785 canonical JSON of the manifests in plan order, the
+//! resource version of each object as the plan saw it (none for a create: the object must not
+//! exist), the project, its control plane, the authenticated caller (user name and uid), the
+//! ledger of the sidecar that issued it, the key id and the expiry. The binding tag is a MAC of
+//! the same key over the caller, project, plane, ledger and expiry alone, so a token presented
+//! by anyone else is refused as such rather than as a changed plan. Anything that moves
+//! between plan and apply fails to re-derive, and apply refuses.
+//!
+//! A token is applied once: the sidecar's ledger (`plan_ledger.rs`) records it before the
+//! first write, and only the ledger that issued it accepts it.
 //!
 //! Keys: one from `PLAN_TOKEN_KEY`, a key set from a file (sign with the first, verify with
-//! any: rotation), or one drawn for the process (tokens then die with it and differ between
-//! replicas). Verification is constant time (`Mac::verify_slice`).
+//! any: rotation), or one drawn for the process (tokens then die with it). Verification is
+//! constant time (`Mac::verify_slice`, `verify_truncated_left`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -30,7 +36,11 @@ pub const DEFAULT_PLAN_TTL: Duration = Duration::from_secs(15 * 60);
 /// The shortest key accepted, in bytes: HMAC-SHA256's own output size.
 pub const MIN_KEY_BYTES: usize = 32;
 
-const TOKEN_PREFIX: &str = "cpt1";
+const TOKEN_PREFIX: &str = "cpt2";
+
+/// Bytes of the binding tag kept in the token: 96 bits, far beyond guessing within a plan's
+/// lifetime, and short enough to keep the token one line.
+const BINDING_TAG_BYTES: usize = 12;
 
 /// One signing key.
 #[derive(Clone)]
@@ -207,54 +217,123 @@ impl PlanKeys {
         &self.keys[0].id
     }
 
-    /// A token for `plan`, valid until `expires`.
-    pub fn sign(&self, plan: &PlanPayload, expires: SystemTime) -> String {
+    /// A token for `plan`, valid until `expires`, to be applied once through `ledger`
+    /// (`plan_ledger.rs`).
+    pub fn sign(&self, plan: &PlanPayload, ledger: &str, expires: SystemTime) -> String {
         let key = &self.keys[0];
         let expires = unix_seconds(expires);
-        let mac = mac(key, &plan.canonical(&key.id, expires)).finalize();
+        let binding = mac(key, &plan.binding(&key.id, ledger, expires)).finalize();
+        let covered = mac(key, &plan.canonical(&key.id, ledger, expires)).finalize();
         format!(
-            "{TOKEN_PREFIX}.{}.{expires}.{}",
+            "{TOKEN_PREFIX}.{}.{ledger}.{expires}.{}.{}",
             key.id,
-            URL_SAFE_NO_PAD.encode(mac.into_bytes())
+            URL_SAFE_NO_PAD.encode(&binding.into_bytes()[..BINDING_TAG_BYTES]),
+            URL_SAFE_NO_PAD.encode(covered.into_bytes())
         )
     }
 
-    /// Checks `token` against `plan` re-derived from what apply was handed, at `now`.
-    pub fn verify(&self, token: &str, plan: &PlanPayload, now: SystemTime) -> Result<(), Refused> {
-        self.verify_covered(token, now, |id, expires| plan.canonical(id, expires))
+    /// Checks `token` against `plan` re-derived from what apply was handed, at `now`, for the
+    /// sidecar whose ledger is `ledger`. What it returns names the token in the ledger.
+    pub fn verify(
+        &self,
+        token: &str,
+        plan: &PlanPayload,
+        ledger: &str,
+        now: SystemTime,
+    ) -> Result<Verified, Refused> {
+        self.verify_covered(
+            token,
+            ledger,
+            now,
+            |id, expires| plan.binding(id, ledger, expires),
+            |id, expires| plan.canonical(id, ledger, expires),
+        )
     }
 
-    /// Checks `token` against the bytes `covered` yields for the token's key id and expiry.
+    /// Checks `token`: its form, key, expiry and ledger, then the binding tag against the
+    /// bytes `binding` yields and the MAC against those `covered` yields (for the token's key
+    /// id and expiry). Cheapest refusals first; every comparison of secret bytes is constant
+    /// time.
     fn verify_covered(
         &self,
         token: &str,
+        ledger: &str,
         now: SystemTime,
+        binding: impl FnOnce(&str, u64) -> Vec<u8>,
         covered: impl FnOnce(&str, u64) -> Vec<u8>,
-    ) -> Result<(), Refused> {
+    ) -> Result<Verified, Refused> {
         let mut parts = token.trim().split('.');
-        let (Some(TOKEN_PREFIX), Some(id), Some(expires), Some(tag), None) = (
+        let (
+            Some(TOKEN_PREFIX),
+            Some(id),
+            Some(issuer),
+            Some(expires),
+            Some(tag),
+            Some(mac_text),
+            None,
+        ) = (
             parts.next(),
             parts.next(),
             parts.next(),
             parts.next(),
             parts.next(),
-        ) else {
+            parts.next(),
+            parts.next(),
+        )
+        else {
             return Err(Refused::Malformed);
         };
         let expires: u64 = expires.parse().map_err(|_| Refused::Malformed)?;
         let tag = URL_SAFE_NO_PAD
             .decode(tag)
             .map_err(|_| Refused::Malformed)?;
+        let tag_of_mac = URL_SAFE_NO_PAD
+            .decode(mac_text)
+            .map_err(|_| Refused::Malformed)?;
+        if tag.len() != BINDING_TAG_BYTES || issuer.is_empty() {
+            return Err(Refused::Malformed);
+        }
         let Some(key) = self.keys.iter().find(|k| k.id == id) else {
             return Err(Refused::UnknownKey { id: id.to_owned() });
         };
         if unix_seconds(now) >= expires {
             return Err(Refused::Expired { at: expires });
         }
+        if issuer != ledger {
+            return Err(Refused::OtherSidecar {
+                issuer: issuer.to_owned(),
+            });
+        }
+        mac(key, &binding(&key.id, expires))
+            .verify_truncated_left(&tag)
+            .map_err(|_| Refused::OtherCaller)?;
         mac(key, &covered(&key.id, expires))
-            .verify_slice(&tag)
-            .map_err(|_| Refused::Mismatch)
+            .verify_slice(&tag_of_mac)
+            .map_err(|_| Refused::Mismatch)?;
+        Ok(Verified {
+            digest: Sha256::digest(&tag_of_mac).into(),
+            expires,
+        })
     }
+}
+
+/// What names `token` in the ledger of applied tokens (SHA-256 of its MAC), read without
+/// verifying it: so apply can say a token was applied before anything else is checked. `None`
+/// when the text is not a token's shape.
+pub fn ledger_digest(token: &str) -> Option<[u8; 32]> {
+    let mac = token.trim().rsplit('.').next()?;
+    let bytes = URL_SAFE_NO_PAD.decode(mac).ok()?;
+    Some(Sha256::digest(&bytes).into())
+}
+
+/// A token that verified: what names it in the ledger of used tokens, and until when it could
+/// be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified {
+    /// SHA-256 of the token's MAC: one token, one entry.
+    pub digest: [u8; 32],
+    /// Its expiry (unix seconds); the ledger forgets it after that.
+    pub expires: u64,
 }
 
 fn mac(key: &PlanKey, message: &[u8]) -> HmacSha256 {
@@ -295,12 +374,47 @@ pub enum Refused {
         /// When it expired.
         at: u64,
     },
-    /// The manifests, their order, the project, or an object changed since the plan.
+    /// Issued by another sidecar (another replica, or this one before a restart that lost its
+    /// ledger): only the issuer knows whether it was used.
     #[error(
-        "the plan token does not match: the manifests (any character), their order, the \
-         project, or an object someone else changed since the plan differ from what was planned"
+        "the plan token was issued by another sidecar (ledger {issuer:?}: another replica, or \
+         this sidecar before a restart without its ledger file), which alone can tell whether \
+         it was applied"
+    )]
+    OtherSidecar {
+        /// The issuing ledger's id.
+        issuer: String,
+    },
+    /// Issued to another caller, or for another project or control plane.
+    #[error(
+        "the plan token was issued to another caller (or for another project or control \
+         plane): a plan is applied only by the caller who made it"
+    )]
+    OtherCaller,
+    /// The manifests, their order, or an object changed since the plan.
+    #[error(
+        "the plan token does not match: the manifests (any character), their order, or an \
+         object someone else created, changed or deleted since the plan differ from what was \
+         planned"
     )]
     Mismatch,
+    /// Applied before: a plan is applied once.
+    #[error(
+        "the plan token was applied already (a plan is applied once, even when what it \
+         created has since been deleted)"
+    )]
+    AlreadyApplied,
+}
+
+/// The authenticated caller a plan is bound to, as the project's control plane names it (a
+/// SelfSubjectReview with the caller's token).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Caller {
+    /// The user name (`system:serviceaccount:ns:name`, `alice@example.com`).
+    pub username: String,
+    /// The user's uid, when the authenticator gives one (service accounts do): a user deleted
+    /// and created again under the same name is another caller.
+    pub uid: String,
 }
 
 /// What a plan token covers, re-derived at apply from what apply was handed.
@@ -308,32 +422,69 @@ pub enum Refused {
 pub struct PlanPayload {
     /// The project.
     pub project: String,
+    /// The project's control plane (its URL).
+    pub plane: String,
+    /// Who planned.
+    pub caller: Caller,
     /// The canonical manifests, in plan order.
     pub manifests: Vec<Value>,
-    /// Each object's resourceVersion as the plan saw it; `None` for a create.
+    /// Each object's resourceVersion as the plan saw it; `None` for a create (the object must
+    /// not exist).
     pub resource_versions: Vec<Option<String>>,
+}
+
+/// Who and where a token is for: what the binding tag covers.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Binding<'a> {
+    version: u8,
+    purpose: &'static str,
+    key_id: &'a str,
+    ledger: &'a str,
+    expires: u64,
+    project: &'a str,
+    plane: &'a str,
+    caller: &'a Caller,
 }
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Covered<'a> {
-    version: u8,
-    key_id: &'a str,
-    expires: u64,
-    project: &'a str,
+    #[serde(flatten)]
+    binding: Binding<'a>,
     manifests: &'a [Value],
     resource_versions: &'a [Option<String>],
 }
 
 impl PlanPayload {
-    /// The bytes the MAC covers: RFC 8785 canonical JSON, so the same plan always yields the
-    /// same bytes whatever order a client wrote an object's keys in.
-    pub fn canonical(&self, key_id: &str, expires: u64) -> Vec<u8> {
-        let covered = Covered {
-            version: 1,
+    fn binding_of<'a>(&'a self, key_id: &'a str, ledger: &'a str, expires: u64) -> Binding<'a> {
+        Binding {
+            version: 2,
+            purpose: "binding",
             key_id,
+            ledger,
             expires,
             project: &self.project,
+            plane: &self.plane,
+            caller: &self.caller,
+        }
+    }
+
+    /// The bytes the binding tag covers: caller, project, plane, ledger, key and expiry.
+    pub fn binding(&self, key_id: &str, ledger: &str, expires: u64) -> Vec<u8> {
+        // Serializing strings and numbers cannot fail.
+        self.binding_of(key_id, ledger, expires)
+            .to_canon_json_vec()
+            .unwrap_or_default()
+    }
+
+    /// The bytes the MAC covers: RFC 8785 canonical JSON, so the same plan always yields the
+    /// same bytes whatever order a client wrote an object's keys in.
+    pub fn canonical(&self, key_id: &str, ledger: &str, expires: u64) -> Vec<u8> {
+        let mut binding = self.binding_of(key_id, ledger, expires);
+        binding.purpose = "plan";
+        let covered = Covered {
+            binding,
             manifests: &self.manifests,
             resource_versions: &self.resource_versions,
         };
@@ -350,13 +501,24 @@ mod tests {
 
     use super::*;
 
+    const LEDGER: &str = "ledger-a";
+
     fn keys() -> PlanKeys {
         PlanKeys::from_secret("0123456789abcdef0123456789abcdef").unwrap()
+    }
+
+    fn alice() -> Caller {
+        Caller {
+            username: "system:serviceaccount:capstan-system:alice".into(),
+            uid: "0b7d6f1e".into(),
+        }
     }
 
     fn plan() -> PlanPayload {
         PlanPayload {
             project: "acme".into(),
+            plane: "https://acme.example:6443".into(),
+            caller: alice(),
             manifests: vec![
                 json!({"apiVersion": "v1", "kind": "ConfigMap",
                        "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}}),
@@ -371,30 +533,39 @@ mod tests {
         UNIX_EPOCH + Duration::from_secs(1_800_000_000)
     }
 
+    fn sign(keys: &PlanKeys, plan: &PlanPayload) -> String {
+        keys.sign(plan, LEDGER, now() + DEFAULT_PLAN_TTL)
+    }
+
     #[test]
     fn a_token_should_verify_for_exactly_the_plan_it_was_issued_for() {
         let keys = keys();
-        let token = keys.sign(&plan(), now() + DEFAULT_PLAN_TTL);
-        assert!(token.starts_with(&format!("cpt1.{}.", keys.signing_id())));
-        assert_eq!(keys.verify(&token, &plan(), now()), Ok(()));
+        let token = sign(&keys, &plan());
+        assert!(token.starts_with(&format!("cpt2.{}.{LEDGER}.", keys.signing_id())));
+        let verified = keys.verify(&token, &plan(), LEDGER, now()).unwrap();
+        assert_eq!(verified.expires, unix_seconds(now() + DEFAULT_PLAN_TTL));
+        assert_eq!(ledger_digest(&token), Some(verified.digest));
 
         let mut edited = plan();
         edited.manifests[0]["data"]["k"] = json!("w");
         let mut reordered = plan();
         reordered.manifests.swap(0, 1);
         reordered.resource_versions.swap(0, 1);
-        let mut elsewhere = plan();
-        elsewhere.project = "globex".into();
         let mut moved = plan();
         moved.resource_versions[0] = Some("42".into());
+        let mut created_since = plan();
+        created_since.resource_versions[1] = Some("43".into());
+        let mut deleted_since = plan();
+        deleted_since.resource_versions[0] = None;
         for (what, other) in [
             ("edited", edited),
             ("reordered", reordered),
-            ("another project", elsewhere),
             ("changed object", moved),
+            ("created since", created_since),
+            ("deleted since", deleted_since),
         ] {
             assert_eq!(
-                keys.verify(&token, &other, now()),
+                keys.verify(&token, &other, LEDGER, now()),
                 Err(Refused::Mismatch),
                 "{what}"
             );
@@ -402,49 +573,98 @@ mod tests {
     }
 
     #[test]
+    fn a_token_should_be_refused_to_another_caller_project_plane_or_sidecar() {
+        let keys = keys();
+        let token = sign(&keys, &plan());
+        let mut carol = plan();
+        carol.caller.username = "system:serviceaccount:capstan-system:carol".into();
+        let mut alice_again = plan();
+        alice_again.caller.uid = "another uid: alice deleted and created again".into();
+        let mut elsewhere = plan();
+        elsewhere.project = "globex".into();
+        let mut other_plane = plan();
+        other_plane.plane = "https://globex.example:6443".into();
+        for (what, other) in [
+            ("another user", carol),
+            ("another uid", alice_again),
+            ("another project", elsewhere),
+            ("another plane", other_plane),
+        ] {
+            assert_eq!(
+                keys.verify(&token, &other, LEDGER, now()),
+                Err(Refused::OtherCaller),
+                "{what}"
+            );
+        }
+        assert_eq!(
+            keys.verify(&token, &plan(), "ledger-b", now()),
+            Err(Refused::OtherSidecar {
+                issuer: LEDGER.into()
+            })
+        );
+    }
+
+    #[test]
     fn key_order_in_an_object_should_not_matter_but_values_should() {
         let keys = keys();
-        let token = keys.sign(&plan(), now() + DEFAULT_PLAN_TTL);
+        let token = sign(&keys, &plan());
         let mut rewritten = plan();
         // The same object written with its keys in another order.
         rewritten.manifests[1] = serde_json::from_str(
             r#"{"metadata": {"namespace": "default", "name": "b"}, "kind": "ConfigMap", "apiVersion": "v1"}"#,
         )
         .unwrap();
-        assert_eq!(keys.verify(&token, &rewritten, now()), Ok(()));
+        assert!(keys.verify(&token, &rewritten, LEDGER, now()).is_ok());
     }
 
     #[test]
     fn an_expired_a_foreign_or_a_tampered_token_should_be_refused() {
         let keys = keys();
         let expires = now() + DEFAULT_PLAN_TTL;
-        let token = keys.sign(&plan(), expires);
+        let token = keys.sign(&plan(), LEDGER, expires);
         // The injected clock: one second after the expiry.
         assert!(matches!(
-            keys.verify(&token, &plan(), expires + Duration::from_secs(1)),
+            keys.verify(&token, &plan(), LEDGER, expires + Duration::from_secs(1)),
             Err(Refused::Expired { .. })
         ));
         let other = PlanKeys::from_secret("another secret of thirty-two bytes!!").unwrap();
         assert!(matches!(
-            other.verify(&token, &plan(), now()),
+            other.verify(&token, &plan(), LEDGER, now()),
             Err(Refused::UnknownKey { .. })
         ));
-        // A later expiry written into the token does not extend it: the MAC covers it.
+        // A later expiry written into the token does not extend it: both tags cover it.
         let parts: Vec<&str> = token.split('.').collect();
         let extended = format!(
-            "{}.{}.{}.{}",
+            "{}.{}.{}.{}.{}.{}",
             parts[0],
             parts[1],
+            parts[2],
             unix_seconds(expires) + 3600,
-            parts[3]
+            parts[4],
+            parts[5]
         );
         assert_eq!(
-            keys.verify(&extended, &plan(), now()),
-            Err(Refused::Mismatch)
+            keys.verify(&extended, &plan(), LEDGER, now()),
+            Err(Refused::OtherCaller)
         );
-        for broken in ["", "cpt1", "cpt1.a.b.c", "cpt2.x.1.AAAA", "cpt1.x.1.!!"] {
+        // Another ledger id written into it is refused by the ledger named, and the tags
+        // cover the ledger too.
+        let moved = token.replacen(LEDGER, "ledger-b", 1);
+        assert_eq!(
+            keys.verify(&moved, &plan(), "ledger-b", now()),
+            Err(Refused::OtherCaller)
+        );
+        for broken in [
+            "",
+            "cpt2",
+            "cpt2.a.b.c.d",
+            "cpt1.x.1.AAAA",
+            "cpt2.x.l.1.AAAA.AAAA",
+            "cpt2.x.l.1.!!.AAAA",
+            "cpt2.x..1.AAAAAAAAAAAAAAAA.AAAA",
+        ] {
             assert_eq!(
-                keys.verify(broken, &plan(), now()),
+                keys.verify(broken, &plan(), LEDGER, now()),
                 Err(Refused::Malformed),
                 "{broken}"
             );
@@ -458,14 +678,10 @@ mod tests {
                                    {"id": "old", "secret": "an old secret of thirty-two bytes!!"}]}"#;
         let old = PlanKeys::from_key_file(old).unwrap();
         let rotated = PlanKeys::from_key_file(rotated).unwrap();
-        let token = old.sign(&plan(), now() + DEFAULT_PLAN_TTL);
-        assert_eq!(rotated.verify(&token, &plan(), now()), Ok(()));
+        let token = sign(&old, &plan());
+        assert!(rotated.verify(&token, &plan(), LEDGER, now()).is_ok());
         assert_eq!(rotated.signing_id(), "new");
-        assert!(
-            rotated
-                .sign(&plan(), now() + DEFAULT_PLAN_TTL)
-                .starts_with("cpt1.new.")
-        );
+        assert!(sign(&rotated, &plan()).starts_with("cpt2.new."));
     }
 
     #[test]
@@ -496,21 +712,32 @@ mod tests {
     }
 
     proptest! {
-        /// Any single-byte change of the canonical input fails verification (the unchanged
-        /// bytes pass, so a refusal is the change's doing).
+        /// Any single-byte change of the bytes the MAC covers fails verification (the
+        /// unchanged bytes pass, so a refusal is the change's doing).
         #[test]
         fn any_single_byte_change_of_the_covered_bytes_should_fail(index in 0usize..4096, flip in 1u8..=255) {
             let keys = keys();
             let expires = now() + DEFAULT_PLAN_TTL;
-            let token = keys.sign(&plan(), expires);
-            let bytes = plan().canonical(keys.signing_id(), unix_seconds(expires));
-            prop_assert_eq!(keys.verify_covered(&token, now(), |_, _| bytes.clone()), Ok(()));
+            let token = keys.sign(&plan(), LEDGER, expires);
+            let (id, at) = (keys.signing_id().to_owned(), unix_seconds(expires));
+            let binding = plan().binding(&id, LEDGER, at);
+            let bytes = plan().canonical(&id, LEDGER, at);
+            prop_assert!(keys
+                .verify_covered(&token, LEDGER, now(), |_, _| binding.clone(), |_, _| bytes.clone())
+                .is_ok());
             let mut changed = bytes.clone();
             let index = index % changed.len();
             changed[index] ^= flip;
             prop_assert_eq!(
-                keys.verify_covered(&token, now(), |_, _| changed),
+                keys.verify_covered(&token, LEDGER, now(), |_, _| binding.clone(), |_, _| changed),
                 Err(Refused::Mismatch)
+            );
+            let mut changed = binding.clone();
+            let index = index % changed.len();
+            changed[index] ^= flip;
+            prop_assert_eq!(
+                keys.verify_covered(&token, LEDGER, now(), |_, _| changed, |_, _| bytes.clone()),
+                Err(Refused::OtherCaller)
             );
         }
 
@@ -518,12 +745,12 @@ mod tests {
         #[test]
         fn any_single_byte_change_of_the_token_should_fail(index in 0usize..256, flip in 1u8..=127) {
             let keys = keys();
-            let token = keys.sign(&plan(), now() + DEFAULT_PLAN_TTL);
+            let token = sign(&keys, &plan());
             let mut bytes = token.clone().into_bytes();
             let index = index % bytes.len();
             bytes[index] ^= flip;
             if let Ok(changed) = String::from_utf8(bytes) {
-                prop_assert!(keys.verify(&changed, &plan(), now()).is_err(), "{changed}");
+                prop_assert!(keys.verify(&changed, &plan(), LEDGER, now()).is_err(), "{changed}");
             }
         }
     }

@@ -1,21 +1,25 @@
 //! One session's client of its project's control plane, acting as the caller (its token, no
 //! other identity; `control_plane.rs` builds it): kinds by discovery (cached for the session),
-//! lists, gets, server-side apply (dry run or not), and the published OpenAPI v3 schemas.
-//! Failures are told apart the way the tools must report them (`ApiFailure`).
+//! lists, gets, creates, server-side apply (dry run or not; never forcing over another field
+//! manager), deletes and replaces with preconditions (undoing a plan's writes), who the
+//! caller is (a SelfSubjectReview), and the published OpenAPI v3 schemas. Failures are told
+//! apart the way the tools must report them (`ApiFailure`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    ValidationDirective,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams, Preconditions, ValidationDirective,
 };
 use kube::discovery::Scope;
 use serde_json::Value;
 use thiserror::Error;
 
 use crate::errors::chain_text;
+use crate::plan_token::Caller;
 
 /// The field manager of every write the change path makes.
 pub const FIELD_MANAGER: &str = "capstan";
@@ -180,6 +184,8 @@ pub struct Kind {
 pub struct ProjectApi {
     client: kube::Client,
     project: String,
+    plane: String,
+    caller: tokio::sync::OnceCell<Caller>,
     timeout: Duration,
     kinds: Mutex<HashMap<(String, String, String), Kind>>,
     openapi: tokio::sync::Mutex<Option<Arc<Value>>>,
@@ -202,11 +208,14 @@ fn api_version(group: &str, version: &str) -> String {
 }
 
 impl ProjectApi {
-    /// A client of `project`'s plane over `client` (which carries the caller's token).
-    pub fn new(client: kube::Client, project: &str) -> Self {
+    /// A client of `project`'s plane at `plane` (its URL) over `client` (which carries the
+    /// caller's token).
+    pub fn new(client: kube::Client, project: &str, plane: &str) -> Self {
         Self {
             client,
             project: project.to_owned(),
+            plane: plane.to_owned(),
+            caller: tokio::sync::OnceCell::new(),
             timeout: DEFAULT_REQUEST_TIMEOUT,
             kinds: Mutex::new(HashMap::new()),
             openapi: tokio::sync::Mutex::new(None),
@@ -216,6 +225,39 @@ impl ProjectApi {
     /// The project this client acts in.
     pub fn project(&self) -> &str {
         &self.project
+    }
+
+    /// The URL of the project's control plane.
+    pub fn plane(&self) -> &str {
+        &self.plane
+    }
+
+    /// Who the caller is, as the project's plane authenticates the token: asked once per
+    /// client (a SelfSubjectReview, which any authenticated caller may make), then kept — a
+    /// token names one user for its whole life. An answer without a user name is refused.
+    pub async fn caller(&self) -> Result<Caller, ApiFailure> {
+        self.caller
+            .get_or_try_init(|| async {
+                let api: Api<SelfSubjectReview> = Api::all(self.client.clone());
+                let review = self
+                    .bounded(
+                        || "asking who the caller is (SelfSubjectReview)".to_owned(),
+                        api.create(&PostParams::default(), &SelfSubjectReview::default()),
+                    )
+                    .await?;
+                let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+                match user.username {
+                    Some(username) if !username.is_empty() => Ok(Caller {
+                        username,
+                        uid: user.uid.unwrap_or_default(),
+                    }),
+                    _ => Err(ApiFailure::Malformed {
+                        message: "the control plane's SelfSubjectReview named no user".into(),
+                    }),
+                }
+            })
+            .await
+            .cloned()
     }
 
     async fn bounded<T>(
@@ -338,34 +380,116 @@ impl ProjectApi {
     /// Server-side apply of `manifest` as [`FIELD_MANAGER`], strict about unknown fields;
     /// `dry_run` keeps nothing. Returns the object as the apiserver has (or would have) it.
     ///
-    /// Fields another manager set are taken over (`force`), as `kubectl apply --server-side
-    /// --force-conflicts` would: the person saw the change in the plan and agreed to it, and an
-    /// update carries the resourceVersion the plan saw, so nothing changed since is overwritten.
+    /// Never forced: a field another manager owns with another value is a conflict (409), so
+    /// nobody's field is taken over. A `metadata.resourceVersion` in `manifest` is a
+    /// precondition: the apiserver refuses (409) when the object has moved on.
     pub async fn apply(
         &self,
         kind: &Kind,
         manifest: &Value,
         dry_run: bool,
     ) -> Result<Value, ApiFailure> {
-        let name = manifest
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let namespace = manifest
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str);
+        let (name, namespace) = name_and_namespace(manifest);
         let api = self.api(kind, namespace);
-        let mut params = PatchParams::apply(FIELD_MANAGER).force();
+        let mut params = PatchParams::apply(FIELD_MANAGER);
         params.field_validation = Some(ValidationDirective::Strict);
         params.dry_run = dry_run;
         let object = self
             .bounded(
                 || format!("applying {} {name}", kind.resource.kind),
-                api.patch(&name, &params, &Patch::Apply(manifest)),
+                api.patch(name, &params, &Patch::Apply(manifest)),
             )
             .await?;
         object_value(object, &kind.resource)
+    }
+
+    /// Creates `manifest` as [`FIELD_MANAGER`], strict about unknown fields: the object must
+    /// not exist (409 otherwise), which server-side apply cannot ask for. `dry_run` keeps
+    /// nothing.
+    pub async fn create(
+        &self,
+        kind: &Kind,
+        manifest: &Value,
+        dry_run: bool,
+    ) -> Result<Value, ApiFailure> {
+        let (name, namespace) = name_and_namespace(manifest);
+        let api = self.api(kind, namespace);
+        // kube's PostParams carries no field validation: the request is built here.
+        let mut url = format!(
+            "{}?fieldManager={FIELD_MANAGER}&fieldValidation=Strict",
+            api.resource_url()
+        );
+        if dry_run {
+            url.push_str("&dryRun=All");
+        }
+        let body = serde_json::to_vec(manifest).map_err(|e| ApiFailure::Malformed {
+            message: e.to_string(),
+        })?;
+        let request = http::Request::post(url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .map_err(|e| ApiFailure::unavailable(e.to_string()))?;
+        let object: DynamicObject = self
+            .bounded(
+                || format!("creating {} {name}", kind.resource.kind),
+                self.client.request(request),
+            )
+            .await?;
+        object_value(object, &kind.resource)
+    }
+
+    /// Deletes `name` only if it is still the object with `uid` at `resource_version`: what a
+    /// plan created, unchanged since (undoing a create). 409 when it has changed.
+    pub async fn delete_exactly(
+        &self,
+        kind: &Kind,
+        name: &str,
+        namespace: Option<&str>,
+        uid: &str,
+        resource_version: &str,
+    ) -> Result<(), ApiFailure> {
+        let api = self.api(kind, namespace);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: Some(resource_version.to_owned()),
+            }),
+            ..DeleteParams::default()
+        };
+        self.bounded(
+            || format!("deleting {} {name}", kind.resource.kind),
+            api.delete(name, &params),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Puts `object` back whole (its content and field managers as they were read), only if
+    /// the object is still at `resource_version`: undoing an update. 409 when it has changed.
+    pub async fn restore(
+        &self,
+        kind: &Kind,
+        object: &Value,
+        resource_version: &str,
+    ) -> Result<Value, ApiFailure> {
+        let mut object = object.clone();
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.insert("resourceVersion".into(), Value::from(resource_version));
+        }
+        let (name, namespace) = name_and_namespace(&object);
+        let name = name.to_owned();
+        let api = self.api(kind, namespace);
+        let dynamic: DynamicObject =
+            serde_json::from_value(object.clone()).map_err(|e| ApiFailure::Malformed {
+                message: e.to_string(),
+            })?;
+        let restored = self
+            .bounded(
+                || format!("restoring {} {name}", kind.resource.kind),
+                api.replace(&name, &PostParams::default(), &dynamic),
+            )
+            .await?;
+        object_value(restored, &kind.resource)
     }
 
     /// The OpenAPI v3 schema of `group/version/kind`, with the document it came from (for its
@@ -445,6 +569,18 @@ impl ProjectApi {
             message: format!("{url}: {e}"),
         })
     }
+}
+
+/// The `metadata.name` and `metadata.namespace` of a manifest (empty and none when missing).
+fn name_and_namespace(manifest: &Value) -> (&str, Option<&str>) {
+    let name = manifest
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let namespace = manifest
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str);
+    (name, namespace)
 }
 
 /// An object as JSON, with its apiVersion and kind (list items may come without them).

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use capstan_api::{Object, RouteQualifierSpec};
-use capstan_compose::{EndpointGuard, PlanKeys, PlanPayload};
+use capstan_compose::{Caller, EndpointGuard, PlanKeys, PlanPayload, PlanRefused};
 use capstan_route::{Candidate, Catalog, route_for, select, take_from};
 use serde_json::Value;
 use url::Host as url_host;
@@ -180,6 +180,53 @@ pub fn identity(data: &[u8]) {
     }
 }
 
+/// The secret of the plan-token target's key (its seeds are made with it, so a forged seed
+/// reaches the MAC check).
+pub const PLAN_TOKEN_SECRET: &str = "fuzz-plan-token-key-of-thirty-two-bytes!";
+
+/// The ledger id the plan-token target verifies for.
+pub const PLAN_TOKEN_LEDGER: &str = "fuzz-ledger";
+
+/// The clock of the plan-token target: unix second 2,000,000,000.
+pub fn plan_token_now() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000)
+}
+
+/// The plan the plan-token target checks a token against: the caller, project and plane it
+/// fixes, with `manifests` to create.
+pub fn plan_token_plan(manifests: Vec<Value>) -> PlanPayload {
+    PlanPayload {
+        project: "fuzz".into(),
+        plane: "https://fuzz.example:6443".into(),
+        caller: Caller {
+            username: "system:serviceaccount:fuzz:alice".into(),
+            uid: "fuzz-uid".into(),
+        },
+        resource_versions: manifests.iter().map(|_| None).collect(),
+        manifests,
+    }
+}
+
+/// What verifying the first line of `data` as a token for the plan of its other lines (JSON
+/// manifests) answers: `None` when it verifies.
+pub fn plan_token_refusal(data: &[u8]) -> Option<PlanRefused> {
+    let text = String::from_utf8_lossy(data);
+    let (token, rest) = text.split_once('\n').unwrap_or((&text, ""));
+    let manifests = match serde_json::from_str::<Value>(rest) {
+        Ok(Value::Array(items)) => items,
+        Ok(other) => vec![other],
+        Err(_) => Vec::new(),
+    };
+    let keys = PlanKeys::from_secret(PLAN_TOKEN_SECRET).ok()?;
+    keys.verify(
+        token,
+        &plan_token_plan(manifests),
+        PLAN_TOKEN_LEDGER,
+        plan_token_now(),
+    )
+    .err()
+}
+
 /// The plan-token decoder and verifier: the first line is a token, the rest the plan's
 /// manifests (JSON). Never panics; a token verifies only if it is exactly what signing that
 /// plan with its expiry yields, and never once expired.
@@ -191,23 +238,19 @@ pub fn plan_token(data: &[u8]) {
         Ok(other) => vec![other],
         Err(_) => Vec::new(),
     };
-    let Ok(keys) = PlanKeys::from_secret("fuzz-plan-token-key-of-thirty-two-bytes!") else {
+    let Ok(keys) = PlanKeys::from_secret(PLAN_TOKEN_SECRET) else {
         return;
     };
-    let plan = PlanPayload {
-        project: "fuzz".into(),
-        resource_versions: manifests.iter().map(|_| None).collect(),
-        manifests,
-    };
-    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+    let plan = plan_token_plan(manifests);
+    let now = plan_token_now();
     // A token signed here verifies, and one byte changed in it does not.
-    let good = keys.sign(&plan, now + Duration::from_secs(60));
-    assert!(keys.verify(&good, &plan, now).is_ok());
-    if keys.verify(token, &plan, now).is_ok() {
+    let good = keys.sign(&plan, PLAN_TOKEN_LEDGER, now + Duration::from_secs(60));
+    assert!(keys.verify(&good, &plan, PLAN_TOKEN_LEDGER, now).is_ok());
+    if keys.verify(token, &plan, PLAN_TOKEN_LEDGER, now).is_ok() {
         let expiry = token
             .trim()
             .split('.')
-            .nth(2)
+            .nth(3)
             .and_then(|e| e.parse::<u64>().ok())
             .map(|e| SystemTime::UNIX_EPOCH + Duration::from_secs(e));
         let Some(expiry) = expiry else {
@@ -216,7 +259,7 @@ pub fn plan_token(data: &[u8]) {
         assert!(expiry > now, "an expired token verified: {token:?}");
         assert_eq!(
             token.trim(),
-            keys.sign(&plan, expiry),
+            keys.sign(&plan, PLAN_TOKEN_LEDGER, expiry),
             "a forged token verified"
         );
     }

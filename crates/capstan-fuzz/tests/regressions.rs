@@ -37,3 +37,18 @@ fn every_seed_and_regression_input_should_pass_its_target() {
     }
     assert!(replayed >= capstan_fuzz::TARGETS.len());
 }
+
+/// The forged plan-token seed carries the target key's id, its ledger, an unexpired expiry and
+/// a correct binding tag, so fuzzing starts from an input that reaches the MAC comparison —
+/// not one refused at the key lookup, as a seed with another key id would be.
+#[test]
+fn the_forged_plan_token_seed_should_reach_the_mac_check() {
+    let path = fuzz_dir().join("seeds/plan_token/forged");
+    let data = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    assert_eq!(
+        capstan_fuzz::plan_token_refusal(&data),
+        Some(capstan_compose::PlanRefused::Mismatch),
+        "{}",
+        String::from_utf8_lossy(&data)
+    );
+}

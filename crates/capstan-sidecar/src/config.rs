@@ -92,6 +92,14 @@ pub struct Config {
     #[arg(long, env = "PLAN_TOKEN_KEYS_FILE")]
     pub plan_token_keys_file: Option<PathBuf>,
 
+    /// A file that keeps the ledger of applied plan tokens (its id and every token applied,
+    /// until each expires), so a sidecar restarted with the same key and file still applies the
+    /// plans made before — each once. Put it on a volume of the sidecar's own that outlives the
+    /// container (an emptyDir); without it the ledger lives in memory and a restart refuses
+    /// every earlier plan.
+    #[arg(long, env = "CAPSTAN_PLAN_LEDGER")]
+    pub plan_ledger: Option<PathBuf>,
+
     /// Seconds a plan token stays valid.
     #[arg(long, env = "CAPSTAN_PLAN_TOKEN_TTL_SECONDS", default_value_t = capstan_compose::DEFAULT_PLAN_TTL.as_secs())]
     pub plan_token_ttl_seconds: u64,

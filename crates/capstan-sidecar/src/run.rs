@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use axum::http::HeaderName;
 use capstan_compose::{
     CachedSource, ChangePath, Composer, ControlPlane, CrdSource, FixtureSource, HttpSource,
-    KeyError, Limits, PlanKeys, ProjectDocuments, SetupError, SourceError, Uncached,
-    WatchedCluster,
+    KeyError, LedgerError, Limits, PlanKeys, PlanLedger, ProjectDocuments, SetupError, SourceError,
+    Uncached, WatchedCluster,
 };
 use capstan_process::{AdminError, LoggingError, Readiness, Shutdown, init_logging, serve_admin};
 use prometheus_client::registry::Registry;
@@ -55,6 +55,9 @@ pub enum RunError {
     /// The plan-token keys.
     #[error(transparent)]
     PlanKeys(#[from] KeyError),
+    /// The ledger of applied plan tokens.
+    #[error(transparent)]
+    PlanLedger(#[from] LedgerError),
     /// The project header is not a header name.
     #[error("CAPSTAN_PROJECT_HEADER {0:?} is not a header name")]
     ProjectHeader(String),
@@ -119,6 +122,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         base_tools,
         plan_token_key,
         plan_token_keys_file,
+        plan_ledger,
         plan_token_ttl_seconds,
         crd_cache_ttl_seconds,
         crd_cache_capacity,
@@ -262,8 +266,24 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         (Some(plane), mode) => {
             let change_path = if mode == BaseToolsMode::Auto {
                 let keys = plan_keys(plan_token_key, plan_token_keys_file)?;
+                let ledger = match &plan_ledger {
+                    Some(path) => {
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| d.as_secs())
+                            .unwrap_or(0);
+                        PlanLedger::open(path, now)?
+                    }
+                    None => PlanLedger::in_memory()?,
+                };
+                info!(
+                    ledger = ledger.id(),
+                    file = plan_ledger.as_ref().map(|p| p.display().to_string()),
+                    "plan tokens are applied once, by the caller who planned, through this ledger"
+                );
                 Some(ChangePath::with_system_clock(
                     Arc::new(keys),
+                    Arc::new(ledger),
                     Duration::from_secs(plan_token_ttl_seconds),
                 ))
             } else {
@@ -387,7 +407,7 @@ fn plan_keys(key: Option<String>, file: Option<PathBuf>) -> Result<PlanKeys, Run
             warn!(
                 key = keys.signing_id(),
                 "no PLAN_TOKEN_KEY or PLAN_TOKEN_KEYS_FILE: plan tokens are signed with a key \
-                 drawn for this process; they die with it and another replica refuses them"
+                 drawn for this process; they die with it"
             );
             Ok(keys)
         }
