@@ -1,9 +1,10 @@
 //! The caller checked against the project it names. The crd source reads bindings with the
 //! sidecar's own credential, so without this any process on the socket could name any project
-//! and receive its composition. With `sar`, a session (and a composition read) is opened only
-//! when the project's control plane, asked with the caller's own token, says the caller may
-//! list CapabilityBindings there (a SelfSubjectAccessReview). Answers are cached per (project,
-//! token digest) for a minute, bounded; a plane that cannot be asked refuses (503), never
+//! and receive its composition. With `sar`, every request is served only when the project's
+//! control plane, asked with the caller's own token, says the caller may list
+//! CapabilityBindings there (a SelfSubjectAccessReview). Answers are cached per (project, token
+//! digest) for the TTL (a minute by default), bounded; a request after it asks again, so a
+//! revoked caller's live session ends; a plane that cannot be asked refuses (503), never
 //! admits.
 
 use std::collections::HashMap;
@@ -18,8 +19,9 @@ use tracing::warn;
 use crate::identity::{Identity, refusal};
 use crate::metrics::Metrics;
 
-/// How long an answer is reused. 60 s: the window the platform already accepts for a revoked
-/// authorization, and what keeps a busy assistant from asking at every session.
+/// How long an answer is reused by default (`CAPSTAN_CALLER_CHECK_TTL_SECONDS`). 60 s: the
+/// window the platform already accepts for a revoked authorization, and what keeps a busy
+/// assistant from asking at every request. Live sessions are re-checked after it too.
 pub const CALLER_CHECK_TTL: Duration = Duration::from_secs(60);
 
 /// Answers kept at most (one per project and token).
@@ -56,6 +58,14 @@ pub enum Refusal {
         /// Why.
         message: String,
     },
+}
+
+impl Refusal {
+    /// Whether the refusal is the plane's answer about the caller (no token, not allowed) —
+    /// not a failure to ask: a live session of a denied caller ends.
+    pub fn is_denial(&self) -> bool {
+        matches!(self, Self::NoToken { .. } | Self::NotAllowed { .. })
+    }
 }
 
 impl IntoResponse for Refusal {
@@ -105,15 +115,21 @@ pub struct CallerCheck {
 }
 
 impl CallerCheck {
-    /// A check asking each project's plane (`plane`), counting outcomes in `metrics`.
-    pub fn new(plane: ControlPlane, metrics: Metrics) -> Self {
+    /// A check asking each project's plane (`plane`), reusing an answer for `ttl`, counting
+    /// outcomes in `metrics`.
+    pub fn new(plane: ControlPlane, metrics: Metrics, ttl: Duration) -> Self {
         Self {
             plane,
             metrics,
-            ttl: CALLER_CHECK_TTL,
+            ttl,
             capacity: CALLER_CHECK_CAPACITY,
             answers: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// How long an answer is reused.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
     }
 
     fn cached(&self, key: &[u8; 32]) -> Option<bool> {
@@ -210,6 +226,7 @@ mod tests {
         let mut check = CallerCheck::new(
             ControlPlane::new(config, None),
             Metrics::register(&mut registry),
+            CALLER_CHECK_TTL,
         );
         check.capacity = capacity;
         check

@@ -75,6 +75,12 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_CALLER_CHECK", value_enum)]
     pub caller_check: Option<CallerCheckMode>,
 
+    /// Seconds an answer of the caller check is reused (`sar`). A request after it, in a live
+    /// session too, asks the project's plane again, so a revoked caller is refused — and its
+    /// open session ended — within this time.
+    #[arg(long, env = "CAPSTAN_CALLER_CHECK_TTL_SECONDS", default_value_t = crate::caller_check::CALLER_CHECK_TTL.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub caller_check_ttl_seconds: u64,
+
     /// Which base platform tools a caller with a token gets: `auto` (read tools and the change
     /// path), `read-only`, or `off`. They are composed only when a control plane is known
     /// (the crd source, a kubeconfig, or in-cluster).
@@ -159,8 +165,9 @@ pub struct Config {
     pub refresh_seconds: u64,
 
     /// Seconds a task without a session (a 2026-07-28 caller, keyed by project and token)
-    /// lives without a request; an open `subscriptions/listen` stream counts as activity. The
-    /// next request after it composes a new task (new upstream sessions).
+    /// lives without a request; with a `subscriptions/listen` stream open it lives up to
+    /// `--session-idle-seconds` without one, as a session does. The next request after it
+    /// composes a new task (new upstream sessions).
     #[arg(long, env = "CAPSTAN_SESSIONLESS_TTL_SECONDS", default_value_t = crate::sessionless::DEFAULT_SESSIONLESS_TTL.as_secs())]
     pub sessionless_ttl_seconds: u64,
 
@@ -176,9 +183,25 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_WORKER_THREADS", default_value_t = DEFAULT_WORKER_THREADS)]
     pub worker_threads: usize,
 
-    /// Sessions open at most; an `initialize` beyond it is answered 503 with Retry-After.
-    #[arg(long, env = "CAPSTAN_MAX_SESSIONS", default_value_t = crate::sessions::DEFAULT_MAX_SESSIONS)]
+    /// Places open at most: every session, task without a session (2026-07-28) and open
+    /// stream (a session's GET stream, a `subscriptions/listen`) takes one. Beyond it a new one
+    /// is answered 503 with Retry-After.
+    #[arg(long, env = "CAPSTAN_MAX_SESSIONS", default_value_t = crate::admission::DEFAULT_MAX_PLACES)]
     pub max_sessions: usize,
+
+    /// Places one caller (one bearer token, whatever projects it names) may hold at once;
+    /// beyond it, 429 with Retry-After.
+    #[arg(long, env = "CAPSTAN_MAX_SESSIONS_PER_CALLER", default_value_t = crate::admission::DEFAULT_MAX_PLACES_PER_CALLER)]
+    pub max_sessions_per_caller: usize,
+
+    /// Places one project's callers may hold together at once; beyond it, 429 with
+    /// Retry-After.
+    #[arg(long, env = "CAPSTAN_MAX_SESSIONS_PER_PROJECT", default_value_t = crate::admission::DEFAULT_MAX_PLACES_PER_PROJECT)]
+    pub max_sessions_per_project: usize,
+
+    /// Streams one session or task may hold open at once; beyond it, 429.
+    #[arg(long, env = "CAPSTAN_MAX_STREAMS_PER_TASK", default_value_t = crate::admission::DEFAULT_MAX_STREAMS_PER_TASK)]
+    pub max_streams_per_task: usize,
 
     /// The request header naming the caller's project.
     #[arg(long, env = "CAPSTAN_PROJECT_HEADER", default_value = PROJECT_HEADER)]

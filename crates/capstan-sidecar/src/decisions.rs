@@ -1,14 +1,23 @@
-//! Routing decisions kept for reading back: a bounded ring buffer, newest first, served at
-//! `GET /v1/route-decisions?capability=&limit=` to callers of the same project (docs/routing.md).
+//! Routing decisions kept for reading back: a bounded ring per project, newest first, served
+//! at `GET /v1/route-decisions?capability=&limit=` to callers of the same project
+//! (docs/routing.md). Each project has its own ring, so no project's calls push another's
+//! records out; a call's `intent` is kept as a keyed digest only.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use capstan_route::{Decision, Exclusion, RouteReason};
+use hmac::{Hmac, Mac};
 use serde::Serialize;
+use sha2::Sha256;
 
-/// Decisions kept by default: about a minute of a busy assistant's routed calls.
+/// Decisions kept per project by default: about a minute of a busy assistant's routed calls.
 pub const DEFAULT_CAPACITY: usize = 1024;
+
+/// Projects whose decisions are kept at most. When a new project would pass it, the project
+/// whose newest record is oldest is forgotten whole: memory stays bounded (4,096 × 1,024
+/// records at most, ~1 KiB each) and no busy project loses records to another's calls.
+pub const MAX_PROJECTS: usize = 4096;
 
 /// The chosen provider.
 #[derive(Clone, Debug, Serialize)]
@@ -47,7 +56,8 @@ pub struct DecisionRecord {
     pub qualifiers: Vec<String>,
     /// The selection algorithm.
     pub algorithm: &'static str,
-    /// SHA-256 of the call's `intent` (first 16 hex digits), for correlation.
+    /// The call's `intent` keyed with a per-process secret (HMAC-SHA256, first 16 hex digits):
+    /// calls with the same intent correlate; a guessed intent cannot be confirmed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub intent_digest: Option<String>,
     /// Why the route was refused before selection (contradicting qualifiers, a call that
@@ -106,30 +116,84 @@ fn now() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
-/// The last decisions of every project, bounded.
+/// One project's ring and when it last recorded (a sequence number).
+struct Ring {
+    entries: VecDeque<Arc<DecisionRecord>>,
+    last: u64,
+}
+
+/// The last decisions of every project, bounded per project.
 pub struct DecisionLog {
-    entries: Mutex<VecDeque<Arc<DecisionRecord>>>,
+    rings: Mutex<(HashMap<String, Ring>, u64)>,
     capacity: usize,
+    max_projects: usize,
+    /// The per-process secret intent digests are keyed with.
+    intent_key: [u8; 32],
 }
 
 impl DecisionLog {
-    /// A log keeping the last `capacity` decisions (at least one).
+    /// A log keeping the last `capacity` decisions (at least one) of each project, for at most
+    /// [`MAX_PROJECTS`] projects.
     pub fn new(capacity: usize) -> Self {
+        let mut intent_key = [0u8; 32];
+        // Without randomness the key stays zero: digests are then plain HMACs of a known key,
+        // no worse than the unkeyed digest, and the log says so.
+        if let Err(error) = getrandom::fill(&mut intent_key) {
+            tracing::warn!(%error, "no randomness for the intent-digest key");
+        }
         Self {
-            entries: Mutex::new(VecDeque::new()),
+            rings: Mutex::new((HashMap::new(), 0)),
             capacity: capacity.max(1),
+            max_projects: MAX_PROJECTS,
+            intent_key,
         }
     }
 
-    /// Keeps `record`, dropping the oldest beyond the capacity.
+    /// The digest a call's `intent` is kept as: HMAC-SHA256 with a secret drawn per process,
+    /// the first 16 hex digits. Enough to tell whether two calls of one sidecar had the same
+    /// intent; a guessed intent cannot be confirmed against it by anyone without the key.
+    pub fn intent_digest(&self, intent: &str) -> String {
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.intent_key) else {
+            // HMAC takes keys of any length.
+            return String::new();
+        };
+        mac.update(intent.as_bytes());
+        mac.finalize()
+            .into_bytes()
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// Keeps `record` in its project's ring, dropping that project's oldest beyond the
+    /// capacity.
     pub fn record(&self, record: DecisionRecord) {
         // A poisoned log loses records, never a call.
-        if let Ok(mut entries) = self.entries.lock() {
-            if entries.len() == self.capacity {
-                entries.pop_front();
-            }
-            entries.push_back(Arc::new(record));
+        let Ok(mut guard) = self.rings.lock() else {
+            return;
+        };
+        let (rings, clock) = &mut *guard;
+        *clock += 1;
+        let now = *clock;
+        if !rings.contains_key(&record.project)
+            && rings.len() >= self.max_projects
+            && let Some(quietest) = rings
+                .iter()
+                .min_by_key(|(_, ring)| ring.last)
+                .map(|(project, _)| project.clone())
+        {
+            rings.remove(&quietest);
         }
+        let ring = rings.entry(record.project.clone()).or_insert_with(|| Ring {
+            entries: VecDeque::new(),
+            last: now,
+        });
+        if ring.entries.len() == self.capacity {
+            ring.entries.pop_front();
+        }
+        ring.entries.push_back(Arc::new(record));
+        ring.last = now;
     }
 
     /// At most `limit` decisions of `project`, newest first, of `capability` when given.
@@ -139,13 +203,16 @@ impl DecisionLog {
         capability: Option<&str>,
         limit: usize,
     ) -> Vec<Arc<DecisionRecord>> {
-        let Ok(entries) = self.entries.lock() else {
+        let Ok(guard) = self.rings.lock() else {
             return Vec::new();
         };
-        entries
+        let Some(ring) = guard.0.get(project) else {
+            return Vec::new();
+        };
+        ring.entries
             .iter()
             .rev()
-            .filter(|r| r.project == project && capability.is_none_or(|c| r.capability == c))
+            .filter(|r| capability.is_none_or(|c| r.capability == c))
             .take(limit)
             .cloned()
             .collect()
@@ -155,30 +222,81 @@ impl DecisionLog {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use sha2::Digest as _;
+
     use super::*;
+
+    fn refused(project: &str, capability: &str) -> DecisionRecord {
+        DecisionRecord::refused(project, capability, "x".into(), None)
+    }
 
     #[test]
     fn the_log_should_keep_the_newest_per_project_and_capability() {
-        let log = DecisionLog::new(3);
+        let log = DecisionLog::new(2);
         for (project, capability) in [
             ("a", "cap.web.search"),
             ("b", "cap.web.search"),
             ("a", "cap.web.scrape"),
             ("a", "cap.web.search"),
         ] {
-            log.record(DecisionRecord::refused(
-                project,
-                capability,
-                "x".into(),
-                None,
-            ));
+            log.record(refused(project, capability));
         }
-        // The first record fell out (capacity 3); b's are never shown to a.
+        // a's first record fell out (2 per project); b's are never shown to a.
         let a = log.recent("a", None, 10);
         let shown: Vec<&str> = a.iter().map(|r| r.capability.as_str()).collect();
         assert_eq!(shown, ["cap.web.search", "cap.web.scrape"]);
         assert_eq!(log.recent("a", Some("cap.web.search"), 10).len(), 1);
         assert_eq!(log.recent("a", None, 1).len(), 1);
         assert_eq!(log.recent("b", None, 10).len(), 1);
+    }
+
+    #[test]
+    fn a_flood_from_one_project_should_never_push_out_anothers_records() {
+        let log = DecisionLog::new(DEFAULT_CAPACITY);
+        log.record(refused("demo-project", "cap.web.search"));
+        for _ in 0..(DEFAULT_CAPACITY + 100) {
+            log.record(refused("other-project", "cap.web.search"));
+        }
+        assert_eq!(log.recent("demo-project", None, 10).len(), 1);
+        assert_eq!(
+            log.recent("other-project", None, usize::MAX).len(),
+            DEFAULT_CAPACITY
+        );
+    }
+
+    #[test]
+    fn past_the_project_bound_the_quietest_project_should_go_first() {
+        let mut log = DecisionLog::new(4);
+        log.max_projects = 2;
+        log.record(refused("quiet", "cap.web.search"));
+        log.record(refused("busy", "cap.web.search"));
+        log.record(refused("busy", "cap.web.search"));
+        log.record(refused("new", "cap.web.search"));
+        assert!(log.recent("quiet", None, 10).is_empty());
+        assert_eq!(log.recent("busy", None, 10).len(), 2);
+        assert_eq!(log.recent("new", None, 10).len(), 1);
+    }
+
+    #[test]
+    fn an_intent_digest_should_not_be_the_plain_hash_of_the_intent() {
+        let log = DecisionLog::new(4);
+        let intent = "find the pricing page";
+        let digest = log.intent_digest(intent);
+        assert_eq!(digest.len(), 16);
+        assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(digest, log.intent_digest(intent), "stable within a process");
+        assert_ne!(digest, log.intent_digest("find the pricing page."));
+        // The oracle: what a co-worker could compute from a guess.
+        let guessed: String = sha2::Sha256::digest(intent.as_bytes())
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_ne!(digest, guessed, "a guess must not confirm against the log");
+        assert_ne!(
+            digest,
+            DecisionLog::new(4).intent_digest(intent),
+            "another process draws another key"
+        );
     }
 }

@@ -40,7 +40,7 @@ fn harness() -> &'static Harness {
             .expect("a runtime for the fuzz harness");
         let sessions = Arc::new(Sessions::new(
             HeaderName::from_static("x-capstan-project"),
-            8,
+            crate::admission::Admission::new(crate::admission::Caps::default()),
         ));
         // The handler answers 299 so "reached" cannot be confused with any status the
         // middleware itself answers.
@@ -49,7 +49,13 @@ fn harness() -> &'static Harness {
             .route("/mcp", post(reached).get(reached).delete(reached))
             .route("/v1/composition", get(reached))
             .route("/v1/routes", get(reached))
-            .layer(axum::middleware::from_fn_with_state(sessions, check))
+            .layer(axum::middleware::from_fn_with_state(
+                crate::middleware::Gate {
+                    sessions,
+                    sessionless: None,
+                },
+                check,
+            ))
             .layer(axum::middleware::from_fn(check_host));
         Harness { runtime, router }
     })

@@ -21,6 +21,8 @@ pub struct Identity {
     token: Option<Arc<str>>,
     /// A digest of project and bearer token: what sessions and caches are keyed by.
     fingerprint: [u8; 32],
+    /// A digest of the bearer token alone: who the caller is across projects (admission caps).
+    caller: [u8; 32],
 }
 
 impl std::fmt::Debug for Identity {
@@ -39,11 +41,21 @@ impl Identity {
         digest.update(project.as_bytes());
         digest.update([0]);
         digest.update(token.unwrap_or("").as_bytes());
+        let mut caller = Sha256::new();
+        caller.update(b"caller\0");
+        caller.update(token.unwrap_or("").as_bytes());
         Self {
             project,
             token: token.map(Arc::from),
             fingerprint: digest.finalize().into(),
+            caller: caller.finalize().into(),
         }
+    }
+
+    /// A digest of the bearer token alone (callers without a token share one): what the
+    /// per-caller cap counts by.
+    pub fn caller(&self) -> [u8; 32] {
+        self.caller
     }
 
     /// The caller's bearer token, if the request carried one.

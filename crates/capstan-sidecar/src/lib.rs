@@ -4,6 +4,7 @@
 //!
 //! How a request flows through the modules: `docs/architecture.md#capstan-sidecar`.
 
+mod admission;
 mod caller_check;
 mod compose;
 mod config;
@@ -29,9 +30,12 @@ mod sessions;
 mod socket;
 mod task;
 
+pub use admission::{
+    DEFAULT_MAX_PLACES, DEFAULT_MAX_PLACES_PER_CALLER, DEFAULT_MAX_PLACES_PER_PROJECT,
+    DEFAULT_MAX_STREAMS_PER_TASK,
+};
 pub use caller_check::{CALLER_CHECK_TTL, CallerCheckMode};
 pub use capstan_compose::{ErrorKind, ToolError};
 pub use config::{BaseToolsMode, Config, DEFAULT_SESSION_IDLE_SECONDS, SourceKind};
 pub use run::{RunError, run};
-pub use sessions::DEFAULT_MAX_SESSIONS;
 pub use socket::SOCKET_MODE;

@@ -96,7 +96,11 @@ impl SessionHandler {
                 None,
             ));
         };
-        self.sessionless.task(&caller).await
+        // The place the middleware took for a task this request may have to compose.
+        let offered = parts(context)
+            .and_then(|parts| parts.extensions.get::<TaskSlot>())
+            .and_then(TaskSlot::take_permit);
+        self.sessionless.task(&caller, offered).await
     }
 }
 
@@ -220,8 +224,11 @@ impl ServerHandler for SessionHandler {
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
         let task = self.task(subscription.request_context()).await?;
+        let stream = task
+            .open_stream(self.sessionless.streams_per_task())
+            .map_err(|full| McpError::invalid_request(full.to_string(), None))?;
         let mut ended = task.ended();
-        let _listening = task.listen(subscription.sink().clone());
+        let _listening = task.listen(subscription.sink().clone(), stream);
         tokio::select! {
             () = subscription.cancelled() => {}
             // The task ended (time limit, shutdown): the stream closes gracefully.

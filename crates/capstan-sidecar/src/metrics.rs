@@ -62,6 +62,11 @@ pub struct Metrics {
     /// the client was told; `unchanged`: same tools; `requalified`: only the qualifiers
     /// moved).
     pub session_refreshes: Family<OutcomeLabel, Counter>,
+    /// Places (sessions, tasks, streams) held now.
+    pub places_held: Gauge,
+    /// Places refused, by the cap that was full (`total`, `caller`, `project`,
+    /// `task_streams`).
+    pub admission_refusals: Family<OutcomeLabel, Counter>,
 }
 
 /// The crd source's watches (`capstan_compose::WatchedCluster`), read at each scrape.
@@ -121,6 +126,8 @@ impl Metrics {
             route_decisions: Family::default(),
             route_exclusions: Family::default(),
             session_refreshes: Family::default(),
+            places_held: Gauge::default(),
+            admission_refusals: Family::default(),
         };
         let registry = registry.sub_registry_with_prefix("capstan_sidecar");
         registry.register(
@@ -152,6 +159,16 @@ impl Metrics {
             "source_reads",
             "Capability document reads by outcome",
             metrics.source_reads.clone(),
+        );
+        registry.register(
+            "places_held",
+            "Sessions, tasks without a session and open streams holding a place now",
+            metrics.places_held.clone(),
+        );
+        registry.register(
+            "admission_refusals",
+            "Sessions, tasks and streams refused because a cap was full, by cap",
+            metrics.admission_refusals.clone(),
         );
         registry.register(
             "caller_checks",
@@ -200,6 +217,15 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// Counts a place refused because `cap` was full.
+    pub fn admission_refused(&self, cap: &str) {
+        self.admission_refusals
+            .get_or_create(&OutcomeLabel {
+                outcome: cap.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts a caller check.

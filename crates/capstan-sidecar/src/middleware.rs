@@ -15,21 +15,27 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID, SOCKET_HOST};
+use futures::StreamExt as _;
 use rmcp::model::ProtocolVersion;
 use serde_json::json;
 use tracing::error;
 
 use crate::identity::{Identity, refusal};
-use crate::sessions::{Lookup, SESSIONS_RETRY_AFTER_SECONDS, Sessions, TaskSlot};
+use crate::sessionless::SessionlessTasks;
+use crate::sessions::{Lookup, Sessions, TaskSlot};
 use crate::task::Task;
 
 /// Largest request body the sidecar reads. 4 MiB: far above any tool call's arguments, small
 /// enough that a runaway client cannot make the sidecar buffer much.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// How long a refused request's body is read before the refusal is sent anyway: a client
+/// still writing after this is too slow to wait for.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The JSON-RPC error code of [`session_not_found`] (the TypeScript SDK's servers use it).
 pub const SESSION_NOT_FOUND_CODE: i64 = -32001;
@@ -41,6 +47,15 @@ pub struct SessionTask(pub Arc<Task>);
 /// The JSON-RPC message of an MCP POST, parsed once by the middleware.
 #[derive(Clone, Debug)]
 pub struct Message(pub serde_json::Value);
+
+/// Sends `refusal` once the request's `body` has been read (at most [`MAX_BODY_BYTES`], for at
+/// most [`DRAIN_TIMEOUT`]) and dropped. A refusal sent before the body is read makes the
+/// server close the connection while a client that writes its headers and body separately
+/// (Python's `http.client`) is still writing: it sees a broken pipe, never the refusal.
+pub async fn after_body(body: Body, refusal: Response) -> Response {
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await;
+    refusal
+}
 
 /// Refuses a request whose Host is not `localhost`, on every path. rmcp checks the Host of
 /// what reaches it, but `tools/call` in a session and `/v1/composition` are answered before
@@ -58,7 +73,7 @@ pub async fn check_host(request: Request, next: Next) -> Response {
                 .is_some_and(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
     });
     if !allowed {
-        return refusal(
+        let refused = refusal(
             StatusCode::FORBIDDEN,
             "forbidden",
             &format!(
@@ -67,6 +82,7 @@ pub async fn check_host(request: Request, next: Next) -> Response {
                 host.unwrap_or("missing")
             ),
         );
+        return after_body(request.into_body(), refused).await;
     }
     next.run(request).await
 }
@@ -123,15 +139,35 @@ fn is_initialize(value: &serde_json::Value) -> bool {
     first.is_some_and(|m| m["method"] == "initialize")
 }
 
-/// The identity check on every request; session binding for MCP requests.
-pub async fn check(
-    State(sessions): State<Arc<Sessions>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// What the identity middleware consults: the session table (with the admission and the
+/// caller check) and the tasks of callers without a session.
+#[derive(Clone)]
+pub struct Gate {
+    /// The bound sessions.
+    pub sessions: Arc<Sessions>,
+    /// The tasks of callers without a session; `None` where none are served (unit tests).
+    pub sessionless: Option<Arc<SessionlessTasks>>,
+}
+
+/// `response` with `held` kept alive until its body has been sent or dropped: a stream's place
+/// and count are given back when the client leaves.
+fn holding<T: Send + Sync + 'static>(response: Response, held: T) -> Response {
+    let (parts, body) = response.into_parts();
+    let stream = body.into_data_stream().map(move |chunk| {
+        let _kept = &held;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(stream))
+}
+
+/// The identity check on every request; session binding, admission and stream counting for
+/// MCP requests; the caller check for new tasks, reads outside a session, and — once the
+/// caller's cached answer is older than its TTL — every request of a live session.
+pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+    let sessions = &gate.sessions;
     let identity = match Identity::from_headers(request.headers(), sessions.project_header()) {
         Ok(identity) => identity,
-        Err(refused) => return refused.into_response(),
+        Err(refused) => return after_body(request.into_body(), refused.into_response()).await,
     };
     let session = request
         .headers()
@@ -144,6 +180,7 @@ pub async fn check(
     let mut initialize = false;
     let mut modern = false;
     let mut sessionless = false;
+    let mut listen = false;
     let body = if is_mcp && parts.method == Method::POST {
         let bytes: Bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
             Ok(bytes) => bytes,
@@ -172,6 +209,7 @@ pub async fn check(
         initialize = is_initialize(&message);
         modern = is_sessionless(&parts.headers, &message);
         sessionless = session.is_none() && !initialize && modern;
+        listen = sessionless && message["method"] == "subscriptions/listen";
         if session.is_none() && !initialize && !sessionless {
             return refusal(
                 StatusCode::BAD_REQUEST,
@@ -184,11 +222,12 @@ pub async fn check(
         parts.extensions.insert(Message(message));
         Body::from(bytes)
     } else if is_mcp && session.is_none() {
-        return refusal(
+        let refused = refusal(
             StatusCode::BAD_REQUEST,
             "forbidden",
             "no MCP session: send `initialize` first",
         );
+        return after_body(body, refused).await;
     } else {
         body
     };
@@ -196,21 +235,23 @@ pub async fn check(
     // Fail closed: a session id must name a bound session of this caller. An id the table
     // does not know (made up, reaped, or an `initialize` that never bound) is gone as far as
     // this caller is concerned, whatever rmcp still holds.
+    let mut bound = None;
     if let Some(id) = &session {
         match sessions.lookup(id) {
-            Err(_) => return unreadable_table(),
-            Ok(Lookup::Unbound) => return session_not_found(),
+            Err(_) => return after_body(body, unreadable_table()).await,
+            Ok(Lookup::Unbound) => return after_body(body, session_not_found()).await,
             Ok(Lookup::Bound(fingerprint, _)) if fingerprint != identity.fingerprint() => {
-                return refusal(
+                let refused = refusal(
                     StatusCode::FORBIDDEN,
                     "forbidden",
                     "this session belongs to another project or caller: the project and token \
                      must be the ones sent with `initialize`",
                 );
+                return after_body(body, refused).await;
             }
             Ok(Lookup::Bound(_, task)) => {
                 task.touch();
-                parts.extensions.insert(SessionTask(task));
+                bound = Some(task);
             }
         }
     }
@@ -226,36 +267,69 @@ pub async fn check(
         );
     }
 
-    // A new session, or a read outside one (composition, routes, decisions), only for a caller
-    // the project admits.
-    let composition_read = !is_mcp && session.is_none() && parts.uri.path().starts_with("/v1/");
-    if (initialize || sessionless || composition_read)
-        && let Some(caller_check) = sessions.caller_check()
+    // The caller against the project: for a new session or task, a read outside one
+    // (composition, routes, decisions), and every request of a live session — answered from
+    // the cache until its TTL, then asked again, so a revoked caller's session ends.
+    if let Some(caller_check) = sessions.caller_check()
         && let Err(refused) = caller_check.check(&identity).await
     {
-        return refused.into_response();
+        if refused.is_denial() {
+            if let Some(id) = &session {
+                sessions.end(id);
+            }
+            if let Some(tasks) = &gate.sessionless {
+                tasks.end(&identity.fingerprint()).await;
+            }
+        }
+        return after_body(body, refused.into_response()).await;
     }
 
     let slot = TaskSlot::default();
-    if initialize {
-        let Some(permit) = sessions.admit() else {
-            let mut response = refusal(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                &format!(
-                    "{} sessions are open, the most this sidecar serves \
-                     (CAPSTAN_MAX_SESSIONS); end one (DELETE) or retry later",
-                    sessions.max_sessions()
-                ),
-            );
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(SESSIONS_RETRY_AFTER_SECONDS),
-            );
-            return response;
+    // A place for what this request opens: a session, a task without one, a stream.
+    if initialize || sessionless || listen {
+        let needs_task = if initialize {
+            true
+        } else {
+            match &gate.sessionless {
+                Some(tasks) => !tasks.has_task(&identity).await,
+                None => true,
+            }
         };
-        slot.offer(permit);
+        if needs_task {
+            match sessions.admit(&identity) {
+                Ok(place) => slot.offer(place),
+                Err(full) => return full.into_response(),
+            }
+        }
         parts.extensions.insert(slot.clone());
+    }
+    let stream_place = if listen {
+        match sessions.admit(&identity) {
+            Ok(place) => Some(place),
+            Err(full) => return full.into_response(),
+        }
+    } else {
+        None
+    };
+    // A session's GET stream: counted against the task's streams and the caps while it is open.
+    let get_stream = match (&bound, parts.method == Method::GET && is_mcp) {
+        (Some(task), true) => {
+            let stream = match task.open_stream(sessions.admission().caps().streams_per_task) {
+                Ok(stream) => stream,
+                Err(full) => {
+                    sessions.admission().refused(&full);
+                    return full.into_response();
+                }
+            };
+            match sessions.admit(&identity) {
+                Ok(place) => Some((stream, place)),
+                Err(full) => return full.into_response(),
+            }
+        }
+        _ => None,
+    };
+    if let Some(task) = bound {
+        parts.extensions.insert(SessionTask(task));
     }
     let fingerprint = identity.fingerprint();
     parts.extensions.insert(identity);
@@ -286,6 +360,12 @@ pub async fn check(
     if delete && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
     }
+    if let Some(place) = stream_place {
+        response = holding(response, place);
+    }
+    if let Some(held) = get_stream {
+        response = holding(response, held);
+    }
     response
 }
 
@@ -294,7 +374,7 @@ pub async fn check(
 mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use axum::http::HeaderName;
+    use axum::http::{HeaderName, HeaderValue};
 
     use super::*;
 
@@ -308,7 +388,10 @@ mod tests {
                 async { "served" }
             })
             .layer(axum::middleware::from_fn_with_state(
-                sessions.clone(),
+                Gate {
+                    sessions: sessions.clone(),
+                    sessionless: None,
+                },
                 check,
             ));
         (router, reached)
@@ -317,7 +400,7 @@ mod tests {
     fn sessions() -> Arc<Sessions> {
         Arc::new(Sessions::new(
             HeaderName::from_static("x-capstan-project"),
-            4,
+            crate::admission::Admission::new(crate::admission::Caps::default()),
         ))
     }
 

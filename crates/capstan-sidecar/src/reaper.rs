@@ -10,6 +10,8 @@ use std::time::Duration;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 
+use crate::caller_check::CallerCheck;
+use crate::sessionless::SessionlessTasks;
 use crate::sessions::Sessions;
 
 /// How long an rmcp session may exist without a binding before it is closed. A binding is
@@ -43,6 +45,9 @@ async fn reap_once(
         sessions.remove(&id);
         close(manager, &id.as_str().into(), "idle").await;
     }
+    for id in sessions.take_ended() {
+        close(manager, &id.as_str().into(), "caller revoked").await;
+    }
     let live: Vec<SessionId> = manager.sessions.read().await.keys().cloned().collect();
     orphans.retain(|id, _| live.contains(id));
     let grace = ORPHAN_GRACE.max(idle);
@@ -57,6 +62,40 @@ async fn reap_once(
         if since.elapsed() >= grace {
             orphans.remove(&id);
             close(manager, &id, "never bound").await;
+        }
+    }
+}
+
+/// Re-checks, every half of the caller check's TTL, the callers of tasks that hold open
+/// streams — a stream receives without sending requests, so no request would re-check them —
+/// and ends the tasks of callers the project's plane now denies: their streams close, and a
+/// session's next request is 404. Answers come from the caller check's cache, so a caller is
+/// asked at most once per TTL.
+pub async fn revalidate_streams(
+    check: Arc<CallerCheck>,
+    sessions: Arc<Sessions>,
+    sessionless: Arc<SessionlessTasks>,
+) {
+    let period = (check.ttl() / 2).max(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for (id, task) in sessions.streaming() {
+            if let Err(refused) = check.check(task.identity()).await
+                && refused.is_denial()
+            {
+                tracing::info!(project = %task.identity().project, "a streaming session's caller is no longer admitted; ending it");
+                sessions.end(&id);
+            }
+        }
+        for task in sessionless.streaming().await {
+            if let Err(refused) = check.check(task.identity()).await
+                && refused.is_denial()
+            {
+                tracing::info!(project = %task.identity().project, "a listening task's caller is no longer admitted; ending it");
+                sessionless.end(&task.identity().fingerprint()).await;
+            }
         }
     }
 }
@@ -77,7 +116,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_session_nobody_bound_should_be_closed_after_the_grace() {
-        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"), 4);
+        let sessions = Sessions::new(
+            HeaderName::from_static("x-capstan-project"),
+            crate::admission::Admission::new(crate::admission::Caps::default()),
+        );
         let manager = LocalSessionManager::default();
         let (id, _transport) = manager.create_session().await.unwrap();
         let mut orphans = HashMap::new();

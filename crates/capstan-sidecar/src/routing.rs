@@ -5,7 +5,6 @@
 
 use capstan_compose::{RoutedCapability, Snapshot};
 use capstan_route::{Decision, Requirements, RouteRequest, route_for, select};
-use sha2::{Digest, Sha256};
 
 /// The decision for a call to `routed` under `snapshot`'s qualifiers with the call's `request`
 /// and `requirements`, or why the route is refused before any candidate is looked at.
@@ -31,16 +30,6 @@ pub fn decide(
     ))
 }
 
-/// The digest a call's `intent` is kept as: SHA-256, the first 16 hex digits (enough to
-/// correlate, too short to be a copy).
-pub fn intent_digest(intent: &str) -> String {
-    Sha256::digest(intent.as_bytes())
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// "No eligible provider", with every exclusion: the capability exists (it is listed), so
 /// saying why is safe and what the caller needs to change the route.
 pub fn no_eligible_provider(decision: &Decision) -> String {
@@ -59,17 +48,4 @@ pub fn no_eligible_provider(decision: &Decision) -> String {
         decision.capability,
         reasons.join("; ")
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_intent_should_be_kept_only_as_a_short_digest() {
-        let digest = intent_digest("find the pricing page");
-        assert_eq!(digest.len(), 16);
-        assert_ne!(digest, intent_digest("find the pricing page."));
-        assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
-    }
 }

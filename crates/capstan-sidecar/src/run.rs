@@ -16,6 +16,7 @@ use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tracing::{info, warn};
 
+use crate::admission::{Admission, Caps};
 use crate::caller_check::{CallerCheck, CallerCheckMode};
 use crate::compose::{BaseToolsSetup, ProjectComposer};
 use crate::config::{BaseToolsMode, Config, SourceKind};
@@ -23,6 +24,7 @@ use crate::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
 use crate::feeds::ProjectFeeds;
 use crate::metering::Meter;
 use crate::metrics::{Metrics, WatchMetrics};
+use crate::reaper::revalidate_streams;
 use crate::server::router;
 use crate::sessionless::SessionlessTasks;
 use crate::sessions::Sessions;
@@ -119,6 +121,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         crd_url_template,
         kubeconfig,
         caller_check,
+        caller_check_ttl_seconds,
         base_tools,
         plan_token_key,
         plan_token_keys_file,
@@ -141,6 +144,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         // Read by `parse_and_run`, which built the runtime this runs on.
         worker_threads: _,
         max_sessions,
+        max_sessions_per_caller,
+        max_sessions_per_project,
+        max_streams_per_task,
         project_header,
         metrics_address,
         metering_sink,
@@ -306,7 +312,17 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     } else {
         CallerCheckMode::None
     });
-    let mut sessions = Sessions::new(project_header, max_sessions);
+    let admission = Admission::with_metrics(
+        Caps {
+            total: max_sessions,
+            per_caller: max_sessions_per_caller,
+            per_project: max_sessions_per_project,
+            streams_per_task: max_streams_per_task,
+        },
+        metrics.clone(),
+    );
+    let mut sessions = Sessions::new(project_header, admission);
+    let mut revalidation = None;
     match (caller_check, &plane) {
         (CallerCheckMode::None, _) => info!(
             "callers are not checked against the project they name \
@@ -320,8 +336,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             ));
         }
         (CallerCheckMode::Sar, Some(plane)) => {
-            sessions =
-                sessions.with_caller_check(Arc::new(CallerCheck::new(plane.clone(), metrics)));
+            let check = Arc::new(CallerCheck::new(
+                plane.clone(),
+                metrics,
+                Duration::from_secs(caller_check_ttl_seconds),
+            ));
+            revalidation = Some(check.clone());
+            sessions = sessions.with_caller_check(check);
         }
     }
     let sessions = Arc::new(sessions);
@@ -347,7 +368,15 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         feeds.clone(),
         sessions.clone(),
         Duration::from_secs(sessionless_ttl_seconds),
+        Duration::from_secs(session_idle_seconds),
     );
+    if let Some(check) = revalidation {
+        tokio::spawn(revalidate_streams(
+            check,
+            sessions.clone(),
+            sessionless.clone(),
+        ));
+    }
     let app = router(
         composer,
         feeds,

@@ -18,7 +18,7 @@ use crate::direct;
 use crate::feeds::ProjectFeeds;
 use crate::inspect::{CompositionViews, Inspection, composition};
 use crate::mcp::SessionHandler;
-use crate::middleware::{MAX_BODY_BYTES, check, check_host};
+use crate::middleware::{Gate, MAX_BODY_BYTES, check, check_host};
 use crate::reaper::reap_idle;
 use crate::routes::{route_decisions, routes};
 use crate::sessionless::SessionlessTasks;
@@ -67,9 +67,9 @@ pub fn router(
                 .with_max_request_body_bytes(MAX_BODY_BYTES),
         );
     let inspection = Arc::new(Inspection {
-        views: CompositionViews::new(sessions.max_sessions()),
+        views: CompositionViews::new(sessions.admission().caps().total),
         sessions: sessions.clone(),
-        sessionless,
+        sessionless: sessionless.clone(),
         composer,
     });
     Router::new()
@@ -84,7 +84,13 @@ pub fn router(
         )
         .route("/v1/routes", get(routes).with_state(inspection))
         .layer(axum::middleware::from_fn(direct::tools_call))
-        .layer(axum::middleware::from_fn_with_state(sessions, check))
+        .layer(axum::middleware::from_fn_with_state(
+            Gate {
+                sessions,
+                sessionless: Some(sessionless),
+            },
+            check,
+        ))
         .route("/healthz", get(|| async { "ok\n" }))
         .layer(axum::middleware::from_fn(check_host))
 }

@@ -5,11 +5,13 @@
 //! another caller's composition — while requests keep coming.
 //!
 //! What "task" means without a session (docs/plan.md): one entry of this table, from the first
-//! request of a (project, token) until [`DEFAULT_SESSIONLESS_TTL`] passes without a request (an
-//! open `subscriptions/listen` stream counts as activity) or the smallest
-//! `maxTaskDurationSeconds` of its bindings passes; the next request then starts a new task,
-//! with new upstream sessions. It follows its bindings like a session (`refresh.rs`) and tells
-//! its listen streams when its tools change. It holds a place under the session cap.
+//! request of a (project, token) until [`DEFAULT_SESSIONLESS_TTL`] passes without a request —
+//! or, while it has an open `subscriptions/listen` stream, until the session idle limit passes
+//! without one (an open stream keeps a task as long as a session is kept, never forever) — or
+//! the smallest `maxTaskDurationSeconds` of its bindings passes; the next request then starts
+//! a new task, with new upstream sessions. It follows its bindings like a session
+//! (`refresh.rs`) and tells its listen streams when its tools change. It holds a place, as
+//! every listen stream does (`admission.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -19,6 +21,7 @@ use rmcp::ErrorData as McpError;
 use tokio::sync::OnceCell;
 use tracing::info;
 
+use crate::admission::Place;
 use crate::compose::ProjectComposer;
 use crate::feeds::ProjectFeeds;
 use crate::identity::Identity;
@@ -36,6 +39,8 @@ pub struct SessionlessTasks {
     feeds: Arc<ProjectFeeds>,
     sessions: Arc<Sessions>,
     ttl: Duration,
+    /// How long an open listen stream keeps a task without a request: the session idle limit.
+    stream_ttl: Duration,
     entries: tokio::sync::Mutex<HashMap<[u8; 32], Entry>>,
 }
 
@@ -44,28 +49,47 @@ type Entry = Arc<OnceCell<Arc<Task>>>;
 
 impl SessionlessTasks {
     /// The table, composing with `composer`, following documents on `feeds`, taking places
-    /// under the cap of `sessions`; an entry unused for `ttl` ends (a reaper runs every quarter
-    /// of it).
+    /// from the admission of `sessions`; an entry unused for `ttl` ends — or, with a listen
+    /// stream open, unused for `stream_ttl` (a reaper runs every quarter of `ttl`).
     pub fn new(
         composer: Arc<ProjectComposer>,
         feeds: Arc<ProjectFeeds>,
         sessions: Arc<Sessions>,
         ttl: Duration,
+        stream_ttl: Duration,
     ) -> Arc<Self> {
         let table = Arc::new(Self {
             composer,
             feeds,
             sessions,
             ttl,
+            stream_ttl: stream_ttl.max(ttl),
             entries: tokio::sync::Mutex::default(),
         });
         tokio::spawn(reap(Arc::downgrade(&table)));
         table
     }
 
+    /// Streams one task may hold open.
+    pub fn streams_per_task(&self) -> usize {
+        self.sessions.admission().caps().streams_per_task
+    }
+
+    /// Whether `identity` has a task that may serve its next request (if not, the request
+    /// composes one, which needs a place: the middleware takes it before rmcp sees the
+    /// request, so a refusal is an HTTP 503/429, not a JSON-RPC error).
+    pub async fn has_task(&self, identity: &Identity) -> bool {
+        self.live(&identity.fingerprint()).await.is_some()
+    }
+
     /// The task of `identity`: its live one, or one composed now (concurrent first requests
-    /// of one caller compose once). Refused when the session cap is reached.
-    pub async fn task(&self, identity: &Identity) -> Result<Arc<Task>, McpError> {
+    /// of one caller compose once) in the place `offered` (taken by the middleware), else in
+    /// one taken now. Refused when no place is left.
+    pub async fn task(
+        &self,
+        identity: &Identity,
+        offered: Option<Place>,
+    ) -> Result<Arc<Task>, McpError> {
         let key = identity.fingerprint();
         let cell = {
             let mut entries = self.entries.lock().await;
@@ -77,15 +101,12 @@ impl SessionlessTasks {
         };
         let composed = cell
             .get_or_try_init(|| async {
-                let Some(permit) = self.sessions.admit() else {
-                    return Err(McpError::internal_error(
-                        format!(
-                            "{} sessions and tasks are open, the most this sidecar serves \
-                             (CAPSTAN_MAX_SESSIONS); retry later",
-                            self.sessions.max_sessions()
-                        ),
-                        None,
-                    ));
+                let permit = match offered {
+                    Some(place) => place,
+                    None => self
+                        .sessions
+                        .admit(identity)
+                        .map_err(|full| McpError::internal_error(full.to_string(), None))?,
                 };
                 let project = self.composer.compose(identity).await;
                 let task = Task::start(
@@ -137,9 +158,36 @@ impl SessionlessTasks {
         live.len()
     }
 
-    /// Whether `task` may serve another request: within its time limit and its TTL.
+    /// Whether `task` may serve another request: within its time limit and its TTL (the
+    /// longer one while a listen stream is open).
     fn usable(&self, task: &Task) -> bool {
-        !task.expired() && task.idle() < self.ttl
+        let ttl = if task.open_streams() > 0 {
+            self.stream_ttl
+        } else {
+            self.ttl
+        };
+        !task.expired() && task.idle() < ttl
+    }
+
+    /// Ends the task of the caller with `fingerprint` at once (its caller was revoked): its
+    /// upstream sessions and listen streams close, and the next request composes anew.
+    pub async fn end(&self, fingerprint: &[u8; 32]) {
+        let removed = self.entries.lock().await.remove(fingerprint);
+        if let Some(task) = removed.as_ref().and_then(|cell| cell.get()) {
+            task.shutdown();
+        }
+    }
+
+    /// The live tasks with open listen streams: what the caller check re-checks between
+    /// requests.
+    pub async fn streaming(&self) -> Vec<Arc<Task>> {
+        let entries = self.entries.lock().await;
+        entries
+            .values()
+            .filter_map(|cell| cell.get())
+            .filter(|task| task.open_streams() > 0 && self.usable(task))
+            .cloned()
+            .collect()
     }
 
     /// Drops the entries that may not serve again; their tasks end once no request holds
@@ -147,12 +195,24 @@ impl SessionlessTasks {
     async fn reap_once(&self) -> usize {
         let mut entries = self.entries.lock().await;
         let before = entries.len();
+        let mut ended = Vec::new();
         entries.retain(|_, cell| match cell.get() {
-            Some(task) => self.usable(task),
+            Some(task) if self.usable(task) => true,
+            Some(task) => {
+                ended.push(task.clone());
+                false
+            }
             // Composing now (or failed to): kept until it is used or the next pass.
             None => Arc::strong_count(cell) > 1,
         });
-        before - entries.len()
+        let removed = before - entries.len();
+        drop(entries);
+        // Idle past its limit (no call runs: a running call keeps it busy) or past its time
+        // limit: its listen streams, which hold it, are closed with it.
+        for task in &ended {
+            task.shutdown();
+        }
+        removed
     }
 }
 

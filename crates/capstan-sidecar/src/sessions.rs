@@ -1,5 +1,5 @@
-//! The binding table: which caller each MCP session belongs to, and how many sessions may be
-//! open.
+//! The binding table: which caller each MCP session belongs to; sessions take their places
+//! from the sidecar's admission (`admission.rs`).
 //!
 //! A session is bound when its `initialize` made a task; the table holds the task weakly, so a
 //! binding whose task is gone (the session ended) is dead and serves nothing — no callback from
@@ -11,21 +11,14 @@ use std::time::{Duration, Instant};
 
 use axum::http::HeaderName;
 
+use crate::admission::{Admission, Full, Place};
 use crate::caller_check::CallerCheck;
+use crate::identity::Identity;
 use crate::task::Task;
-
-/// Default cap on open sessions. 1,024: one assistant runs a handful of tasks at a time; the
-/// sidecar benchmark measured ~330 KiB per session with three upstreams, so the cap bounds
-/// the sidecar near a third of a GiB, and each session's upstream connections with it.
-pub const DEFAULT_MAX_SESSIONS: usize = 1024;
-
-/// What a client told "too many sessions" should wait before trying again: sessions end on
-/// DELETE or idle, so under churn a place frees within seconds.
-pub const SESSIONS_RETRY_AFTER_SECONDS: u64 = 5;
 
 /// A place among the open sessions, held by a session's task for its whole life (so a task
 /// whose client went away mid-`initialize` still counts until the reaper ends it).
-pub type SessionPermit = tokio::sync::OwnedSemaphorePermit;
+pub type SessionPermit = Place;
 
 struct Binding {
     fingerprint: [u8; 32],
@@ -45,25 +38,26 @@ pub enum Lookup {
 #[derive(Debug)]
 pub struct Poisoned;
 
-/// Session id → the identity bound at `initialize`, and the session cap.
+/// Session id → the identity bound at `initialize`; the admission sessions take places from.
 pub struct Sessions {
     project_header: HeaderName,
     bindings: Mutex<HashMap<String, Binding>>,
-    permits: Arc<tokio::sync::Semaphore>,
-    max_sessions: usize,
+    admission: Arc<Admission>,
     caller_check: Option<Arc<CallerCheck>>,
+    /// Sessions ended by the sidecar (a revoked caller) whose rmcp sessions the reaper closes.
+    ended: Mutex<Vec<String>>,
 }
 
 impl Sessions {
-    /// Bindings for requests naming their project in `project_header`, with at most
-    /// `max_sessions` sessions open at once.
-    pub fn new(project_header: HeaderName, max_sessions: usize) -> Self {
+    /// Bindings for requests naming their project in `project_header`, with places given out
+    /// by `admission`.
+    pub fn new(project_header: HeaderName, admission: Arc<Admission>) -> Self {
         Self {
             project_header,
             bindings: Mutex::new(HashMap::new()),
-            permits: Arc::new(tokio::sync::Semaphore::new(max_sessions)),
-            max_sessions,
+            admission,
             caller_check: None,
+            ended: Mutex::default(),
         }
     }
 
@@ -84,14 +78,53 @@ impl Sessions {
         &self.project_header
     }
 
-    /// The most sessions open at once.
-    pub fn max_sessions(&self) -> usize {
-        self.max_sessions
+    /// The admission places are taken from.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.admission
     }
 
-    /// A place for a new session, or none when `max_sessions` are open.
-    pub fn admit(&self) -> Option<SessionPermit> {
-        self.permits.clone().try_acquire_owned().ok()
+    /// A place for a new session or task of `identity`, or the cap that is full.
+    pub fn admit(&self, identity: &Identity) -> Result<SessionPermit, Full> {
+        self.admission.admit(identity)
+    }
+
+    /// Ends session `id` at once, as the sidecar's decision (its caller was revoked): later
+    /// requests naming it are not served (404), its task's upstream sessions and streams
+    /// close, and the reaper closes the rmcp session.
+    pub fn end(&self, id: &str) {
+        let task = self
+            .bindings
+            .lock()
+            .ok()
+            .and_then(|mut bindings| bindings.remove(id))
+            .and_then(|binding| binding.task.upgrade());
+        if let Some(task) = task {
+            task.shutdown();
+        }
+        if let Ok(mut ended) = self.ended.lock() {
+            ended.push(id.to_owned());
+        }
+    }
+
+    /// The sessions ended by [`Sessions::end`] since the last call, for the reaper to close.
+    pub fn take_ended(&self) -> Vec<String> {
+        self.ended
+            .lock()
+            .map(|mut ended| std::mem::take(&mut *ended))
+            .unwrap_or_default()
+    }
+
+    /// The live sessions whose tasks hold open streams, with their ids: what the caller check
+    /// re-checks between requests (a stream receives without asking).
+    pub fn streaming(&self) -> Vec<(String, Arc<Task>)> {
+        let Ok(bindings) = self.bindings.lock() else {
+            return Vec::new();
+        };
+        bindings
+            .iter()
+            .filter_map(|(id, b)| Some((id.clone(), b.task.upgrade()?)))
+            .filter(|(_, task)| task.open_streams() > 0)
+            .collect()
     }
 
     /// Binds session `id` to the caller with `fingerprint` and its `task`.
@@ -227,21 +260,29 @@ impl TaskSlot {
 mod tests {
     use super::*;
 
+    fn admission(total: usize) -> Arc<Admission> {
+        Admission::new(crate::admission::Caps {
+            total,
+            ..crate::admission::Caps::default()
+        })
+    }
+
     #[test]
     fn sessions_should_be_admitted_up_to_the_cap_and_again_when_one_ends() {
-        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"), 2);
-        let first = sessions.admit().unwrap();
-        let _second = sessions.admit().unwrap();
-        assert!(sessions.admit().is_none());
+        let sessions = Sessions::new(HeaderName::from_static("x-capstan-project"), admission(2));
+        let caller = Identity::new("p".into(), Some("t"));
+        let first = sessions.admit(&caller).unwrap();
+        let _second = sessions.admit(&caller).unwrap();
+        assert!(sessions.admit(&caller).is_err());
         drop(first);
-        assert!(sessions.admit().is_some());
+        assert!(sessions.admit(&caller).is_ok());
     }
 
     #[test]
     fn an_unknown_session_should_be_unbound_and_a_poisoned_table_an_error() {
         let sessions = Arc::new(Sessions::new(
             HeaderName::from_static("x-capstan-project"),
-            2,
+            admission(2),
         ));
         assert!(matches!(sessions.lookup("nope"), Ok(Lookup::Unbound)));
         sessions.poison();

@@ -18,14 +18,14 @@ use rmcp::model::{
 use rmcp::service::{Peer, SubscriptionSink};
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::{Value, json};
-use tokio::sync::OwnedSemaphorePermit;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::admission::{Full, Place};
 use crate::decisions::{DecisionLog, DecisionRecord};
 use crate::identity::Identity;
 use crate::metering::{Meter, ToolInvocation};
 use crate::metrics::Metrics;
-use crate::routing::{decide, intent_digest, no_eligible_provider};
+use crate::routing::{decide, no_eligible_provider};
 
 /// The built-in that fetches a skill's body.
 pub const LOAD_SKILL: &str = "load_skill";
@@ -57,7 +57,9 @@ pub struct Task {
     /// Calls running now.
     busy: AtomicUsize,
     /// This session's place among the open sessions, released when the task ends.
-    _permit: Option<OwnedSemaphorePermit>,
+    _permit: Option<Place>,
+    /// Streams open now (a session's GET streams, `subscriptions/listen` streams).
+    streams: Arc<AtomicUsize>,
     /// The session's MCP peer, through which `notifications/tools/list_changed` is sent.
     peer: OnceLock<Peer<RoleServer>>,
     /// The open `subscriptions/listen` streams of a task without a session (2026-07-28), each
@@ -206,7 +208,16 @@ impl Served {
 pub struct Listening<'a> {
     task: &'a Task,
     id: u64,
-    _busy: Busy<'a>,
+    _stream: OpenStream,
+}
+
+/// One stream a task holds open, counted against its cap; given back on drop.
+pub struct OpenStream(Arc<AtomicUsize>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Drop for Listening<'_> {
@@ -276,7 +287,7 @@ impl Task {
         context: TaskContext,
         identity: Identity,
         served: Served,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: Option<Place>,
     ) -> Arc<Self> {
         let max_duration = max_task_duration(&served.snapshot().documents);
         context.metrics.sessions_active.inc();
@@ -290,6 +301,7 @@ impl Task {
             last_used: AtomicU64::new(0),
             busy: AtomicUsize::new(0),
             _permit: permit,
+            streams: Arc::default(),
             peer: OnceLock::new(),
             listeners: Mutex::default(),
             next_listener: AtomicU64::new(0),
@@ -368,9 +380,29 @@ impl Task {
         }
     }
 
-    /// Follows `sink` (an open `subscriptions/listen` stream) until the returned guard is
-    /// dropped; meanwhile the task counts as busy, so a client that only listens keeps it.
-    pub fn listen(&self, sink: SubscriptionSink) -> Listening<'_> {
+    /// A stream of this task opens, if fewer than `max` are open: the guard counts it until
+    /// dropped.
+    pub fn open_stream(&self, max: usize) -> Result<OpenStream, Full> {
+        let opened = self
+            .streams
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < max).then_some(open + 1)
+            });
+        match opened {
+            Ok(_) => Ok(OpenStream(self.streams.clone())),
+            Err(_) => Err(Full::Streams { max }),
+        }
+    }
+
+    /// Streams open now.
+    pub fn open_streams(&self) -> usize {
+        self.streams.load(Ordering::Acquire)
+    }
+
+    /// Follows `sink` (an open `subscriptions/listen` stream, counted by `stream`) until the
+    /// returned guard is dropped. The stream does not make the task busy: how long an open
+    /// stream keeps a task is the task table's rule (`sessionless.rs`), never forever.
+    pub fn listen(&self, sink: SubscriptionSink, stream: OpenStream) -> Listening<'_> {
         let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
         match self.listeners.lock() {
             Ok(mut listeners) => listeners.push((id, sink)),
@@ -379,7 +411,7 @@ impl Task {
         Listening {
             task: self,
             id,
-            _busy: Busy::new(self),
+            _stream: stream,
         }
     }
 
@@ -494,7 +526,10 @@ impl Task {
             self.context.metrics.tool_call(error.kind.as_str());
             return error.into_result();
         }
-        let digest = taken.intent.as_deref().map(intent_digest);
+        let digest = taken
+            .intent
+            .as_deref()
+            .map(|intent| self.context.decisions.intent_digest(intent));
         let project = &self.identity.project;
         let decision = match decide(routed, served.snapshot(), &taken.route, &taken.requirements) {
             Ok(decision) => decision,

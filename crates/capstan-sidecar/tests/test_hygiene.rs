@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 
 use common::*;
+use serde_json::Value;
 
 const CALL: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"streamco__streams_list","arguments":{}}}"#;
 const VERSIONS: [&str; 5] = [
@@ -378,40 +379,81 @@ async fn projects_that_are_not_project_names_should_be_refused_before_any_source
     assert_eq!(api.count(), 1);
 }
 
+/// The three caps at their defaults (1,024 places, 256 per caller, 512 per project): four
+/// callers, two projects, fill the sidecar; then the sidecar's cap refuses (503), a full
+/// caller is refused wherever it goes and a full project whoever asks (429), each naming its
+/// setting; every open session is still served, and ending one frees its place.
 #[test]
-fn sessions_beyond_the_cap_should_be_refused_with_503_and_the_open_ones_served() {
-    // No documents: sessions are cheap, the cap is what is tested.
+fn sessions_beyond_a_cap_should_be_refused_naming_the_cap_and_the_open_ones_served() {
+    // No documents: sessions are cheap, the caps are what is tested.
     let sidecar = Sidecar::start(&serde_json::json!([]), &[], &[]);
-    let initialize = |project: &str| {
+    let initialize = |project: &str, token: &str| {
         sidecar.raw(
             "POST",
             "/mcp",
-            &[(PROJECT_HEADER, project), ("authorization", "Bearer t")],
+            &[
+                (PROJECT_HEADER, project),
+                ("authorization", &format!("Bearer {token}")),
+            ],
             INITIALIZE,
         )
     };
-    let ids: Vec<String> = (0..1024)
-        .map(|_| {
-            let (code, head, body) = initialize("demo-project");
+    let refusal = |project: &str, token: &str, status: u16, message: &str| {
+        let (code, head, body) = initialize(project, token);
+        assert_eq!(code, status, "{project} {token}: {body}");
+        assert_eq!(header_value(&head, "retry-after").as_deref(), Some("5"));
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["kind"], "unavailable", "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(message),
+            "{body}"
+        );
+    };
+    let mut ids = Vec::new();
+    let mut open = |project: &str, token: &str| {
+        for _ in 0..256 {
+            let (code, head, body) = initialize(project, token);
             assert_eq!(code, 200, "{body}");
-            header_value(&head, "mcp-session-id").expect("a session id")
-        })
-        .collect();
-    let (code, head, body) = initialize("demo-project");
-    assert_eq!(code, 503, "{body}");
-    assert_eq!(header_value(&head, "retry-after").as_deref(), Some("5"));
-    assert!(
-        body.contains("1024 sessions are open, the most this sidecar serves"),
-        "{body}"
+            let id = header_value(&head, "mcp-session-id").expect("a session id");
+            ids.push((project.to_owned(), token.to_owned(), id));
+        }
+    };
+    // One caller fills its share and is refused wherever it goes next.
+    open("p0", "t0");
+    refusal(
+        "p2",
+        "t0",
+        429,
+        "this caller (bearer token) holds 256 sessions, tasks and streams, the most one caller \
+         may (CAPSTAN_MAX_SESSIONS_PER_CALLER)",
+    );
+    // A second caller fills project p0, which then refuses whoever asks.
+    open("p0", "t2");
+    refusal(
+        "p0",
+        "t5",
+        429,
+        "project p0 holds 512 sessions, tasks and streams, the most one project may \
+         (CAPSTAN_MAX_SESSIONS_PER_PROJECT)",
+    );
+    // Two more callers in p1 fill the sidecar.
+    open("p1", "t1");
+    open("p1", "t3");
+    refusal(
+        "p2",
+        "t4",
+        503,
+        "1024 sessions, tasks and streams are open, the most this sidecar serves \
+         (CAPSTAN_MAX_SESSIONS)",
     );
     let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
-    for id in &ids {
+    for (project, token, id) in &ids {
         let (code, _, body) = sidecar.raw(
             "POST",
             "/mcp",
             &[
-                (PROJECT_HEADER, "demo-project"),
-                ("authorization", "Bearer t"),
+                (PROJECT_HEADER, project),
+                ("authorization", &format!("Bearer {token}")),
                 ("mcp-session-id", id),
                 ("mcp-protocol-version", "2025-11-25"),
             ],
@@ -420,21 +462,22 @@ fn sessions_beyond_the_cap_should_be_refused_with_503_and_the_open_ones_served()
         assert_eq!(code, 200, "{body}");
         assert!(body.contains(r#""tools":[]"#), "{body}");
     }
-    // Ending one session frees its place.
+    // Ending one session frees its place (for its caller, in its project).
+    let (project, token, id) = &ids[0];
     let (code, _, _) = sidecar.raw(
         "DELETE",
         "/mcp",
         &[
-            (PROJECT_HEADER, "demo-project"),
-            ("authorization", "Bearer t"),
-            ("mcp-session-id", &ids[0]),
+            (PROJECT_HEADER, project),
+            ("authorization", &format!("Bearer {token}")),
+            ("mcp-session-id", id),
         ],
         "",
     );
     assert_eq!(code, 204);
     let mut admitted = false;
     for _ in 0..100 {
-        let (code, _, _) = initialize("demo-project");
+        let (code, _, _) = initialize(project, token);
         if code == 200 {
             admitted = true;
             break;
@@ -493,4 +536,46 @@ async fn a_host_other_than_localhost_should_be_refused_on_every_path() {
     let mut expected = before;
     expected.push("streams_list".to_owned());
     assert_eq!(provider.tool_calls().await, expected);
+}
+
+/// A request refused before its body is needed is still answered: the sidecar reads the body
+/// before it sends the refusal, so a client that writes the body after its headers (Python's
+/// http.client) reads the 400/401/403 instead of a broken pipe.
+#[test]
+fn a_refusal_should_reach_a_client_that_writes_its_body_after_its_headers() {
+    let (provider, sidecar) = streamco_sidecar();
+    let output = std::process::Command::new("python3")
+        .arg(repo_root().join("crates/capstan-sidecar/tests/python/refused.py"))
+        .arg(&sidecar.socket)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 10, "{lines:?}");
+    // The refusal each case must read, in the order refused.py sends them.
+    let expected = [
+        (400, "the x-capstan-project header: "),
+        (400, "the x-capstan-project header: "),
+        (400, "the x-capstan-project header: "),
+        (400, "the x-capstan-project header: "),
+        (400, "the x-capstan-project header: "),
+        (400, "the x-capstan-project header is missing"),
+        (401, "the Authorization header must be `Bearer <token>`"),
+        (401, "the Authorization header must be `Bearer <token>`"),
+        (403, "the Host header must be localhost"),
+        (400, "the x-capstan-project header: "),
+    ];
+    for (line, (status, message)) in lines.iter().zip(expected) {
+        assert_eq!(line["status"], status, "{line}");
+        let body: Value = serde_json::from_str(line["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["error"]["kind"], "forbidden", "{line}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(message),
+            "{line}"
+        );
+    }
+    drop(provider);
 }

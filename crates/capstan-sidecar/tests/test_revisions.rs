@@ -284,13 +284,27 @@ async fn a_task_without_a_session_should_take_a_place_under_the_session_cap() {
         ("mcp-method", "tools/list"),
     ];
     let session = sidecar.session("demo-project", Some("other")).await;
-    let (status, body) = post(&sidecar, &headers, &modern(1, "tools/list", json!({})));
-    assert_eq!(status, 200, "{body}");
-    let refused = message(&body);
+    // Refused before rmcp sees it, as an `initialize` would be: 503 with Retry-After and the
+    // setting named — not a JSON-RPC error inside a 200.
+    let (status, body, head) = sidecar.curl(
+        "POST",
+        "/mcp",
+        &[
+            ("mcp-protocol-version", REVISION),
+            headers[0],
+            headers[1],
+            headers[2],
+        ],
+        Some(&modern(1, "tools/list", json!({}))),
+    );
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(header_value(&head, "retry-after").as_deref(), Some("5"));
+    let refused: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refused["error"]["kind"], "unavailable", "{body}");
     assert!(
         refused["error"]["message"]
             .as_str()
-            .is_some_and(|m| m.contains("CAPSTAN_MAX_SESSIONS")),
+            .is_some_and(|m| m.contains("(CAPSTAN_MAX_SESSIONS)")),
         "{body}"
     );
     // The place frees with the session, and the refused caller is served on its next request.

@@ -1,0 +1,297 @@
+//! The tenant boundary on its refusal side, against a real sidecar process: streams bounded by
+//! the caps and unable to keep a task forever, and one project's routed calls unable to push
+//! another's decisions out of the log. (The caller-facing refusals on a real control plane are
+//! in `e2e/tests/tenancy.rs`.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+
+const REVISION: &str = "2026-07-28";
+
+/// A `subscriptions/listen` request of the 2026-07-28 revision, as raw HTTP/1.1.
+fn listen_request(project: &str, token: &str) -> String {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": {
+    "notifications": {"toolsListChanged": true},
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": REVISION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    }}})
+    .to_string();
+    format!(
+        "POST /mcp HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\
+         content-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nmcp-protocol-version: {REVISION}\r\n\
+         mcp-method: subscriptions/listen\r\n{PROJECT_HEADER}: {project}\r\n\
+         authorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Opens a listen stream: the stream and the response head (read up to the blank line).
+fn open_listen(sidecar: &Sidecar, project: &str, token: &str) -> (UnixStream, String) {
+    let mut stream = UnixStream::connect(&sidecar.socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream
+        .write_all(listen_request(project, token).as_bytes())
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    (stream, String::from_utf8_lossy(&head).into_owned())
+}
+
+fn status(head: &str) -> u16 {
+    head.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The rest of a response whose head was read: its body as far as `content-length` says.
+fn body_after(mut stream: UnixStream, head: &str) -> String {
+    let length: usize = header_value(head, "content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).unwrap();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Finding: 2,000 listen POSTs from one caller with `CAPSTAN_MAX_SESSIONS=4` were all answered
+/// 200 (RSS 61 → 252 MB, 2,011 file descriptors). Every stream takes a place: the caller's
+/// task takes one, its streams the other three, and every further listen is refused with the
+/// cap named — its connection closed, nothing kept.
+#[test]
+fn listen_streams_should_take_places_and_be_refused_past_the_cap() {
+    let provider = DemoProvider::start(&[]);
+    let mut sidecar = Sidecar::start(
+        &streamco(&provider),
+        &[provider.host()],
+        &[("CAPSTAN_MAX_SESSIONS", "4")],
+    );
+    let pid = sidecar.pid();
+    let (fds_before, rss_before) = (open_fds(pid), rss_kib(pid));
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for attempt in 0..2000 {
+        let (stream, head) = open_listen(&sidecar, "demo-project", "t");
+        match status(&head) {
+            200 => held.push(stream),
+            503 => {
+                let body: Value = serde_json::from_str(&body_after(stream, &head)).unwrap();
+                assert_eq!(body["error"]["kind"], "unavailable", "{body}");
+                assert!(
+                    body["error"]["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("4 sessions, tasks and streams are open, the most this sidecar serves (CAPSTAN_MAX_SESSIONS)"),
+                    "{body}"
+                );
+                assert_eq!(header_value(&head, "retry-after").as_deref(), Some("5"));
+                refused += 1;
+            }
+            other => panic!("listen {attempt} answered {other}: {head}"),
+        }
+    }
+    assert_eq!(
+        held.len(),
+        3,
+        "the task takes one place, its streams the rest"
+    );
+    assert_eq!(refused, 1997);
+    // What the refused ones cost is gone with them (the oracle: the process's own counts).
+    let (fds_after, rss_after) = (open_fds(pid), rss_kib(pid));
+    assert!(
+        fds_after < fds_before + 50,
+        "file descriptors {fds_before} → {fds_after}"
+    );
+    assert!(
+        rss_after < rss_before + 20.0 * 1024.0,
+        "RSS {rss_before} KiB → {rss_after} KiB"
+    );
+    drop(held);
+    assert!(sidecar.is_running());
+}
+
+/// A task holds at most `CAPSTAN_MAX_STREAMS_PER_TASK` streams (4) whatever the caps leave.
+#[test]
+fn a_task_should_hold_at_most_its_streams() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let held: Vec<UnixStream> = (0..4)
+        .map(|_| {
+            let (stream, head) = open_listen(&sidecar, "demo-project", "t");
+            assert_eq!(status(&head), 200, "{head}");
+            stream
+        })
+        .collect();
+    let (mut stream, head) = open_listen(&sidecar, "demo-project", "t");
+    // Refused by the task, inside the stream rmcp opened: a JSON-RPC error naming the cap.
+    assert_eq!(status(&head), 200, "{head}");
+    let mut text = String::new();
+    let mut chunk = [0u8; 4096];
+    while !text.contains("CAPSTAN_MAX_STREAMS_PER_TASK") {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.push_str(&String::from_utf8_lossy(&chunk[..n])),
+        }
+    }
+    assert!(
+        text.contains(
+            "this task has 4 streams open, the most one task may (CAPSTAN_MAX_STREAMS_PER_TASK)"
+        ),
+        "{text}"
+    );
+    drop(held);
+}
+
+/// Finding: an open listen stream kept its task from ever going idle. It keeps a task without
+/// a session only as long as a session is kept without a request
+/// (`CAPSTAN_SESSION_IDLE_SECONDS`); then the task ends, its upstream session closes and the
+/// stream ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_stream_should_not_keep_its_task_forever() {
+    let provider = DemoProvider::start(&[]);
+    // No time limit: only the idle rule can end the task.
+    let mut documents = streamco(&provider);
+    documents["items"][0]["spec"]["authority"]
+        .as_object_mut()
+        .unwrap()
+        .remove("maxTaskDurationSeconds");
+    let sidecar = Sidecar::start(
+        &documents,
+        &[provider.host()],
+        &[
+            ("CAPSTAN_SESSIONLESS_TTL_SECONDS", "1"),
+            ("CAPSTAN_SESSION_IDLE_SECONDS", "2"),
+        ],
+    );
+    let deletes_before = upstream_deletes(&provider).await;
+    let socket = sidecar.socket.clone();
+    let ended = tokio::task::spawn_blocking(move || {
+        let sidecar_socket = socket;
+        let mut stream = UnixStream::connect(&sidecar_socket).unwrap();
+        // Bounded: a stream the sidecar never ends fails the test, it does not hang it.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream
+            .write_all(listen_request("demo-project", "t").as_bytes())
+            .unwrap();
+        let mut all = Vec::new();
+        let mut chunk = [0u8; 4096];
+        // Keep-alive comments arrive every 15 s, so the deadline is on the whole read.
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            match stream.read(&mut chunk) {
+                Ok(0) => return Ok(String::from_utf8_lossy(&all).into_owned()),
+                Ok(n) => all.extend_from_slice(&chunk[..n]),
+                Err(error) => return Err(format!("{error}: {}", String::from_utf8_lossy(&all))),
+            }
+        }
+        Err(format!(
+            "still open after 30 s: {}",
+            String::from_utf8_lossy(&all)
+        ))
+    })
+    .await
+    .unwrap();
+    let text = ended.expect("the stream ended");
+    // Acknowledged, then ended with the listen request's final result.
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.contains("notifications/subscriptions/acknowledged")
+            && text.contains(r#""id":1,"result":{"resultType":"complete""#),
+        "{text}"
+    );
+    eventually("the task's upstream session is closed", || async {
+        (upstream_deletes(&provider).await > deletes_before).then_some(())
+    })
+    .await;
+}
+
+/// Finding: the decision log was one ring for every project: 1,100 routed calls from
+/// `other-project` left `demo-project`'s `/v1/route-decisions` empty. Each project keeps its
+/// own.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_projects_routed_calls_should_never_push_out_anothers_decisions() {
+    let provider = DemoProvider::start(&[]);
+    // No namespace: the binding applies to every project.
+    let mut document = binding("search", None, "search", &provider, &["streams_list"]);
+    document["spec"]["tools"]["mcpServers"][0]["capabilities"] =
+        json!([{"capabilityId": "cap.web.search", "tool": "streams_list"}]);
+    let sidecar = Sidecar::start(&json!([document]), &[provider.host()], &[]);
+    // A call no candidate may serve: decided (and recorded), never forwarded.
+    let call = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "cap__web_search",
+            "arguments": {"query": "pricing", "route": {"only": ["nobody"]}}}})
+        .to_string()
+    };
+    let calls_before = provider.tool_calls().await;
+    let demo = sidecar.curl_initialize("demo-project", "t");
+    let (code, body) = sidecar.curl_in_session(&demo, &call(1));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("no_eligible_provider"), "{body}");
+    let other = sidecar.curl_initialize("other-project", "u");
+    for id in 0..1100 {
+        let (code, _, body) = sidecar.raw(
+            "POST",
+            "/mcp",
+            &[
+                (PROJECT_HEADER, "other-project"),
+                ("authorization", "Bearer u"),
+                ("mcp-session-id", &other),
+                ("mcp-protocol-version", "2025-11-25"),
+            ],
+            &call(id),
+        );
+        assert_eq!(code, 200, "{body}");
+    }
+    let decisions = |project: &str, token: &str| -> Vec<Value> {
+        let (code, _, body) = sidecar.raw(
+            "GET",
+            "/v1/route-decisions?limit=1024",
+            &[
+                (PROJECT_HEADER, project),
+                ("authorization", &format!("Bearer {token}")),
+            ],
+            "",
+        );
+        assert_eq!(code, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        answer["decisions"].as_array().cloned().unwrap_or_default()
+    };
+    let kept = decisions("demo-project", "t");
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0]["project"], "demo-project");
+    assert_eq!(kept[0]["capability"], "cap.web.search");
+    assert_eq!(decisions("other-project", "u").len(), 1024);
+    assert_eq!(
+        provider.tool_calls().await,
+        calls_before,
+        "a refused route reached the provider"
+    );
+}
