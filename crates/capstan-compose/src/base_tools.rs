@@ -39,8 +39,9 @@ pub const RESOURCES_PLAN: &str = "resources_plan";
 pub const RESOURCES_APPLY: &str = "resources_apply";
 
 /// The base tools of one session: its project API client (the caller's token, the project's
-/// plane) and, when a plan-token key is available, the change path.
-#[derive(Debug)]
+/// plane) and, when a plan-token key is available, the change path. A clone shares the client
+/// (its discovery cache and who the caller is).
+#[derive(Clone, Debug)]
 pub struct BaseTools {
     api: Arc<ProjectApi>,
     change_path: Option<ChangePath>,

@@ -2,10 +2,12 @@
 //! instructions text, the skills, and a per-binding outcome (`composition.rs` holds the data).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use capstan_api::CapabilityStatus;
 use capstan_route::Catalog;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
+use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 use tracing::{debug, warn};
 
@@ -77,12 +79,32 @@ pub enum ToolCallError {
     Upstream(#[from] CallError),
 }
 
+/// One upstream session of a composition, with what it listed and what it was opened for.
+#[derive(Debug)]
+struct Connected {
+    /// The binding's name and whole spec, and the server's name, digested: a composition of
+    /// the same task keeps this session while this stays the same.
+    key: [u8; 32],
+    upstream: Arc<Upstream>,
+    tools: Arc<Vec<Tool>>,
+}
+
+/// The key of server `server` of a binding whose spec digests to `spec`.
+fn connection_key(spec: &[u8; 32], binding: &str, server: &str) -> [u8; 32] {
+    let mut digest = Sha256::new();
+    digest.update(spec);
+    digest.update(binding.as_bytes());
+    digest.update([0]);
+    digest.update(server.as_bytes());
+    digest.finalize().into()
+}
+
 /// A live composition: the data plus the open upstream sessions that serve its tools.
 #[derive(Debug)]
 pub struct Composed {
     /// The composition as data.
     pub composition: Composition,
-    upstreams: Vec<Upstream>,
+    upstreams: Vec<Connected>,
     /// Composed tool name → (index into `upstreams`, upstream tool name).
     routes: HashMap<String, (usize, String)>,
     fetcher: Fetcher,
@@ -98,6 +120,25 @@ impl Composed {
     /// `tools.listChanged`): the composition is then out of date.
     pub fn upstream_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+
+    /// Whether `other` notes its upstreams' list changes on the same channel as this one (it
+    /// was composed reusing this one, or this one reusing it): a receiver of either serves.
+    pub fn shares_changes_with(&self, other: &Composed) -> bool {
+        self.changes.same_channel(&other.changes)
+    }
+
+    /// How many of this composition's upstream sessions `other` holds too.
+    pub fn shared_upstreams(&self, other: &Composed) -> usize {
+        self.upstreams
+            .iter()
+            .filter(|c| {
+                other
+                    .upstreams
+                    .iter()
+                    .any(|o| Arc::ptr_eq(&o.upstream, &c.upstream))
+            })
+            .count()
     }
 
     /// The routed capabilities offered (at least one candidate composed), in id order.
@@ -134,7 +175,7 @@ impl Composed {
                 name: name.to_owned(),
             });
         };
-        let upstream = &self.upstreams[*index];
+        let upstream = &self.upstreams[*index].upstream;
         Ok(upstream
             .call(tool, arguments, self.limits.call_timeout)
             .await?)
@@ -167,16 +208,23 @@ impl Composed {
         Ok(knowledge::frame_skill(skill, &fetched))
     }
 
-    /// Ends every upstream session without waiting (usable from `Drop`).
+    /// Ends every upstream session without waiting (usable from `Drop`), shared or not: the
+    /// task they serve has ended.
     pub fn shutdown(&self) {
-        for upstream in &self.upstreams {
-            upstream.shutdown();
+        for connected in &self.upstreams {
+            connected.upstream.shutdown();
         }
     }
 
-    /// Ends every upstream session and waits until they are closed.
+    /// Ends every upstream session this composition alone holds and waits until the servers
+    /// were told.
     pub async fn close(self) {
-        futures::future::join_all(self.upstreams.into_iter().map(Upstream::close)).await;
+        futures::future::join_all(self.upstreams.into_iter().map(|connected| async move {
+            if let Some(upstream) = Arc::into_inner(connected.upstream) {
+                upstream.close().await;
+            }
+        }))
+        .await;
     }
 }
 
@@ -204,7 +252,8 @@ struct ServerResult {
     pins: BTreeMap<String, String>,
     mutating: BTreeSet<String>,
     quarantined: BTreeSet<String>,
-    result: Result<(Upstream, Vec<Tool>), ConnectError>,
+    key: [u8; 32],
+    result: Result<(Arc<Upstream>, Arc<Vec<Tool>>), ConnectError>,
 }
 
 impl Composer {
@@ -252,7 +301,30 @@ impl Composer {
     /// and knowledge fetched concurrently; the result depends only on the inputs and what the
     /// servers answer, never on which answered first.
     pub async fn compose(&self, documents: &[Document]) -> Composed {
-        let changes = ToolListChanges::default();
+        self.compose_reusing(documents, None).await
+    }
+
+    /// Composes `documents` again for the task that holds `previous`: an upstream session of
+    /// `previous` whose binding is unchanged (the same name and spec) is kept — re-listed on
+    /// its own session if the server said its list changed — and only the others are opened.
+    /// A binding edited, added or removed reopens (or closes) its own servers' sessions only,
+    /// and a provider's list change costs one `tools/list` at that provider.
+    pub async fn compose_reusing(
+        &self,
+        documents: &[Document],
+        previous: Option<&Composed>,
+    ) -> Composed {
+        let changes = previous.map(|p| p.changes.clone()).unwrap_or_default();
+        let kept: HashMap<[u8; 32], &Connected> = previous
+            .map(|p| p.upstreams.iter().map(|c| (c.key, c)).collect())
+            .unwrap_or_default();
+        let specs: Vec<[u8; 32]> = documents
+            .iter()
+            .map(|d| {
+                // Serializing a parsed spec cannot fail; an empty digest would only reopen.
+                Sha256::digest(serde_json::to_vec(&d.spec).unwrap_or_default()).into()
+            })
+            .collect();
         let connects = documents.iter().enumerate().flat_map(|(doc, d)| {
             d.spec
                 .tools
@@ -281,11 +353,43 @@ impl Composer {
                 .map(|m| m.tool.clone())
                 .collect();
             let changes = &changes;
+            let key = connection_key(&specs[doc], &documents[doc].binding, &server.name);
+            let reusable = kept.get(&key).filter(|c| !c.upstream.is_closed());
             async move {
-                let result = self
-                    .connector
-                    .connect(&server.name, &server.endpoint, allowed.clone(), changes)
-                    .await;
+                let relisted = match reusable {
+                    // Listed again on its own session when the server said its list changed
+                    // (the mark is cleared first, so a change meanwhile is not lost).
+                    Some(kept) if kept.upstream.take_stale() => {
+                        match kept.upstream.relist(self.limits.connect_timeout).await {
+                            Ok(tools) => {
+                                debug!(server = %server.name, tools = tools.len(), "the server's tools listed again on its session");
+                                Some((kept.upstream.clone(), Arc::new(tools)))
+                            }
+                            Err(error) => {
+                                debug!(server = %server.name, %error, "re-listing failed; opening a new session");
+                                None
+                            }
+                        }
+                    }
+                    Some(kept) => {
+                        debug!(server = %server.name, "the server's session is kept");
+                        Some((kept.upstream.clone(), kept.tools.clone()))
+                    }
+                    None => None,
+                };
+                let result = match relisted {
+                    Some(kept) => Ok(kept),
+                    None => self
+                        .connector
+                        .connect(
+                            &server.name,
+                            &server.endpoint,
+                            allowed.clone(),
+                            &changes.for_upstream(),
+                        )
+                        .await
+                        .map(|(upstream, tools)| (Arc::new(upstream), Arc::new(tools))),
+                };
                 ServerResult {
                     doc,
                     server: server.name.clone(),
@@ -294,6 +398,7 @@ impl Composer {
                     pins,
                     mutating,
                     quarantined,
+                    key,
                     result,
                 }
             }
@@ -420,7 +525,11 @@ impl Composer {
                 });
             }
             debug!(binding = %document.binding, server = %server.server, "upstream composed");
-            composed.upstreams.push(upstream);
+            composed.upstreams.push(Connected {
+                key: server.key,
+                upstream,
+                tools: listed,
+            });
         }
 
         // Skills: first wins by name, like tools.

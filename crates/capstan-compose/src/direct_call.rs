@@ -1,6 +1,6 @@
-//! `tools/call` straight to the upstream: one POST in the caller's own task on the session rmcp
-//! opened, the answer read as JSON or from the SSE stream up to the response with this
-//! request's id.
+//! `tools/call` (and a re-list with `tools/list`) straight to the upstream: one POST in the
+//! caller's own task on the session rmcp opened, the answer read as JSON or from the SSE
+//! stream up to the response with this request's id.
 //!
 //! rmcp's client routes every request through its service loop, its transport worker and a task
 //! per response stream, and back; the sidecar benchmark's profile was dominated by those task
@@ -10,12 +10,13 @@
 //! and keeping its client alive only to send the DELETE cost most of a session's memory; it
 //! applies the same limits rmcp does.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use futures::StreamExt;
-use rmcp::model::{CallToolResult, ErrorCode, JsonObject};
+use rmcp::model::{CallToolResult, ErrorCode, JsonObject, ListToolsResult, Tool};
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 use thiserror::Error;
@@ -40,27 +41,54 @@ pub(crate) struct DirectCalls {
     pub(crate) changes: Option<ToolListChanges>,
 }
 
-/// Notes that an upstream's tool list changed: every upstream of one composition shares one,
-/// and the sidecar follows it to compose again (`Composed::upstream_changes`).
+/// Notes that an upstream's tool list changed. A composition holds one channel its
+/// upstreams share, which the sidecar follows to compose again (`Composed::upstream_changes`);
+/// each upstream's own handle also marks that upstream as stale, so composing again re-lists
+/// only the upstreams that said their list changed.
 #[derive(Clone, Debug)]
-pub struct ToolListChanges(std::sync::Arc<tokio::sync::watch::Sender<u64>>);
+pub struct ToolListChanges {
+    counter: Arc<tokio::sync::watch::Sender<u64>>,
+    stale: Arc<AtomicBool>,
+}
 
 impl Default for ToolListChanges {
     fn default() -> Self {
-        Self(std::sync::Arc::new(tokio::sync::watch::channel(0).0))
+        Self {
+            counter: Arc::new(tokio::sync::watch::channel(0).0),
+            stale: Arc::default(),
+        }
     }
 }
 
 impl ToolListChanges {
     /// Notes one change.
     pub(crate) fn note(&self) {
-        self.0
+        self.stale.store(true, Ordering::Release);
+        self.counter
             .send_modify(|changes| *changes = changes.wrapping_add(1));
     }
 
     /// A receiver whose value moves with every change noted from now on.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.0.subscribe()
+        self.counter.subscribe()
+    }
+
+    /// A handle for one upstream: the same channel, a stale mark of its own.
+    pub(crate) fn for_upstream(&self) -> Self {
+        Self {
+            counter: self.counter.clone(),
+            stale: Arc::default(),
+        }
+    }
+
+    /// Whether a change was noted since the last call (the mark is cleared).
+    pub(crate) fn take_stale(&self) -> bool {
+        self.stale.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether `other` notes on the same channel.
+    pub fn same_channel(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.counter, &other.counter)
     }
 }
 
@@ -83,6 +111,52 @@ impl DirectCalls {
         tool: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, CallError> {
+        let params = json!({ "name": tool, "arguments": arguments.unwrap_or_default() });
+        let result = self.request("tools/call", params, Some(tool)).await?;
+        serde_json::from_value::<CallToolResult>(result).map_err(|_| CallError::Malformed {
+            server: self.server.clone(),
+            message: "the answer to tools/call is not a tool result".into(),
+        })
+    }
+
+    /// The server's tools, listed again on the session (every page): after the server said
+    /// its list changed, without opening a new session.
+    pub(crate) async fn list_tools(&self) -> Result<Vec<Tool>, CallError> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        // A server that pages forever is cut off: far more tools than any allow-list names.
+        for _ in 0..MAX_LIST_PAGES {
+            let params = match &cursor {
+                Some(cursor) => json!({ "cursor": cursor }),
+                None => json!({}),
+            };
+            let result = self.request("tools/list", params, None).await?;
+            let page = serde_json::from_value::<ListToolsResult>(result).map_err(|_| {
+                CallError::Malformed {
+                    server: self.server.clone(),
+                    message: "the answer to tools/list is not a tool list".into(),
+                }
+            })?;
+            tools.extend(page.tools);
+            match page.next_cursor {
+                Some(next) if !next.is_empty() => cursor = Some(next),
+                _ => return Ok(tools),
+            }
+        }
+        Err(CallError::Malformed {
+            server: self.server.clone(),
+            message: format!("tools/list went on for more than {MAX_LIST_PAGES} pages"),
+        })
+    }
+
+    /// One request on the session and its `result`; an error answer is `invalid_input` when it
+    /// is about the parameters of `tool`, else unavailable.
+    async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        tool: Option<&str>,
+    ) -> Result<Value, CallError> {
         let unavailable = |message: String| CallError::Unavailable {
             server: self.server.clone(),
             message,
@@ -95,8 +169,8 @@ impl DirectCalls {
         let request = json!({
             "jsonrpc": "2.0",
             "id": id,
-            "method": "tools/call",
-            "params": { "name": tool, "arguments": arguments.unwrap_or_default() },
+            "method": method,
+            "params": params,
         });
         let response = self
             .http
@@ -177,23 +251,22 @@ impl DirectCalls {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_owned();
-            return Err(if code == i64::from(ErrorCode::INVALID_PARAMS.0) {
-                CallError::InvalidInput {
-                    server: self.server.clone(),
-                    tool: tool.to_owned(),
-                    message,
+            return Err(match tool {
+                Some(tool) if code == i64::from(ErrorCode::INVALID_PARAMS.0) => {
+                    CallError::InvalidInput {
+                        server: self.server.clone(),
+                        tool: tool.to_owned(),
+                        message,
+                    }
                 }
-            } else {
-                unavailable(format!("error {code}: {message}"))
+                _ => unavailable(format!("error {code}: {message}")),
             });
         }
-        let Some(result) = answer.get_mut("result").map(Value::take) else {
-            return Err(malformed(
-                "the answer to tools/call has neither a result nor an error".into(),
-            ));
-        };
-        serde_json::from_value::<CallToolResult>(result)
-            .map_err(|_| malformed("the answer to tools/call is not a tool result".into()))
+        answer.get_mut("result").map(Value::take).ok_or_else(|| {
+            malformed(format!(
+                "the answer to {method} has neither a result nor an error"
+            ))
+        })
     }
 }
 
@@ -290,6 +363,9 @@ const LISTEN_MAX_PAUSE: Duration = Duration::from_secs(30);
 /// The most one standalone stream connection is read before it is opened again. 1 MiB: list
 /// changes are a few dozen bytes each; anything larger is not what the sidecar listens for.
 const LISTEN_MAX_BYTES: usize = 1024 * 1024;
+
+/// The most pages one re-list reads.
+const MAX_LIST_PAGES: usize = 100;
 
 /// How long the DELETE ending a session may take.
 const END_TIMEOUT: Duration = Duration::from_secs(5);

@@ -56,7 +56,9 @@ pub enum ConnectError {
     },
 }
 
-/// An initialized client of one MCP server, limited to its allow-list.
+/// An initialized client of one MCP server, limited to its allow-list. Shared by the
+/// compositions of one task that keep it (`Composer::compose_reusing`); its session ends when
+/// it is shut down or the last holder lets go.
 pub struct Upstream {
     /// The `mcpServers[].name` entry.
     pub server: String,
@@ -68,6 +70,15 @@ pub struct Upstream {
     /// The standalone stream followed for list changes (servers advertising
     /// `tools.listChanged`), stopped when the session ends.
     listener: Option<Listener>,
+    /// Where this upstream's list changes are noted (and whether one was since the last list).
+    changes: ToolListChanges,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        // The last composition holding it let go: end the session with the server.
+        self.shutdown();
+    }
 }
 
 /// The task following a standalone stream, stopped when dropped (with its upstream).
@@ -134,7 +145,7 @@ impl Connector {
 
     /// Connects to `endpoint` (guard first) and lists its tools. A server that advertises
     /// `tools.listChanged` is followed on its standalone stream, each change noted in
-    /// `changes`.
+    /// `changes` (this upstream's own handle, `ToolListChanges::for_upstream`).
     pub async fn connect(
         &self,
         server: &str,
@@ -249,6 +260,7 @@ impl Connector {
             link,
             closed: AtomicBool::new(false),
             listener,
+            changes: changes.clone(),
         };
         Ok((upstream, tools))
     }
@@ -258,6 +270,38 @@ impl Upstream {
     /// Whether `tool` (the upstream's own name) is on the allow-list.
     pub fn allows(&self, tool: &str) -> bool {
         self.allowed.contains(tool)
+    }
+
+    /// Whether the session with the server has ended.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Whether the server said its tool list changed since the last list (the mark is
+    /// cleared: a change noted from now on marks it again).
+    pub(crate) fn take_stale(&self) -> bool {
+        self.changes.take_stale()
+    }
+
+    /// The server's tools, listed again on the open session.
+    pub async fn relist(&self, timeout: Duration) -> Result<Vec<Tool>, ConnectError> {
+        let error = |message: String| ConnectError::List {
+            endpoint: self.endpoint.clone(),
+            message,
+        };
+        let listed = match &self.link {
+            Link::Direct(direct) => tokio::time::timeout(timeout, direct.list_tools())
+                .await
+                .map(|r| r.map_err(|e| e.to_string())),
+            Link::Rmcp(client) => tokio::time::timeout(timeout, client.list_all_tools())
+                .await
+                .map(|r| r.map_err(|e| chain_text(&e))),
+        };
+        match listed {
+            Ok(Ok(tools)) => Ok(tools),
+            Ok(Err(message)) => Err(error(message)),
+            Err(_) => Err(error(format!("no answer within {timeout:?}"))),
+        }
     }
 
     /// Forwards one call. The allow-list is checked here again, whatever the caller checked.
@@ -328,17 +372,17 @@ impl Upstream {
         }
     }
 
-    /// Ends the session with the upstream and waits until it is closed.
-    pub async fn close(self) {
-        drop(self.listener);
+    /// Ends the session with the upstream and waits until the server was told.
+    pub async fn close(&self) {
+        if let Some(listener) = &self.listener {
+            listener.0.abort();
+        }
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        match self.link {
+        match &self.link {
             Link::Direct(direct) => direct.end().await,
-            Link::Rmcp(client) => {
-                let _ = client.cancel().await;
-            }
+            Link::Rmcp(client) => client.cancellation_token().cancel(),
         }
     }
 

@@ -78,20 +78,28 @@ impl ProjectComposer {
     pub async fn compose(&self, identity: &Identity) -> ComposedProject {
         let (snapshot, outcome) = self.documents.read(&identity.project).await;
         self.context.metrics.source_read(outcome.label());
-        self.compose_snapshot(identity, snapshot).await
+        self.compose_snapshot(identity, snapshot, None).await
     }
 
     /// Composes `snapshot` (already read) for `identity`, as [`ProjectComposer::compose`]
-    /// does: when a live session's documents or upstreams change (`refresh.rs`).
+    /// does, keeping what it can of `previous` (the task's composition until now): the upstream
+    /// sessions of unchanged bindings, and the base tools' client. When a live session's
+    /// documents or upstreams change (`refresh.rs`).
     pub async fn compose_snapshot(
         &self,
         identity: &Identity,
         snapshot: Arc<Snapshot>,
+        previous: Option<&Composed>,
     ) -> ComposedProject {
         let metrics = &self.context.metrics;
         let started = Instant::now();
-        let mut composed = self.composer.compose(&snapshot.documents).await;
-        if let (Some(setup), Some(token)) = (&self.base, identity.token()) {
+        let mut composed = self
+            .composer
+            .compose_reusing(&snapshot.documents, previous)
+            .await;
+        if let Some(base) = previous.and_then(Composed::base_tools) {
+            composed.attach_base_tools(base.clone());
+        } else if let (Some(setup), Some(token)) = (&self.base, identity.token()) {
             match setup.plane.project_api(&identity.project, token) {
                 Ok(api) => {
                     composed.attach_base_tools(BaseTools::new(api, setup.change_path.clone()))

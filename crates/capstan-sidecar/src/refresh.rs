@@ -5,6 +5,7 @@
 //! a call already running finishes on the composition it started with.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tracing::{debug, info};
@@ -12,6 +13,13 @@ use tracing::{debug, info};
 use crate::compose::ProjectComposer;
 use crate::feeds::{ProjectFeeds, SETTLE};
 use crate::task::{Served, Task};
+
+/// The shortest time between two compositions of one task. 1 s: a provider announcing list
+/// changes in a burst (or in a loop) costs each live task of its project at most one
+/// composition a second — and, since a composition keeps the sessions of unchanged bindings,
+/// one `tools/list` at that provider alone — while a single change still reaches the client
+/// within the settle time.
+pub const MIN_RECOMPOSE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What woke a follower.
 enum Woke {
@@ -33,6 +41,7 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
             Some(task) => upstream_changes(&task.served()),
             None => return,
         };
+        let mut last_composed: Option<tokio::time::Instant> = None;
         loop {
             let woke = tokio::select! {
                 // Shut down (a change) or dropped (closed): either way, done.
@@ -52,8 +61,11 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
                 upstream = upstream_changes(&task.served());
                 continue;
             }
-            // A burst (several upstreams, several bindings) is composed once.
-            tokio::time::sleep(SETTLE).await;
+            // A burst (several upstreams, several bindings) is composed once, and never sooner
+            // than the interval after the last composition.
+            let earliest = last_composed.map(|at| at + MIN_RECOMPOSE_INTERVAL);
+            let settled = tokio::time::Instant::now() + SETTLE;
+            tokio::time::sleep_until(earliest.map_or(settled, |at| at.max(settled))).await;
             let Some(task) = weak.upgrade() else { return };
             if task.expired() {
                 return;
@@ -71,14 +83,21 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
                 }
                 continue;
             }
-            let project = composer.compose_snapshot(task.identity(), snapshot).await;
+            let project = composer
+                .compose_snapshot(task.identity(), snapshot, Some(served.composed()))
+                .await;
+            last_composed = Some(tokio::time::Instant::now());
             if task.expired() {
                 // It ended while this composed: what was opened for it closes unused.
                 return;
             }
             let fresh = Served::new(project.composed, project.snapshot);
             let changed = fresh.tools() != served.tools();
-            upstream = upstream_changes(&fresh);
+            // A composition made from this one notes list changes on the same channel: the
+            // receiver carries on (a change noted while composing wakes it again).
+            if !fresh.composed().shares_changes_with(served.composed()) {
+                upstream = upstream_changes(&fresh);
+            }
             drop(served);
             // The composition replaced closes its upstream sessions once the calls running on
             // it have finished.

@@ -78,18 +78,13 @@ pub struct Served {
     snapshot: Arc<Snapshot>,
 }
 
-/// A live composition, the tools `tools/list` shows and their input validators. Its upstream
-/// sessions close when the last holder lets go (a call still running on it finishes first).
+/// A live composition, the tools `tools/list` shows and their input validators. Each of its
+/// upstream sessions closes when the last composition holding it lets go (a call still running
+/// on it finishes first; a composition made again keeps the sessions it shares).
 struct Live {
     composed: Composed,
     tools: Vec<Tool>,
     validators: HashMap<String, jsonschema::Validator>,
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        self.composed.shutdown();
-    }
 }
 
 impl Served {

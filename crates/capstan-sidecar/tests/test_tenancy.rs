@@ -295,3 +295,97 @@ async fn one_projects_routed_calls_should_never_push_out_anothers_decisions() {
         "a refused route reached the provider"
     );
 }
+
+/// JSON-RPC requests of `method` the provider received.
+async fn rpc_count(provider: &DemoProvider, method: &str) -> usize {
+    provider
+        .requests()
+        .await
+        .iter()
+        .filter_map(|r| r["rpc"].as_array())
+        .flatten()
+        .filter(|m| m["method"] == method)
+        .count()
+}
+
+/// (initialize, tools/list) at each of two providers.
+async fn opens_and_lists(a: &DemoProvider, b: &DemoProvider) -> [usize; 4] {
+    [
+        rpc_count(a, "initialize").await,
+        rpc_count(a, "tools/list").await,
+        rpc_count(b, "initialize").await,
+        rpc_count(b, "tools/list").await,
+    ]
+}
+
+/// Finding: a provider sending ~20 list changes a second with 3 live tasks caused 157
+/// `initialize` requests at itself and 157 at an unrelated provider of the same project — every
+/// composition reopened every upstream. Composing again keeps the sessions of unchanged
+/// bindings and re-lists only the one that changed, on its own session, at most once a second
+/// per task (`MIN_RECOMPOSE_INTERVAL`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_announcing_changes_in_a_loop_should_cost_one_relist_a_second_at_itself() {
+    let noisy = DemoProvider::start(&["list-changed"]);
+    let quiet = DemoProvider::start(&[]);
+    let documents = json!([
+        binding("noisy", None, "noisy", &noisy, &["streams_list"]),
+        binding("quiet", None, "quiet", &quiet, &["streams_list"]),
+    ]);
+    let sidecar = Sidecar::start(
+        &documents,
+        &[noisy.host(), quiet.host()],
+        &[("CAPSTAN_REFRESH_SECONDS", "0")],
+    );
+    let mut sessions = Vec::new();
+    for token in ["t1", "t2", "t3"] {
+        sessions.push(sidecar.session("demo-project", Some(token)).await);
+    }
+    // Each task follows its own session at the noisy provider.
+    eventually(
+        "the sidecar follows the noisy provider's streams",
+        || async { (noisy.mcp_requests("GET").await >= 3).then_some(()) },
+    )
+    .await;
+    let before = opens_and_lists(&noisy, &quiet).await;
+    let flood = std::time::Instant::now();
+    let mut told = 0;
+    while flood.elapsed() < Duration::from_secs(5) {
+        told += noisy.notify_list_changed().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seconds = flood.elapsed().as_secs_f64();
+    assert!(told >= 150, "the provider told {told} times");
+    // Quiet again: counts that stop moving.
+    let mut after = opens_and_lists(&noisy, &quiet).await;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let now = opens_and_lists(&noisy, &quiet).await;
+        if now == after {
+            break;
+        }
+        after = now;
+    }
+    let new = |i: usize| after[i] - before[i];
+    eprintln!(
+        "{told} list changes told over {seconds:.1} s to 3 tasks: noisy provider {} initialize, \
+         {} tools/list; quiet provider {} initialize, {} tools/list",
+        new(0),
+        new(1),
+        new(2),
+        new(3)
+    );
+    assert_eq!(new(0), 0, "sessions opened at the noisy provider");
+    assert_eq!(new(2), 0, "sessions opened at the quiet provider");
+    assert_eq!(new(3), 0, "lists at the quiet provider");
+    // At most one composition a second per task, each one tools/list at the noisy provider;
+    // and the changes were followed (each task listed again at least once).
+    let bound = 3 * (seconds.ceil() as usize + 2);
+    assert!(
+        (3..=bound).contains(&new(1)),
+        "{} lists at the noisy provider over {seconds:.1} s (at most {bound})",
+        new(1)
+    );
+    for session in sessions {
+        session.cancel().await.unwrap();
+    }
+}

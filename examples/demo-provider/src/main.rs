@@ -11,6 +11,8 @@
 //! `slow-calls:<ms>` (`tools/call` answered after that long), `slow-drip` (MCP answers sent one
 //! byte every 200 ms), `list-changed` (sessions opened while it is set advertise
 //! `tools.listChanged`; `POST /debug/list-changed` sends them `notifications/tools/list_changed`).
+//! `drop-tool` and `describe` apply to every session at once, open ones included: after a list
+//! change, `tools/list` on the same session shows the new list, as a server must.
 //! Every request's method, path and headers are recorded, and for MCP POSTs the JSON-RPC
 //! method and the tool a `tools/call` names; `GET /debug/requests` returns them.
 
@@ -102,6 +104,9 @@ struct Shared {
     /// The sessions opened with the `list-changed` switch on, told of list changes by
     /// `POST /debug/list-changed`.
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// The tools as the faults now shape them, rebuilt when the faults change: every session
+    /// lists and calls what is current, as a server announcing list changes must.
+    router: Mutex<Option<Arc<ToolRouter<StreamCo>>>>,
 }
 
 impl Shared {
@@ -155,7 +160,6 @@ fn stream(name: &str) -> Option<(&'static str, &'static str, u64)> {
 /// The StreamCo MCP server.
 #[derive(Clone)]
 struct StreamCo {
-    tool_router: ToolRouter<Self>,
     shared: Arc<Shared>,
     /// Whether this session advertises `tools.listChanged` (the `list-changed` switch).
     list_changed: bool,
@@ -164,8 +168,23 @@ struct StreamCo {
 #[tool_router]
 impl StreamCo {
     fn new(shared: &Arc<Shared>) -> Self {
+        Self {
+            shared: shared.clone(),
+            list_changed: shared.has("list-changed"),
+        }
+    }
+
+    /// The tools the current faults leave and describe (built once per change of faults).
+    fn router(&self) -> Arc<ToolRouter<Self>> {
+        let mut cached = match self.shared.router.lock() {
+            Ok(cached) => cached,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(router) = cached.as_ref() {
+            return router.clone();
+        }
         let mut tool_router = Self::tool_router();
-        for fault in shared.faults() {
+        for fault in self.shared.faults() {
             if let Some(name) = fault.strip_prefix("drop-tool:") {
                 tool_router.disable_route(name.to_owned());
             }
@@ -177,11 +196,9 @@ impl StreamCo {
                 route.attr.description = Some(description.to_owned().into());
             }
         }
-        Self {
-            tool_router,
-            shared: shared.clone(),
-            list_changed: shared.has("list-changed"),
-        }
+        let router = Arc::new(tool_router);
+        *cached = Some(router.clone());
+        router
     }
 
     #[tool(description = "List the streams of this project with their state and consumer lag.")]
@@ -286,7 +303,7 @@ impl StreamCo {
     }
 }
 
-#[tool_handler(router = self.tool_router)]
+#[tool_handler(router = self.router())]
 impl ServerHandler for StreamCo {
     fn get_info(&self) -> ServerConfig {
         let capabilities = if self.list_changed {
@@ -361,6 +378,9 @@ async fn set_faults(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) 
         Ok(faults) => {
             if let Ok(mut current) = shared.faults.lock() {
                 *current = faults;
+            }
+            if let Ok(mut router) = shared.router.lock() {
+                *router = None;
             }
             StatusCode::NO_CONTENT.into_response()
         }
