@@ -109,6 +109,24 @@ fn main() -> ExitCode {
     code
 }
 
+/// The caller check's refusal of a caller a project's plane does not admit.
+const NOT_ADMITTED_IN_ACME: &str = "project acme: the project's control plane says this caller \
+     may not list CapabilityBindings there";
+/// The same, for project globex.
+const NOT_ADMITTED_IN_GLOBEX: &str = "project globex: the project's control plane says this \
+     caller may not list CapabilityBindings there";
+
+/// Whether `body` is the sidecar's refusal `{"error": {"kind", "message"}}` of `kind` with a
+/// message starting with `message`.
+fn refusal_is(body: &str, kind: &str, message: &str) -> bool {
+    serde_json::from_str::<Value>(body).is_ok_and(|refusal| {
+        refusal["error"]["kind"] == kind
+            && refusal["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(message))
+    })
+}
+
 fn user(account: &str) -> String {
     format!("system:serviceaccount:{NAMESPACE}:{account}")
 }
@@ -482,12 +500,19 @@ fn caller_check(env: &Env) -> Outcome {
         let bob = token(env, BOB)?;
         let (status, session, body) = sidecar.initialize("globex", Some(&bob));
         check(
-            status == 403 && session.is_none() && body.contains("project globex"),
+            status == 403
+                && session.is_none()
+                && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_GLOBEX),
             || format!("bob's initialize: {status} {body}"),
         )?;
         let (status, _, body) = sidecar.initialize(PROJECT, None);
         check(
-            status == 401 && body.contains("bearer token is required"),
+            status == 401
+                && refusal_is(
+                    &body,
+                    "forbidden",
+                    "project acme: a bearer token is required (Authorization: Bearer …)",
+                ),
             || format!("initialize without a token: {status} {body}"),
         )?;
         let (status, _, body) = sidecar.request(
@@ -499,9 +524,10 @@ fn caller_check(env: &Env) -> Outcome {
             ],
             None,
         );
-        check(status == 403, || {
-            format!("bob's composition read: {status} {body}")
-        })?;
+        check(
+            status == 403 && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_ACME),
+            || format!("bob's composition read: {status} {body}"),
+        )?;
         // Alice is admitted; a second session within the minute asks the plane no second time.
         let alice_token = token(env, ALICE)?;
         let before = reviews(ALICE);
@@ -1157,7 +1183,57 @@ fn hygiene(env: &Env) -> Outcome {
         check(events.is_empty(), || {
             format!("base tools were metered: {events:?}")
         })
-    })
+    })?;
+    metering_counts_providers_only(env)
+}
+
+/// The other half of "never meters base tools": in one session a provider tool is metered —
+/// exactly once, named by its binding's service — and the base tools beside it are not, so
+/// an empty metering log above is the rule at work, not metering that never works.
+fn metering_counts_providers_only(env: &Env) -> Outcome {
+    let provider = capstan_demo_provider::harness::DemoProvider::start(&[]);
+    let mut binding = capstan_demo_provider::harness::binding_document(
+        "metered",
+        "streamco",
+        &provider.url("/mcp"),
+        &["streams_list"],
+    );
+    binding["apiVersion"] = json!("capabilities.assistant.miloapis.com/v1alpha1");
+    binding["kind"] = json!("CapabilityBinding");
+    kubectl(env, &["apply", "-f", "-"], Some(&binding.to_string()))?;
+    let outcome = (|| -> Outcome {
+        let sidecar = another_sidecar(
+            env,
+            "metering",
+            &[("CAPABILITY_MCP_ENDPOINT_HOSTS", &provider.host())],
+        )?;
+        let session = sidecar.session(PROJECT, Some(&token(env, ALICE)?))?;
+        let calls_before = env.runtime.block_on(provider.tool_calls()).len();
+        session.ok("streamco__streams_list", json!({}))?;
+        session.ok(
+            "resources_list",
+            json!({"group": "", "version": "v1", "kind": "ConfigMap", "namespace": "team-a"}),
+        )?;
+        session.ok(
+            "schema_get",
+            json!({"group": "", "version": "v1", "kind": "ConfigMap"}),
+        )?;
+        session.end();
+        let calls = env.runtime.block_on(provider.tool_calls());
+        check(calls[calls_before..] == ["streams_list"], || {
+            format!("the provider saw {:?}", &calls[calls_before..])
+        })?;
+        let events = sidecar.meter_events();
+        check(
+            events.len() == 1
+                && events[0]["tool"] == "streamco__streams_list"
+                && events[0]["service"] == "metered.example"
+                && events[0]["outcome"] == "ok",
+            || format!("metering: {events:?}"),
+        )
+    })();
+    kubectl(env, &["delete", "capabilitybinding", "metered"], None)?;
+    outcome
 }
 
 fn no_token_no_tools(env: &Env) -> Outcome {
@@ -1288,13 +1364,20 @@ fn sessionless_caller_check(env: &Env) -> Outcome {
         // Another token than the cached task's: bob is refused; so is no token at all.
         let bob_before = configmap_lists(BOB);
         let (status, body) = sessionless_list(sidecar, Some(&bob_token));
-        check(status == 403 && body.contains("project acme"), || {
-            format!("bob's call without a session: {status} {body}")
-        })?;
+        check(
+            status == 403 && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_ACME),
+            || format!("bob's call without a session: {status} {body}"),
+        )?;
         let (status, body) = sessionless_list(sidecar, None);
-        check(status == 401, || {
-            format!("a call without a token: {status} {body}")
-        })?;
+        check(
+            status == 401
+                && refusal_is(
+                    &body,
+                    "forbidden",
+                    "project acme: a bearer token is required (Authorization: Bearer …)",
+                ),
+            || format!("a call without a token: {status} {body}"),
+        )?;
         check(configmap_lists(BOB) == bob_before, || {
             "a refused call reached the project".to_owned()
         })?;
@@ -1449,7 +1532,10 @@ fn created_meanwhile(env: &Env) -> Outcome {
     let webhook = RaceWebhook(child);
     let (sender, lines) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
             if sender.send(line).is_err() {
                 return;
             }
@@ -1547,13 +1633,10 @@ fn created_meanwhile(env: &Env) -> Outcome {
     );
     // Printed before each admission answer, so they are in; the bound only keeps a missing
     // one from hanging the trial.
-    let played: Vec<String> = std::iter::from_fn(|| {
-        lines
-            .recv_timeout(std::time::Duration::from_secs(2))
-            .ok()
-    })
-    .take(2)
-    .collect();
+    let played: Vec<String> =
+        std::iter::from_fn(|| lines.recv_timeout(std::time::Duration::from_secs(2)).ok())
+            .take(2)
+            .collect();
     drop(webhook);
     outcome?;
     check(

@@ -96,10 +96,18 @@ fn another_token_or_project_in_a_session_should_be_refused() {
                 Some(CALL),
             );
             assert_eq!(code, 403, "{project}/{token}: {body}");
-            assert!(body.contains("this session belongs to another project or caller"));
+            let refusal: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(refusal["error"]["kind"], "forbidden", "{body}");
+            assert!(
+                refusal["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("this session belongs to another project or caller"),
+                "{body}"
+            );
         }
         // No token at all is another caller too.
-        let (code, _, _) = sidecar.curl(
+        let (code, body, _) = sidecar.curl(
             "POST",
             "/mcp",
             &[
@@ -109,7 +117,16 @@ fn another_token_or_project_in_a_session_should_be_refused() {
             ],
             Some(CALL),
         );
-        assert_eq!(code, 403);
+        assert_eq!(code, 403, "{body}");
+        let refusal: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(refusal["error"]["kind"], "forbidden", "{body}");
+        assert!(
+            refusal["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("this session belongs to another project or caller"),
+            "{body}"
+        );
     }
     // The rightful caller still gets through.
     let (code, body, _) = sidecar.curl(
