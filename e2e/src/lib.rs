@@ -83,6 +83,15 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// How a control plane is started beyond the defaults.
+#[derive(Clone, Debug, Default)]
+pub struct PlaneOptions {
+    /// A static token file (`token,user,uid,"groups"`) the apiserver authenticates with,
+    /// besides certificates and service-account tokens: planes given the same file know the
+    /// same callers, as the project planes behind one identity provider do.
+    pub token_auth_file: Option<PathBuf>,
+}
+
 /// A running control plane: etcd and kube-apiserver on loopback, owned by this process.
 #[derive(Debug)]
 pub struct ControlPlane {
@@ -95,9 +104,19 @@ impl ControlPlane {
     /// Starts a control plane whose state lives in a directory named after `suite` and this
     /// process, so test binaries running side by side never share one.
     pub fn start(suite: &str) -> Result<Self, HarnessError> {
+        Self::start_with(suite, &PlaneOptions::default())
+    }
+
+    /// [`ControlPlane::start`] with `options`.
+    pub fn start_with(suite: &str, options: &PlaneOptions) -> Result<Self, HarnessError> {
         let state =
             std::env::temp_dir().join(format!("capstan-e2e-{suite}-{}", std::process::id()));
-        let output = control_plane(&state, "up")?;
+        let mut command = Command::new(repo_root().join("e2e/control-plane"));
+        command.arg("up").env("CAPSTAN_E2E_STATE", &state);
+        if let Some(tokens) = &options.token_auth_file {
+            command.env("CAPSTAN_E2E_TOKEN_AUTH_FILE", tokens);
+        }
+        let output = run(&mut command)?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         let exported = |name: &'static str| {
             stdout

@@ -188,6 +188,41 @@ impl SidecarProcess {
         Ok(session)
     }
 
+    /// One `tools/call` of the 2026-07-28 revision, without a session, as `project` with
+    /// `token`: (status, body).
+    pub fn sessionless_call(
+        &self,
+        project: &str,
+        token: Option<&str>,
+        tool: &str,
+        arguments: &Value,
+    ) -> (u16, String) {
+        let body = json!({
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {
+                "name": tool,
+                "arguments": arguments,
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        })
+        .to_string();
+        let authorization = token.map(|t| format!("Bearer {t}"));
+        let mut headers = vec![
+            (PROJECT_HEADER, project),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", tool),
+        ];
+        if let Some(authorization) = &authorization {
+            headers.push(("authorization", authorization));
+        }
+        let (status, _, body) = self.request("POST", "/mcp", &headers, Some(&body));
+        (status, body)
+    }
+
     /// Stops the process (SIGTERM, then SIGKILL after 10 s).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -8,7 +8,7 @@ use kube::Client;
 use libtest_mimic::{Arguments, Failed, Trial};
 use tokio::runtime::Runtime;
 
-use crate::{ControlPlane, HarnessError};
+use crate::{ControlPlane, HarnessError, PlaneOptions};
 
 /// What every trial of a suite shares.
 pub struct Env {
@@ -35,6 +35,17 @@ pub fn run(
     setup: impl FnOnce(&Env) -> Result<(), HarnessError>,
     trials: Vec<(String, Body)>,
 ) -> ExitCode {
+    run_with(suite, &PlaneOptions::default(), sequential, setup, trials)
+}
+
+/// [`run`] with a control plane started with `options`.
+pub fn run_with(
+    suite: &str,
+    options: &PlaneOptions,
+    sequential: bool,
+    setup: impl FnOnce(&Env) -> Result<(), HarnessError>,
+    trials: Vec<(String, Body)>,
+) -> ExitCode {
     let mut args = Arguments::from_args();
     if sequential {
         args.test_threads = Some(1);
@@ -46,7 +57,7 @@ pub fn run(
             .collect();
         return libtest_mimic::run(&args, listed).exit_code();
     }
-    let env = match start(suite) {
+    let env = match start(suite, options) {
         Ok(env) => env,
         Err(error) => {
             eprintln!("{suite}: cannot start the control plane: {error}");
@@ -87,7 +98,7 @@ pub fn with_plane<T>(suite: &str, body: impl FnOnce(&ControlPlane, &Runtime) -> 
     result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-fn start(suite: &str) -> Result<Env, HarnessError> {
+fn start(suite: &str, options: &PlaneOptions) -> Result<Env, HarnessError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -96,7 +107,7 @@ fn start(suite: &str) -> Result<Env, HarnessError> {
             path: "tokio runtime".into(),
             source,
         })?;
-    let plane = ControlPlane::start(suite)?;
+    let plane = ControlPlane::start_with(suite, options)?;
     let client = match runtime.block_on(async {
         let client = plane.client().await?;
         plane.install_crds(&client).await?;

@@ -1314,30 +1314,12 @@ fn with_socket() -> Result<std::path::PathBuf, Failed> {
 /// One 2026-07-28 `tools/call` of `resources_list` (ConfigMaps in team-a) as `token`, with no
 /// session: (status, body).
 fn sessionless_list(sidecar: &SidecarProcess, token: Option<&str>) -> (u16, String) {
-    let body = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {
-            "name": "resources_list",
-            "arguments": {"group": "", "version": "v1", "kind": "ConfigMap", "namespace": "team-a"},
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
-        },
-    })
-    .to_string();
-    let authorization = token.map(|t| format!("Bearer {t}"));
-    let mut headers = vec![
-        ("X-Capstan-Project", PROJECT),
-        ("mcp-protocol-version", "2026-07-28"),
-        ("mcp-method", "tools/call"),
-        ("mcp-name", "resources_list"),
-    ];
-    if let Some(authorization) = &authorization {
-        headers.push(("authorization", authorization));
-    }
-    let (status, _, body) = sidecar.request("POST", "/mcp", &headers, Some(&body));
-    (status, body)
+    sidecar.sessionless_call(
+        PROJECT,
+        token,
+        "resources_list",
+        &json!({"group": "", "version": "v1", "kind": "ConfigMap", "namespace": "team-a"}),
+    )
 }
 
 /// Without a session, every request is checked like an `initialize`: a caller the project
