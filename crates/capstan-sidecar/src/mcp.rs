@@ -26,6 +26,7 @@ use tracing::info;
 use crate::compose::ProjectComposer;
 use crate::feeds::ProjectFeeds;
 use crate::identity::Identity;
+use crate::middleware::CallerTask;
 use crate::refresh;
 use crate::sessionless::SessionlessTasks;
 use crate::sessions::TaskSlot;
@@ -96,7 +97,14 @@ impl SessionHandler {
                 None,
             ));
         };
-        // The place the middleware took for a task this request may have to compose.
+        // Resolved by the middleware (which counted its streams); else — a request that did
+        // not pass through it — looked up, or composed in the place the middleware took.
+        if let Some(CallerTask(task)) =
+            parts(context).and_then(|p| p.extensions.get::<CallerTask>())
+            && task.identity().fingerprint() == caller.fingerprint()
+        {
+            return Ok(task.clone());
+        }
         let offered = parts(context)
             .and_then(|parts| parts.extensions.get::<TaskSlot>())
             .and_then(TaskSlot::take_permit);
@@ -223,12 +231,10 @@ impl ServerHandler for SessionHandler {
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        // The stream was counted, and its place taken, by the middleware.
         let task = self.task(subscription.request_context()).await?;
-        let stream = task
-            .open_stream(self.sessionless.streams_per_task())
-            .map_err(|full| McpError::invalid_request(full.to_string(), None))?;
         let mut ended = task.ended();
-        let _listening = task.listen(subscription.sink().clone(), stream);
+        let _listening = task.listen(subscription.sink().clone());
         tokio::select! {
             () = subscription.cancelled() => {}
             // The task ended (time limit, shutdown): the stream closes gracefully.

@@ -44,6 +44,11 @@ pub const SESSION_NOT_FOUND_CODE: i64 = -32001;
 #[derive(Clone)]
 pub struct SessionTask(pub Arc<Task>);
 
+/// The task of the caller of a request without a session (2026-07-28), resolved by the
+/// middleware, for the rmcp handler (which still checks the caller against it).
+#[derive(Clone)]
+pub struct CallerTask(pub Arc<Task>);
+
 /// The JSON-RPC message of an MCP POST, parsed once by the middleware.
 #[derive(Clone, Debug)]
 pub struct Message(pub serde_json::Value);
@@ -286,7 +291,7 @@ pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Re
 
     let slot = TaskSlot::default();
     // A place for what this request opens: a session, a task without one, a stream.
-    if initialize || sessionless || listen {
+    if initialize || sessionless {
         let needs_task = if initialize {
             true
         } else {
@@ -303,17 +308,30 @@ pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Re
         }
         parts.extensions.insert(slot.clone());
     }
-    let stream_place = if listen {
-        match sessions.admit(&identity) {
-            Ok(place) => Some(place),
-            Err(full) => return full.into_response(),
-        }
-    } else {
-        None
+    // A request without a session is served by its caller's task, resolved (composed, the
+    // first time) here, so its streams are counted before it is handed on.
+    let caller_task = match (&gate.sessionless, sessionless) {
+        (Some(tasks), true) => match tasks.task(&identity, slot.take_permit()).await {
+            Ok(task) => Some(task),
+            Err(error) => {
+                return refusal(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    &error.message,
+                );
+            }
+        },
+        _ => None,
     };
-    // A session's GET stream: counted against the task's streams and the caps while it is open.
-    let get_stream = match (&bound, parts.method == Method::GET && is_mcp) {
-        (Some(task), true) => {
+    // A stream — a session's GET stream, a `subscriptions/listen` — counts against its task's
+    // streams and takes a place, both held while the stream is open.
+    let stream_task = match (&bound, &caller_task) {
+        (Some(task), _) if parts.method == Method::GET && is_mcp => Some(task),
+        (_, Some(task)) if listen => Some(task),
+        _ => None,
+    };
+    let stream = match stream_task {
+        Some(task) => {
             let stream = match task.open_stream(sessions.admission().caps().streams_per_task) {
                 Ok(stream) => stream,
                 Err(full) => {
@@ -326,8 +344,11 @@ pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Re
                 Err(full) => return full.into_response(),
             }
         }
-        _ => None,
+        None => None,
     };
+    if let Some(task) = caller_task {
+        parts.extensions.insert(CallerTask(task));
+    }
     if let Some(task) = bound {
         parts.extensions.insert(SessionTask(task));
     }
@@ -360,10 +381,7 @@ pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Re
     if delete && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
     }
-    if let Some(place) = stream_place {
-        response = holding(response, place);
-    }
-    if let Some(held) = get_stream {
+    if let Some(held) = stream {
         response = holding(response, held);
     }
     response

@@ -70,11 +70,6 @@ impl SessionlessTasks {
         table
     }
 
-    /// Streams one task may hold open.
-    pub fn streams_per_task(&self) -> usize {
-        self.sessions.admission().caps().streams_per_task
-    }
-
     /// Whether `identity` has a task that may serve its next request (if not, the request
     /// composes one, which needs a place: the middleware takes it before rmcp sees the
     /// request, so a refusal is an HTTP 503/429, not a JSON-RPC error).

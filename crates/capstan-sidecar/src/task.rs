@@ -203,7 +203,6 @@ impl Served {
 pub struct Listening<'a> {
     task: &'a Task,
     id: u64,
-    _stream: OpenStream,
 }
 
 /// One stream a task holds open, counted against its cap; given back on drop.
@@ -394,20 +393,16 @@ impl Task {
         self.streams.load(Ordering::Acquire)
     }
 
-    /// Follows `sink` (an open `subscriptions/listen` stream, counted by `stream`) until the
-    /// returned guard is dropped. The stream does not make the task busy: how long an open
+    /// Follows `sink` (an open `subscriptions/listen` stream, counted by the middleware) until
+    /// the returned guard is dropped. The stream does not make the task busy: how long an open
     /// stream keeps a task is the task table's rule (`sessionless.rs`), never forever.
-    pub fn listen(&self, sink: SubscriptionSink, stream: OpenStream) -> Listening<'_> {
+    pub fn listen(&self, sink: SubscriptionSink) -> Listening<'_> {
         let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
         match self.listeners.lock() {
             Ok(mut listeners) => listeners.push((id, sink)),
             Err(poisoned) => poisoned.into_inner().push((id, sink)),
         }
-        Listening {
-            task: self,
-            id,
-            _stream: stream,
-        }
+        Listening { task: self, id }
     }
 
     fn forget_listener(&self, id: u64) {

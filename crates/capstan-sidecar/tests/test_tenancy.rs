@@ -135,7 +135,9 @@ fn listen_streams_should_take_places_and_be_refused_past_the_cap() {
     assert!(sidecar.is_running());
 }
 
-/// A task holds at most `CAPSTAN_MAX_STREAMS_PER_TASK` streams (4) whatever the caps leave.
+/// A task holds at most `CAPSTAN_MAX_STREAMS_PER_TASK` streams (4) whatever the caps leave;
+/// the next is refused with 429 naming the setting (counted before it is served, so the
+/// refusal never races the streams already open).
 #[test]
 fn a_task_should_hold_at_most_its_streams() {
     let provider = DemoProvider::start(&[]);
@@ -147,23 +149,20 @@ fn a_task_should_hold_at_most_its_streams() {
             stream
         })
         .collect();
-    let (mut stream, head) = open_listen(&sidecar, "demo-project", "t");
-    // Refused by the task, inside the stream rmcp opened: a JSON-RPC error naming the cap.
-    assert_eq!(status(&head), 200, "{head}");
-    let mut text = String::new();
-    let mut chunk = [0u8; 4096];
-    while !text.contains("CAPSTAN_MAX_STREAMS_PER_TASK") {
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => text.push_str(&String::from_utf8_lossy(&chunk[..n])),
-        }
-    }
+    let (stream, head) = open_listen(&sidecar, "demo-project", "t");
+    assert_eq!(status(&head), 429, "{head}");
+    assert_eq!(header_value(&head, "retry-after").as_deref(), Some("5"));
+    let body: Value = serde_json::from_str(&body_after(stream, &head)).unwrap();
+    assert_eq!(body["error"]["kind"], "unavailable", "{body}");
     assert!(
-        text.contains(
+        body["error"]["message"].as_str().unwrap().contains(
             "this task has 4 streams open, the most one task may (CAPSTAN_MAX_STREAMS_PER_TASK)"
         ),
-        "{text}"
+        "{body}"
     );
+    // Another caller's task has streams of its own.
+    let (_other, head) = open_listen(&sidecar, "demo-project", "u");
+    assert_eq!(status(&head), 200, "{head}");
     drop(held);
 }
 
@@ -388,4 +387,81 @@ async fn a_provider_announcing_changes_in_a_loop_should_cost_one_relist_a_second
     for session in sessions {
         session.cancel().await.unwrap();
     }
+}
+
+/// Opens a session's GET stream: the stream and the response head.
+fn open_get(sidecar: &Sidecar, session: &str) -> (UnixStream, String) {
+    let mut stream = UnixStream::connect(&sidecar.socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let request = format!(
+        "GET /mcp HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\
+         accept: text/event-stream\r\nmcp-protocol-version: 2025-11-25\r\n\
+         mcp-session-id: {session}\r\n{PROJECT_HEADER}: demo-project\r\n\
+         authorization: Bearer t\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    (stream, String::from_utf8_lossy(&head).into_owned())
+}
+
+/// A session's GET streams count like listen streams: at most the task's cap of them
+/// (`CAPSTAN_MAX_STREAMS_PER_TASK`, here 2), the next refused with 429 naming it; and an open
+/// GET stream does not keep its session past the idle limit — the session ends and so does
+/// the stream.
+#[test]
+fn a_sessions_get_streams_should_be_capped_and_never_keep_it_alive() {
+    let provider = DemoProvider::start(&[]);
+    let mut documents = streamco(&provider);
+    documents["items"][0]["spec"]["authority"]
+        .as_object_mut()
+        .unwrap()
+        .remove("maxTaskDurationSeconds");
+    let sidecar = Sidecar::start(
+        &documents,
+        &[provider.host()],
+        &[
+            ("CAPSTAN_MAX_STREAMS_PER_TASK", "2"),
+            ("CAPSTAN_SESSION_IDLE_SECONDS", "2"),
+        ],
+    );
+    let session = sidecar.curl_initialize("demo-project", "t");
+    let (mut first, head) = open_get(&sidecar, &session);
+    assert_eq!(status(&head), 200, "{head}");
+    let (_second, head) = open_get(&sidecar, &session);
+    assert_eq!(status(&head), 200, "{head}");
+    let (third, head) = open_get(&sidecar, &session);
+    assert_eq!(status(&head), 429, "{head}");
+    let body: Value = serde_json::from_str(&body_after(third, &head)).unwrap();
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains(
+            "this task has 2 streams open, the most one task may (CAPSTAN_MAX_STREAMS_PER_TASK)"
+        ),
+        "{body}"
+    );
+    // No request for the idle limit: the session is reaped, its stream closes (bounded: keep-
+    // alive comments would otherwise keep the read going).
+    let started = std::time::Instant::now();
+    let mut chunk = [0u8; 4096];
+    let ended = loop {
+        match first.read(&mut chunk) {
+            Ok(0) => break true,
+            Ok(_) if started.elapsed() < Duration::from_secs(30) => {}
+            _ => break false,
+        }
+    };
+    assert!(ended, "the GET stream outlived its idle session");
+    let (code, _) = sidecar.curl_in_session(
+        &session,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    );
+    assert_eq!(code, 404, "the idle session was not ended");
 }
