@@ -220,6 +220,17 @@ impl ControlPlane {
         self.kubectl_with_input(args, None)
     }
 
+    /// `kubectl` with `input` on its standard input: its standard output, or what it printed
+    /// when it failed.
+    pub fn kubectl_ok(&self, args: &[&str], input: Option<&str>) -> Result<String, String> {
+        let output = self.kubectl_with_input(args, input);
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(format!("kubectl {}: {}", args.join(" "), printed(&output)))
+        }
+    }
+
     /// `kubectl` with `input` on its standard input.
     pub fn kubectl_with_input(&self, args: &[&str], input: Option<&str>) -> Output {
         use std::io::Write;

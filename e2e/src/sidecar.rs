@@ -13,6 +13,26 @@ use crate::{ControlPlane, HarnessError};
 /// The project header clients send.
 pub const PROJECT_HEADER: &str = "X-Capstan-Project";
 
+/// The caller check's refusal of a caller `project`'s plane does not admit, as the sidecar
+/// words its start.
+pub fn not_admitted(project: &str) -> String {
+    format!(
+        "project {project}: the project's control plane says this caller may not list \
+         CapabilityBindings there"
+    )
+}
+
+/// Whether `body` is the sidecar's refusal `{"error": {"kind", "message"}}` of `kind` with a
+/// message starting with `message`.
+pub fn refusal_is(body: &str, kind: &str, message: &str) -> bool {
+    serde_json::from_str::<Value>(body).is_ok_and(|refusal| {
+        refusal["error"]["kind"] == kind
+            && refusal["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(message))
+    })
+}
+
 /// A running sidecar; stopped when dropped.
 pub struct SidecarProcess {
     child: Option<Child>,

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 
 use capstan_e2e::controller::{NAMESPACE, account_token, bind_cluster_role, service_account};
-use capstan_e2e::sidecar::{Session, SidecarProcess};
+use capstan_e2e::sidecar::{Session, SidecarProcess, not_admitted, refusal_is};
 use capstan_e2e::suite::{Env, Outcome, check, trial};
 use capstan_e2e::{HarnessError, printed};
 use libtest_mimic::Failed;
@@ -109,35 +109,12 @@ fn main() -> ExitCode {
     code
 }
 
-/// The caller check's refusal of a caller a project's plane does not admit.
-const NOT_ADMITTED_IN_ACME: &str = "project acme: the project's control plane says this caller \
-     may not list CapabilityBindings there";
-/// The same, for project globex.
-const NOT_ADMITTED_IN_GLOBEX: &str = "project globex: the project's control plane says this \
-     caller may not list CapabilityBindings there";
-
-/// Whether `body` is the sidecar's refusal `{"error": {"kind", "message"}}` of `kind` with a
-/// message starting with `message`.
-fn refusal_is(body: &str, kind: &str, message: &str) -> bool {
-    serde_json::from_str::<Value>(body).is_ok_and(|refusal| {
-        refusal["error"]["kind"] == kind
-            && refusal["error"]["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with(message))
-    })
-}
-
 fn user(account: &str) -> String {
     format!("system:serviceaccount:{NAMESPACE}:{account}")
 }
 
 fn kubectl(env: &Env, args: &[&str], input: Option<&str>) -> Result<String, String> {
-    let output = env.plane.kubectl_with_input(args, input);
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!("kubectl {}: {}", args.join(" "), printed(&output)))
-    }
+    env.plane.kubectl_ok(args, input)
 }
 
 const RBAC: &str = r#"
@@ -502,7 +479,7 @@ fn caller_check(env: &Env) -> Outcome {
         check(
             status == 403
                 && session.is_none()
-                && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_GLOBEX),
+                && refusal_is(&body, "forbidden", &not_admitted("globex")),
             || format!("bob's initialize: {status} {body}"),
         )?;
         let (status, _, body) = sidecar.initialize(PROJECT, None);
@@ -525,7 +502,7 @@ fn caller_check(env: &Env) -> Outcome {
             None,
         );
         check(
-            status == 403 && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_ACME),
+            status == 403 && refusal_is(&body, "forbidden", &not_admitted(PROJECT)),
             || format!("bob's composition read: {status} {body}"),
         )?;
         // Alice is admitted; a second session within the minute asks the plane no second time.
@@ -1347,7 +1324,7 @@ fn sessionless_caller_check(env: &Env) -> Outcome {
         let bob_before = configmap_lists(BOB);
         let (status, body) = sessionless_list(sidecar, Some(&bob_token));
         check(
-            status == 403 && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_ACME),
+            status == 403 && refusal_is(&body, "forbidden", &not_admitted(PROJECT)),
             || format!("bob's call without a session: {status} {body}"),
         )?;
         let (status, body) = sessionless_list(sidecar, None);

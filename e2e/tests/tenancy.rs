@@ -13,9 +13,9 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use capstan_e2e::sidecar::{PROJECT_HEADER, SidecarProcess};
+use capstan_e2e::sidecar::{PROJECT_HEADER, SidecarProcess, not_admitted, refusal_is};
 use capstan_e2e::suite::{Env, Outcome, check, trial};
-use capstan_e2e::{ControlPlane, HarnessError, PlaneOptions, printed};
+use capstan_e2e::{ControlPlane, HarnessError, PlaneOptions};
 use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
 use libtest_mimic::Failed;
 use serde_json::{Value, json};
@@ -37,12 +37,6 @@ composer-token-of-the-tenancy-suite,composer,uid-composer,\"capstan\"
 ";
 
 const PLAN_TOKEN_KEY: &str = "tenancy-plan-token-key-of-thirty-two-bytes";
-
-/// The caller check's refusals, as the sidecar words them.
-const NOT_ADMITTED_IN_ACME: &str = "project acme: the project's control plane says this caller \
-     may not list CapabilityBindings there";
-const NOT_ADMITTED_IN_GLOBEX: &str = "project globex: the project's control plane says this \
-     caller may not list CapabilityBindings there";
 
 /// What the suite keeps between setup and trials.
 struct World {
@@ -108,15 +102,6 @@ fn harness(message: String) -> HarnessError {
     }
 }
 
-fn kubectl(plane: &ControlPlane, args: &[&str], input: Option<&str>) -> Result<String, String> {
-    let output = plane.kubectl_with_input(args, input);
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!("kubectl {}: {}", args.join(" "), printed(&output)))
-    }
-}
-
 /// The sidecar's own account on a plane: what its crd source needs (config/rbac/sidecar.yaml).
 const SIDECAR_ACCOUNT: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
@@ -173,11 +158,19 @@ fn setup(env: &Env, options: &PlaneOptions) -> Result<(), HarnessError> {
             globex.install_crds(&client).await
         })?;
         for plane in [&env.plane, &globex] {
-            kubectl(plane, &["apply", "-f", "config/rbac/sidecar.yaml"], None).map_err(harness)?;
-            kubectl(plane, &["apply", "-f", "-"], Some(SIDECAR_ACCOUNT)).map_err(harness)?;
+            plane
+                .kubectl_ok(&["apply", "-f", "config/rbac/sidecar.yaml"], None)
+                .map_err(harness)?;
+            plane
+                .kubectl_ok(&["apply", "-f", "-"], Some(SIDECAR_ACCOUNT))
+                .map_err(harness)?;
         }
-        kubectl(&env.plane, &["apply", "-f", "-"], Some(ACME_RBAC)).map_err(harness)?;
-        kubectl(&globex, &["create", "namespace", "team-a"], None).map_err(harness)?;
+        env.plane
+            .kubectl_ok(&["apply", "-f", "-"], Some(ACME_RBAC))
+            .map_err(harness)?;
+        globex
+            .kubectl_ok(&["create", "namespace", "team-a"], None)
+            .map_err(harness)?;
         let base = env
             .runtime
             .block_on(serve_project_planes(&[
@@ -326,16 +319,6 @@ fn configmap_lists(plane: &ControlPlane, user: &str) -> usize {
     .len()
 }
 
-/// Whether `body` is the sidecar's refusal of `kind` whose message starts with `message`.
-fn refusal_is(body: &str, kind: &str, message: &str) -> bool {
-    serde_json::from_str::<Value>(body).is_ok_and(|refusal| {
-        refusal["error"]["kind"] == kind
-            && refusal["error"]["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with(message))
-    })
-}
-
 fn list_args() -> Value {
     json!({"group": "", "version": "v1", "kind": "ConfigMap", "namespace": "team-a"})
 }
@@ -372,7 +355,7 @@ fn other_plane(env: &Env) -> Outcome {
         session.end();
         let (status, id, body) = world.sidecar.initialize(GLOBEX, Some(ALICE));
         check(
-            status == 403 && id.is_none() && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_GLOBEX),
+            status == 403 && id.is_none() && refusal_is(&body, "forbidden", &not_admitted(GLOBEX)),
             || format!("alice on globex: {status} {body}"),
         )?;
         let (status, body) =
@@ -380,7 +363,7 @@ fn other_plane(env: &Env) -> Outcome {
                 .sidecar
                 .sessionless_call(GLOBEX, Some(ALICE), "resources_list", &list_args());
         check(
-            status == 403 && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_GLOBEX),
+            status == 403 && refusal_is(&body, "forbidden", &not_admitted(GLOBEX)),
             || format!("alice on globex without a session: {status} {body}"),
         )?;
         // globex was asked (its own plane said no), and alice read nothing there.
@@ -399,7 +382,7 @@ fn other_plane(env: &Env) -> Outcome {
         // bob is known to acme's plane and admitted by none of it.
         let (status, id, body) = world.sidecar.initialize(ACME, Some(BOB));
         check(
-            status == 403 && id.is_none() && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_ACME),
+            status == 403 && id.is_none() && refusal_is(&body, "forbidden", &not_admitted(ACME)),
             || format!("bob on acme: {status} {body}"),
         )?;
         check(configmap_lists(&env.plane, "bob") == 0, || {
@@ -415,7 +398,7 @@ fn garbage_token(env: &Env) -> Outcome {
         let before = env.plane.audit_events().map(|e| e.len()).unwrap_or(0);
         let (status, id, body) = world.sidecar.initialize(ACME, Some(GARBAGE));
         check(
-            status == 403 && id.is_none() && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_ACME),
+            status == 403 && id.is_none() && refusal_is(&body, "forbidden", &not_admitted(ACME)),
             || format!("a garbage token's initialize: {status} {body}"),
         )?;
         let (status, body) =
@@ -423,7 +406,7 @@ fn garbage_token(env: &Env) -> Outcome {
                 .sidecar
                 .sessionless_call(ACME, Some(GARBAGE), "resources_list", &list_args());
         check(
-            status == 403 && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_ACME),
+            status == 403 && refusal_is(&body, "forbidden", &not_admitted(ACME)),
             || format!("a garbage token without a session: {status} {body}"),
         )?;
         // The plane was asked and said 401; nothing else came with the token.
@@ -564,8 +547,7 @@ fn revoked(env: &Env) -> Outcome {
         });
         // The stream is open before the grant goes.
         std::thread::sleep(Duration::from_millis(300));
-        kubectl(
-            &env.plane,
+        env.plane.kubectl_ok(
             &["delete", "clusterrolebinding", "project-member-carol"],
             None,
         )?;
@@ -585,7 +567,7 @@ fn revoked(env: &Env) -> Outcome {
         };
         let refused_at = env.plane.audit_events().map(|e| e.len()).unwrap_or(0);
         check(
-            refusal_is(&refused, "forbidden", NOT_ADMITTED_IN_ACME),
+            refusal_is(&refused, "forbidden", &not_admitted(ACME)),
             || format!("the revocation's refusal: {refused}"),
         )?;
         let (status, body) = in_session(sidecar, &session.id, CAROL);
@@ -595,7 +577,7 @@ fn revoked(env: &Env) -> Outcome {
         let (status, body) =
             sidecar.sessionless_call(ACME, Some(CAROL), "resources_list", &list_args());
         check(
-            status == 403 && refusal_is(&body, "forbidden", NOT_ADMITTED_IN_ACME),
+            status == 403 && refusal_is(&body, "forbidden", &not_admitted(ACME)),
             || format!("carol without a session: {status} {body}"),
         )?;
         let streamed = streaming.join().map_err(|_| "the stream reader panicked")?;

@@ -28,7 +28,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::plan_token::Verified;
+use crate::plan_token::{Verified, valid_id};
 
 /// Most tokens remembered at once: ten thousand applies within one plan lifetime (15 minutes
 /// by default) is eleven a second from one assistant's sidecar. Beyond it apply refuses
@@ -118,15 +118,6 @@ fn unhex(text: &str) -> Option<[u8; 32]> {
         *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
     Some(out)
-}
-
-/// Whether `id` can stand in a token (between dots) and a file line.
-fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 impl PlanLedger {

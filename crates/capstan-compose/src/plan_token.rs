@@ -108,7 +108,9 @@ struct KeyEntry {
     secret: String,
 }
 
-fn valid_id(id: &str) -> bool {
+/// Whether `id` can name a key or a ledger: 1–64 of `[A-Za-z0-9_-]` (it stands between the
+/// dots of a token and in a file line).
+pub(crate) fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 64
         && id

@@ -207,9 +207,9 @@ pub fn plan_token_plan(manifests: Vec<Value>) -> PlanPayload {
     }
 }
 
-/// What verifying the first line of `data` as a token for the plan of its other lines (JSON
-/// manifests) answers: `None` when it verifies.
-pub fn plan_token_refusal(data: &[u8]) -> Option<PlanRefused> {
+/// The plan-token target's input: its first line (the token) and the plan of the rest (JSON
+/// manifests).
+fn plan_token_input(data: &[u8]) -> (String, PlanPayload) {
     let text = String::from_utf8_lossy(data);
     let (token, rest) = text.split_once('\n').unwrap_or((&text, ""));
     let manifests = match serde_json::from_str::<Value>(rest) {
@@ -217,31 +217,27 @@ pub fn plan_token_refusal(data: &[u8]) -> Option<PlanRefused> {
         Ok(other) => vec![other],
         Err(_) => Vec::new(),
     };
+    (token.to_owned(), plan_token_plan(manifests))
+}
+
+/// What verifying the first line of `data` as a token for the plan of its other lines (JSON
+/// manifests) answers: `None` when it verifies.
+pub fn plan_token_refusal(data: &[u8]) -> Option<PlanRefused> {
+    let (token, plan) = plan_token_input(data);
     let keys = PlanKeys::from_secret(PLAN_TOKEN_SECRET).ok()?;
-    keys.verify(
-        token,
-        &plan_token_plan(manifests),
-        PLAN_TOKEN_LEDGER,
-        plan_token_now(),
-    )
-    .err()
+    keys.verify(&token, &plan, PLAN_TOKEN_LEDGER, plan_token_now())
+        .err()
 }
 
 /// The plan-token decoder and verifier: the first line is a token, the rest the plan's
 /// manifests (JSON). Never panics; a token verifies only if it is exactly what signing that
 /// plan with its expiry yields, and never once expired.
 pub fn plan_token(data: &[u8]) {
-    let text = String::from_utf8_lossy(data);
-    let (token, rest) = text.split_once('\n').unwrap_or((&text, ""));
-    let manifests = match serde_json::from_str::<Value>(rest) {
-        Ok(Value::Array(items)) => items,
-        Ok(other) => vec![other],
-        Err(_) => Vec::new(),
-    };
+    let (token, plan) = plan_token_input(data);
+    let token = token.as_str();
     let Ok(keys) = PlanKeys::from_secret(PLAN_TOKEN_SECRET) else {
         return;
     };
-    let plan = plan_token_plan(manifests);
     let now = plan_token_now();
     // A token signed here verifies, and one byte changed in it does not.
     let good = keys.sign(&plan, PLAN_TOKEN_LEDGER, now + Duration::from_secs(60));

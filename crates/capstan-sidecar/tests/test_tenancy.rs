@@ -45,6 +45,12 @@ fn open_listen(sidecar: &Sidecar, project: &str, token: &str) -> (UnixStream, St
     stream
         .write_all(listen_request(project, token).as_bytes())
         .unwrap();
+    let head = read_head(&mut stream);
+    (stream, head)
+}
+
+/// A response head, read up to its blank line.
+fn read_head(stream: &mut UnixStream) -> String {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -53,7 +59,36 @@ fn open_listen(sidecar: &Sidecar, project: &str, token: &str) -> (UnixStream, St
             _ => break,
         }
     }
-    (stream, String::from_utf8_lossy(&head).into_owned())
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// What `stream` carries until the sidecar ends it, read for at most `limit` as a whole
+/// (keep-alive comments would keep a per-read timeout from ever firing).
+fn read_until_end(stream: &mut UnixStream, limit: Duration) -> Result<String, String> {
+    let mut all = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let started = std::time::Instant::now();
+    while started.elapsed() < limit {
+        match stream.read(&mut chunk) {
+            Ok(0) => return Ok(String::from_utf8_lossy(&all).into_owned()),
+            Ok(n) => all.extend_from_slice(&chunk[..n]),
+            Err(error) => return Err(format!("{error}: {}", String::from_utf8_lossy(&all))),
+        }
+    }
+    Err(format!(
+        "still open after {limit:?}: {}",
+        String::from_utf8_lossy(&all)
+    ))
+}
+
+/// The StreamCo fixture without a task time limit: only the idle rule can end a task.
+fn untimed_streamco(provider: &DemoProvider) -> Value {
+    let mut documents = streamco(provider);
+    documents["items"][0]["spec"]["authority"]
+        .as_object_mut()
+        .unwrap()
+        .remove("maxTaskDurationSeconds");
+    documents
 }
 
 fn status(head: &str) -> u16 {
@@ -173,14 +208,8 @@ fn a_task_should_hold_at_most_its_streams() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_open_stream_should_not_keep_its_task_forever() {
     let provider = DemoProvider::start(&[]);
-    // No time limit: only the idle rule can end the task.
-    let mut documents = streamco(&provider);
-    documents["items"][0]["spec"]["authority"]
-        .as_object_mut()
-        .unwrap()
-        .remove("maxTaskDurationSeconds");
     let sidecar = Sidecar::start(
-        &documents,
+        &untimed_streamco(&provider),
         &[provider.host()],
         &[
             ("CAPSTAN_SESSIONLESS_TTL_SECONDS", "1"),
@@ -199,21 +228,7 @@ async fn an_open_stream_should_not_keep_its_task_forever() {
         stream
             .write_all(listen_request("demo-project", "t").as_bytes())
             .unwrap();
-        let mut all = Vec::new();
-        let mut chunk = [0u8; 4096];
-        // Keep-alive comments arrive every 15 s, so the deadline is on the whole read.
-        let started = std::time::Instant::now();
-        while started.elapsed() < Duration::from_secs(30) {
-            match stream.read(&mut chunk) {
-                Ok(0) => return Ok(String::from_utf8_lossy(&all).into_owned()),
-                Ok(n) => all.extend_from_slice(&chunk[..n]),
-                Err(error) => return Err(format!("{error}: {}", String::from_utf8_lossy(&all))),
-            }
-        }
-        Err(format!(
-            "still open after 30 s: {}",
-            String::from_utf8_lossy(&all)
-        ))
+        read_until_end(&mut stream, Duration::from_secs(30))
     })
     .await
     .unwrap();
@@ -402,15 +417,8 @@ fn open_get(sidecar: &Sidecar, session: &str) -> (UnixStream, String) {
          authorization: Bearer t\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => head.push(byte[0]),
-            _ => break,
-        }
-    }
-    (stream, String::from_utf8_lossy(&head).into_owned())
+    let head = read_head(&mut stream);
+    (stream, head)
 }
 
 /// A session's GET streams count like listen streams: at most the task's cap of them
@@ -420,13 +428,8 @@ fn open_get(sidecar: &Sidecar, session: &str) -> (UnixStream, String) {
 #[test]
 fn a_sessions_get_streams_should_be_capped_and_never_keep_it_alive() {
     let provider = DemoProvider::start(&[]);
-    let mut documents = streamco(&provider);
-    documents["items"][0]["spec"]["authority"]
-        .as_object_mut()
-        .unwrap()
-        .remove("maxTaskDurationSeconds");
     let sidecar = Sidecar::start(
-        &documents,
+        &untimed_streamco(&provider),
         &[provider.host()],
         &[
             ("CAPSTAN_MAX_STREAMS_PER_TASK", "2"),
@@ -447,18 +450,12 @@ fn a_sessions_get_streams_should_be_capped_and_never_keep_it_alive() {
         ),
         "{body}"
     );
-    // No request for the idle limit: the session is reaped, its stream closes (bounded: keep-
-    // alive comments would otherwise keep the read going).
-    let started = std::time::Instant::now();
-    let mut chunk = [0u8; 4096];
-    let ended = loop {
-        match first.read(&mut chunk) {
-            Ok(0) => break true,
-            Ok(_) if started.elapsed() < Duration::from_secs(30) => {}
-            _ => break false,
-        }
-    };
-    assert!(ended, "the GET stream outlived its idle session");
+    // No request for the idle limit: the session is reaped and its stream closes.
+    let ended = read_until_end(&mut first, Duration::from_secs(30));
+    assert!(
+        ended.is_ok(),
+        "the GET stream outlived its idle session: {ended:?}"
+    );
     let (code, _) = sidecar.curl_in_session(
         &session,
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
