@@ -266,7 +266,17 @@ fn documents(workload: &Workload) -> Value {
 
 async fn measure(workload: &Workload) -> Figures {
     // Metering on, to a file, as in production (one JSON line per provider call).
-    let sidecar = Sidecar::start(&documents(workload), &workload.hosts, &[]);
+    // One caller opens the 1,000 sessions (and their GET streams) the RSS figure needs: room
+    // for all of them under every cap.
+    let sidecar = Sidecar::start(
+        &documents(workload),
+        &workload.hosts,
+        &[
+            ("CAPSTAN_MAX_SESSIONS", "4096"),
+            ("CAPSTAN_MAX_SESSIONS_PER_CALLER", "4096"),
+            ("CAPSTAN_MAX_SESSIONS_PER_PROJECT", "4096"),
+        ],
+    );
     let perf = std::env::var("CAPSTAN_BENCH_PERF")
         .ok()
         .filter(|_| workload.label == "minimal upstream")

@@ -95,7 +95,11 @@ async fn soak() {
         &documents,
         &hosts,
         &[
-            ("CAPSTAN_MAX_SESSIONS", "400"),
+            // One caller (no token) holds every session and each session's GET stream:
+            // room for all of them under every cap, with churn.
+            ("CAPSTAN_MAX_SESSIONS", "1000"),
+            ("CAPSTAN_MAX_SESSIONS_PER_CALLER", "1000"),
+            ("CAPSTAN_MAX_SESSIONS_PER_PROJECT", "1000"),
             ("CAPSTAN_METERING_SINK", "off"),
         ],
     );
