@@ -123,6 +123,18 @@ impl ChangePath {
                     api.project()
                 ),
             ),
+            // A plane that does not serve SelfSubjectReview cannot say who the caller is, and a
+            // plan is bound to its caller: refused, naming what is missing.
+            ApiFailure::NotFound { .. } | ApiFailure::NotServed { .. } => ToolError::new(
+                ErrorKind::UpstreamUnavailable,
+                format!(
+                    "project {}'s control plane does not answer SelfSubjectReview \
+                     (authentication.k8s.io/v1), so it cannot say who you are and no plan can \
+                     be bound to you; nothing was planned or changed",
+                    api.project()
+                ),
+            )
+            .with_code("kind_not_served"),
             other => read_failure(other, "tell who you are", api.project()),
         })
     }
@@ -682,10 +694,19 @@ async fn failed_at(
         format!(" (undone: {})", undone.join(", "))
     };
     if left.is_empty() {
+        let before = if written
+            .iter()
+            .take(index)
+            .all(|w| matches!(w, Written::Unchanged))
+        {
+            "no write before it changed anything"
+        } else {
+            "every write before it was undone"
+        };
         return ToolError::new(
             kind,
             format!(
-                "step {step}: {what}. Nothing was changed: every write before it was undone{undone_text}{rest}. Plan again."
+                "step {step}: {what}. Nothing was changed: {before}{undone_text}{rest}. Plan again."
             ),
         );
     }
