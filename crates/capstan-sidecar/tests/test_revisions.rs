@@ -299,14 +299,7 @@ async fn a_task_without_a_session_should_take_a_place_under_the_session_cap() {
     );
     assert_eq!(status, 503, "{body}");
     assert_eq!(header_value(&head, "retry-after").as_deref(), Some("5"));
-    let refused: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(refused["error"]["kind"], "unavailable", "{body}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("(CAPSTAN_MAX_SESSIONS)")),
-        "{body}"
-    );
+    assert_refusal(&body, "unavailable", "(CAPSTAN_MAX_SESSIONS)");
     // The place frees with the session, and the refused caller is served on its next request.
     session.cancel().await.unwrap();
     eventually("the caller without a session is served", || async {

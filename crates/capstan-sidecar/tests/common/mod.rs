@@ -337,6 +337,20 @@ pub fn streamco(provider: &DemoProvider) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// Asserts that `body` is the sidecar's refusal `{"error": {"kind", "message"}}` of `kind`
+/// whose message contains `message`.
+pub fn assert_refusal(body: &str, kind: &str, message: &str) {
+    let refusal: Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not a refusal ({e}): {body}"));
+    assert_eq!(refusal["error"]["kind"], kind, "{body}");
+    assert!(
+        refusal["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(message)),
+        "want {message:?}: {body}"
+    );
+}
+
 /// The value of header `name` in a response head or curl's header dump.
 pub fn header_value(head: &str, name: &str) -> Option<String> {
     head.lines().find_map(|l| {
