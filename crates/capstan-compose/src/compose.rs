@@ -89,6 +89,17 @@ struct Connected {
     tools: Arc<Vec<Tool>>,
 }
 
+/// What a composition keeps of an upstream's list for the next one: the tools its allow-list
+/// names (all a composition reads), not the whole list.
+fn allowed_only(tools: Vec<Tool>, allowed: &BTreeSet<String>) -> Arc<Vec<Tool>> {
+    Arc::new(
+        tools
+            .into_iter()
+            .filter(|tool| allowed.contains(tool.name.as_ref()))
+            .collect(),
+    )
+}
+
 /// The key of server `server` of a binding whose spec digests to `spec`.
 fn connection_key(spec: &[u8; 32], binding: &str, server: &str) -> [u8; 32] {
     let mut digest = Sha256::new();
@@ -363,7 +374,7 @@ impl Composer {
                         match kept.upstream.relist(self.limits.connect_timeout).await {
                             Ok(tools) => {
                                 debug!(server = %server.name, tools = tools.len(), "the server's tools listed again on its session");
-                                Some((kept.upstream.clone(), Arc::new(tools)))
+                                Some((kept.upstream.clone(), allowed_only(tools, &allowed)))
                             }
                             Err(error) => {
                                 debug!(server = %server.name, %error, "re-listing failed; opening a new session");
@@ -388,7 +399,7 @@ impl Composer {
                             &changes.for_upstream(),
                         )
                         .await
-                        .map(|(upstream, tools)| (Arc::new(upstream), Arc::new(tools))),
+                        .map(|(upstream, tools)| (Arc::new(upstream), allowed_only(tools, &allowed))),
                 };
                 ServerResult {
                     doc,
@@ -519,7 +530,7 @@ impl Composer {
                     server: server.server.clone(),
                     upstream_tool: tool.clone(),
                     description: listed.description.as_ref().map(ToString::to_string),
-                    input_schema: (*listed.input_schema).clone(),
+                    input_schema: listed.input_schema.clone(),
                     annotations,
                     mutating,
                 });

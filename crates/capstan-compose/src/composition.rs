@@ -1,6 +1,8 @@
 //! The composition as data: tools, the instructions, skills and a per-binding outcome — what
 //! `GET /v1/composition` shows and the controller's probe reads.
 
+use std::sync::Arc;
+
 use rmcp::model::{JsonObject, ToolAnnotations};
 use serde::Serialize;
 
@@ -28,8 +30,9 @@ pub struct ComposedTool {
     /// The upstream's description.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// The upstream's input schema.
-    pub input_schema: JsonObject,
+    /// The upstream's input schema, as it listed it: shared with the listing a composition
+    /// keeps for the next one and with the tool the session shows, never copied.
+    pub input_schema: Arc<JsonObject>,
     /// MCP annotations (a mutating tool always carries `readOnlyHint: false`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<ToolAnnotations>,

@@ -99,7 +99,7 @@ impl Served {
                 let mut tool = Tool::new(
                     t.name.clone(),
                     t.description.clone().unwrap_or_default(),
-                    Arc::new(t.input_schema.clone()),
+                    t.input_schema.clone(),
                 );
                 tool.annotations = t.annotations.clone();
                 tool
@@ -116,7 +116,7 @@ impl Served {
         let schemas = composition
             .tools
             .iter()
-            .map(|t| (t.name.as_str(), &t.input_schema))
+            .map(|t| (t.name.as_str(), t.input_schema.as_ref()))
             .chain(composed.base_tools().into_iter().flat_map(|base| {
                 base.tools()
                     .iter()
