@@ -11,7 +11,6 @@ use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 use tracing::{debug, warn};
 
-use crate::base_tools::BaseTools;
 use crate::call_error::CallError;
 use crate::capabilities::{CapabilitySummary, RoutedCapability, routed_capabilities};
 use crate::composition::{
@@ -120,7 +119,6 @@ pub struct Composed {
     routes: HashMap<String, (usize, String)>,
     fetcher: Fetcher,
     limits: Limits,
-    base: Option<BaseTools>,
     capabilities: Vec<RoutedCapability>,
     changes: ToolListChanges,
 }
@@ -160,19 +158,6 @@ impl Composed {
     /// The offered routed capability whose tool is `name` (`cap__web_search`).
     pub fn capability(&self, name: &str) -> Option<&RoutedCapability> {
         self.capabilities().find(|c| c.tool.name == name)
-    }
-
-    /// Adds the base platform tools of the session (they act as its caller): their names join
-    /// the composition, and `resources_plan` and `resources_apply` its mutating set.
-    pub fn attach_base_tools(&mut self, base: BaseTools) {
-        self.composition.base_tools = base.tools().iter().map(|t| t.name.to_string()).collect();
-        self.composition.mutating.extend(base.mutating());
-        self.base = Some(base);
-    }
-
-    /// The base platform tools, when composed (a caller token and a control plane).
-    pub fn base_tools(&self) -> Option<&BaseTools> {
-        self.base.as_ref()
     }
 
     /// Calls a composed tool by its composed name.
@@ -431,7 +416,6 @@ impl Composer {
             routes: HashMap::new(),
             fetcher: self.fetcher.clone(),
             limits: self.limits.clone(),
-            base: None,
             capabilities: Vec::new(),
             changes: changes.clone(),
         };

@@ -175,12 +175,9 @@ impl BindingOutcome {
 pub struct Composition {
     /// The tools, in document order, then server order, then tool name.
     pub tools: Vec<ComposedTool>,
-    /// The composed names of mutating tools (provider tools flagged mutating, and
-    /// `resources_plan` and `resources_apply` when the change path is composed).
+    /// The composed names of mutating tools: provider tools flagged mutating and destructive
+    /// routed capabilities (the sidecar adds its platform tools' to the view it serves).
     pub mutating: Vec<String>,
-    /// The base platform tools composed for the caller (none without a caller token and a
-    /// control plane).
-    pub base_tools: Vec<String>,
     /// The prompt additions: knowledge, concepts and the skills list.
     pub instructions: String,
     /// The skills offered.

@@ -1,18 +1,11 @@
 //! Where a project's control plane is, and how to reach it as whom: with the sidecar's own
 //! credential (the crd source's reads) or with the caller's bearer token and nothing else (the
-//! base tools, the caller check). The project's URL comes from a template holding `{project}`;
+//! platform tools and the caller check, in `capstan-platform`). The project's URL comes from a template holding `{project}`;
 //! without one, the cluster of the sidecar's kubeconfig is every project's plane.
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
-use kube::Resource as _;
-use kube::api::{Api, PostParams};
 use kube::config::AuthInfo;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use secrecy::SecretString;
-
-use crate::project_api::{ApiFailure, ProjectApi};
 
 /// Bytes escaped in a project name placed in a URL path: everything but RFC 3986 unreserved.
 const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -78,45 +71,5 @@ impl ControlPlane {
         };
         config.headers.clear();
         Ok(config)
-    }
-
-    /// A project API client acting as the caller in `project`.
-    pub fn project_api(&self, project: &str, token: &str) -> Result<ProjectApi, ApiFailure> {
-        let config = self
-            .caller_config(project, token)
-            .map_err(ApiFailure::unavailable)?;
-        let plane = config.cluster_url.to_string();
-        let client = kube::Client::try_from(config)
-            .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))?;
-        Ok(ProjectApi::new(client, project, &plane))
-    }
-
-    /// Whether the caller holding `token` may list CapabilityBindings in `project`, asked of
-    /// the project's plane with the caller's own token (a SelfSubjectAccessReview): the proof
-    /// that the caller belongs to the project it names.
-    pub async fn may_list_bindings(&self, project: &str, token: &str) -> Result<bool, ApiFailure> {
-        let config = self
-            .caller_config(project, token)
-            .map_err(ApiFailure::unavailable)?;
-        let client = kube::Client::try_from(config)
-            .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))?;
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(capstan_api::CapabilityBinding::group(&()).into_owned()),
-                    resource: Some("capabilitybindings".to_owned()),
-                    verb: Some("list".to_owned()),
-                    ..ResourceAttributes::default()
-                }),
-                ..SelfSubjectAccessReviewSpec::default()
-            },
-            ..SelfSubjectAccessReview::default()
-        };
-        let api: Api<SelfSubjectAccessReview> = Api::all(client);
-        let answer = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(ApiFailure::from_kube)?;
-        Ok(answer.status.is_some_and(|s| s.allowed))
     }
 }

@@ -1,14 +1,13 @@
 //! capstan-compose: turns a project's capability documents into one composed tool set —
 //! sources and their cache, the endpoint guard, knowledge, skills and MCP upstreams — with a
-//! per-binding outcome the sidecar serves and the controller's probe reports.
+//! per-binding outcome the sidecar serves and the controller's probe reports. The platform
+//! tools a task adds beside it live in `capstan-platform`.
 //!
 //! How the modules depend on each other: `docs/architecture.md#capstan-compose`.
 
-mod base_tools;
 mod cache;
 mod call_error;
 mod capabilities;
-mod change_path;
 mod compose;
 mod composition;
 mod control_plane;
@@ -18,36 +17,24 @@ mod crd_watch;
 mod direct_call;
 mod document;
 mod errors;
-mod failures;
 mod fetch;
 mod guard;
 mod knowledge;
 mod limits;
-mod manifest;
-mod milo;
 mod names;
-mod openapi;
 mod pins;
-mod plan_ledger;
-mod plan_token;
 mod pooled;
-mod project_api;
 mod read;
 mod slim;
 mod source;
 mod tool_error;
 mod upstream;
 
-pub use base_tools::{
-    BaseTools, LOCATIONS_LIST, QUOTA_GET, RESOURCES_APPLY, RESOURCES_GET, RESOURCES_LIST,
-    RESOURCES_PLAN, RESOURCES_VALIDATE, SCHEMA_GET,
-};
 pub use cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
 pub use call_error::CallError;
 pub use capabilities::{
     CapabilitySummary, MAX_INTENT_LEN, RoutedCapability, capability_tool, routed_capabilities,
 };
-pub use change_path::{ChangePath, Clock, MAX_MANIFESTS};
 pub use compose::{Composed, Composer, SetupError, SkillError, ToolCallError};
 pub use composition::{
     BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
@@ -68,15 +55,6 @@ pub use limits::{
 pub use names::{MAX_TOOL_NAME, composed_name, full_name, sanitize, shortened};
 pub use pins::{
     PINNED_MEMBERS, PinMismatch, ToolDefinition, covered_definition, definition_digest,
-};
-pub use plan_ledger::{LEDGER_CAPACITY, LedgerError, NotRecorded, PlanLedger};
-pub use plan_token::{
-    Caller, DEFAULT_PLAN_TTL, KeyError, MIN_KEY_BYTES, PlanKeys, PlanPayload,
-    Refused as PlanRefused, Verified, ledger_digest,
-};
-pub use project_api::{
-    ApiFailure, Cause, DEFAULT_NAMESPACE, DEFAULT_REQUEST_TIMEOUT, FIELD_MANAGER, Kind, LIST_LIMIT,
-    ProjectApi,
 };
 pub use read::{ProjectDocuments, ReadOutcome, Uncached};
 pub use source::{

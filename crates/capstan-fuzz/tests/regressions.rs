@@ -47,7 +47,7 @@ fn the_forged_plan_token_seed_should_reach_the_mac_check() {
     let data = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     assert_eq!(
         capstan_fuzz::plan_token_refusal(&data),
-        Some(capstan_compose::PlanRefused::Mismatch),
+        Some(capstan_platform::PlanRefused::Mismatch),
         "{}",
         String::from_utf8_lossy(&data)
     );

@@ -185,7 +185,7 @@ impl CallerCheck {
                 Err(Refusal::NotAllowed { project })
             };
         }
-        match self.plane.may_list_bindings(&project, token).await {
+        match capstan_platform::may_list_bindings(&self.plane, &project, token).await {
             Ok(allowed) => {
                 self.remember(key, allowed);
                 self.metrics
@@ -198,7 +198,7 @@ impl CallerCheck {
             }
             // An invalid or expired token is an answer too: the plane does not know the
             // caller.
-            Err(capstan_compose::ApiFailure::Forbidden { .. }) => {
+            Err(capstan_platform::ApiFailure::Forbidden { .. }) => {
                 self.remember(key, false);
                 self.metrics.caller_check("denied");
                 Err(Refusal::NotAllowed { project })

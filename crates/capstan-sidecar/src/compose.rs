@@ -4,13 +4,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use capstan_compose::{
-    BaseTools, ChangePath, Composed, Composer, ControlPlane, ProjectDocuments, Snapshot,
-};
+use capstan_compose::{Composed, Composer, ControlPlane, ProjectDocuments, Snapshot};
+use capstan_platform::{BaseTools, ChangePath, ProjectApi};
 use tracing::warn;
 
 use crate::identity::Identity;
-use crate::task::TaskContext;
+use crate::task::{Served, TaskContext};
 
 /// Composes projects for callers, and hands each task what tasks share.
 pub struct ProjectComposer {
@@ -30,10 +29,13 @@ pub struct BaseToolsSetup {
     pub change_path: Option<ChangePath>,
 }
 
-/// A composition for one identity, with the snapshot it came from.
+/// A composition for one identity, with the snapshot it came from and the platform tools the
+/// caller gets beside it.
 pub struct ComposedProject {
     /// The live composition (upstream sessions open).
     pub composed: Composed,
+    /// The base platform tools, acting as the caller (a token and a known plane).
+    pub base: Option<BaseTools>,
     /// The documents composed and the qualifiers routed calls obey (shared with the cache,
     /// not copied per session).
     pub snapshot: Arc<Snapshot>,
@@ -82,33 +84,25 @@ impl ProjectComposer {
     }
 
     /// Composes `snapshot` (already read) for `identity`, as [`ProjectComposer::compose`]
-    /// does, keeping what it can of `previous` (the task's composition until now): the upstream
+    /// does, keeping what it can of `previous` (what the task serves until now): the upstream
     /// sessions of unchanged bindings, and the base tools' client. When a live session's
     /// documents or upstreams change (`refresh.rs`).
     pub async fn compose_snapshot(
         &self,
         identity: &Identity,
         snapshot: Arc<Snapshot>,
-        previous: Option<&Composed>,
+        previous: Option<&Served>,
     ) -> ComposedProject {
         let metrics = &self.context.metrics;
         let started = Instant::now();
-        let mut composed = self
+        let composed = self
             .composer
-            .compose_reusing(&snapshot.documents, previous)
+            .compose_reusing(&snapshot.documents, previous.map(Served::composed))
             .await;
-        if let Some(base) = previous.and_then(Composed::base_tools) {
-            composed.attach_base_tools(base.clone());
-        } else if let (Some(setup), Some(token)) = (&self.base, identity.token()) {
-            match setup.plane.project_api(&identity.project, token) {
-                Ok(api) => {
-                    composed.attach_base_tools(BaseTools::new(api, setup.change_path.clone()))
-                }
-                Err(error) => {
-                    warn!(project = %identity.project, %error, "the base platform tools are not composed: no client for the project's control plane")
-                }
-            }
-        }
+        let base = match previous {
+            Some(previous) => previous.base().cloned(),
+            None => self.base_tools(identity),
+        };
         metrics
             .compose_duration
             .observe(started.elapsed().as_secs_f64());
@@ -121,6 +115,23 @@ impl ProjectComposer {
         metrics
             .upstream_connect_failures
             .inc_by(u64::try_from(failures).unwrap_or(u64::MAX));
-        ComposedProject { composed, snapshot }
+        ComposedProject {
+            composed,
+            base,
+            snapshot,
+        }
+    }
+
+    /// The base platform tools of `identity`: acting with its token on its project's plane,
+    /// when both are known; never a fallback to the sidecar's credential.
+    fn base_tools(&self, identity: &Identity) -> Option<BaseTools> {
+        let (setup, token) = (self.base.as_ref()?, identity.token()?);
+        match ProjectApi::for_caller(&setup.plane, &identity.project, token) {
+            Ok(api) => Some(BaseTools::new(api, setup.change_path.clone())),
+            Err(error) => {
+                warn!(project = %identity.project, %error, "the base platform tools are not composed: no client for the project's control plane");
+                None
+            }
+        }
     }
 }

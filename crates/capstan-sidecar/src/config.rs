@@ -107,7 +107,7 @@ pub struct Config {
     pub plan_ledger: Option<PathBuf>,
 
     /// Seconds a plan token stays valid.
-    #[arg(long, env = "CAPSTAN_PLAN_TOKEN_TTL_SECONDS", default_value_t = capstan_compose::DEFAULT_PLAN_TTL.as_secs())]
+    #[arg(long, env = "CAPSTAN_PLAN_TOKEN_TTL_SECONDS", default_value_t = capstan_platform::DEFAULT_PLAN_TTL.as_secs())]
     pub plan_token_ttl_seconds: u64,
 
     /// Seconds a project's bindings are cached (source `crd` with a URL template; without one

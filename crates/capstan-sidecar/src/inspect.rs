@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use capstan_compose::Composed;
+use capstan_platform::BaseTools;
 use serde_json::{Value, json};
 
 use crate::compose::ProjectComposer;
@@ -58,7 +59,12 @@ pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts
     };
     if let Some(task) = live {
         let served = task.served();
-        return axum::Json(composition_view(&identity.project, served.composed())).into_response();
+        return axum::Json(composition_view(
+            &identity.project,
+            served.composed(),
+            served.base(),
+        ))
+        .into_response();
     }
     let Some(cell) = inspection.views.cell(identity.fingerprint()).await else {
         return refusal(
@@ -70,7 +76,8 @@ pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts
     let body = cell
         .get_or_init(|| async {
             let project = inspection.composer.compose(&identity).await;
-            let body = composition_view(&identity.project, &project.composed);
+            let body =
+                composition_view(&identity.project, &project.composed, project.base.as_ref());
             project.composed.close().await;
             body
         })
@@ -78,10 +85,18 @@ pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts
     axum::Json(body.clone()).into_response()
 }
 
-/// The JSON view of a composition.
-fn composition_view(project: &str, composed: &Composed) -> Value {
+/// The JSON view of a composition and the platform tools `base` beside it: their names under
+/// `baseTools`, the change path's among the `mutating`.
+fn composition_view(project: &str, composed: &Composed, base: Option<&BaseTools>) -> Value {
     let composition = &composed.composition;
     let mut body = serde_json::to_value(composition).unwrap_or(Value::Null);
+    let names: Vec<&str> = base
+        .map(|base| base.tools().iter().map(|t| t.name.as_ref()).collect())
+        .unwrap_or_default();
+    body["baseTools"] = json!(names);
+    if let (Some(base), Some(mutating)) = (base, body["mutating"].as_array_mut()) {
+        mutating.extend(base.mutating().into_iter().map(Value::from));
+    }
     if let Some(bindings) = body.get_mut("bindings").and_then(Value::as_array_mut) {
         for (view, outcome) in bindings.iter_mut().zip(&composition.bindings) {
             view["degraded"] = json!(outcome.degraded());

@@ -177,7 +177,7 @@ impl ServerHandler for SessionHandler {
         let task = Task::start(
             self.composer.context().clone(),
             identity,
-            Served::new(project.composed, project.snapshot),
+            Served::new(project.composed, project.base, project.snapshot),
             slot.and_then(TaskSlot::take_permit),
         );
         task.set_peer(context.peer.clone());

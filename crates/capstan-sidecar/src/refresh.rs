@@ -84,14 +84,14 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
                 continue;
             }
             let project = composer
-                .compose_snapshot(task.identity(), snapshot, Some(served.composed()))
+                .compose_snapshot(task.identity(), snapshot, Some(&served))
                 .await;
             last_composed = Some(tokio::time::Instant::now());
             if task.expired() {
                 // It ended while this composed: what was opened for it closes unused.
                 return;
             }
-            let fresh = Served::new(project.composed, project.snapshot);
+            let fresh = Served::new(project.composed, project.base, project.snapshot);
             let changed = fresh.tools() != served.tools();
             // A composition made from this one notes list changes on the same channel: the
             // receiver carries on (a change noted while composing wakes it again).

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use axum::http::HeaderName;
 use capstan_compose::{
-    CachedSource, ChangePath, Composer, ControlPlane, CrdSource, FixtureSource, HttpSource,
-    KeyError, LedgerError, Limits, PlanKeys, PlanLedger, ProjectDocuments, SetupError, SourceError,
-    Uncached, WatchedCluster,
+    CachedSource, Composer, ControlPlane, CrdSource, FixtureSource, HttpSource, Limits,
+    ProjectDocuments, SetupError, SourceError, Uncached, WatchedCluster,
 };
+use capstan_platform::{ChangePath, KeyError, LedgerError, PlanKeys, PlanLedger};
 use capstan_process::{AdminError, LoggingError, Readiness, Shutdown, init_logging, serve_admin};
 use prometheus_client::registry::Registry;
 use thiserror::Error;

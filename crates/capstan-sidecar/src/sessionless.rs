@@ -107,7 +107,7 @@ impl SessionlessTasks {
                 let task = Task::start(
                     self.composer.context().clone(),
                     identity.clone(),
-                    Served::new(project.composed, project.snapshot),
+                    Served::new(project.composed, project.base, project.snapshot),
                     Some(permit),
                 );
                 refresh::follow(&task, self.composer.clone(), &self.feeds);

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use capstan_api::validate::pointer_to_path;
 use capstan_compose::{
-    BaseTools, Composed, ComposedTool, Document, ErrorKind, MAX_INTENT_LEN, RoutedCapability,
-    SkillError, Snapshot, ToolCallError, ToolError,
+    Composed, ComposedTool, Document, ErrorKind, MAX_INTENT_LEN, RoutedCapability, SkillError,
+    Snapshot, ToolCallError, ToolError,
 };
+use capstan_platform::BaseTools;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations,
 };
@@ -71,8 +72,9 @@ pub struct Task {
     ended: tokio::sync::watch::Sender<()>,
 }
 
-/// One composition as a session serves it: the live composition and its tools, and the
-/// snapshot it came from (documents, and the qualifiers routed calls obey).
+/// One composition as a session serves it: the live composition and its tools, the platform
+/// tools beside it, and the snapshot it came from (documents, and the qualifiers routed calls
+/// obey).
 pub struct Served {
     live: Arc<Live>,
     snapshot: Arc<Snapshot>,
@@ -83,14 +85,16 @@ pub struct Served {
 /// on it finishes first; a composition made again keeps the sessions it shares).
 struct Live {
     composed: Composed,
+    /// The base platform tools, when the caller gets them (they act as the caller).
+    base: Option<BaseTools>,
     tools: Vec<Tool>,
     validators: HashMap<String, jsonschema::Validator>,
 }
 
 impl Served {
-    /// Builds what a session serves from `composed` (made from `snapshot`): the tools
-    /// `tools/list` shows and a validator per input schema.
-    pub fn new(composed: Composed, snapshot: Arc<Snapshot>) -> Self {
+    /// Builds what a session serves from `composed` (made from `snapshot`) and the platform
+    /// tools `base`: the tools `tools/list` shows and a validator per input schema.
+    pub fn new(composed: Composed, base: Option<BaseTools>, snapshot: Arc<Snapshot>) -> Self {
         let composition = &composed.composition;
         let mut tools: Vec<Tool> = composition
             .tools
@@ -109,7 +113,7 @@ impl Served {
         if !composition.skills.is_empty() {
             tools.push(load_skill_tool());
         }
-        if let Some(base) = composed.base_tools() {
+        if let Some(base) = &base {
             tools.extend(base.tools().iter().cloned());
         }
         let mut validators = HashMap::new();
@@ -117,7 +121,7 @@ impl Served {
             .tools
             .iter()
             .map(|t| (t.name.as_str(), t.input_schema.as_ref()))
-            .chain(composed.base_tools().into_iter().flat_map(|base| {
+            .chain(base.iter().flat_map(|base| {
                 base.tools()
                     .iter()
                     .map(|t| (t.name.as_ref(), t.input_schema.as_ref()))
@@ -142,6 +146,7 @@ impl Served {
         Self {
             live: Arc::new(Live {
                 composed,
+                base,
                 tools,
                 validators,
             }),
@@ -161,6 +166,11 @@ impl Served {
     /// The live composition.
     pub fn composed(&self) -> &Composed {
         &self.live.composed
+    }
+
+    /// The base platform tools, when composed.
+    pub fn base(&self) -> Option<&BaseTools> {
+        self.live.base.as_ref()
     }
 
     /// The snapshot it was composed from (documents and qualifiers).
@@ -465,7 +475,7 @@ impl Task {
                 .await
                 .unwrap_or_else(ToolError::into_result));
         }
-        if let Some(base) = composed.base_tools()
+        if let Some(base) = served.base()
             && base.has(&name)
         {
             return Ok(self.call_base_tool(&served, base, &name, arguments).await);
@@ -585,12 +595,7 @@ impl Task {
         name: &str,
         arguments: Option<JsonObject>,
     ) -> CallToolResult {
-        let mutating = served
-            .composed()
-            .composition
-            .mutating
-            .iter()
-            .any(|m| m == name);
+        let mutating = base.mutating().iter().any(|m| m == name);
         let span = info_span!(
             "tool_call",
             tool.name = %name,

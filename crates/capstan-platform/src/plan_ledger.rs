@@ -344,6 +344,8 @@ mod tests {
         );
         let lines = std::fs::read_to_string(&path).unwrap().lines().count();
         assert_eq!(lines, 2, "compacted on open: the id and one live token");
+        drop(reopened);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]
@@ -365,5 +367,7 @@ mod tests {
             "a new id: tokens issued before are refused"
         );
         assert!(!reopened.was_applied(&verified(1, 500).digest));
+        drop(reopened);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 }

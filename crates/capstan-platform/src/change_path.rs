@@ -15,7 +15,7 @@ use crate::manifest::{Identity, diff, editable, plan_order};
 use crate::plan_ledger::{NotRecorded, PlanLedger};
 use crate::plan_token::{Caller, PlanKeys, PlanPayload, Refused, ledger_digest};
 use crate::project_api::{ApiFailure, Cause, DEFAULT_NAMESPACE, Kind, ProjectApi};
-use crate::tool_error::{ErrorKind, ToolError};
+use capstan_compose::{ErrorKind, ToolError};
 
 /// Most manifests in one batch: enough for an application's objects, few enough that one
 /// plan stays something a person reads.

@@ -7,7 +7,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant, SystemTime};
 
-use capstan_compose::{Caller, DEFAULT_PLAN_TTL, PlanKeys, PlanPayload};
+use capstan_platform::{Caller, DEFAULT_PLAN_TTL, PlanKeys, PlanPayload};
 use serde_json::{Value, json};
 
 const RUNS: usize = 2001;
@@ -78,7 +78,7 @@ fn main() {
     let now = SystemTime::now();
     let expires = now + DEFAULT_PLAN_TTL;
     println!(
-        "<!-- bench:plan_token -->\n### Plan tokens (`crates/capstan-compose/benches/plan_token.rs`)\n\n```text"
+        "<!-- bench:plan_token -->\n### Plan tokens (`crates/capstan-platform/benches/plan_token.rs`)\n\n```text"
     );
     println!(
         "plan tokens: HMAC-SHA256 over RFC 8785 canonical JSON, medians of {RUNS} interleaved runs"

@@ -18,8 +18,8 @@ use kube::discovery::Scope;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::errors::chain_text;
 use crate::plan_token::Caller;
+use capstan_compose::{ControlPlane, chain_text};
 
 /// The field manager of every write the change path makes.
 pub const FIELD_MANAGER: &str = "capstan";
@@ -208,6 +208,22 @@ fn api_version(group: &str, version: &str) -> String {
 }
 
 impl ProjectApi {
+    /// A client of `project`'s plane, as `plane` places it, acting as the holder of `token`
+    /// (its token and nothing of the sidecar's identity).
+    pub fn for_caller(
+        plane: &ControlPlane,
+        project: &str,
+        token: &str,
+    ) -> Result<Self, ApiFailure> {
+        let config = plane
+            .caller_config(project, token)
+            .map_err(ApiFailure::unavailable)?;
+        let url = config.cluster_url.to_string();
+        let client = kube::Client::try_from(config)
+            .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))?;
+        Ok(Self::new(client, project, &url))
+    }
+
     /// A client of `project`'s plane at `plane` (its URL) over `client` (which carries the
     /// caller's token).
     pub fn new(client: kube::Client, project: &str, plane: &str) -> Self {
