@@ -1,5 +1,6 @@
-//! Admission: how many places the sidecar gives out, and to whom. A session, a task without a
-//! session, and every open stream (a session's GET stream, a 2026-07-28
+//! Admission: who may open what. The header that names a request's project, the caller check
+//! (is the caller admitted by the project it names), and how many places the sidecar gives out,
+//! and to whom. A session, a task without a session, and every open stream (a session's GET stream, a 2026-07-28
 //! `subscriptions/listen`) each take a place for as long as they live. Places are capped three
 //! ways at once — for the whole sidecar, per caller (the bearer token), and per project — so
 //! neither one token nor one project can take every place and lock the others out; and each
@@ -11,9 +12,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use crate::caller_check::CallerCheck;
 use crate::identity::{Identity, refusal};
 use crate::metrics::Metrics;
 
@@ -149,8 +151,11 @@ struct Counts {
     projects: HashMap<String, usize>,
 }
 
-/// The places given out, by caller and project.
+/// Who may open what: the project header, the caller check, and the places given out, by
+/// caller and project.
 pub struct Admission {
+    project_header: HeaderName,
+    caller_check: Option<Arc<CallerCheck>>,
     caps: Caps,
     counts: Mutex<Counts>,
     metrics: Option<Metrics>,
@@ -199,22 +204,37 @@ impl Drop for Place {
 }
 
 impl Admission {
-    /// Admission under `caps`.
-    pub fn new(caps: Caps) -> Arc<Self> {
+    /// Admission of requests naming their project in `project_header`, under `caps`, without
+    /// a caller check.
+    pub fn new(project_header: HeaderName, caps: Caps) -> Arc<Self> {
+        Self::with(project_header, caps, None, None)
+    }
+
+    /// Admission of requests naming their project in `project_header`, under `caps`, callers
+    /// checked by `caller_check` when given, places counted in `metrics`.
+    pub fn with(
+        project_header: HeaderName,
+        caps: Caps,
+        caller_check: Option<Arc<CallerCheck>>,
+        metrics: Option<Metrics>,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            project_header,
+            caller_check,
             caps,
             counts: Mutex::default(),
-            metrics: None,
+            metrics,
         })
     }
 
-    /// Admission under `caps`, counting places held and refused in `metrics`.
-    pub fn with_metrics(caps: Caps, metrics: Metrics) -> Arc<Self> {
-        Arc::new(Self {
-            caps,
-            counts: Mutex::default(),
-            metrics: Some(metrics),
-        })
+    /// The header carrying the project.
+    pub fn project_header(&self) -> &HeaderName {
+        &self.project_header
+    }
+
+    /// The caller check, when one is configured (`CAPSTAN_CALLER_CHECK=sar`).
+    pub fn caller_check(&self) -> Option<&CallerCheck> {
+        self.caller_check.as_deref()
     }
 
     /// The caps.
@@ -296,9 +316,13 @@ mod tests {
         }
     }
 
+    fn admission() -> Arc<Admission> {
+        Admission::new(HeaderName::from_static("x-capstan-project"), caps())
+    }
+
     #[test]
     fn one_caller_should_never_take_more_than_its_cap_whatever_projects_it_names() {
-        let admission = Admission::new(caps());
+        let admission = admission();
         let held: Vec<Place> = ["a", "b", "c"]
             .iter()
             .map(|p| {
@@ -330,7 +354,7 @@ mod tests {
 
     #[test]
     fn one_project_should_never_take_more_than_its_cap_and_the_total_should_hold() {
-        let admission = Admission::new(caps());
+        let admission = admission();
         let tokens = ["t1", "t2", "t3", "t4"];
         let held: Vec<Place> = tokens
             .iter()

@@ -168,7 +168,7 @@ pub struct Config {
     /// lives without a request; with a `subscriptions/listen` stream open it lives up to
     /// `--session-idle-seconds` without one, as a session does. The next request after it
     /// composes a new task (new upstream sessions).
-    #[arg(long, env = "CAPSTAN_SESSIONLESS_TTL_SECONDS", default_value_t = crate::sessionless::DEFAULT_SESSIONLESS_TTL.as_secs())]
+    #[arg(long, env = "CAPSTAN_SESSIONLESS_TTL_SECONDS", default_value_t = crate::tasks::DEFAULT_SESSIONLESS_TTL.as_secs())]
     pub sessionless_ttl_seconds: u64,
 
     /// Seconds in-flight requests may run after SIGTERM (no new connection is accepted

@@ -14,7 +14,7 @@ use tower::ServiceExt;
 
 use crate::identity::Identity;
 use crate::middleware::{check, check_host};
-use crate::sessions::Sessions;
+use crate::tasks::Tasks;
 
 /// What the middleware did with one request.
 #[derive(Debug)]
@@ -38,9 +38,15 @@ fn harness() -> &'static Harness {
             .enable_all()
             .build()
             .expect("a runtime for the fuzz harness");
-        let sessions = Arc::new(Sessions::new(
-            HeaderName::from_static("x-capstan-project"),
-            crate::admission::Admission::new(crate::admission::Caps::default()),
+        let tasks = Arc::new(Tasks::new(
+            crate::admission::Admission::new(
+                HeaderName::from_static("x-capstan-project"),
+                crate::admission::Caps::default(),
+            ),
+            crate::tasks::Lifetimes {
+                session_idle: std::time::Duration::from_secs(600),
+                sessionless: crate::tasks::DEFAULT_SESSIONLESS_TTL,
+            },
         ));
         // The handler answers 299 so "reached" cannot be confused with any status the
         // middleware itself answers.
@@ -51,8 +57,8 @@ fn harness() -> &'static Harness {
             .route("/v1/routes", get(reached))
             .layer(axum::middleware::from_fn_with_state(
                 crate::middleware::Gate {
-                    sessions,
-                    sessionless: None,
+                    tasks,
+                    starter: None,
                 },
                 check,
             ))

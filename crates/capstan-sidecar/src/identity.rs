@@ -2,7 +2,7 @@
 //! why they are refused. Pure: no session, no I/O.
 //!
 //! The sidecar binds both to the MCP session at `initialize` and compares later requests with
-//! a digest of them (`sessions.rs`, `middleware.rs`).
+//! a digest of them (`tasks.rs`, `middleware.rs`).
 
 use std::sync::Arc;
 

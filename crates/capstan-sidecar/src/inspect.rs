@@ -17,16 +17,13 @@ use serde_json::{Value, json};
 use crate::compose::ProjectComposer;
 use crate::identity::{Identity, refusal};
 use crate::middleware::SessionTask;
-use crate::sessionless::SessionlessTasks;
-use crate::sessions::Sessions;
 use crate::task::LOAD_SKILL;
+use crate::tasks::Tasks;
 
 /// What inspection reads: live sessions first, else the composer.
 pub struct Inspection {
-    /// The bound sessions (their tasks' compositions).
-    pub sessions: Arc<Sessions>,
-    /// The tasks of callers without sessions (2026-07-28).
-    pub sessionless: Arc<SessionlessTasks>,
+    /// The live tasks (their compositions).
+    pub tasks: Arc<Tasks>,
     /// Composes for callers without a live session.
     pub composer: Arc<ProjectComposer>,
     /// Compositions made for inspection, per caller.
@@ -48,15 +45,11 @@ pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts
             "no caller identity",
         );
     };
-    let live = match parts
+    let live = parts
         .extensions
         .get::<SessionTask>()
         .map(|SessionTask(task)| task.clone())
-        .or_else(|| inspection.sessions.live_task(&identity.fingerprint()))
-    {
-        Some(task) => Some(task),
-        None => inspection.sessionless.live(&identity.fingerprint()).await,
-    };
+        .or_else(|| inspection.tasks.live_task(&identity.fingerprint()));
     if let Some(task) = live {
         let served = task.served();
         return axum::Json(composition_view(

@@ -25,10 +25,9 @@ mod routes;
 mod routing;
 mod run;
 mod server;
-mod sessionless;
-mod sessions;
 mod socket;
 mod task;
+mod tasks;
 
 pub use admission::{
     DEFAULT_MAX_PLACES, DEFAULT_MAX_PLACES_PER_CALLER, DEFAULT_MAX_PLACES_PER_PROJECT,

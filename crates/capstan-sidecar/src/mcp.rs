@@ -1,7 +1,7 @@
 //! The rmcp adapter: one `SessionHandler` per MCP session, and one per request of the
 //! 2026-07-28 revision (rmcp makes a handler for each sessionless request). `initialize`
 //! composes the caller's project and starts the session's task; a request without a session
-//! is served by the caller's task in `sessionless.rs`. `tools/list` and `tools/call` serve
+//! is served by the caller's task in `tasks.rs`. `tools/list` and `tools/call` serve
 //! from the task, for the caller it was started for and nobody else.
 //!
 //! Protocol revisions: the session-based ones (2024-11-05 … 2025-11-25) over `initialize`, and
@@ -23,14 +23,10 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::sync::OnceCell;
 use tracing::info;
 
-use crate::compose::ProjectComposer;
-use crate::feeds::ProjectFeeds;
 use crate::identity::Identity;
 use crate::middleware::CallerTask;
-use crate::refresh;
-use crate::sessionless::SessionlessTasks;
-use crate::sessions::TaskSlot;
-use crate::task::{Served, Task};
+use crate::task::{ANOTHER_CALLER, Task};
+use crate::tasks::{Admitted, TaskStarter, Tasks};
 
 /// The protocol revisions served: 2026-07-28 (without sessions) and every session-based one.
 pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
@@ -43,24 +39,18 @@ pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
 
 /// The MCP handler of one session, or of one request without a session.
 pub struct SessionHandler {
-    composer: Arc<ProjectComposer>,
-    feeds: Arc<ProjectFeeds>,
-    sessionless: Arc<SessionlessTasks>,
+    tasks: Arc<Tasks>,
+    starter: Arc<TaskStarter>,
     task: OnceCell<Arc<Task>>,
 }
 
 impl SessionHandler {
-    /// A handler for a new session (its task follows its project's documents on `feeds`), or
-    /// for one request without a session (served by the caller's task in `sessionless`).
-    pub fn new(
-        composer: Arc<ProjectComposer>,
-        feeds: Arc<ProjectFeeds>,
-        sessionless: Arc<SessionlessTasks>,
-    ) -> Self {
+    /// A handler for a new session, or for one request without a session (served by the
+    /// caller's task in `tasks`); `starter` starts the tasks.
+    pub fn new(tasks: Arc<Tasks>, starter: Arc<TaskStarter>) -> Self {
         Self {
-            composer,
-            feeds,
-            sessionless,
+            tasks,
+            starter,
             task: OnceCell::new(),
         }
     }
@@ -74,15 +64,10 @@ impl SessionHandler {
     async fn task(&self, context: &RequestContext<RoleServer>) -> Result<Arc<Task>, McpError> {
         let caller = identity_of(context);
         if let Some(task) = self.task.get() {
-            return match caller {
-                Some(caller) if caller.fingerprint() == task.identity().fingerprint() => {
-                    Ok(task.clone())
-                }
-                _ => Err(McpError::invalid_request(
-                    "this session belongs to another project or caller: the project and token \
-                     must be the ones sent with `initialize`",
-                    None,
-                )),
+            return if task.owned_by(caller.as_ref()) {
+                Ok(task.clone())
+            } else {
+                Err(McpError::invalid_request(ANOTHER_CALLER, None))
             };
         }
         if !is_sessionless(context) {
@@ -101,14 +86,16 @@ impl SessionHandler {
         // not pass through it — looked up, or composed in the place the middleware took.
         if let Some(CallerTask(task)) =
             parts(context).and_then(|p| p.extensions.get::<CallerTask>())
-            && task.identity().fingerprint() == caller.fingerprint()
+            && task.owned_by(Some(&caller))
         {
             return Ok(task.clone());
         }
         let offered = parts(context)
-            .and_then(|parts| parts.extensions.get::<TaskSlot>())
-            .and_then(TaskSlot::take_permit);
-        self.sessionless.task(&caller, offered).await
+            .and_then(|parts| parts.extensions.get::<Admitted>())
+            .and_then(Admitted::take_place);
+        self.tasks
+            .caller_task(&caller, offered, &self.starter)
+            .await
     }
 }
 
@@ -168,22 +155,20 @@ impl ServerHandler for SessionHandler {
         }
         let mut result = self.negotiate_initialize(&request)?;
         context.peer.set_peer_info(request);
-        let project = self.composer.compose(&identity).await;
+        let project = self.starter.compose(&identity).await;
         let instructions = &project.composed.composition.instructions;
         if !instructions.is_empty() {
             result.instructions = Some(instructions.clone());
         }
-        let slot = parts(&context).and_then(|parts| parts.extensions.get::<TaskSlot>());
-        let task = Task::start(
-            self.composer.context().clone(),
+        let admitted = parts(&context).and_then(|parts| parts.extensions.get::<Admitted>());
+        let task = self.starter.start(
             identity,
-            Served::new(project.composed, project.base, project.snapshot),
-            slot.and_then(TaskSlot::take_permit),
+            project,
+            admitted.and_then(Admitted::take_place),
+            Some(context.peer.clone()),
         );
-        task.set_peer(context.peer.clone());
-        refresh::follow(&task, self.composer.clone(), &self.feeds);
-        if let Some(slot) = slot {
-            slot.set_task(&task);
+        if let Some(admitted) = admitted {
+            admitted.started(&task);
         }
         let degraded = task
             .served()

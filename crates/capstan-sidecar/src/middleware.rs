@@ -9,7 +9,7 @@
 //! An MCP request without a session must be an `initialize`, or a request of the 2026-07-28
 //! revision (which has no sessions, `mcp.rs`): such a request is checked like an `initialize`
 //! — caller check included — on every request, and served by the caller's own task
-//! (`sessionless.rs`), so no tool call slips past the identity by skipping `initialize`.
+//! (`tasks.rs`), so no tool call slips past the identity by skipping `initialize`.
 
 use std::sync::Arc;
 
@@ -24,10 +24,10 @@ use rmcp::model::ProtocolVersion;
 use serde_json::json;
 use tracing::error;
 
+use crate::admission::{Full, Place};
 use crate::identity::{Identity, refusal};
-use crate::sessionless::SessionlessTasks;
-use crate::sessions::{Lookup, Sessions, TaskSlot};
-use crate::task::Task;
+use crate::task::{ANOTHER_CALLER, OpenStream, Task};
+use crate::tasks::{Admitted, Lookup, TaskKey, TaskStarter, Tasks};
 
 /// Largest request body the sidecar reads. 4 MiB: far above any tool call's arguments, small
 /// enough that a runaway client cannot make the sidecar buffer much.
@@ -144,14 +144,14 @@ fn is_initialize(value: &serde_json::Value) -> bool {
     first.is_some_and(|m| m["method"] == "initialize")
 }
 
-/// What the identity middleware consults: the session table (with the admission and the
-/// caller check) and the tasks of callers without a session.
+/// What the identity middleware consults: the task registry (with its admission) and what
+/// starts a caller's task without a session.
 #[derive(Clone)]
 pub struct Gate {
-    /// The bound sessions.
-    pub sessions: Arc<Sessions>,
-    /// The tasks of callers without a session; `None` where none are served (unit tests).
-    pub sessionless: Option<Arc<SessionlessTasks>>,
+    /// Every live task, and who may open what.
+    pub tasks: Arc<Tasks>,
+    /// Starts tasks of callers without a session; `None` where none are served (unit tests).
+    pub starter: Option<Arc<TaskStarter>>,
 }
 
 /// `response` with `held` kept alive until its body has been sent or dropped: a stream's place
@@ -165,12 +165,228 @@ fn holding<T: Send + Sync + 'static>(response: Response, held: T) -> Response {
     Response::from_parts(parts, Body::from_stream(stream))
 }
 
-/// The identity check on every request; session binding, admission and stream counting for
-/// MCP requests; the caller check for new tasks, reads outside a session, and — once the
-/// caller's cached answer is older than its TTL — every request of a live session.
+/// A refusal made on the way, answered as it is (boxed: a response is large beside the
+/// values the steps return).
+type Refused = Box<Response>;
+
+fn refused_by(full: Full) -> Refused {
+    Box::new(full.into_response())
+}
+
+/// What a request is, decided once from its path, method, session id and (for an MCP POST)
+/// its JSON-RPC message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Kind {
+    /// `initialize`: opens a session.
+    Initialize,
+    /// A request naming a session: a POST in it, its GET stream, its DELETE.
+    InSession {
+        /// The session id.
+        id: String,
+        /// Whether it opens the session's GET stream.
+        stream: bool,
+        /// Whether it is of a revision without sessions (refused once the session is known to
+        /// be the caller's: an unbound id stays 404).
+        modern: bool,
+    },
+    /// A request of the 2026-07-28 revision, without a session.
+    Sessionless {
+        /// Whether it is `subscriptions/listen` (a stream).
+        listen: bool,
+    },
+    /// Not MCP: a composition, routes or decisions read — checked against the session it
+    /// names, if it names one, like any request in that session.
+    Read {
+        /// The session id it carries.
+        session: Option<String>,
+    },
+}
+
+impl Kind {
+    /// The session the request names.
+    fn session(&self) -> Option<&str> {
+        match self {
+            Kind::InSession { id, .. } => Some(id),
+            Kind::Read { session } => session.as_deref(),
+            Kind::Initialize | Kind::Sessionless { .. } => None,
+        }
+    }
+}
+
+/// Classifies an MCP request: its session id, method and message. Refuses a request the
+/// sidecar serves in no way: without a session, neither `initialize` nor of 2026-07-28.
+fn classify(
+    session: Option<String>,
+    method: &Method,
+    headers: &axum::http::HeaderMap,
+    message: Option<&serde_json::Value>,
+) -> Result<Kind, Refused> {
+    let modern = message.is_some_and(|m| is_sessionless(headers, m));
+    match (session, message) {
+        (Some(id), _) => Ok(Kind::InSession {
+            id,
+            stream: method == Method::GET,
+            modern,
+        }),
+        (None, Some(message)) if is_initialize(message) => Ok(Kind::Initialize),
+        (None, Some(message)) if modern => Ok(Kind::Sessionless {
+            listen: message["method"] == "subscriptions/listen",
+        }),
+        (None, Some(_)) => Err(Box::new(refusal(
+            StatusCode::BAD_REQUEST,
+            "forbidden",
+            "no MCP session: send `initialize` first (the sidecar binds your project and \
+             token to the session it creates), then the Mcp-Session-Id it returns; or speak \
+             2026-07-28, whose requests each carry MCP-Protocol-Version and their _meta",
+        ))),
+        (None, None) => Err(Box::new(refusal(
+            StatusCode::BAD_REQUEST,
+            "forbidden",
+            "no MCP session: send `initialize` first",
+        ))),
+    }
+}
+
+/// Reads and parses the JSON-RPC body of an MCP POST (once: rmcp would answer a malformed body
+/// with 415, not a JSON-RPC error).
+async fn read_message(body: Body) -> Result<(Bytes, serde_json::Value), Refused> {
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return Err(Box::new(refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_input",
+            &format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
+        )));
+    };
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(message) => Ok((bytes, message)),
+        Err(error) => Err(Box::new(
+            (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({
+                "jsonrpc": "2.0", "id": null,
+                "error": { "code": -32700, "message": format!("parse error: the body is not JSON ({error})") }
+            })),
+        )
+            .into_response(),
+        )),
+    }
+}
+
+/// The live task of session `id`, if it is `identity`'s. Fails closed: an id the registry
+/// does not know (made up, reaped, or an `initialize` that never bound) is gone as far as
+/// this caller is concerned, whatever rmcp still holds.
+fn session_task(tasks: &Tasks, id: &str, identity: &Identity) -> Result<Arc<Task>, Refused> {
+    match tasks.session(id) {
+        Err(_) => Err(Box::new(unreadable_table())),
+        Ok(Lookup::Unbound) => Err(Box::new(session_not_found())),
+        Ok(Lookup::Bound(task)) if !task.owned_by(Some(identity)) => Err(Box::new(refusal(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            ANOTHER_CALLER,
+        ))),
+        Ok(Lookup::Bound(task)) => {
+            task.touch();
+            Ok(task)
+        }
+    }
+}
+
+/// The caller against the project (every request, the answer cached for its TTL): a caller
+/// the plane now denies loses its task — the session named, or its task without a session.
+async fn check_caller(gate: &Gate, kind: &Kind, identity: &Identity) -> Result<(), Refused> {
+    let Some(caller_check) = gate.tasks.admission().caller_check() else {
+        return Ok(());
+    };
+    let Err(refused) = caller_check.check(identity).await else {
+        return Ok(());
+    };
+    if refused.is_denial() {
+        if let Some(id) = kind.session() {
+            gate.tasks.end(&TaskKey::Session(id.to_owned()));
+        }
+        gate.tasks.end(&TaskKey::Caller(identity.fingerprint()));
+    }
+    Err(Box::new(refused.into_response()))
+}
+
+/// What the request opens, admitted: the place of a new session or of a caller's first task
+/// (`Admitted`), the caller's task without a session (resolved here, so its streams are
+/// counted before rmcp serves them), and the stream it opens (its count and place, held by
+/// the response body).
+struct Opened {
+    admitted: Option<Admitted>,
+    caller_task: Option<Arc<Task>>,
+    stream: Option<(OpenStream, Place)>,
+}
+
+async fn admit(
+    gate: &Gate,
+    kind: &Kind,
+    identity: &Identity,
+    bound: Option<&Arc<Task>>,
+) -> Result<Opened, Refused> {
+    let admission = gate.tasks.admission();
+    let needs_place = match kind {
+        Kind::Initialize => true,
+        Kind::Sessionless { .. } => !gate.tasks.has_caller_task(identity),
+        _ => false,
+    };
+    let admitted = match kind {
+        Kind::Initialize | Kind::Sessionless { .. } if needs_place => Some(Admitted::with_place(
+            admission.admit(identity).map_err(refused_by)?,
+        )),
+        Kind::Initialize | Kind::Sessionless { .. } => Some(Admitted::default()),
+        _ => None,
+    };
+    let caller_task = match (kind, &gate.starter) {
+        (Kind::Sessionless { .. }, Some(starter)) => {
+            let offered = admitted.as_ref().and_then(Admitted::take_place);
+            let task = gate
+                .tasks
+                .caller_task(identity, offered, starter)
+                .await
+                .map_err(|e| {
+                    Box::new(refusal(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        &e.message,
+                    ))
+                })?;
+            Some(task)
+        }
+        _ => None,
+    };
+    let stream_task = match kind {
+        Kind::InSession { stream: true, .. } => bound,
+        Kind::Sessionless { listen: true } => caller_task.as_ref(),
+        _ => None,
+    };
+    let stream = match stream_task {
+        Some(task) => {
+            let open = task
+                .open_stream(admission.caps().streams_per_task)
+                .map_err(|full| {
+                    admission.refused(&full);
+                    refused_by(full)
+                })?;
+            let place = admission.admit(identity).map_err(refused_by)?;
+            Some((open, place))
+        }
+        None => None,
+    };
+    Ok(Opened {
+        admitted,
+        caller_task,
+        stream,
+    })
+}
+
+/// The identity check on every request; then, for MCP requests, the request classified once,
+/// its session bound to its caller, the caller checked against the project, what it opens
+/// admitted; after the answer, a new session bound and an ended one forgotten.
 pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Response {
-    let sessions = &gate.sessions;
-    let identity = match Identity::from_headers(request.headers(), sessions.project_header()) {
+    let admission = gate.tasks.admission();
+    let identity = match Identity::from_headers(request.headers(), admission.project_header()) {
         Ok(identity) => identity,
         Err(refused) => return after_body(request.into_body(), refused.into_response()).await,
     };
@@ -180,90 +396,33 @@ pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Re
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let is_mcp = request.uri().path() == "/mcp" || request.uri().path().starts_with("/mcp/");
-
     let (mut parts, body) = request.into_parts();
-    let mut initialize = false;
-    let mut modern = false;
-    let mut sessionless = false;
-    let mut listen = false;
-    let body = if is_mcp && parts.method == Method::POST {
-        let bytes: Bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-            Ok(bytes) => bytes,
-            Err(_) => {
-                return refusal(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "invalid_input",
-                    &format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
-                );
-            }
-        };
-        // Parsed once, here: rmcp would answer a malformed body with 415, not a JSON-RPC error.
-        let message = match serde_json::from_slice::<serde_json::Value>(&bytes) {
-            Ok(message) => message,
-            Err(error) => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    axum::Json(json!({
-                        "jsonrpc": "2.0", "id": null,
-                        "error": { "code": -32700, "message": format!("parse error: the body is not JSON ({error})") }
-                    })),
-                )
-                    .into_response();
-            }
-        };
-        initialize = is_initialize(&message);
-        modern = is_sessionless(&parts.headers, &message);
-        sessionless = session.is_none() && !initialize && modern;
-        listen = sessionless && message["method"] == "subscriptions/listen";
-        if session.is_none() && !initialize && !sessionless {
-            return refusal(
-                StatusCode::BAD_REQUEST,
-                "forbidden",
-                "no MCP session: send `initialize` first (the sidecar binds your project and \
-                 token to the session it creates), then the Mcp-Session-Id it returns; or speak \
-                 2026-07-28, whose requests each carry MCP-Protocol-Version and their _meta",
-            );
+    let (body, message) = if is_mcp && parts.method == Method::POST {
+        match read_message(body).await {
+            Ok((bytes, message)) => (Body::from(bytes), Some(message)),
+            Err(refused) => return *refused,
         }
-        parts.extensions.insert(Message(message));
-        Body::from(bytes)
-    } else if is_mcp && session.is_none() {
-        let refused = refusal(
-            StatusCode::BAD_REQUEST,
-            "forbidden",
-            "no MCP session: send `initialize` first",
-        );
-        return after_body(body, refused).await;
     } else {
-        body
+        (body, None)
     };
-
-    // Fail closed: a session id must name a bound session of this caller. An id the table
-    // does not know (made up, reaped, or an `initialize` that never bound) is gone as far as
-    // this caller is concerned, whatever rmcp still holds.
-    let mut bound = None;
-    if let Some(id) = &session {
-        match sessions.lookup(id) {
-            Err(_) => return after_body(body, unreadable_table()).await,
-            Ok(Lookup::Unbound) => return after_body(body, session_not_found()).await,
-            Ok(Lookup::Bound(fingerprint, _)) if fingerprint != identity.fingerprint() => {
-                let refused = refusal(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    "this session belongs to another project or caller: the project and token \
-                     must be the ones sent with `initialize`",
-                );
-                return after_body(body, refused).await;
-            }
-            Ok(Lookup::Bound(_, task)) => {
-                task.touch();
-                bound = Some(task);
-            }
+    let kind = if is_mcp {
+        match classify(session, &parts.method, &parts.headers, message.as_ref()) {
+            Ok(kind) => kind,
+            Err(refused) => return after_body(body, *refused).await,
         }
-    }
-
+    } else {
+        Kind::Read { session }
+    };
+    let bound = match kind.session() {
+        Some(id) => match session_task(&gate.tasks, id, &identity) {
+            Ok(task) => Some(task),
+            Err(refused) => return after_body(body, *refused).await,
+        },
+        None => None,
+    };
     // Checked once the session is known to be the caller's: a revision without sessions has
     // no place inside one.
-    if session.is_some() && modern {
+    if let Kind::InSession { modern: true, .. } = kind {
         return refusal(
             StatusCode::BAD_REQUEST,
             "invalid_input",
@@ -271,118 +430,71 @@ pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Re
              session, send the revision negotiated at initialize",
         );
     }
-
-    // The caller against the project: for a new session or task, a read outside one
-    // (composition, routes, decisions), and every request of a live session — answered from
-    // the cache until its TTL, then asked again, so a revoked caller's session ends.
-    if let Some(caller_check) = sessions.caller_check()
-        && let Err(refused) = caller_check.check(&identity).await
-    {
-        if refused.is_denial() {
-            if let Some(id) = &session {
-                sessions.end(id);
-            }
-            if let Some(tasks) = &gate.sessionless {
-                tasks.end(&identity.fingerprint()).await;
-            }
-        }
-        return after_body(body, refused.into_response()).await;
+    if let Err(refused) = check_caller(&gate, &kind, &identity).await {
+        return after_body(body, *refused).await;
     }
-
-    let slot = TaskSlot::default();
-    // A place for what this request opens: a session, a task without one, a stream.
-    if initialize || sessionless {
-        let needs_task = if initialize {
-            true
-        } else {
-            match &gate.sessionless {
-                Some(tasks) => !tasks.has_task(&identity).await,
-                None => true,
-            }
-        };
-        if needs_task {
-            match sessions.admit(&identity) {
-                Ok(place) => slot.offer(place),
-                Err(full) => return full.into_response(),
-            }
-        }
-        parts.extensions.insert(slot.clone());
+    let opened = match admit(&gate, &kind, &identity, bound.as_ref()).await {
+        Ok(opened) => opened,
+        Err(refused) => return *refused,
+    };
+    if let Some(message) = message {
+        parts.extensions.insert(Message(message));
     }
-    // A request without a session is served by its caller's task, resolved (composed, the
-    // first time) here, so its streams are counted before it is handed on.
-    let caller_task = match (&gate.sessionless, sessionless) {
-        (Some(tasks), true) => match tasks.task(&identity, slot.take_permit()).await {
-            Ok(task) => Some(task),
-            Err(error) => {
-                return refusal(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    &error.message,
-                );
-            }
-        },
-        _ => None,
-    };
-    // A stream — a session's GET stream, a `subscriptions/listen` — counts against its task's
-    // streams and takes a place, both held while the stream is open.
-    let stream_task = match (&bound, &caller_task) {
-        (Some(task), _) if parts.method == Method::GET && is_mcp => Some(task),
-        (_, Some(task)) if listen => Some(task),
-        _ => None,
-    };
-    let stream = match stream_task {
-        Some(task) => {
-            let stream = match task.open_stream(sessions.admission().caps().streams_per_task) {
-                Ok(stream) => stream,
-                Err(full) => {
-                    sessions.admission().refused(&full);
-                    return full.into_response();
-                }
-            };
-            match sessions.admit(&identity) {
-                Ok(place) => Some((stream, place)),
-                Err(full) => return full.into_response(),
-            }
-        }
-        None => None,
-    };
-    if let Some(task) = caller_task {
+    if let Some(admitted) = &opened.admitted {
+        parts.extensions.insert(admitted.clone());
+    }
+    if let Some(task) = opened.caller_task {
         parts.extensions.insert(CallerTask(task));
     }
     if let Some(task) = bound {
         parts.extensions.insert(SessionTask(task));
     }
-    let fingerprint = identity.fingerprint();
     parts.extensions.insert(identity);
     let delete = parts.method == Method::DELETE;
-    let mut response = next.run(Request::from_parts(parts, body)).await;
+    let response = next.run(Request::from_parts(parts, body)).await;
+    let response = settle(
+        &gate.tasks,
+        &kind,
+        opened.admitted.as_ref(),
+        delete,
+        response,
+    );
+    match opened.stream {
+        Some(held) => holding(response, held),
+        None => response,
+    }
+}
 
-    // A session is bound when its `initialize` made a task; one that made none stays unbound,
-    // and every later request naming it is refused (404), never served unchecked.
-    if initialize
+/// After the answer: a session is bound when its `initialize` made a task (one that made none
+/// stays unbound, and every later request naming it is refused with 404, never served
+/// unchecked); a session that answered its DELETE is forgotten, and the DELETE answered 204
+/// (the Python SDK warns on anything but 200 or 204).
+fn settle(
+    tasks: &Tasks,
+    kind: &Kind,
+    admitted: Option<&Admitted>,
+    delete: bool,
+    mut response: Response,
+) -> Response {
+    if *kind == Kind::Initialize
         && response.status().is_success()
         && let Some(id) = response
             .headers()
             .get(MCP_SESSION_ID)
             .and_then(|v| v.to_str().ok())
-        && let Some(task) = slot.task()
-        && sessions.bind(id, fingerprint, &task).is_err()
+        && let Some(task) = admitted.and_then(Admitted::task)
+        && tasks.bind_session(id, &task).is_err()
     {
-        error!("the session table is unreadable; the new session stays unbound");
+        error!("the task registry is unreadable; the new session stays unbound");
     }
-    if delete
+    if let Kind::InSession { id, .. } = kind
+        && delete
         && response.status().is_success()
-        && let Some(id) = &session
     {
-        sessions.remove(id);
+        tasks.forget_session(id);
     }
-    // A finished DELETE has no body to accept later: 204 is what clients expect (the Python
-    // SDK warns on anything but 200 or 204).
     if delete && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
-    }
-    if let Some(held) = stream {
-        response = holding(response, held);
     }
     response
 }
@@ -397,7 +509,7 @@ mod tests {
     use super::*;
 
     /// A router whose only handler counts what reaches it, behind the identity middleware.
-    fn guarded(sessions: &Arc<Sessions>) -> (axum::Router, Arc<AtomicU64>) {
+    fn guarded(tasks: &Arc<Tasks>) -> (axum::Router, Arc<AtomicU64>) {
         let reached = Arc::new(AtomicU64::new(0));
         let counter = reached.clone();
         let router = axum::Router::new()
@@ -407,18 +519,24 @@ mod tests {
             })
             .layer(axum::middleware::from_fn_with_state(
                 Gate {
-                    sessions: sessions.clone(),
-                    sessionless: None,
+                    tasks: tasks.clone(),
+                    starter: None,
                 },
                 check,
             ));
         (router, reached)
     }
 
-    fn sessions() -> Arc<Sessions> {
-        Arc::new(Sessions::new(
-            HeaderName::from_static("x-capstan-project"),
-            crate::admission::Admission::new(crate::admission::Caps::default()),
+    fn sessions() -> Arc<Tasks> {
+        Arc::new(Tasks::new(
+            crate::admission::Admission::new(
+                HeaderName::from_static("x-capstan-project"),
+                crate::admission::Caps::default(),
+            ),
+            crate::tasks::Lifetimes {
+                session_idle: std::time::Duration::from_secs(600),
+                sessionless: crate::tasks::DEFAULT_SESSIONLESS_TTL,
+            },
         ))
     }
 

@@ -110,7 +110,7 @@ pub async fn routes(State(inspection): State<Arc<Inspection>>, parts: Parts) -> 
         .extensions
         .get::<SessionTask>()
         .map(|SessionTask(task)| task.clone())
-        .or_else(|| inspection.sessions.live_task(&identity.fingerprint()));
+        .or_else(|| inspection.tasks.live_task(&identity.fingerprint()));
     if let Some(task) = live {
         let served = task.served();
         return axum::Json(routes_view(

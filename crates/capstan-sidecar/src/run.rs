@@ -26,10 +26,9 @@ use crate::metering::Meter;
 use crate::metrics::{Metrics, WatchMetrics};
 use crate::reaper::revalidate_streams;
 use crate::server::router;
-use crate::sessionless::SessionlessTasks;
-use crate::sessions::Sessions;
 use crate::socket::{self, SocketError};
 use crate::task::TaskContext;
+use crate::tasks::{Lifetimes, TaskStarter, Tasks};
 
 /// Why the sidecar could not start or stopped with an error. Each names the setting to fix.
 #[derive(Debug, Error)]
@@ -312,17 +311,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     } else {
         CallerCheckMode::None
     });
-    let admission = Admission::with_metrics(
-        Caps {
-            total: max_sessions,
-            per_caller: max_sessions_per_caller,
-            per_project: max_sessions_per_project,
-            streams_per_task: max_streams_per_task,
-        },
-        metrics.clone(),
-    );
-    let mut sessions = Sessions::new(project_header, admission);
-    let mut revalidation = None;
+    let mut check = None;
     match (caller_check, &plane) {
         (CallerCheckMode::None, _) => info!(
             "callers are not checked against the project they name \
@@ -336,16 +325,31 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             ));
         }
         (CallerCheckMode::Sar, Some(plane)) => {
-            let check = Arc::new(CallerCheck::new(
+            check = Some(Arc::new(CallerCheck::new(
                 plane.clone(),
-                metrics,
+                metrics.clone(),
                 Duration::from_secs(caller_check_ttl_seconds),
-            ));
-            revalidation = Some(check.clone());
-            sessions = sessions.with_caller_check(check);
+            )));
         }
     }
-    let sessions = Arc::new(sessions);
+    let admission = Admission::with(
+        project_header,
+        Caps {
+            total: max_sessions,
+            per_caller: max_sessions_per_caller,
+            per_project: max_sessions_per_project,
+            streams_per_task: max_streams_per_task,
+        },
+        check.clone(),
+        Some(metrics),
+    );
+    let tasks = Arc::new(Tasks::new(
+        admission,
+        Lifetimes {
+            session_idle: Duration::from_secs(session_idle_seconds),
+            sessionless: Duration::from_secs(sessionless_ttl_seconds),
+        },
+    ));
 
     let listener = socket::bind(&socket).await?;
     info!(socket = %socket.display(), url = capstan_api::wire::MCP_URL, "serving");
@@ -363,27 +367,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         (refresh_seconds > 0).then(|| Duration::from_secs(refresh_seconds)),
         composer.context().metrics.clone(),
     );
-    let sessionless = SessionlessTasks::new(
-        composer.clone(),
-        feeds.clone(),
-        sessions.clone(),
-        Duration::from_secs(sessionless_ttl_seconds),
-        Duration::from_secs(session_idle_seconds),
-    );
-    if let Some(check) = revalidation {
-        tokio::spawn(revalidate_streams(
-            check,
-            sessions.clone(),
-            sessionless.clone(),
-        ));
+    let starter = TaskStarter::new(composer.clone(), feeds);
+    if let Some(check) = check {
+        tokio::spawn(revalidate_streams(check, tasks.clone()));
     }
-    let app = router(
-        composer,
-        feeds,
-        sessions.clone(),
-        sessionless.clone(),
-        Duration::from_secs(session_idle_seconds),
-    );
+    let app = router(composer, starter, tasks.clone());
     // On SIGTERM: no new connection is accepted, in-flight requests get the grace period,
     // then every session's upstream sessions are ended (providers see the session close) and
     // the sidecar exits, whatever is still open (a client's stream, a call that hangs).
@@ -402,7 +390,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         }
     };
     let _ = std::fs::remove_file(&socket);
-    let closed = sessions.close_all() + sessionless.close_all().await;
+    let closed = tasks.close_all();
     if closed > 0 {
         info!(sessions = closed, "upstream sessions closed");
         // The session closes go out from the upstream clients' own tasks: a moment for them.

@@ -15,26 +15,22 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use crate::compose::ProjectComposer;
 use crate::direct;
-use crate::feeds::ProjectFeeds;
 use crate::inspect::{CompositionViews, Inspection, composition};
 use crate::mcp::SessionHandler;
 use crate::middleware::{Gate, MAX_BODY_BYTES, check, check_host};
-use crate::reaper::reap_idle;
+use crate::reaper::reap;
 use crate::routes::{route_decisions, routes};
-use crate::sessionless::SessionlessTasks;
-use crate::sessions::Sessions;
+use crate::tasks::{TaskStarter, Tasks};
 
 /// How often a stream held open gets a keep-alive comment.
 const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// Builds the router and starts the idle reaper, which closes a session after `idle`
-/// without a request. Call within a Tokio runtime.
+/// Builds the router over the task registry `tasks` (tasks started by `starter`; inspection
+/// composing with `composer`) and starts its reaper. Call within a Tokio runtime.
 pub fn router(
     composer: Arc<ProjectComposer>,
-    feeds: Arc<ProjectFeeds>,
-    sessions: Arc<Sessions>,
-    sessionless: Arc<SessionlessTasks>,
-    idle: Duration,
+    starter: Arc<TaskStarter>,
+    tasks: Arc<Tasks>,
 ) -> Router {
     // rmcp's own idle timer counts only what reaches its session worker; tool calls served
     // by `direct.rs` do not, so the sidecar keeps the idle clock itself (`reaper.rs`).
@@ -43,19 +39,12 @@ pub fn router(
     let mut manager = LocalSessionManager::default();
     manager.session_config = session_config;
     let manager = Arc::new(manager);
-    tokio::spawn(reap_idle(sessions.clone(), manager.clone(), idle));
+    tokio::spawn(reap(tasks.clone(), manager.clone()));
     let mcp: StreamableHttpService<SessionHandler, LocalSessionManager> =
         StreamableHttpService::new(
             {
-                let composer = composer.clone();
-                let sessionless = sessionless.clone();
-                move || {
-                    Ok(SessionHandler::new(
-                        composer.clone(),
-                        feeds.clone(),
-                        sessionless.clone(),
-                    ))
-                }
+                let (tasks, starter) = (tasks.clone(), starter.clone());
+                move || Ok(SessionHandler::new(tasks.clone(), starter.clone()))
             },
             manager,
             // Streams held open (a session's GET stream, a 2026-07-28 `subscriptions/listen`)
@@ -67,9 +56,8 @@ pub fn router(
                 .with_max_request_body_bytes(MAX_BODY_BYTES),
         );
     let inspection = Arc::new(Inspection {
-        views: CompositionViews::new(sessions.admission().caps().total),
-        sessions: sessions.clone(),
-        sessionless: sessionless.clone(),
+        views: CompositionViews::new(tasks.admission().caps().total),
+        tasks: tasks.clone(),
         composer,
     });
     Router::new()
@@ -86,8 +74,8 @@ pub fn router(
         .layer(axum::middleware::from_fn(direct::tools_call))
         .layer(axum::middleware::from_fn_with_state(
             Gate {
-                sessions,
-                sessionless: Some(sessionless),
+                tasks,
+                starter: Some(starter),
             },
             check,
         ))

@@ -28,6 +28,11 @@ use crate::metering::{Meter, ToolInvocation};
 use crate::metrics::Metrics;
 use crate::routing::{decide, no_eligible_provider};
 
+/// The one refusal of a request (or call) whose caller is not the task's: another project or
+/// token than the session was started with.
+pub const ANOTHER_CALLER: &str = "this session belongs to another project or caller: the \
+     project and token must be the ones sent with `initialize`";
+
 /// The built-in that fetches a skill's body.
 pub const LOAD_SKILL: &str = "load_skill";
 
@@ -405,7 +410,7 @@ impl Task {
 
     /// Follows `sink` (an open `subscriptions/listen` stream, counted by the middleware) until
     /// the returned guard is dropped. The stream does not make the task busy: how long an open
-    /// stream keeps a task is the task table's rule (`sessionless.rs`), never forever.
+    /// stream keeps a task is the task registry's rule (`tasks.rs`), never forever.
     pub fn listen(&self, sink: SubscriptionSink) -> Listening<'_> {
         let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
         match self.listeners.lock() {
@@ -434,6 +439,12 @@ impl Task {
         &self.identity
     }
 
+    /// Whether `caller` is who the task is for (the same project and token): the one check
+    /// the middleware, the rmcp handler and a call each make.
+    pub fn owned_by(&self, caller: Option<&Identity>) -> bool {
+        caller.is_some_and(|caller| caller.fingerprint() == self.identity.fingerprint())
+    }
+
     /// Serves one `tools/call` of this session, whichever path it arrived on (rmcp's session
     /// worker, or `direct.rs`): identity, the task's time limit, then a built-in or a
     /// provider tool. Errors a consumer can act on come back as tool results; only an unknown
@@ -444,12 +455,8 @@ impl Task {
         request: CallToolRequestParams,
     ) -> Result<CallToolResult, McpError> {
         let _busy = Busy::new(self);
-        if caller.is_none_or(|caller| caller.fingerprint() != self.identity.fingerprint()) {
-            return Ok(ToolError::new(
-                ErrorKind::Forbidden,
-                "this session belongs to another project or caller",
-            )
-            .into_result());
+        if !self.owned_by(caller) {
+            return Ok(ToolError::new(ErrorKind::Forbidden, ANOTHER_CALLER).into_result());
         }
         if self.expired.load(Ordering::Acquire) {
             let limit = self.max_duration.unwrap_or_default();

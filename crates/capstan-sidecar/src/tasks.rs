@@ -1,0 +1,467 @@
+//! The task registry: every live task of the sidecar, in one table behind one lock — a
+//! session's (bound to its session id when `initialize` answers; held weakly, so a task that
+//! ended is an ended session without any callback) and a caller's without a session (the
+//! 2026-07-28 revision; keyed by the digest of project and token, held here, composed by its
+//! first request). One start function (`TaskStarter::start`) for both, one reaper pass, one
+//! `close_all`.
+//!
+//! What "task" means without a session (docs/plan.md): one entry from the first request of a
+//! (project, token) until [`DEFAULT_SESSIONLESS_TTL`] passes without a request — or, while it
+//! has an open `subscriptions/listen` stream, the session idle limit (an open stream keeps a
+//! task as long as a session is kept, never forever) — or its smallest
+//! `maxTaskDurationSeconds` passes; the next request then starts a new task.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rmcp::service::Peer;
+use rmcp::{ErrorData as McpError, RoleServer};
+use tokio::sync::OnceCell;
+use tracing::info;
+
+use crate::admission::{Admission, Place};
+use crate::compose::{ComposedProject, ProjectComposer};
+use crate::feeds::ProjectFeeds;
+use crate::identity::Identity;
+use crate::refresh;
+use crate::task::{Served, Task};
+
+/// How long a task without a session lives without a request. 60 s: the caller check's TTL,
+/// and long enough that an assistant's turn (list, then a few calls) composes once.
+pub const DEFAULT_SESSIONLESS_TTL: Duration = Duration::from_secs(60);
+
+/// How long tasks live without a request.
+#[derive(Clone, Copy, Debug)]
+pub struct Lifetimes {
+    /// A session (`CAPSTAN_SESSION_IDLE_SECONDS`); also a task without a session that holds
+    /// an open stream.
+    pub session_idle: Duration,
+    /// A task without a session (`CAPSTAN_SESSIONLESS_TTL_SECONDS`).
+    pub sessionless: Duration,
+}
+
+/// Starts tasks: composes the caller's project and starts the task that serves it and follows
+/// its documents. The one start sequence for a session's `initialize` and a caller's first
+/// request without one.
+pub struct TaskStarter {
+    composer: Arc<ProjectComposer>,
+    feeds: Arc<ProjectFeeds>,
+}
+
+impl TaskStarter {
+    /// A starter composing with `composer`, its tasks following documents on `feeds`.
+    pub fn new(composer: Arc<ProjectComposer>, feeds: Arc<ProjectFeeds>) -> Arc<Self> {
+        Arc::new(Self { composer, feeds })
+    }
+
+    /// Composes the project of `identity`.
+    pub async fn compose(&self, identity: &Identity) -> ComposedProject {
+        self.composer.compose(identity).await
+    }
+
+    /// Starts the task of `identity` serving `project` in `place`, telling its client of list
+    /// changes through `peer` (a session's) or its listen streams (a caller without one).
+    pub fn start(
+        &self,
+        identity: Identity,
+        project: ComposedProject,
+        place: Option<Place>,
+        peer: Option<Peer<RoleServer>>,
+    ) -> Arc<Task> {
+        let task = Task::start(
+            self.composer.context().clone(),
+            identity,
+            Served::new(project.composed, project.base, project.snapshot),
+            place,
+        );
+        if let Some(peer) = peer {
+            task.set_peer(peer);
+        }
+        refresh::follow(&task, self.composer.clone(), &self.feeds);
+        task
+    }
+}
+
+/// What the registry knows a task by.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TaskKey {
+    /// A session, by its id.
+    Session(String),
+    /// A caller without a session, by the digest of project and token.
+    Caller([u8; 32]),
+}
+
+enum Slot {
+    /// Bound when its `initialize` answered; the task lives as long as rmcp's session.
+    Session { task: Weak<Task>, created: Instant },
+    /// The caller's task, or its composition in the making (concurrent first requests share
+    /// it).
+    Caller(Arc<OnceCell<Arc<Task>>>),
+}
+
+/// What a session id names, as the registry knows it.
+pub enum Lookup {
+    /// A live session's task.
+    Bound(Arc<Task>),
+    /// Not bound (never, or no longer): nothing of this session is served.
+    Unbound,
+}
+
+/// What the identity middleware admitted a request to open, handed to the rmcp handler that
+/// opens it (rmcp passes the handler the request's HTTP parts, where the middleware put it):
+/// the place a new task takes, and — left by `initialize` — the task started, which the
+/// middleware binds to the session id rmcp answers with. The one thing that travels from the
+/// middleware through rmcp and back.
+#[derive(Clone, Default)]
+pub struct Admitted(Arc<AdmittedInner>);
+
+#[derive(Default)]
+struct AdmittedInner {
+    place: Mutex<Option<Place>>,
+    task: std::sync::OnceLock<Weak<Task>>,
+}
+
+impl Admitted {
+    /// Admitted with `place` for the task the request starts.
+    pub fn with_place(place: Place) -> Self {
+        let admitted = Self::default();
+        if let Ok(mut slot) = admitted.0.place.lock() {
+            *slot = Some(place);
+        }
+        admitted
+    }
+
+    /// Takes the place (once): the task started keeps it for its life.
+    pub fn take_place(&self) -> Option<Place> {
+        self.0.place.lock().ok().and_then(|mut place| place.take())
+    }
+
+    /// Leaves the task `initialize` started, for the middleware to bind.
+    pub fn started(&self, task: &Arc<Task>) {
+        let _ = self.0.task.set(Arc::downgrade(task));
+    }
+
+    /// The task `initialize` started, while it lives.
+    pub fn task(&self) -> Option<Arc<Task>> {
+        self.0.task.get().and_then(Weak::upgrade)
+    }
+}
+
+/// The registry could not be read: a panic poisoned its lock. Callers refuse the request.
+#[derive(Debug)]
+pub struct Poisoned;
+
+/// Every live task, and the admission they take their places from.
+pub struct Tasks {
+    admission: Arc<Admission>,
+    lifetimes: Lifetimes,
+    table: Mutex<HashMap<TaskKey, Slot>>,
+    /// Sessions the sidecar ended (a revoked caller), whose rmcp sessions the reaper closes.
+    ended: Mutex<Vec<String>>,
+}
+
+impl Tasks {
+    /// An empty registry whose tasks take places from `admission` and live `lifetimes`.
+    pub fn new(admission: Arc<Admission>, lifetimes: Lifetimes) -> Self {
+        Self {
+            admission,
+            lifetimes,
+            table: Mutex::default(),
+            ended: Mutex::default(),
+        }
+    }
+
+    /// Who may open what: the project header, the caller check, the places.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.admission
+    }
+
+    /// How long tasks live without a request.
+    pub fn lifetimes(&self) -> Lifetimes {
+        self.lifetimes
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<TaskKey, Slot>>, Poisoned> {
+        self.table.lock().map_err(|_| Poisoned)
+    }
+
+    /// What the registry knows of session `id`.
+    pub fn session(&self, id: &str) -> Result<Lookup, Poisoned> {
+        let table = self.lock()?;
+        Ok(match table.get(&TaskKey::Session(id.to_owned())) {
+            Some(Slot::Session { task, .. }) => match task.upgrade() {
+                Some(task) => Lookup::Bound(task),
+                None => Lookup::Unbound,
+            },
+            _ => Lookup::Unbound,
+        })
+    }
+
+    /// Whether session `id` is bound to a live task.
+    pub fn is_session(&self, id: &str) -> bool {
+        matches!(self.session(id), Ok(Lookup::Bound(_)))
+    }
+
+    /// Binds session `id` to `task` (its `initialize` answered).
+    pub fn bind_session(&self, id: &str, task: &Arc<Task>) -> Result<(), Poisoned> {
+        self.lock()?.insert(
+            TaskKey::Session(id.to_owned()),
+            Slot::Session {
+                task: Arc::downgrade(task),
+                created: Instant::now(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Forgets session `id`: later requests naming it are not served.
+    pub fn forget_session(&self, id: &str) {
+        if let Ok(mut table) = self.lock() {
+            table.remove(&TaskKey::Session(id.to_owned()));
+        }
+    }
+
+    /// Ends the task known by `key` at once, as the sidecar's decision (its caller was
+    /// revoked): forgotten, its upstream sessions and streams closed; a session's rmcp session
+    /// is closed by the reaper, and its next request is 404.
+    pub fn end(&self, key: &TaskKey) {
+        let removed = self.lock().ok().and_then(|mut table| table.remove(key));
+        let task = match removed {
+            Some(Slot::Session { task, .. }) => task.upgrade(),
+            Some(Slot::Caller(cell)) => cell.get().cloned(),
+            None => None,
+        };
+        if let Some(task) = task {
+            task.shutdown();
+        }
+        if let (TaskKey::Session(id), Ok(mut ended)) = (key, self.ended.lock()) {
+            ended.push(id.clone());
+        }
+    }
+
+    /// The sessions ended by [`Tasks::end`] since the last call, for the reaper to close.
+    pub fn take_ended(&self) -> Vec<String> {
+        self.ended
+            .lock()
+            .map(|mut ended| std::mem::take(&mut *ended))
+            .unwrap_or_default()
+    }
+
+    /// Whether `identity` has a task without a session that may serve its next request (if
+    /// not, the request composes one, which needs a place).
+    pub fn has_caller_task(&self, identity: &Identity) -> bool {
+        self.caller_task_now(&identity.fingerprint()).is_some()
+    }
+
+    fn caller_task_now(&self, fingerprint: &[u8; 32]) -> Option<Arc<Task>> {
+        let table = self.lock().ok()?;
+        match table.get(&TaskKey::Caller(*fingerprint)) {
+            Some(Slot::Caller(cell)) => cell.get().filter(|task| self.usable(task)).cloned(),
+            _ => None,
+        }
+    }
+
+    /// The task without a session of `identity`: its live one, or one composed and started
+    /// now by `starter` (concurrent first requests compose once) in the place `offered`, else
+    /// in one taken now. Refused when no place is left.
+    pub async fn caller_task(
+        &self,
+        identity: &Identity,
+        offered: Option<Place>,
+        starter: &TaskStarter,
+    ) -> Result<Arc<Task>, McpError> {
+        let key = TaskKey::Caller(identity.fingerprint());
+        let cell = {
+            let mut table = self
+                .lock()
+                .map_err(|_| McpError::internal_error("the task registry is unreadable", None))?;
+            let slot = table
+                .entry(key.clone())
+                .or_insert_with(|| Slot::Caller(Arc::default()));
+            let Slot::Caller(cell) = slot else {
+                return Err(McpError::internal_error("a session key for a caller", None));
+            };
+            if cell.get().is_some_and(|task| !self.usable(task)) {
+                *cell = Arc::default();
+            }
+            cell.clone()
+        };
+        let started = cell
+            .get_or_try_init(|| async {
+                let place = match offered {
+                    Some(place) => place,
+                    None => self
+                        .admission
+                        .admit(identity)
+                        .map_err(|full| McpError::internal_error(full.to_string(), None))?,
+                };
+                let project = starter.compose(identity).await;
+                let task = starter.start(identity.clone(), project, Some(place), None);
+                info!(project = %identity.project, tools = task.served().tools().len(), "task without a session started");
+                Ok::<_, McpError>(task)
+            })
+            .await;
+        match started {
+            Ok(task) => {
+                task.touch();
+                Ok(task.clone())
+            }
+            Err(refused) => {
+                // Nothing was started: the entry goes, so refused callers fill no table.
+                if let Ok(mut table) = self.lock()
+                    && matches!(table.get(&key), Some(Slot::Caller(kept)) if Arc::ptr_eq(kept, &cell) && kept.get().is_none())
+                {
+                    table.remove(&key);
+                }
+                Err(refused)
+            }
+        }
+    }
+
+    /// The live task of the caller with `fingerprint`: its newest session's, else its task
+    /// without a session (for inspection).
+    pub fn live_task(&self, fingerprint: &[u8; 32]) -> Option<Arc<Task>> {
+        let newest_session = {
+            let table = self.lock().ok()?;
+            table
+                .values()
+                .filter_map(|slot| match slot {
+                    Slot::Session { task, created } => Some((*created, task.upgrade()?)),
+                    Slot::Caller(_) => None,
+                })
+                .filter(|(_, task)| task.identity().fingerprint() == *fingerprint)
+                .max_by_key(|(created, _)| *created)
+                .map(|(_, task)| task)
+        };
+        newest_session.or_else(|| self.caller_task_now(fingerprint))
+    }
+
+    /// The live tasks holding open streams, by key: what the caller check re-checks between
+    /// requests (a stream receives without asking).
+    pub fn streaming(&self) -> Vec<(TaskKey, Arc<Task>)> {
+        let Ok(table) = self.lock() else {
+            return Vec::new();
+        };
+        table
+            .iter()
+            .filter_map(|(key, slot)| {
+                let task = match slot {
+                    Slot::Session { task, .. } => task.upgrade()?,
+                    Slot::Caller(cell) => cell.get().filter(|t| self.usable(t))?.clone(),
+                };
+                (task.open_streams() > 0).then(|| (key.clone(), task))
+            })
+            .collect()
+    }
+
+    /// One pass of the reaper over the table: sessions idle for the session idle limit (never
+    /// while a call runs) and dead ones are forgotten and returned, for rmcp to close; tasks
+    /// without a session that may not serve again are dropped and shut down (their listen
+    /// streams close). Returns (sessions to close, tasks without a session ended).
+    pub fn reap(&self) -> (Vec<String>, usize) {
+        let Ok(mut table) = self.lock() else {
+            return (Vec::new(), 0);
+        };
+        let mut idle = Vec::new();
+        let mut ended = Vec::new();
+        table.retain(|key, slot| match (key, slot) {
+            (TaskKey::Session(id), Slot::Session { task, .. }) => {
+                let gone = task
+                    .upgrade()
+                    .is_none_or(|task| task.idle() >= self.lifetimes.session_idle);
+                if gone {
+                    idle.push(id.clone());
+                }
+                !gone
+            }
+            (_, Slot::Caller(cell)) => match cell.get() {
+                Some(task) if self.usable(task) => true,
+                Some(task) => {
+                    ended.push(task.clone());
+                    false
+                }
+                // Composing now (or failed to): kept until it is used or the next pass.
+                None => Arc::strong_count(cell) > 1,
+            },
+            _ => false,
+        });
+        drop(table);
+        for task in &ended {
+            task.shutdown();
+        }
+        (idle, ended.len())
+    }
+
+    /// Ends the upstream sessions of every live task (at shutdown, once the grace period for
+    /// in-flight requests is over); returns how many tasks there were.
+    pub fn close_all(&self) -> usize {
+        let Ok(table) = self.lock() else {
+            return 0;
+        };
+        let live: Vec<Arc<Task>> = table
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Session { task, .. } => task.upgrade(),
+                Slot::Caller(cell) => cell.get().cloned(),
+            })
+            .collect();
+        drop(table);
+        for task in &live {
+            task.shutdown();
+        }
+        live.len()
+    }
+
+    /// Whether a task without a session may serve another request: within its time limit
+    /// and its lifetime (the session idle limit while a listen stream is open).
+    fn usable(&self, task: &Task) -> bool {
+        let lifetime = if task.open_streams() > 0 {
+            self.lifetimes.session_idle.max(self.lifetimes.sessionless)
+        } else {
+            self.lifetimes.sessionless
+        };
+        !task.expired() && task.idle() < lifetime
+    }
+
+    #[cfg(test)]
+    pub(crate) fn poison(self: &Arc<Self>) {
+        let tasks = self.clone();
+        let _ = std::thread::spawn(move || {
+            let _held = tasks.table.lock();
+            panic!("poisoning the task registry for the test");
+        })
+        .join();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::admission::Caps;
+
+    fn tasks() -> Arc<Tasks> {
+        let admission = Admission::new(
+            axum::http::HeaderName::from_static("x-capstan-project"),
+            Caps::default(),
+        );
+        Arc::new(Tasks::new(
+            admission,
+            Lifetimes {
+                session_idle: Duration::from_secs(600),
+                sessionless: DEFAULT_SESSIONLESS_TTL,
+            },
+        ))
+    }
+
+    #[test]
+    fn an_unknown_session_should_be_unbound_and_a_poisoned_table_an_error() {
+        let tasks = tasks();
+        assert!(matches!(tasks.session("nope"), Ok(Lookup::Unbound)));
+        assert!(!tasks.has_caller_task(&Identity::new("p".into(), Some("t"))));
+        tasks.poison();
+        assert!(tasks.session("nope").is_err());
+        assert_eq!(tasks.close_all(), 0);
+    }
+}
