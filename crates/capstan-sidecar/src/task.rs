@@ -1,32 +1,26 @@
-//! A task: one MCP session's composition and who it is for — its tools and their input
-//! validators, the idle clock, the time limit, and the metering of its calls. The session's end
-//! drops the task, which closes its upstream sessions.
+//! A task: one MCP session's composition and who it is for, and its lifecycle — the idle
+//! clock, the time limit, its streams and listeners, the permit it holds. What it serves is
+//! `task/served.rs`; how it answers a `tools/call` (dispatch, routing, metering) is
+//! `task/call.rs`. The session's end drops the task, which closes its upstream sessions.
 
-use std::collections::HashMap;
+mod call;
+mod served;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use capstan_api::validate::pointer_to_path;
-use capstan_compose::{
-    Composed, ComposedTool, Document, ErrorKind, MAX_INTENT_LEN, RoutedCapability, SkillError,
-    Snapshot, ToolCallError, ToolError,
-};
-use capstan_platform::BaseTools;
-use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations,
-};
+use capstan_compose::Document;
+use rmcp::RoleServer;
 use rmcp::service::{Peer, SubscriptionSink};
-use rmcp::{ErrorData as McpError, RoleServer};
-use serde_json::{Value, json};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{debug, info, warn};
 
+pub use self::served::Served;
 use crate::admission::{Full, Place};
-use crate::decisions::{DecisionLog, DecisionRecord};
+use crate::decisions::DecisionLog;
 use crate::identity::Identity;
-use crate::metering::{Meter, ToolInvocation};
+use crate::metering::Meter;
 use crate::metrics::Metrics;
-use crate::routing::{decide, no_eligible_provider};
 
 /// The one refusal of a request (or call) whose caller is not the task's: another project or
 /// token than the session was started with.
@@ -75,143 +69,6 @@ pub struct Task {
     /// Sent to when the task is shut down, dropped with it: those following it (`refresh.rs`,
     /// listen streams) stop.
     ended: tokio::sync::watch::Sender<()>,
-}
-
-/// One composition as a session serves it: the live composition and its tools, the platform
-/// tools beside it, and the snapshot it came from (documents, and the qualifiers routed calls
-/// obey).
-pub struct Served {
-    live: Arc<Live>,
-    snapshot: Arc<Snapshot>,
-}
-
-/// A live composition, the tools `tools/list` shows and their input validators. Each of its
-/// upstream sessions closes when the last composition holding it lets go (a call still running
-/// on it finishes first; a composition made again keeps the sessions it shares).
-struct Live {
-    composed: Composed,
-    /// The base platform tools, when the caller gets them (they act as the caller).
-    base: Option<BaseTools>,
-    tools: Vec<Tool>,
-    validators: HashMap<String, jsonschema::Validator>,
-}
-
-impl Served {
-    /// Builds what a session serves from `composed` (made from `snapshot`) and the platform
-    /// tools `base`: the tools `tools/list` shows and a validator per input schema.
-    pub fn new(composed: Composed, base: Option<BaseTools>, snapshot: Arc<Snapshot>) -> Self {
-        let composition = &composed.composition;
-        let mut tools: Vec<Tool> = composition
-            .tools
-            .iter()
-            .map(|t| {
-                let mut tool = Tool::new(
-                    t.name.clone(),
-                    t.description.clone().unwrap_or_default(),
-                    t.input_schema.clone(),
-                );
-                tool.annotations = t.annotations.clone();
-                tool
-            })
-            .collect();
-        tools.extend(composed.capabilities().map(|c| c.tool.clone()));
-        if !composition.skills.is_empty() {
-            tools.push(load_skill_tool());
-        }
-        if let Some(base) = &base {
-            tools.extend(base.tools().iter().cloned());
-        }
-        let mut validators = HashMap::new();
-        let schemas = composition
-            .tools
-            .iter()
-            .map(|t| (t.name.as_str(), t.input_schema.as_ref()))
-            .chain(base.iter().flat_map(|base| {
-                base.tools()
-                    .iter()
-                    .map(|t| (t.name.as_ref(), t.input_schema.as_ref()))
-            }))
-            // A routed call is checked against the capability's own schema once its routing
-            // arguments are taken out.
-            .chain(
-                composed
-                    .capabilities()
-                    .map(|c| (c.tool.name.as_ref(), &c.spec.input_schema)),
-            );
-        for (name, schema) in schemas {
-            match jsonschema::validator_for(&Value::Object(schema.clone())) {
-                Ok(validator) => {
-                    validators.insert(name.to_owned(), validator);
-                }
-                Err(error) => {
-                    warn!(tool = %name, %error, "input schema not usable for checking; arguments pass unchecked")
-                }
-            }
-        }
-        Self {
-            live: Arc::new(Live {
-                composed,
-                base,
-                tools,
-                validators,
-            }),
-            snapshot,
-        }
-    }
-
-    /// The same composition, routing by the qualifiers of `snapshot` (whose documents are
-    /// those this one was composed from).
-    pub fn requalified(&self, snapshot: Arc<Snapshot>) -> Self {
-        Self {
-            live: self.live.clone(),
-            snapshot,
-        }
-    }
-
-    /// The live composition.
-    pub fn composed(&self) -> &Composed {
-        &self.live.composed
-    }
-
-    /// The base platform tools, when composed.
-    pub fn base(&self) -> Option<&BaseTools> {
-        self.live.base.as_ref()
-    }
-
-    /// The snapshot it was composed from (documents and qualifiers).
-    pub fn snapshot(&self) -> &Arc<Snapshot> {
-        &self.snapshot
-    }
-
-    /// The tools `tools/list` shows.
-    pub fn tools(&self) -> &[Tool] {
-        &self.live.tools
-    }
-
-    /// Checks `arguments` against the input schema of `tool`, if it has a usable one.
-    fn validate(&self, tool: &str, arguments: &Value) -> Result<(), ToolError> {
-        let Some(validator) = self.live.validators.get(tool) else {
-            return Ok(());
-        };
-        let Some(error) = validator.iter_errors(arguments).next() else {
-            return Ok(());
-        };
-        let field = pointer_to_path(arguments, error.instance_path().as_str());
-        let shown = if field.is_empty() {
-            "arguments"
-        } else {
-            field.as_str()
-        };
-        let error = ToolError::new(
-            ErrorKind::InvalidInput,
-            format!("{shown}: {error}; see the tool's input schema"),
-        );
-        Err(if field.is_empty() {
-            error
-        } else {
-            error.at(field)
-        })
-    }
 }
 
 /// An open `subscriptions/listen` stream of a task ([`Task::listen`]); forgotten on drop.
@@ -271,22 +128,6 @@ fn max_task_duration(documents: &[Document]) -> Option<Duration> {
         .filter(|seconds| *seconds > 0)
         .min()
         .map(|seconds| Duration::from_secs(u64::from(seconds)))
-}
-
-fn load_skill_tool() -> Tool {
-    let schema = json!({
-        "type": "object",
-        "properties": { "name": { "type": "string", "description": "The skill's name, as listed under Available skills." } },
-        "required": ["name"],
-        "additionalProperties": false
-    });
-    let mut tool = Tool::new(
-        LOAD_SKILL,
-        "Load the full procedure of one of the Available skills listed in your instructions.",
-        Arc::new(schema.as_object().cloned().unwrap_or_default()),
-    );
-    tool.annotations = Some(ToolAnnotations::new().read_only(true));
-    tool
 }
 
 impl Task {
@@ -445,185 +286,6 @@ impl Task {
         caller.is_some_and(|caller| caller.fingerprint() == self.identity.fingerprint())
     }
 
-    /// Serves one `tools/call` of this session, whichever path it arrived on (rmcp's session
-    /// worker, or `direct.rs`): identity, the task's time limit, then a built-in or a
-    /// provider tool. Errors a consumer can act on come back as tool results; only an unknown
-    /// tool is a protocol error.
-    pub async fn call(
-        &self,
-        caller: Option<&Identity>,
-        request: CallToolRequestParams,
-    ) -> Result<CallToolResult, McpError> {
-        let _busy = Busy::new(self);
-        if !self.owned_by(caller) {
-            return Ok(ToolError::new(ErrorKind::Forbidden, ANOTHER_CALLER).into_result());
-        }
-        if self.expired.load(Ordering::Acquire) {
-            let limit = self.max_duration.unwrap_or_default();
-            return Ok(ToolError::new(
-                ErrorKind::Rejected,
-                format!(
-                    "this task's time limit ({}s, the smallest maxTaskDurationSeconds of its \
-                     bindings) has passed; start a new session",
-                    limit.as_secs()
-                ),
-            )
-            .into_result());
-        }
-        let CallToolRequestParams {
-            name, arguments, ..
-        } = request;
-        // The call runs on what the session serves as it starts, to its end.
-        let served = self.served();
-        let composed = served.composed();
-        if name == LOAD_SKILL && !composed.composition.skills.is_empty() {
-            let arguments = Value::Object(arguments.unwrap_or_default());
-            return Ok(load_skill(composed, &arguments)
-                .await
-                .unwrap_or_else(ToolError::into_result));
-        }
-        if let Some(base) = served.base()
-            && base.has(&name)
-        {
-            return Ok(self.call_base_tool(&served, base, &name, arguments).await);
-        }
-        if let Some(routed) = composed.capability(&name) {
-            return Ok(self.call_capability(&served, routed, arguments).await);
-        }
-        self.call_provider_tool(&served, &name, arguments).await
-    }
-
-    /// A routed call: take out the routing arguments, check the rest against the capability's
-    /// schema, decide (recorded whatever the outcome), and forward to the chosen provider.
-    async fn call_capability(
-        &self,
-        served: &Served,
-        routed: &RoutedCapability,
-        arguments: Option<JsonObject>,
-    ) -> CallToolResult {
-        let capability = routed.spec.capability_id.as_str();
-        let mut arguments = arguments.unwrap_or_default();
-        let taken = match capstan_route::take_from(&mut arguments) {
-            Ok(taken) => taken,
-            Err(errors) => {
-                let message: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                self.context
-                    .metrics
-                    .tool_call(ErrorKind::InvalidInput.as_str());
-                return ToolError::new(ErrorKind::InvalidInput, message.join("; "))
-                    .at(errors[0].path.clone())
-                    .into_result();
-            }
-        };
-        if let Some(intent) = &taken.intent
-            && intent.chars().count() as u64 > MAX_INTENT_LEN
-        {
-            self.context
-                .metrics
-                .tool_call(ErrorKind::InvalidInput.as_str());
-            return ToolError::new(
-                ErrorKind::InvalidInput,
-                format!("intent: at most {MAX_INTENT_LEN} characters"),
-            )
-            .at("intent")
-            .into_result();
-        }
-        let arguments = Value::Object(arguments);
-        if let Err(error) = served.validate(&routed.tool.name, &arguments) {
-            self.context.metrics.tool_call(error.kind.as_str());
-            return error.into_result();
-        }
-        let digest = taken
-            .intent
-            .as_deref()
-            .map(|intent| self.context.decisions.intent_digest(intent));
-        let project = &self.identity.project;
-        let decision = match decide(routed, served.snapshot(), &taken.route, &taken.requirements) {
-            Ok(decision) => decision,
-            Err(why) => {
-                warn!(capability, %why, "routed call refused");
-                self.context
-                    .metrics
-                    .route_decision(capability, "refused", &[]);
-                self.context.metrics.tool_call(ErrorKind::Rejected.as_str());
-                self.context.decisions.record(DecisionRecord::refused(
-                    project,
-                    capability,
-                    why.clone(),
-                    digest,
-                ));
-                return ToolError::new(ErrorKind::Rejected, why)
-                    .with_code("route_refused")
-                    .into_result();
-            }
-        };
-        let exclusions: Vec<&str> = decision
-            .exclusions
-            .iter()
-            .map(|e| e.reason.as_str())
-            .collect();
-        let reason = decision
-            .route_reason
-            .map_or("no_eligible_provider", route_reason_label);
-        self.context
-            .metrics
-            .route_decision(capability, reason, &exclusions);
-        info!(
-            capability,
-            selected = decision.selected().map(|c| c.tool.as_str()),
-            route_reason = reason,
-            eligible = decision.eligible(),
-            excluded = decision.exclusions.len(),
-            intent_digest = digest.as_deref(),
-            "routed call decided"
-        );
-        self.context
-            .decisions
-            .record(DecisionRecord::of(project, &decision, digest));
-        let Some(tool) = decision
-            .selected()
-            .and_then(|winner| served.composed().tool(&winner.tool))
-        else {
-            self.context.metrics.tool_call(ErrorKind::Rejected.as_str());
-            return ToolError::new(ErrorKind::Rejected, no_eligible_provider(&decision))
-                .with_code("no_eligible_provider")
-                .into_result();
-        };
-        self.forward(served, tool, arguments, Some(capability))
-            .await
-    }
-
-    /// A base platform tool: acts as the caller on the project's control plane. Not metered
-    /// (no provider did the work); counted and traced like every call.
-    async fn call_base_tool(
-        &self,
-        served: &Served,
-        base: &BaseTools,
-        name: &str,
-        arguments: Option<JsonObject>,
-    ) -> CallToolResult {
-        let mutating = base.mutating().iter().any(|m| m == name);
-        let span = info_span!(
-            "tool_call",
-            tool.name = %name,
-            tool.mutating = mutating,
-            service.name = "capstan",
-            outcome = tracing::field::Empty,
-        );
-        let arguments = Value::Object(arguments.unwrap_or_default());
-        let result = match served.validate(name, &arguments) {
-            Err(error) => Err(error),
-            Ok(()) => base.call(name, &arguments).instrument(span.clone()).await,
-        };
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(error) => error.kind.as_str(),
-        };
-        span.record("outcome", outcome);
-        self.context.metrics.tool_call(outcome);
-        result.unwrap_or_else(ToolError::into_result)
-    }
-
     /// Marks the session as used now (the idle timeout counts from the last request).
     pub fn touch(&self) {
         let now = self.context.clock.elapsed().as_millis();
@@ -640,137 +302,5 @@ impl Task {
         let now = self.context.clock.elapsed().as_millis();
         let now = u64::try_from(now).unwrap_or(u64::MAX);
         Duration::from_millis(now.saturating_sub(self.last_used.load(Ordering::Relaxed)))
-    }
-
-    async fn call_provider_tool(
-        &self,
-        served: &Served,
-        name: &str,
-        arguments: Option<JsonObject>,
-    ) -> Result<CallToolResult, McpError> {
-        let Some(tool) = served.composed().tool(name) else {
-            return Err(McpError::invalid_params(
-                format!(
-                    "no tool named {name:?} is available to this assistant; tools/list shows the ones that are"
-                ),
-                None,
-            ));
-        };
-        let arguments = Value::Object(arguments.unwrap_or_default());
-        if let Err(error) = served.validate(name, &arguments) {
-            self.context.metrics.tool_call(error.kind.as_str());
-            self.meter(tool, error.kind.as_str(), Instant::now(), None);
-            return Ok(error.into_result());
-        }
-        Ok(self.forward(served, tool, arguments, None).await)
-    }
-
-    /// Calls provider `tool` with `arguments` (already checked), counted, traced and metered;
-    /// `capability` names the routed capability the call serves, if any.
-    async fn forward(
-        &self,
-        served: &Served,
-        tool: &ComposedTool,
-        arguments: Value,
-        capability: Option<&str>,
-    ) -> CallToolResult {
-        let span = info_span!(
-            "tool_call",
-            tool.name = %tool.name,
-            tool.mutating = tool.mutating,
-            service.name = %tool.service_name,
-            capability = capability,
-            outcome = tracing::field::Empty,
-        );
-        let started = Instant::now();
-        let arguments = match arguments {
-            Value::Object(map) => Some(map),
-            _ => None,
-        };
-        let result = match served
-            .composed()
-            .call_tool(&tool.name, arguments)
-            .instrument(span.clone())
-            .await
-        {
-            Ok(result) => Ok(result),
-            Err(ToolCallError::Upstream(error)) => Err(ToolError::from(error)),
-            Err(error @ ToolCallError::Unknown { .. }) => {
-                Err(ToolError::new(ErrorKind::Forbidden, error.to_string()))
-            }
-        };
-        let outcome = match &result {
-            Ok(r) if r.is_error == Some(true) => "tool_error",
-            Ok(_) => "ok",
-            Err(error) => error.kind.as_str(),
-        };
-        span.record("outcome", outcome);
-        self.context.metrics.tool_call(outcome);
-        self.meter(tool, outcome, started, capability);
-        result.unwrap_or_else(ToolError::into_result)
-    }
-
-    fn meter(
-        &self,
-        tool: &ComposedTool,
-        outcome: &str,
-        started: Instant,
-        capability: Option<&str>,
-    ) {
-        self.context.meter.record(&ToolInvocation {
-            time: k8s_openapi::jiff::Timestamp::now().to_string(),
-            project: &self.identity.project,
-            service: &tool.service_name,
-            binding: &tool.binding,
-            tool: &tool.name,
-            capability,
-            outcome,
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-        });
-    }
-}
-
-/// `load_skill`: the named skill's body, framed with its provenance.
-async fn load_skill(composed: &Composed, arguments: &Value) -> Result<CallToolResult, ToolError> {
-    let Some(name) = arguments.get("name").and_then(Value::as_str) else {
-        let mut error = ToolError::new(ErrorKind::InvalidInput, "name: required (a string)");
-        error.field = Some("name".into());
-        return Err(error);
-    };
-    match composed.load_skill(name).await {
-        Ok(body) => Ok(CallToolResult::success(vec![ContentBlock::text(body)])),
-        Err(error @ SkillError::Unknown { .. }) => {
-            let mut error = ToolError::new(ErrorKind::InvalidInput, error.to_string());
-            error.field = Some("name".into());
-            Err(error)
-        }
-        Err(error @ SkillError::Fetch { .. }) => Err(ToolError::new(
-            ErrorKind::UpstreamUnavailable,
-            error.to_string(),
-        )),
-    }
-}
-
-/// A route reason as metrics and logs spell it.
-fn route_reason_label(reason: capstan_route::RouteReason) -> &'static str {
-    use capstan_route::RouteReason as R;
-    match reason {
-        R::PinnedByRequest => "pinned_by_request",
-        R::PinnedByPolicy => "pinned_by_policy",
-        R::OnlyCandidate => "only_candidate",
-        R::BestScore => "best_score",
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_load_skill_schema_should_take_only_a_name() {
-        let tool = load_skill_tool();
-        assert_eq!(tool.input_schema["required"], json!(["name"]));
-        assert!(tool.input_schema["properties"].get("project").is_none());
     }
 }

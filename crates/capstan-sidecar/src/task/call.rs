@@ -1,0 +1,346 @@
+//! How a task answers a `tools/call`, whichever path it arrived on (rmcp's session worker, or
+//! `direct.rs`): the caller and the time limit, then a built-in, a base platform tool, a routed
+//! capability or a provider tool. Every call is counted once under its outcome
+//! (`Task::refuse` for every refusal); calls that reach a provider are traced and metered.
+
+use std::time::Instant;
+
+use capstan_compose::{
+    Composed, ComposedTool, ErrorKind, MAX_INTENT_LEN, RoutedCapability, SkillError, ToolCallError,
+    ToolError,
+};
+use capstan_platform::BaseTools;
+use capstan_route::{Decision, Taken};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject};
+use serde_json::Value;
+use tracing::{Instrument, info, info_span, warn};
+
+use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, Served, Task};
+use crate::decisions::DecisionRecord;
+use crate::identity::Identity;
+use crate::metering::ToolInvocation;
+use crate::routing::{decide, no_eligible_provider};
+
+impl Task {
+    /// Serves one `tools/call` of this task: identity, the task's time limit, then a built-in,
+    /// a base tool, a routed capability or a provider tool. Errors a consumer can act on come
+    /// back as tool results; only an unknown tool is a protocol error.
+    pub async fn call(
+        &self,
+        caller: Option<&Identity>,
+        request: CallToolRequestParams,
+    ) -> Result<CallToolResult, McpError> {
+        let _busy = Busy::new(self);
+        if !self.owned_by(caller) {
+            return Ok(self.refuse(ToolError::new(ErrorKind::Forbidden, ANOTHER_CALLER)));
+        }
+        if self.expired() {
+            return Ok(self.refuse(self.time_limit_passed()));
+        }
+        let CallToolRequestParams {
+            name, arguments, ..
+        } = request;
+        // The call runs on what the session serves as it starts, to its end.
+        let served = self.served();
+        let composed = served.composed();
+        if name == LOAD_SKILL && !composed.composition.skills.is_empty() {
+            let arguments = Value::Object(arguments.unwrap_or_default());
+            return Ok(match load_skill(composed, &arguments).await {
+                Ok(result) => {
+                    self.context.metrics.tool_call("ok");
+                    result
+                }
+                Err(error) => self.refuse(error),
+            });
+        }
+        if let Some(base) = served.base()
+            && base.has(&name)
+        {
+            return Ok(self.call_base_tool(&served, base, &name, arguments).await);
+        }
+        if let Some(routed) = composed.capability(&name) {
+            return Ok(self.call_capability(&served, routed, arguments).await);
+        }
+        self.call_provider_tool(&served, &name, arguments).await
+    }
+
+    /// The one way a call is refused: counted under the error's kind, answered as a tool
+    /// error the consumer can act on.
+    fn refuse(&self, error: ToolError) -> CallToolResult {
+        self.context.metrics.tool_call(error.kind.as_str());
+        error.into_result()
+    }
+
+    fn time_limit_passed(&self) -> ToolError {
+        let limit = self.max_duration.unwrap_or_default();
+        ToolError::new(
+            ErrorKind::Rejected,
+            format!(
+                "this task's time limit ({}s, the smallest maxTaskDurationSeconds of its \
+                 bindings) has passed; start a new session",
+                limit.as_secs()
+            ),
+        )
+    }
+
+    /// A routed call: take out the routing arguments, check the rest against the capability's
+    /// schema, decide (recorded whatever the outcome), and forward to the chosen provider.
+    async fn call_capability(
+        &self,
+        served: &Served,
+        routed: &RoutedCapability,
+        arguments: Option<JsonObject>,
+    ) -> CallToolResult {
+        let capability = routed.spec.capability_id.as_str();
+        let (taken, arguments) = match routing_arguments(served, routed, arguments) {
+            Ok(split) => split,
+            Err(error) => return self.refuse(error),
+        };
+        let digest = taken
+            .intent
+            .as_deref()
+            .map(|intent| self.context.decisions.intent_digest(intent));
+        let decision = match decide(routed, served.snapshot(), &taken.route, &taken.requirements) {
+            Ok(decision) => decision,
+            Err(why) => return self.route_refused(capability, why, digest),
+        };
+        self.record_decision(capability, &decision, digest);
+        let Some(tool) = decision
+            .selected()
+            .and_then(|winner| served.composed().tool(&winner.tool))
+        else {
+            return self.refuse(
+                ToolError::new(ErrorKind::Rejected, no_eligible_provider(&decision))
+                    .with_code("no_eligible_provider"),
+            );
+        };
+        self.forward(served, tool, arguments, Some(capability))
+            .await
+    }
+
+    /// A route refused before any candidate was looked at: counted, logged and recorded.
+    fn route_refused(
+        &self,
+        capability: &str,
+        why: String,
+        digest: Option<String>,
+    ) -> CallToolResult {
+        warn!(capability, %why, "routed call refused");
+        self.context
+            .metrics
+            .route_decision(capability, "refused", &[]);
+        self.context.decisions.record(DecisionRecord::refused(
+            &self.identity.project,
+            capability,
+            why.clone(),
+            digest,
+        ));
+        self.refuse(ToolError::new(ErrorKind::Rejected, why).with_code("route_refused"))
+    }
+
+    /// A decision made: counted by its reason and exclusions, logged, and recorded for
+    /// `GET /v1/route-decisions`.
+    fn record_decision(&self, capability: &str, decision: &Decision, digest: Option<String>) {
+        let exclusions: Vec<&str> = decision
+            .exclusions
+            .iter()
+            .map(|e| e.reason.as_str())
+            .collect();
+        let reason = decision
+            .route_reason
+            .map_or("no_eligible_provider", route_reason_label);
+        self.context
+            .metrics
+            .route_decision(capability, reason, &exclusions);
+        info!(
+            capability,
+            selected = decision.selected().map(|c| c.tool.as_str()),
+            route_reason = reason,
+            eligible = decision.eligible(),
+            excluded = decision.exclusions.len(),
+            intent_digest = digest.as_deref(),
+            "routed call decided"
+        );
+        self.context
+            .decisions
+            .record(DecisionRecord::of(&self.identity.project, decision, digest));
+    }
+
+    /// A base platform tool: acts as the caller on the project's control plane. Not metered
+    /// (no provider did the work); counted and traced like every call.
+    async fn call_base_tool(
+        &self,
+        served: &Served,
+        base: &BaseTools,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> CallToolResult {
+        let mutating = base.mutating().iter().any(|m| m == name);
+        let span = info_span!(
+            "tool_call",
+            tool.name = %name,
+            tool.mutating = mutating,
+            service.name = "capstan",
+            outcome = tracing::field::Empty,
+        );
+        let arguments = Value::Object(arguments.unwrap_or_default());
+        let result = match served.validate(name, &arguments) {
+            Err(error) => Err(error),
+            Ok(()) => base.call(name, &arguments).instrument(span.clone()).await,
+        };
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(error) => error.kind.as_str(),
+        };
+        span.record("outcome", outcome);
+        self.context.metrics.tool_call(outcome);
+        result.unwrap_or_else(ToolError::into_result)
+    }
+
+    async fn call_provider_tool(
+        &self,
+        served: &Served,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(tool) = served.composed().tool(name) else {
+            return Err(McpError::invalid_params(
+                format!(
+                    "no tool named {name:?} is available to this assistant; tools/list shows the ones that are"
+                ),
+                None,
+            ));
+        };
+        let arguments = Value::Object(arguments.unwrap_or_default());
+        if let Err(error) = served.validate(name, &arguments) {
+            self.meter(tool, error.kind.as_str(), Instant::now(), None);
+            return Ok(self.refuse(error));
+        }
+        Ok(self.forward(served, tool, arguments, None).await)
+    }
+
+    /// Calls provider `tool` with `arguments` (already checked), counted, traced and metered;
+    /// `capability` names the routed capability the call serves, if any.
+    async fn forward(
+        &self,
+        served: &Served,
+        tool: &ComposedTool,
+        arguments: Value,
+        capability: Option<&str>,
+    ) -> CallToolResult {
+        let span = info_span!(
+            "tool_call",
+            tool.name = %tool.name,
+            tool.mutating = tool.mutating,
+            service.name = %tool.service_name,
+            capability = capability,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let arguments = match arguments {
+            Value::Object(map) => Some(map),
+            _ => None,
+        };
+        let result = match served
+            .composed()
+            .call_tool(&tool.name, arguments)
+            .instrument(span.clone())
+            .await
+        {
+            Ok(result) => Ok(result),
+            Err(ToolCallError::Upstream(error)) => Err(ToolError::from(error)),
+            Err(error @ ToolCallError::Unknown { .. }) => {
+                Err(ToolError::new(ErrorKind::Forbidden, error.to_string()))
+            }
+        };
+        let outcome = match &result {
+            Ok(r) if r.is_error == Some(true) => "tool_error",
+            Ok(_) => "ok",
+            Err(error) => error.kind.as_str(),
+        };
+        span.record("outcome", outcome);
+        self.context.metrics.tool_call(outcome);
+        self.meter(tool, outcome, started, capability);
+        result.unwrap_or_else(ToolError::into_result)
+    }
+
+    fn meter(
+        &self,
+        tool: &ComposedTool,
+        outcome: &str,
+        started: Instant,
+        capability: Option<&str>,
+    ) {
+        self.context.meter.record(&ToolInvocation {
+            time: k8s_openapi::jiff::Timestamp::now().to_string(),
+            project: &self.identity.project,
+            service: &tool.service_name,
+            binding: &tool.binding,
+            tool: &tool.name,
+            capability,
+            outcome,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        });
+    }
+}
+
+/// The routing arguments (`route`, `requirements`, `intent`) taken out of a routed call's
+/// `arguments`, and the rest checked against the capability's own schema.
+fn routing_arguments(
+    served: &Served,
+    routed: &RoutedCapability,
+    arguments: Option<JsonObject>,
+) -> Result<(Taken, Value), ToolError> {
+    let mut arguments = arguments.unwrap_or_default();
+    let taken = capstan_route::take_from(&mut arguments).map_err(|errors| {
+        let message: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let error = ToolError::new(ErrorKind::InvalidInput, message.join("; "));
+        match errors.first() {
+            Some(first) => error.at(first.path.clone()),
+            None => error,
+        }
+    })?;
+    if let Some(intent) = &taken.intent
+        && intent.chars().count() as u64 > MAX_INTENT_LEN
+    {
+        return Err(ToolError::new(
+            ErrorKind::InvalidInput,
+            format!("intent: at most {MAX_INTENT_LEN} characters"),
+        )
+        .at("intent"));
+    }
+    let arguments = Value::Object(arguments);
+    served.validate(&routed.tool.name, &arguments)?;
+    Ok((taken, arguments))
+}
+
+/// `load_skill`: the named skill's body, framed with its provenance.
+async fn load_skill(composed: &Composed, arguments: &Value) -> Result<CallToolResult, ToolError> {
+    let Some(name) = arguments.get("name").and_then(Value::as_str) else {
+        return Err(
+            ToolError::new(ErrorKind::InvalidInput, "name: required (a string)").at("name"),
+        );
+    };
+    match composed.load_skill(name).await {
+        Ok(body) => Ok(CallToolResult::success(vec![ContentBlock::text(body)])),
+        Err(error @ SkillError::Unknown { .. }) => {
+            Err(ToolError::new(ErrorKind::InvalidInput, error.to_string()).at("name"))
+        }
+        Err(error @ SkillError::Fetch { .. }) => Err(ToolError::new(
+            ErrorKind::UpstreamUnavailable,
+            error.to_string(),
+        )),
+    }
+}
+
+/// A route reason as metrics and logs spell it.
+fn route_reason_label(reason: capstan_route::RouteReason) -> &'static str {
+    use capstan_route::RouteReason as R;
+    match reason {
+        R::PinnedByRequest => "pinned_by_request",
+        R::PinnedByPolicy => "pinned_by_policy",
+        R::OnlyCandidate => "only_candidate",
+        R::BestScore => "best_score",
+    }
+}

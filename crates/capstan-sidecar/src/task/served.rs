@@ -1,0 +1,179 @@
+//! What a task serves: one composition, the platform tools beside it, the tools `tools/list`
+//! shows and a validator per input schema, and the snapshot it came from.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use capstan_api::validate::pointer_to_path;
+use capstan_compose::{Composed, ErrorKind, Snapshot, ToolError};
+use capstan_platform::BaseTools;
+use rmcp::model::{Tool, ToolAnnotations};
+use serde_json::{Value, json};
+use tracing::warn;
+
+use super::LOAD_SKILL;
+
+/// One composition as a session serves it: the live composition and its tools, the platform
+/// tools beside it, and the snapshot it came from (documents, and the qualifiers routed calls
+/// obey).
+pub struct Served {
+    live: Arc<Live>,
+    snapshot: Arc<Snapshot>,
+}
+
+/// A live composition, the tools `tools/list` shows and their input validators. Each of its
+/// upstream sessions closes when the last composition holding it lets go (a call still running
+/// on it finishes first; a composition made again keeps the sessions it shares).
+struct Live {
+    composed: Composed,
+    /// The base platform tools, when the caller gets them (they act as the caller).
+    base: Option<BaseTools>,
+    tools: Vec<Tool>,
+    validators: HashMap<String, jsonschema::Validator>,
+}
+
+impl Served {
+    /// Builds what a session serves from `composed` (made from `snapshot`) and the platform
+    /// tools `base`: the tools `tools/list` shows and a validator per input schema.
+    pub fn new(composed: Composed, base: Option<BaseTools>, snapshot: Arc<Snapshot>) -> Self {
+        let composition = &composed.composition;
+        let mut tools: Vec<Tool> = composition
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool = Tool::new(
+                    t.name.clone(),
+                    t.description.clone().unwrap_or_default(),
+                    t.input_schema.clone(),
+                );
+                tool.annotations = t.annotations.clone();
+                tool
+            })
+            .collect();
+        tools.extend(composed.capabilities().map(|c| c.tool.clone()));
+        if !composition.skills.is_empty() {
+            tools.push(load_skill_tool());
+        }
+        if let Some(base) = &base {
+            tools.extend(base.tools().iter().cloned());
+        }
+        let mut validators = HashMap::new();
+        let schemas = composition
+            .tools
+            .iter()
+            .map(|t| (t.name.as_str(), t.input_schema.as_ref()))
+            .chain(base.iter().flat_map(|base| {
+                base.tools()
+                    .iter()
+                    .map(|t| (t.name.as_ref(), t.input_schema.as_ref()))
+            }))
+            // A routed call is checked against the capability's own schema once its routing
+            // arguments are taken out.
+            .chain(
+                composed
+                    .capabilities()
+                    .map(|c| (c.tool.name.as_ref(), &c.spec.input_schema)),
+            );
+        for (name, schema) in schemas {
+            match jsonschema::validator_for(&Value::Object(schema.clone())) {
+                Ok(validator) => {
+                    validators.insert(name.to_owned(), validator);
+                }
+                Err(error) => {
+                    warn!(tool = %name, %error, "input schema not usable for checking; arguments pass unchecked")
+                }
+            }
+        }
+        Self {
+            live: Arc::new(Live {
+                composed,
+                base,
+                tools,
+                validators,
+            }),
+            snapshot,
+        }
+    }
+
+    /// The same composition, routing by the qualifiers of `snapshot` (whose documents are
+    /// those this one was composed from).
+    pub fn requalified(&self, snapshot: Arc<Snapshot>) -> Self {
+        Self {
+            live: self.live.clone(),
+            snapshot,
+        }
+    }
+
+    /// The live composition.
+    pub fn composed(&self) -> &Composed {
+        &self.live.composed
+    }
+
+    /// The base platform tools, when composed.
+    pub fn base(&self) -> Option<&BaseTools> {
+        self.live.base.as_ref()
+    }
+
+    /// The snapshot it was composed from (documents and qualifiers).
+    pub fn snapshot(&self) -> &Arc<Snapshot> {
+        &self.snapshot
+    }
+
+    /// The tools `tools/list` shows.
+    pub fn tools(&self) -> &[Tool] {
+        &self.live.tools
+    }
+
+    /// Checks `arguments` against the input schema of `tool`, if it has a usable one.
+    pub(super) fn validate(&self, tool: &str, arguments: &Value) -> Result<(), ToolError> {
+        let Some(validator) = self.live.validators.get(tool) else {
+            return Ok(());
+        };
+        let Some(error) = validator.iter_errors(arguments).next() else {
+            return Ok(());
+        };
+        let field = pointer_to_path(arguments, error.instance_path().as_str());
+        let shown = if field.is_empty() {
+            "arguments"
+        } else {
+            field.as_str()
+        };
+        let error = ToolError::new(
+            ErrorKind::InvalidInput,
+            format!("{shown}: {error}; see the tool's input schema"),
+        );
+        Err(if field.is_empty() {
+            error
+        } else {
+            error.at(field)
+        })
+    }
+}
+
+fn load_skill_tool() -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": { "name": { "type": "string", "description": "The skill's name, as listed under Available skills." } },
+        "required": ["name"],
+        "additionalProperties": false
+    });
+    let mut tool = Tool::new(
+        LOAD_SKILL,
+        "Load the full procedure of one of the Available skills listed in your instructions.",
+        Arc::new(schema.as_object().cloned().unwrap_or_default()),
+    );
+    tool.annotations = Some(ToolAnnotations::new().read_only(true));
+    tool
+}
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_load_skill_schema_should_take_only_a_name() {
+        let tool = load_skill_tool();
+        assert_eq!(tool.input_schema["required"], json!(["name"]));
+        assert!(tool.input_schema["properties"].get("project").is_none());
+    }
+}
