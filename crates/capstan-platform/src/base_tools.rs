@@ -131,7 +131,16 @@ impl BaseTools {
 
 /// The definitions of the base tools (the change path's only with a plan-token key).
 fn definitions(change_path: bool) -> Vec<Tool> {
-    let mut tools = vec![
+    let mut tools = read_tools();
+    if change_path {
+        tools.extend(change_path_tools());
+    }
+    tools
+}
+
+/// The tools that only read the project: every session has them.
+fn read_tools() -> Vec<Tool> {
+    vec![
         tool(
             RESOURCES_LIST,
             "List every resource of one kind in this project, with the conditions the platform reports about each. Namespaced kinds default to the namespace `default`.",
@@ -200,31 +209,49 @@ fn definitions(change_path: bool) -> Vec<Tool> {
             ),
             true,
         ),
-    ];
-    if change_path {
-        tools.push(tool(
-                RESOURCES_VALIDATE,
-                "Ask the platform to judge manifests and keep nothing: for each, whether it is accepted (with the field path of every rejection), whether the resource exists, and what applying would change. Writes nothing.",
-                schema(serde_json::Map::new(), &[("manifests", manifests_property())], &["manifests"]),
-                true,
-            ));
-        tools.push(tool(
-                RESOURCES_PLAN,
-                "Plan a change: validate every manifest, decide create or update, order them so a manifest referring to another comes after it, report the differences, and return the canonical manifests with a plan token. Writes nothing. Show the plan to the person and apply only after they agree.",
-                schema(serde_json::Map::new(), &[("manifests", manifests_property())], &["manifests"]),
-                false,
-            ));
-        tools.push(tool(
-                RESOURCES_APPLY,
-                "Apply a plan the person agreed to: pass exactly the manifests resources_plan returned, in its order, with its planToken. Anything changed since the plan is refused and nothing is written. The only tool here that writes.",
-                schema(serde_json::Map::new(), &[
+    ]
+}
+
+/// The change path's tools, in the order a person uses them: validate, plan, apply.
+fn change_path_tools() -> [Tool; 3] {
+    [
+        tool(
+            RESOURCES_VALIDATE,
+            "Ask the platform to judge manifests and keep nothing: for each, whether it is accepted (with the field path of every rejection), whether the resource exists, and what applying would change. Writes nothing.",
+            schema(
+                serde_json::Map::new(),
+                &[("manifests", manifests_property())],
+                &["manifests"],
+            ),
+            true,
+        ),
+        tool(
+            RESOURCES_PLAN,
+            "Plan a change: validate every manifest, decide create or update, order them so a manifest referring to another comes after it, report the differences, and return the canonical manifests with a plan token. Writes nothing. Show the plan to the person and apply only after they agree.",
+            schema(
+                serde_json::Map::new(),
+                &[("manifests", manifests_property())],
+                &["manifests"],
+            ),
+            false,
+        ),
+        tool(
+            RESOURCES_APPLY,
+            "Apply a plan the person agreed to: pass exactly the manifests resources_plan returned, in its order, with its planToken. Anything changed since the plan is refused and nothing is written. The only tool here that writes.",
+            schema(
+                serde_json::Map::new(),
+                &[
                     ("manifests", manifests_property()),
-                    ("planToken", json!({"type": "string", "minLength": 1, "description": "The planToken resources_plan returned."})),
-                ], &["manifests", "planToken"]),
-                false,
-            ));
-    }
-    tools
+                    (
+                        "planToken",
+                        json!({"type": "string", "minLength": 1, "description": "The planToken resources_plan returned."}),
+                    ),
+                ],
+                &["manifests", "planToken"],
+            ),
+            false,
+        ),
+    ]
 }
 
 impl BaseTools {
