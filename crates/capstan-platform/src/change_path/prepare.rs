@@ -1,0 +1,139 @@
+//! Reading a batch of manifests as the project serves their kinds: each in its canonical form,
+//! or the errors (with field paths) that keep it from being judged.
+
+use serde_json::{Value, json};
+
+use super::{MAX_MANIFESTS, item_error};
+use crate::manifest::{Identity, editable};
+use crate::project_api::{ApiFailure, DEFAULT_NAMESPACE, Kind, ProjectApi};
+use capstan_compose::{ErrorKind, ToolError};
+
+/// A manifest ready to judge: its kind as the project serves it and its canonical form
+/// (editable, with the namespace filled in for a namespaced kind).
+pub(super) struct Prepared {
+    pub(super) kind: Kind,
+    pub(super) canonical: Value,
+    pub(super) identity: Identity,
+}
+
+impl Prepared {
+    /// The namespace the object lives in (`None` for a cluster-scoped kind).
+    pub(super) fn namespace(&self) -> Option<&str> {
+        self.canonical
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+    }
+}
+
+/// Prepares every manifest; the errors of those that cannot be judged, by index.
+pub(super) async fn prepare_all(
+    api: &ProjectApi,
+    manifests: &[Value],
+) -> Result<Vec<Result<Prepared, Vec<Value>>>, ToolError> {
+    if manifests.is_empty() || manifests.len() > MAX_MANIFESTS {
+        return Err(ToolError::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "manifests: between 1 and {MAX_MANIFESTS} manifests per call ({} given)",
+                manifests.len()
+            ),
+        )
+        .at("manifests"));
+    }
+    let mut prepared = Vec::with_capacity(manifests.len());
+    for (index, manifest) in manifests.iter().enumerate() {
+        prepared.push(prepare(api, index, manifest).await);
+    }
+    refuse_duplicates(&mut prepared);
+    Ok(prepared)
+}
+
+/// Two manifests for one object cannot both be applied: every one after the first is refused,
+/// naming the first.
+fn refuse_duplicates(prepared: &mut [Result<Prepared, Vec<Value>>]) {
+    let identities: Vec<Option<Identity>> = prepared
+        .iter()
+        .map(|p| p.as_ref().ok().map(|p| p.identity.clone()))
+        .collect();
+    for (index, item) in prepared.iter_mut().enumerate() {
+        if let (Ok(_), Some(identity)) = (&item, &identities[index])
+            && let Some(first) = identities[..index]
+                .iter()
+                .position(|other| other.as_ref() == Some(identity))
+        {
+            *item = Err(vec![item_error(
+                index,
+                "metadata.name",
+                format!("{identity} is also manifests[{first}]: one manifest per object"),
+            )]);
+        }
+    }
+}
+
+/// The canonical form of manifest `index`, or the errors that keep it from being judged
+/// (each with its field path).
+async fn prepare(api: &ProjectApi, index: usize, manifest: &Value) -> Result<Prepared, Vec<Value>> {
+    let field = |name: &str| manifest.pointer(name).and_then(Value::as_str);
+    let mut errors = Vec::new();
+    if !manifest.is_object() {
+        return Err(vec![item_error(
+            index,
+            "",
+            "must be an object (a manifest)",
+        )]);
+    }
+    let api_version = field("/apiVersion").filter(|v| !v.is_empty());
+    let kind = field("/kind").filter(|v| !v.is_empty());
+    let name = field("/metadata/name").filter(|v| !v.is_empty());
+    if api_version.is_none() {
+        errors.push(item_error(
+            index,
+            "apiVersion",
+            "required (e.g. v1 or apps/v1)",
+        ));
+    }
+    if kind.is_none() {
+        errors.push(item_error(index, "kind", "required"));
+    }
+    if name.is_none() {
+        errors.push(item_error(
+            index,
+            "metadata.name",
+            "required (generateName is not supported: a plan names what it changes)",
+        ));
+    }
+    let (Some(api_version), Some(kind), Some(_)) = (api_version, kind, name) else {
+        return Err(errors);
+    };
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let found = api.kind(group, version, kind).await.map_err(|failure| {
+        let message = match failure {
+            ApiFailure::NotServed { .. } => format!(
+                "project {} does not serve {kind} ({api_version})",
+                api.project()
+            ),
+            other => format!("could not look up {kind}: {other}"),
+        };
+        vec![item_error(index, "kind", message)]
+    })?;
+    let mut canonical = editable(manifest);
+    if found.namespaced {
+        if field("/metadata/namespace").is_none_or(str::is_empty)
+            && let Some(metadata) = canonical.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            metadata.insert("namespace".into(), json!(DEFAULT_NAMESPACE));
+        }
+    } else if field("/metadata/namespace").is_some_and(|n| !n.is_empty()) {
+        return Err(vec![item_error(
+            index,
+            "metadata.namespace",
+            format!("{kind} is cluster-scoped: remove the namespace"),
+        )]);
+    }
+    let identity = Identity::of(&canonical);
+    Ok(Prepared {
+        kind: found,
+        canonical,
+        identity,
+    })
+}
