@@ -4,22 +4,26 @@
 //! manager), deletes and replaces with preconditions (undoing a plan's writes), who the
 //! caller is (a SelfSubjectReview), and the published OpenAPI v3 schemas. Failures are told
 //! apart the way the tools must report them (`ApiFailure`).
+//!
+//! Reads, discovery and schemas live here; the writes in `writes.rs`, the failure classes in
+//! `api_failure.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams, Preconditions, ValidationDirective,
-};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::discovery::Scope;
 use serde_json::Value;
-use thiserror::Error;
 
 use crate::plan_token::Caller;
-use capstan_compose::{ControlPlane, chain_text};
+use capstan_compose::ControlPlane;
+
+mod api_failure;
+mod writes;
+
+pub use api_failure::{ApiFailure, Cause};
 
 /// The field manager of every write the change path makes.
 pub const FIELD_MANAGER: &str = "capstan";
@@ -33,143 +37,6 @@ pub const LIST_LIMIT: u32 = 500;
 /// How long one request to the project's plane may take. 30 s: an apiserver answers in
 /// milliseconds; a write still unanswered by then has an unknown outcome.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A field the apiserver named in a refusal.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Cause {
-    /// The field path, as the apiserver wrote it (empty when it named none).
-    pub field: String,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-/// Why a request to the project's plane produced no answer, in the classes the tools report.
-#[derive(Clone, Debug, Error, PartialEq, Eq)]
-pub enum ApiFailure {
-    /// The project does not serve this kind (its group, version or kind is unknown there).
-    #[error("this project does not serve {kind} ({api_version})")]
-    NotServed {
-        /// `group/version` (or `v1`).
-        api_version: String,
-        /// The kind.
-        kind: String,
-    },
-    /// The caller may not do this (401 or 403).
-    #[error("{message}")]
-    Forbidden {
-        /// The apiserver's words.
-        message: String,
-    },
-    /// The object does not exist.
-    #[error("{message}")]
-    NotFound {
-        /// The apiserver's words.
-        message: String,
-    },
-    /// The apiserver refused the object (400, 422), naming fields where it could.
-    #[error("{message}")]
-    Invalid {
-        /// The apiserver's words.
-        message: String,
-        /// The fields it named.
-        causes: Vec<Cause>,
-    },
-    /// Someone else changed the object, or owns the fields (409).
-    #[error("{message}")]
-    Conflict {
-        /// The apiserver's words.
-        message: String,
-    },
-    /// The plane could not be reached or failed (transport, 5xx, 429).
-    #[error("{message}")]
-    Unavailable {
-        /// What failed.
-        message: String,
-    },
-    /// No answer in time: for a write, its outcome is unknown.
-    #[error("{message}")]
-    TimedOut {
-        /// What was asked.
-        message: String,
-    },
-    /// The answer could not be read.
-    #[error("{message}")]
-    Malformed {
-        /// What was wrong.
-        message: String,
-    },
-}
-
-impl ApiFailure {
-    /// An `Unavailable` failure.
-    pub fn unavailable(message: impl Into<String>) -> Self {
-        Self::Unavailable {
-            message: message.into(),
-        }
-    }
-
-    /// The failure a kube error stands for.
-    pub fn from_kube(error: kube::Error) -> Self {
-        match error {
-            kube::Error::Api(status) => {
-                let message = if status.message.is_empty() {
-                    format!("HTTP {}: {}", status.code, status.reason)
-                } else {
-                    status.message.clone()
-                };
-                if let Some(cause) = typed_patch_cause(&message) {
-                    return Self::Invalid {
-                        message,
-                        causes: vec![cause],
-                    };
-                }
-                match status.code {
-                    401 | 403 => Self::Forbidden { message },
-                    404 => Self::NotFound { message },
-                    409 => Self::Conflict { message },
-                    400 | 422 => Self::Invalid {
-                        causes: status
-                            .details
-                            .as_ref()
-                            .map(|d| {
-                                d.causes
-                                    .iter()
-                                    .map(|c| Cause {
-                                        field: c.field.clone(),
-                                        message: c.message.clone(),
-                                    })
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                        message,
-                    },
-                    _ => Self::Unavailable { message },
-                }
-            }
-            kube::Error::SerdeError(e) => Self::Malformed {
-                message: format!("the apiserver's answer could not be read: {e}"),
-            },
-            other => Self::Unavailable {
-                message: chain_text(&other),
-            },
-        }
-    }
-}
-
-/// Server-side apply refuses a manifest whose fields do not fit the kind's schema before
-/// validation runs, with a 500 whose message names the field
-/// (`failed to create typed patch object (ns/name; /v1, Kind=ConfigMap): .data: expected map,
-/// got …`): that is the manifest's fault, not the plane's, so it reads as a refusal naming the
-/// field.
-fn typed_patch_cause(message: &str) -> Option<Cause> {
-    let rest = message.strip_prefix("failed to create typed patch object")?;
-    let (_, detail) = rest.split_once("): ")?;
-    let (field, what) = detail.split_once(": ").unwrap_or(("", detail));
-    Some(Cause {
-        field: field.trim_start_matches('.').to_owned(),
-        message: what.to_owned(),
-    })
-}
 
 /// A kind as the project serves it.
 #[derive(Clone, Debug)]
@@ -393,121 +260,6 @@ impl ProjectApi {
             .transpose()
     }
 
-    /// Server-side apply of `manifest` as [`FIELD_MANAGER`], strict about unknown fields;
-    /// `dry_run` keeps nothing. Returns the object as the apiserver has (or would have) it.
-    ///
-    /// Never forced: a field another manager owns with another value is a conflict (409), so
-    /// nobody's field is taken over. A `metadata.resourceVersion` in `manifest` is a
-    /// precondition: the apiserver refuses (409) when the object has moved on.
-    pub async fn apply(
-        &self,
-        kind: &Kind,
-        manifest: &Value,
-        dry_run: bool,
-    ) -> Result<Value, ApiFailure> {
-        let (name, namespace) = name_and_namespace(manifest);
-        let api = self.api(kind, namespace);
-        let mut params = PatchParams::apply(FIELD_MANAGER);
-        params.field_validation = Some(ValidationDirective::Strict);
-        params.dry_run = dry_run;
-        let object = self
-            .bounded(
-                || format!("applying {} {name}", kind.resource.kind),
-                api.patch(name, &params, &Patch::Apply(manifest)),
-            )
-            .await?;
-        object_value(object, &kind.resource)
-    }
-
-    /// Creates `manifest` as [`FIELD_MANAGER`], strict about unknown fields: the object must
-    /// not exist (409 otherwise), which server-side apply cannot ask for. `dry_run` keeps
-    /// nothing.
-    pub async fn create(
-        &self,
-        kind: &Kind,
-        manifest: &Value,
-        dry_run: bool,
-    ) -> Result<Value, ApiFailure> {
-        let (name, namespace) = name_and_namespace(manifest);
-        let api = self.api(kind, namespace);
-        // kube's PostParams carries no field validation: the request is built here.
-        let mut url = format!(
-            "{}?fieldManager={FIELD_MANAGER}&fieldValidation=Strict",
-            api.resource_url()
-        );
-        if dry_run {
-            url.push_str("&dryRun=All");
-        }
-        let body = serde_json::to_vec(manifest).map_err(|e| ApiFailure::Malformed {
-            message: e.to_string(),
-        })?;
-        let request = http::Request::post(url)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .map_err(|e| ApiFailure::unavailable(e.to_string()))?;
-        let object: DynamicObject = self
-            .bounded(
-                || format!("creating {} {name}", kind.resource.kind),
-                self.client.request(request),
-            )
-            .await?;
-        object_value(object, &kind.resource)
-    }
-
-    /// Deletes `name` only if it is still the object with `uid` at `resource_version`: what a
-    /// plan created, unchanged since (undoing a create). 409 when it has changed.
-    pub async fn delete_exactly(
-        &self,
-        kind: &Kind,
-        name: &str,
-        namespace: Option<&str>,
-        uid: &str,
-        resource_version: &str,
-    ) -> Result<(), ApiFailure> {
-        let api = self.api(kind, namespace);
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.to_owned()),
-                resource_version: Some(resource_version.to_owned()),
-            }),
-            ..DeleteParams::default()
-        };
-        self.bounded(
-            || format!("deleting {} {name}", kind.resource.kind),
-            api.delete(name, &params),
-        )
-        .await
-        .map(drop)
-    }
-
-    /// Puts `object` back whole (its content and field managers as they were read), only if
-    /// the object is still at `resource_version`: undoing an update. 409 when it has changed.
-    pub async fn restore(
-        &self,
-        kind: &Kind,
-        object: &Value,
-        resource_version: &str,
-    ) -> Result<Value, ApiFailure> {
-        let mut object = object.clone();
-        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-            metadata.insert("resourceVersion".into(), Value::from(resource_version));
-        }
-        let (name, namespace) = name_and_namespace(&object);
-        let name = name.to_owned();
-        let api = self.api(kind, namespace);
-        let dynamic: DynamicObject =
-            serde_json::from_value(object.clone()).map_err(|e| ApiFailure::Malformed {
-                message: e.to_string(),
-            })?;
-        let restored = self
-            .bounded(
-                || format!("restoring {} {name}", kind.resource.kind),
-                api.replace(&name, &PostParams::default(), &dynamic),
-            )
-            .await?;
-        object_value(restored, &kind.resource)
-    }
-
     /// The OpenAPI v3 schema of `group/version/kind`, with the document it came from (for its
     /// `$ref`s).
     pub async fn schema(
@@ -611,42 +363,4 @@ fn object_value(object: DynamicObject, resource: &ApiResource) -> Result<Value, 
             .or_insert_with(|| Value::String(resource.kind.clone()));
     }
     Ok(value)
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_typed_patch_refusal_should_name_its_field() {
-        let status = kube::core::Status {
-            code: 500,
-            message: "failed to create typed patch object (default/bad; /v1, Kind=ConfigMap): \
-                      .data: expected map, got &{[a b]}"
-                .into(),
-            ..kube::core::Status::default()
-        };
-        assert_eq!(
-            ApiFailure::from_kube(kube::Error::Api(Box::new(status))),
-            ApiFailure::Invalid {
-                message: "failed to create typed patch object (default/bad; /v1, Kind=ConfigMap): \
-                          .data: expected map, got &{[a b]}"
-                    .into(),
-                causes: vec![Cause {
-                    field: "data".into(),
-                    message: "expected map, got &{[a b]}".into()
-                }],
-            }
-        );
-        let other = kube::core::Status {
-            code: 500,
-            message: "etcd is down".into(),
-            ..kube::core::Status::default()
-        };
-        assert!(matches!(
-            ApiFailure::from_kube(kube::Error::Api(Box::new(other))),
-            ApiFailure::Unavailable { .. }
-        ));
-    }
 }
