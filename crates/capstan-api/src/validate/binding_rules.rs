@@ -24,118 +24,12 @@ pub(super) fn check(spec: &Value, out: &mut Vec<FieldError>) {
 
     for (i, server) in servers.iter().enumerate() {
         let at = format!("{servers_path}[{i}]");
-        if let Some(name) = text(server, "name") {
-            if name.contains("__") {
-                out.push(FieldError::new(
-                    format!("{at}.name"),
-                    "must not contain \"__\", the tool namespace delimiter",
-                ));
-            }
-            if name == "cap" {
-                out.push(FieldError::new(
-                    format!("{at}.name"),
-                    "\"cap\" is reserved for routed capabilities",
-                ));
-            }
-        }
-
-        let include_path = format!("{at}.toolSelector.include");
-        let include_value = server.get("toolSelector").and_then(|s| s.get("include"));
-        // A wrong-typed allow-list is already reported; checking entries against it would only
-        // add noise.
-        let include_readable = include_value.is_none_or(Value::is_array);
-        let include: Vec<&str> = include_value
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        duplicates(
-            server
-                .get("toolSelector")
-                .map_or(&[][..], |s| items(s, "include"))
-                .iter()
-                .enumerate()
-                .filter_map(|(j, tool)| Some((format!("{include_path}[{j}]"), tool.as_str()?))),
-            out,
-        );
-
-        // Pin keys are object keys, so they cannot repeat; each must name an allowed tool.
-        let pins = server
-            .get("toolSelector")
-            .and_then(|s| s.get("pins"))
-            .and_then(Value::as_object);
-        for tool in pins.into_iter().flat_map(|pins| pins.keys()) {
-            if include_readable && !include.contains(&tool.as_str()) {
-                out.push(FieldError::new(
-                    format!("{at}.toolSelector.pins.{tool}"),
-                    format!(
-                        "\"{tool}\" is not in {include_path}; a pin for a tool the allow-list \
-                         does not admit would pin nothing"
-                    ),
-                ));
-            }
-        }
-
-        let mutating = items(server, "mutating");
-        duplicates(
-            mutating
-                .iter()
-                .enumerate()
-                .filter_map(|(j, tool)| Some((format!("{at}.mutating[{j}]"), tool.as_str()?))),
-            out,
-        );
-        for (j, tool) in mutating.iter().enumerate() {
-            if let Some(tool) = tool.as_str()
-                && include_readable
-                && !include.contains(&tool)
-            {
-                out.push(FieldError::new(
-                    format!("{at}.mutating[{j}]"),
-                    format!(
-                        "\"{tool}\" is not in {include_path}; a tool the allow-list does not \
-                         admit cannot be flagged mutating"
-                    ),
-                ));
-            }
-        }
-
-        let capabilities = items(server, "capabilities");
-        duplicates(
-            capabilities.iter().enumerate().filter_map(|(j, mapping)| {
-                Some((
-                    format!("{at}.capabilities[{j}].capabilityId"),
-                    text(mapping, "capabilityId")?,
-                ))
-            }),
-            out,
-        );
-        for (j, mapping) in capabilities.iter().enumerate() {
-            if let Some(tool) = text(mapping, "tool")
-                && include_readable
-                && !include.contains(&tool)
-            {
-                out.push(FieldError::new(
-                    format!("{at}.capabilities[{j}].tool"),
-                    format!(
-                        "\"{tool}\" is not in {include_path}; a route cannot reach a tool the \
-                         allow-list does not admit"
-                    ),
-                ));
-            }
-            duplicates(
-                items(mapping, "features")
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(k, feature)| {
-                        Some((
-                            format!("{at}.capabilities[{j}].features[{k}]"),
-                            feature.as_str()?,
-                        ))
-                    }),
-                out,
-            );
-        }
+        check_server_name(&at, server, out);
+        let allow_list = AllowList::of(&at, server);
+        check_include_entries(&allow_list, server, out);
+        check_pins(&at, &allow_list, server, out);
+        check_mutating(&at, &allow_list, server, out);
+        check_capabilities(&at, &allow_list, server, out);
     }
 
     duplicates(
@@ -147,4 +41,157 @@ pub(super) fn check(spec: &Value, out: &mut Vec<FieldError>) {
             }),
         out,
     );
+}
+
+/// A server's `toolSelector.include`, as far as it can be read.
+struct AllowList<'a> {
+    /// Where it sits, e.g. `spec.tools.mcpServers[0].toolSelector.include`.
+    path: String,
+    /// False when it has the wrong type: that is already reported, and checking entries against
+    /// it would only add noise.
+    readable: bool,
+    /// The tools it admits.
+    tools: Vec<&'a str>,
+}
+
+impl<'a> AllowList<'a> {
+    /// The allow-list of the server at `at`.
+    fn of(at: &str, server: &'a Value) -> Self {
+        let include = server.get("toolSelector").and_then(|s| s.get("include"));
+        Self {
+            path: format!("{at}.toolSelector.include"),
+            readable: include.is_none_or(Value::is_array),
+            tools: include
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect(),
+        }
+    }
+
+    /// Whether a readable allow-list leaves `tool` out.
+    fn excludes(&self, tool: &str) -> bool {
+        self.readable && !self.tools.contains(&tool)
+    }
+}
+
+/// A server name must not contain the tool namespace delimiter nor take the reserved `cap`.
+fn check_server_name(at: &str, server: &Value, out: &mut Vec<FieldError>) {
+    let Some(name) = text(server, "name") else {
+        return;
+    };
+    if name.contains("__") {
+        out.push(FieldError::new(
+            format!("{at}.name"),
+            "must not contain \"__\", the tool namespace delimiter",
+        ));
+    }
+    if name == "cap" {
+        out.push(FieldError::new(
+            format!("{at}.name"),
+            "\"cap\" is reserved for routed capabilities",
+        ));
+    }
+}
+
+/// `toolSelector.include` is a set: each tool at most once.
+fn check_include_entries(allow_list: &AllowList, server: &Value, out: &mut Vec<FieldError>) {
+    duplicates(
+        server
+            .get("toolSelector")
+            .map_or(&[][..], |s| items(s, "include"))
+            .iter()
+            .enumerate()
+            .filter_map(|(j, tool)| Some((format!("{}[{j}]", allow_list.path), tool.as_str()?))),
+        out,
+    );
+}
+
+/// Each `toolSelector.pins` key must name an allowed tool. Pin keys are object keys, so they
+/// cannot repeat.
+fn check_pins(at: &str, allow_list: &AllowList, server: &Value, out: &mut Vec<FieldError>) {
+    let pins = server
+        .get("toolSelector")
+        .and_then(|s| s.get("pins"))
+        .and_then(Value::as_object);
+    for tool in pins.into_iter().flat_map(|pins| pins.keys()) {
+        if allow_list.excludes(tool) {
+            out.push(FieldError::new(
+                format!("{at}.toolSelector.pins.{tool}"),
+                format!(
+                    "\"{tool}\" is not in {}; a pin for a tool the allow-list does not admit \
+                     would pin nothing",
+                    allow_list.path
+                ),
+            ));
+        }
+    }
+}
+
+/// `mutating` is a set of allowed tools.
+fn check_mutating(at: &str, allow_list: &AllowList, server: &Value, out: &mut Vec<FieldError>) {
+    let mutating = items(server, "mutating");
+    duplicates(
+        mutating
+            .iter()
+            .enumerate()
+            .filter_map(|(j, tool)| Some((format!("{at}.mutating[{j}]"), tool.as_str()?))),
+        out,
+    );
+    for (j, tool) in mutating.iter().enumerate() {
+        if let Some(tool) = tool.as_str()
+            && allow_list.excludes(tool)
+        {
+            out.push(FieldError::new(
+                format!("{at}.mutating[{j}]"),
+                format!(
+                    "\"{tool}\" is not in {}; a tool the allow-list does not admit cannot be \
+                     flagged mutating",
+                    allow_list.path
+                ),
+            ));
+        }
+    }
+}
+
+/// `capabilities` are keyed by `capabilityId`; each maps to an allowed tool and lists each
+/// feature once.
+fn check_capabilities(at: &str, allow_list: &AllowList, server: &Value, out: &mut Vec<FieldError>) {
+    let capabilities = items(server, "capabilities");
+    duplicates(
+        capabilities.iter().enumerate().filter_map(|(j, mapping)| {
+            Some((
+                format!("{at}.capabilities[{j}].capabilityId"),
+                text(mapping, "capabilityId")?,
+            ))
+        }),
+        out,
+    );
+    for (j, mapping) in capabilities.iter().enumerate() {
+        if let Some(tool) = text(mapping, "tool")
+            && allow_list.excludes(tool)
+        {
+            out.push(FieldError::new(
+                format!("{at}.capabilities[{j}].tool"),
+                format!(
+                    "\"{tool}\" is not in {}; a route cannot reach a tool the allow-list does \
+                     not admit",
+                    allow_list.path
+                ),
+            ));
+        }
+        duplicates(
+            items(mapping, "features")
+                .iter()
+                .enumerate()
+                .filter_map(|(k, feature)| {
+                    Some((
+                        format!("{at}.capabilities[{j}].features[{k}]"),
+                        feature.as_str()?,
+                    ))
+                }),
+            out,
+        );
+    }
 }
