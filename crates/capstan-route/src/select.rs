@@ -13,7 +13,7 @@ use std::fmt;
 use capstan_api::{CapabilityStatus, CostHint, RouteQualifierSpec};
 use serde::Serialize;
 
-use crate::qualifier::{Conflict, MergedRoute, Qualifier, merge_for};
+use crate::qualifier_merge::{Conflict, MergedRoute, Qualifier, merge_for};
 use crate::request::{Level, Requirements, RouteRequest};
 use crate::spec::CapabilitySpec;
 
