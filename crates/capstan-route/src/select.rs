@@ -458,6 +458,35 @@ fn fitness_term(candidate: &Candidate, spec: &CapabilitySpec, preferred: &[&str]
     wanted.iter().filter(claims).count() as f64 / wanted.len() as f64
 }
 
+/// A survivor's score: the weighted price, fitness and quality² terms, plus the bonus for a
+/// target the caller prefers. `cheapest` is the lowest price among the survivors.
+fn score(
+    candidate: &Candidate,
+    spec: &CapabilitySpec,
+    route: &Route,
+    cheapest: Option<i64>,
+    preferred: &[&str],
+) -> f64 {
+    let quality = f64::from(candidate.quality.unwrap_or(DEFAULT_QUALITY)) / 10_000.0;
+    let preferred_target = route.prefer.iter().any(|t| candidate.matches(t));
+    WEIGHT_PRICE * price_term(candidate, cheapest)
+        + WEIGHT_FITNESS * fitness_term(candidate, spec, preferred)
+        + WEIGHT_QUALITY * quality * quality
+        + if preferred_target { PREFER_BONUS } else { 0.0 }
+}
+
+/// Why the first of `ranked` candidates was chosen: a pin, being the only one, or the best
+/// score; `None` when none is eligible.
+fn route_reason(route: &Route, ranked: usize) -> Option<RouteReason> {
+    match (&route.pin, ranked) {
+        (_, 0) => None,
+        (Some((_, PinnedBy::Policy)), _) => Some(RouteReason::PinnedByPolicy),
+        (Some((_, PinnedBy::Request)), _) => Some(RouteReason::PinnedByRequest),
+        (None, 1) => Some(RouteReason::OnlyCandidate),
+        (None, _) => Some(RouteReason::BestScore),
+    }
+}
+
 /// Chooses among `candidates` for a call to `spec` under `route` with the caller's
 /// `requirements` (keys outside the spec's vocabulary are ignored: they are model-written and
 /// must not steer).
@@ -497,13 +526,10 @@ pub fn select(
     let mut scored: Vec<(&Candidate, f64)> = survivors
         .into_iter()
         .map(|candidate| {
-            let quality = f64::from(candidate.quality.unwrap_or(DEFAULT_QUALITY)) / 10_000.0;
-            let preferred_target = route.prefer.iter().any(|t| candidate.matches(t));
-            let score = WEIGHT_PRICE * price_term(candidate, cheapest)
-                + WEIGHT_FITNESS * fitness_term(candidate, spec, &preferred)
-                + WEIGHT_QUALITY * quality * quality
-                + if preferred_target { PREFER_BONUS } else { 0.0 };
-            (candidate, score)
+            (
+                candidate,
+                score(candidate, spec, route, cheapest, &preferred),
+            )
         })
         .collect();
     // Best score first; ties by binding, then tool: deterministic whatever the input order.
@@ -528,17 +554,10 @@ pub fn select(
             score: *score,
         })
         .collect();
-    let route_reason = match (&route.pin, ranked.len()) {
-        (_, 0) => None,
-        (Some((_, PinnedBy::Policy)), _) => Some(RouteReason::PinnedByPolicy),
-        (Some((_, PinnedBy::Request)), _) => Some(RouteReason::PinnedByRequest),
-        (None, 1) => Some(RouteReason::OnlyCandidate),
-        (None, _) => Some(RouteReason::BestScore),
-    };
     Decision {
         capability: spec.capability_id.clone(),
+        route_reason: route_reason(route, ranked.len()),
         ranked,
-        route_reason,
         exclusions,
         qualifiers: route.qualifiers.clone(),
         algorithm: ALGORITHM,
