@@ -5,7 +5,7 @@
 //! How an object flows through the modules: `docs/architecture.md#capstan-controller`.
 
 mod cached;
-mod composed;
+mod composed_condition;
 mod config;
 mod leader;
 mod metrics;

@@ -13,7 +13,7 @@ use capstan_compose::{Composer, Document};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::info;
 
-use crate::composed::{Finding, Findings, OrderKey, Report};
+use crate::composed_condition::{Finding, Findings, OrderKey, Report};
 use crate::metrics::{Metrics, ProbeLabels};
 use crate::status::DesiredCondition;
 
