@@ -12,6 +12,7 @@ use capstan_api::conditions::composed;
 use capstan_api::validate::validate_binding_spec;
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
+use serde_json::Value;
 use thiserror::Error;
 use tokio::sync::watch;
 use tracing::{instrument, warn};
@@ -143,23 +144,9 @@ pub async fn reconcile_binding(
     let name = binding.name_any();
     let generation = binding.metadata.generation.unwrap_or_default();
     let spec = binding.spec();
-    let errors: Vec<String> = validate_binding_spec(&spec)
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    if !errors.is_empty() {
-        warn!(errors = errors.len(), first = %errors[0], "binding is invalid");
-    }
+    let errors = spec_errors(&spec);
     let accepted = if errors.is_empty() {
-        let warnings: Vec<String> = serde_json::from_value(spec.clone())
-            .map(|spec| {
-                capstan_route::mapping_warnings(&spec, capstan_route::Catalog::embedded())
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
-        accepted_with_warnings(&warnings)
+        accepted_with_warnings(&mapping_warnings(&spec))
     } else {
         accepted_condition(&errors)
     };
@@ -183,27 +170,10 @@ pub async fn reconcile_binding(
             )
         }
         Some(prober) => {
-            let due = prober.next_probe(&name, generation);
-            if due.is_zero() && *ctx.leader.borrow() {
-                match serde_json::from_value(spec) {
-                    Ok(spec) => prober.probe(first_wins_key(&binding.metadata), generation, spec),
-                    Err(error) => warn!(%error, "an accepted spec does not decode; not probed"),
-                }
-            }
-            requeue = requeue.min(if due.is_zero() {
-                prober.interval(&name)
-            } else {
-                due
-            });
-            match prober.condition(&name, generation) {
-                Some((condition, tools)) => (condition, Some(tools)),
-                None => observed_composed(&binding.status, generation).unwrap_or_else(|| {
-                    (
-                        not_probed("the first probe of this generation is pending"),
-                        None,
-                    )
-                }),
-            }
+            let (composed, next_probe) =
+                composed_by_probe(prober, &binding, spec, generation, &ctx.leader);
+            requeue = requeue.min(next_probe);
+            composed
         }
     };
     let desired = DesiredStatus {
@@ -227,6 +197,68 @@ pub async fn reconcile_binding(
     Ok(Action::requeue(requeue))
 }
 
+/// Runtime validation's errors of a binding spec, each `path: message`; logged when there are
+/// any.
+fn spec_errors(spec: &Value) -> Vec<String> {
+    let errors: Vec<String> = validate_binding_spec(spec)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    if !errors.is_empty() {
+        warn!(errors = errors.len(), first = %errors[0], "binding is invalid");
+    }
+    errors
+}
+
+/// The warnings of a valid spec's capability mappings against the embedded catalog (mappings
+/// that will not be routed, claims not counted); none when the spec does not decode.
+fn mapping_warnings(spec: &Value) -> Vec<String> {
+    serde_json::from_value(spec.clone())
+        .map(|spec| {
+            capstan_route::mapping_warnings(&spec, capstan_route::Catalog::embedded())
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `Composed` condition and tools of a valid binding as the prober knows them, and how
+/// soon the binding should be reconciled for its next probe. Starts the probe when it is due
+/// and this replica leads (only the leader's findings are written).
+fn composed_by_probe(
+    prober: &Arc<Prober>,
+    binding: &CachedBinding,
+    spec: Value,
+    generation: i64,
+    leader: &watch::Receiver<bool>,
+) -> ((DesiredCondition, Option<Vec<String>>), Duration) {
+    let name = binding.name_any();
+    let due = prober.next_probe(&name, generation);
+    if due.is_zero() && *leader.borrow() {
+        match serde_json::from_value(spec) {
+            Ok(spec) => prober.probe(first_wins_key(&binding.metadata), generation, spec),
+            Err(error) => warn!(%error, "an accepted spec does not decode; not probed"),
+        }
+    }
+    let next_probe = if due.is_zero() {
+        prober.interval(&name)
+    } else {
+        due
+    };
+    let composed = match prober.condition(&name, generation) {
+        Some((condition, tools)) => (condition, Some(tools)),
+        None => observed_composed(&binding.status, generation).unwrap_or_else(|| {
+            (
+                not_probed("the first probe of this generation is pending"),
+                None,
+            )
+        }),
+    };
+    (composed, next_probe)
+}
+
+/// `Composed` unknown: no probe has spoken for this generation, for the reason in `message`.
 fn not_probed(message: &str) -> DesiredCondition {
     DesiredCondition {
         type_: composed::TYPE,
