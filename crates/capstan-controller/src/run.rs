@@ -1,21 +1,26 @@
-//! The controller's wiring: settings → client, leadership, caches, reconcilers, the status
-//! queue and its writer, the admin server — run until SIGTERM, then handed over.
+//! The controller's wiring: settings → client, the admin server, leadership, the Composed
+//! probe, the status queue, then the caches, reconcilers and the queue's writer — run until
+//! SIGTERM, then handed over.
 
+use std::hash::Hash;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use capstan_compose::{Composer, Limits, SetupError};
 use capstan_process::{AdminError, LoggingError, Readiness, Shutdown, init_logging, serve_admin};
-use futures::{FutureExt, StreamExt};
+use futures::stream::BoxStream;
+use futures::{FutureExt, Stream, StreamExt};
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use kube::{Client, Config as KubeConfig, Resource, ResourceExt};
 use prometheus_client::registry::Registry;
 use thiserror::Error;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::cached::{CachedBinding, CachedQualifier};
@@ -25,7 +30,8 @@ use crate::metrics::Metrics;
 use crate::probe::{ProbeSettings, Prober};
 use crate::qualifiers::run_qualifiers;
 use crate::reconcile::{Context, binding_error_policy, reconcile_binding};
-use crate::status_queue::status_queue;
+use crate::status::{DesiredStatus, ObjectKey};
+use crate::status_queue::{StatusReceiver, status_queue};
 use crate::writer::{FIELD_MANAGER, StatusWriter};
 
 /// Why the controller could not start or stopped with an error.
@@ -83,173 +89,174 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     init_logging(&log, log_format)?;
 
     let client = client(kubeconfig).await?;
-    let identity = identity.unwrap_or_else(default_identity);
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let readiness = Readiness::new();
     let shutdown = Shutdown::on_signal();
-    let stop = shutdown.clone().requested().boxed().shared();
-    let admin = tokio::spawn(
-        serve_admin(
-            listen_address,
-            registry,
-            readiness.clone(),
-            shutdown.clone(),
-        )
-        .await?,
-    );
-
-    // Leader election: only the holder writes; the standby keeps its caches warm.
-    let leadership = Leadership::start(
+    let admin = AdminServer::start(listen_address, shutdown.clone()).await?;
+    let leadership = start_leader_election(
         client.clone(),
         LeaseSettings {
-            name: lease_name.clone(),
-            namespace: lease_namespace.clone(),
-            identity: identity.clone(),
+            name: lease_name,
+            namespace: lease_namespace,
+            identity: identity.unwrap_or_else(default_identity),
             duration_seconds: lease_duration_seconds,
             grace_seconds: lease_grace_seconds,
             field_manager: format!("{FIELD_MANAGER}-lease"),
         },
     );
-    let leader = leadership.leader();
-    info!(%identity, lease = %format!("{lease_namespace}/{lease_name}"), "leader election started");
-
-    // The Composed probe: the sidecar's composer, guards and flag names.
-    let (probe, probed) = if probe_interval_seconds == 0 {
-        info!("Composed probes are off (--probe-interval-seconds 0)");
-        (None, None)
-    } else {
-        capstan_compose::install_crypto_provider();
-        let composer =
-            Composer::from_allow_lists(&mcp_endpoint_hosts, &fetch_hosts, Limits::default())?;
-        let (prober, probed) = Prober::new(
-            composer,
-            ProbeSettings {
-                interval: Duration::from_secs(probe_interval_seconds),
-                concurrency: probe_concurrency,
-                deadline: Duration::from_secs(probe_deadline_seconds),
-            },
-            metrics.clone(),
-        );
-        (Some(prober), Some(probed))
-    };
-
+    let (probe, probed) = composed_probe(
+        probe_interval_seconds,
+        probe_concurrency,
+        probe_deadline_seconds,
+        &mcp_endpoint_hosts,
+        &fetch_hosts,
+        &admin.metrics,
+    )?
+    .unzip();
     let (queue, queue_rx) = status_queue(status_queue_capacity);
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        client,
         queue,
-        metrics: metrics.clone(),
+        metrics: admin.metrics.clone(),
         mode: write_mode,
         resync: Duration::from_secs(resync_seconds),
-        probe: probe.clone(),
-        leader: leader.clone(),
+        probe,
+        leader: leadership.leader(),
     });
 
+    let settings = ControllerSettings {
+        reconcile_concurrency,
+        status_writes_in_flight,
+    };
+    run_controllers(ctx, settings, queue_rx, probed, &admin.readiness, shutdown).await;
+    // The loops have stopped: release the lease so the standby takes over at once instead of
+    // after the lease expires.
+    leadership.stop().await;
+    admin.stopped().await
+}
+
+/// The admin server (metrics, liveness, readiness) on its own task, and what it reports.
+struct AdminServer {
+    task: JoinHandle<Result<(), AdminError>>,
+    metrics: Metrics,
+    readiness: Readiness,
+}
+
+impl AdminServer {
+    /// Registers the controller's metrics and serves them, liveness and readiness on `address`
+    /// until `shutdown`; fails when `address` cannot be bound.
+    async fn start(address: SocketAddr, shutdown: Shutdown) -> Result<Self, AdminError> {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let readiness = Readiness::new();
+        let task = tokio::spawn(serve_admin(address, registry, readiness.clone(), shutdown).await?);
+        Ok(Self {
+            task,
+            metrics,
+            readiness,
+        })
+    }
+
+    /// Waits for the server to stop: its error, if it failed. A task that panicked is only
+    /// logged, since the controller's own work has finished by then.
+    async fn stopped(self) -> Result<(), RunError> {
+        match self.task.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(error.into()),
+            Err(error) => {
+                warn!(%error, "admin server task");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Starts leader election in the background: only the holder writes; the standby keeps its
+/// caches warm.
+fn start_leader_election(client: Client, settings: LeaseSettings) -> Leadership {
+    let identity = settings.identity.clone();
+    let lease = format!("{}/{}", settings.namespace, settings.name);
+    let leadership = Leadership::start(client, settings);
+    info!(%identity, %lease, "leader election started");
+    leadership
+}
+
+/// The names of the bindings whose status a probe's finding may change.
+type ProbedNames = mpsc::UnboundedReceiver<String>;
+
+/// The Composed probe, with the sidecar's composer, guards and flag names, and the names its
+/// findings concern; `None` when probing is off (interval 0).
+fn composed_probe(
+    interval_seconds: u64,
+    concurrency: usize,
+    deadline_seconds: u64,
+    mcp_endpoint_hosts: &str,
+    fetch_hosts: &str,
+    metrics: &Metrics,
+) -> Result<Option<(Arc<Prober>, ProbedNames)>, SetupError> {
+    if interval_seconds == 0 {
+        info!("Composed probes are off (--probe-interval-seconds 0)");
+        return Ok(None);
+    }
+    capstan_compose::install_crypto_provider();
+    let composer = Composer::from_allow_lists(mcp_endpoint_hosts, fetch_hosts, Limits::default())?;
+    let settings = ProbeSettings {
+        interval: Duration::from_secs(interval_seconds),
+        concurrency,
+        deadline: Duration::from_secs(deadline_seconds),
+    };
+    Ok(Some(Prober::new(composer, settings, metrics.clone())))
+}
+
+/// How the controllers run, from the command line.
+struct ControllerSettings {
+    /// Bindings reconciled at once.
+    reconcile_concurrency: u16,
+    /// Status writes the writer keeps in flight.
+    status_writes_in_flight: usize,
+}
+
+/// Watches bindings and qualifiers and runs their reconcilers, the status writer and the
+/// leadership log until `shutdown`; returns once they have all stopped.
+async fn run_controllers(
+    ctx: Arc<Context>,
+    settings: ControllerSettings,
+    queue: StatusReceiver<ObjectKey, DesiredStatus>,
+    probed: Option<ProbedNames>,
+    readiness: &Readiness,
+    shutdown: Shutdown,
+) {
+    let stop = shutdown.requested().boxed().shared();
     // Reads come from watch caches; `any_semantic` lets (re-)lists be served from the
     // apiserver's watch cache instead of a quorum read of etcd.
     let watch_config = watcher::Config::default().any_semantic();
-
-    // Each cache reports its first full sync (InitDone) on a watch channel: a store's own
-    // readiness future wakes only its latest waiter, and the Controller already waits on it.
-    let bindings_api: Api<CachedBinding> = Api::all(client.clone());
-    let binding_writer = reflector::store::Writer::default();
-    let binding_store: Store<CachedBinding> = binding_writer.as_reader();
-    let (bindings_synced_tx, bindings_synced) = watch::channel(false);
-    let forget_deleted = probe.clone();
-    let binding_events = reflector::reflector(
-        binding_writer,
-        watcher(bindings_api, watch_config.clone()).modify(trim_for_cache),
-    )
-    .default_backoff()
-    .inspect(move |event| match event {
-        Ok(watcher::Event::InitDone) => {
-            let _ = bindings_synced_tx.send(true);
-        }
-        // A deleted binding frees the names it held at once (no reconcile follows a delete).
-        Ok(watcher::Event::Delete(binding)) => {
-            if let Some(prober) = &forget_deleted {
-                prober.forget(&binding.name_any());
-            }
-        }
-        _ => {}
-    })
-    .applied_objects();
-    // A probe's finding reconciles the bindings whose status it may change.
-    let probed = match probed {
-        Some(rx) => futures::stream::unfold(rx, |mut rx| async move {
-            let name = rx.recv().await?;
-            Some((ObjectRef::<CachedBinding>::new(&name), rx))
-        })
-        .boxed(),
-        None => futures::stream::pending().boxed(),
-    };
-    let controller = Controller::for_stream_with(binding_events, binding_store.clone(), ())
-        .with_config(controller::Config::default().concurrency(reconcile_concurrency))
-        .reconcile_all_on(became_leader(leader.clone()))
-        .reconcile_on(probed)
+    let bindings = watch_bindings(&ctx.client, watch_config.clone(), ctx.probe.clone());
+    let controller = Controller::for_stream_with(bindings.events, bindings.store.clone(), ())
+        .with_config(controller::Config::default().concurrency(settings.reconcile_concurrency))
+        .reconcile_all_on(became_leader(ctx.leader.clone()))
+        .reconcile_on(probed_bindings(probed))
         .graceful_shutdown_on(stop.clone());
-    // A backstop for deletions a re-list hid from the watch: findings of bindings that are
-    // gone free their names.
-    let forgetter = probe.map(|prober| {
-        let store = binding_store.clone();
-        let every = Duration::from_secs(resync_seconds.max(1));
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                prober.forget_missing(|name| {
-                    store.get(&ObjectRef::<CachedBinding>::new(name)).is_some()
-                });
-            }
-        })
-    });
+    let forgetter = ctx
+        .probe
+        .clone()
+        .map(|prober| spawn_forgetter(prober, bindings.store.clone(), ctx.resync));
 
-    let qualifier_writer = reflector::store::Writer::default();
-    let qualifier_store: Store<CachedQualifier> = qualifier_writer.as_reader();
-    let qualifiers_api: Api<CachedQualifier> = Api::all(client.clone());
-    let (qualifiers_synced_tx, qualifiers_synced) = watch::channel(false);
-    let qualifier_events = reflector::reflector(
-        qualifier_writer,
-        watcher(qualifiers_api, watch_config).modify(trim_for_cache),
-    )
-    .default_backoff()
-    .inspect(move |event| {
-        if matches!(event, Ok(watcher::Event::InitDone)) {
-            let _ = qualifiers_synced_tx.send(true);
-        }
-    });
-
+    let qualifiers = watch_qualifiers(&ctx.client, watch_config);
     let writer = StatusWriter::new(
-        client.clone(),
-        binding_store.clone(),
-        qualifier_store.clone(),
-        leader.clone(),
-        metrics.clone(),
-        status_writes_in_flight,
+        ctx.client.clone(),
+        bindings.store,
+        qualifiers.store.clone(),
+        ctx.leader.clone(),
+        ctx.metrics.clone(),
+        settings.status_writes_in_flight,
     );
-    let worker = tokio::spawn(writer.run(queue_rx));
-
-    let (synced_tx, synced) = watch::channel(false);
-    {
-        let readiness = readiness.clone();
-        let (mut bindings, mut qualifiers) = (bindings_synced, qualifiers_synced);
-        tokio::spawn(async move {
-            if bindings.wait_for(|s| *s).await.is_ok() && qualifiers.wait_for(|s| *s).await.is_ok()
-            {
-                readiness.set_ready();
-                let _ = synced_tx.send(true);
-                info!("caches synced; ready");
-            }
-        });
-    }
-    let leadership_log = tokio::spawn(log_leadership(leader.clone(), metrics.clone()));
-
+    let worker = tokio::spawn(writer.run(queue));
+    let synced = spawn_readiness(readiness.clone(), bindings.synced, qualifiers.synced);
+    let leadership_log = tokio::spawn(log_leadership(ctx.leader.clone(), ctx.metrics.clone()));
     let qualifier_loop = tokio::spawn(run_qualifiers(
-        qualifier_events,
-        qualifier_store,
+        qualifiers.events,
+        qualifiers.store,
         synced,
         ctx.clone(),
-        leader,
+        ctx.leader.clone(),
         stop,
     ));
 
@@ -262,8 +269,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         })
         .await;
 
-    // Graceful shutdown: stop the loops, then release the lease so the standby takes over
-    // at once instead of after the lease expires.
+    // Graceful shutdown: stop the loops before the lease is released.
     qualifier_loop.abort();
     worker.abort();
     leadership_log.abort();
@@ -271,15 +277,129 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         forgetter.abort();
     }
     let _ = tokio::join!(qualifier_loop, worker, leadership_log);
-    leadership.stop().await;
-    match admin.await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(error.into()),
-        Err(error) => {
-            warn!(%error, "admin server task");
-            Ok(())
-        }
+}
+
+/// A watch cache: its event stream, its store, and a channel that turns true at its first full
+/// sync (InitDone) — a store's own readiness future wakes only its latest waiter, and the
+/// Controller already waits on it.
+struct WatchCache<S, K: Lookup + 'static>
+where
+    K::DynamicType: Hash + Eq,
+{
+    events: S,
+    store: Store<K>,
+    synced: watch::Receiver<bool>,
+}
+
+/// The CapabilityBinding cache, whose stream of changed bindings drives the binding
+/// controller. A deleted binding frees the names it held in the probe at once (no reconcile
+/// follows a delete).
+fn watch_bindings(
+    client: &Client,
+    config: watcher::Config,
+    probe: Option<Arc<Prober>>,
+) -> WatchCache<
+    impl Stream<Item = Result<CachedBinding, watcher::Error>> + Send + 'static,
+    CachedBinding,
+> {
+    let api: Api<CachedBinding> = Api::all(client.clone());
+    let writer = reflector::store::Writer::default();
+    let store: Store<CachedBinding> = writer.as_reader();
+    let (synced_tx, synced) = watch::channel(false);
+    let events = reflector::reflector(writer, watcher(api, config).modify(trim_for_cache))
+        .default_backoff()
+        .inspect(move |event| match event {
+            Ok(watcher::Event::InitDone) => {
+                let _ = synced_tx.send(true);
+            }
+            Ok(watcher::Event::Delete(binding)) => {
+                if let Some(prober) = &probe {
+                    prober.forget(&binding.name_any());
+                }
+            }
+            _ => {}
+        })
+        .applied_objects();
+    WatchCache {
+        events,
+        store,
+        synced,
     }
+}
+
+/// The RouteQualifier cache, whose events the qualifier loop follows.
+fn watch_qualifiers(
+    client: &Client,
+    config: watcher::Config,
+) -> WatchCache<
+    impl Stream<Item = Result<watcher::Event<CachedQualifier>, watcher::Error>> + Send + 'static,
+    CachedQualifier,
+> {
+    let writer = reflector::store::Writer::default();
+    let store: Store<CachedQualifier> = writer.as_reader();
+    let api: Api<CachedQualifier> = Api::all(client.clone());
+    let (synced_tx, synced) = watch::channel(false);
+    let events = reflector::reflector(writer, watcher(api, config).modify(trim_for_cache))
+        .default_backoff()
+        .inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                let _ = synced_tx.send(true);
+            }
+        });
+    WatchCache {
+        events,
+        store,
+        synced,
+    }
+}
+
+/// The bindings to reconcile because a probe's finding may change their status; none when
+/// probing is off.
+fn probed_bindings(probed: Option<ProbedNames>) -> BoxStream<'static, ObjectRef<CachedBinding>> {
+    match probed {
+        Some(rx) => futures::stream::unfold(rx, |mut rx| async move {
+            let name = rx.recv().await?;
+            Some((ObjectRef::<CachedBinding>::new(&name), rx))
+        })
+        .boxed(),
+        None => futures::stream::pending().boxed(),
+    }
+}
+
+/// A backstop for deletions a re-list hid from the watch: every resync (at least every
+/// second), findings of bindings that are gone free their names.
+fn spawn_forgetter(
+    prober: Arc<Prober>,
+    store: Store<CachedBinding>,
+    resync: Duration,
+) -> JoinHandle<()> {
+    let every = resync.max(Duration::from_secs(1));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            prober
+                .forget_missing(|name| store.get(&ObjectRef::<CachedBinding>::new(name)).is_some());
+        }
+    })
+}
+
+/// Marks the replica ready once both caches have synced; the returned channel turns true then
+/// too, for the qualifier loop.
+fn spawn_readiness(
+    readiness: Readiness,
+    mut bindings: watch::Receiver<bool>,
+    mut qualifiers: watch::Receiver<bool>,
+) -> watch::Receiver<bool> {
+    let (synced_tx, synced) = watch::channel(false);
+    tokio::spawn(async move {
+        if bindings.wait_for(|s| *s).await.is_ok() && qualifiers.wait_for(|s| *s).await.is_ok() {
+            readiness.set_ready();
+            let _ = synced_tx.send(true);
+            info!("caches synced; ready");
+        }
+    });
+    synced
 }
 
 /// Drops what the controller never reads before an object enters the cache: managed fields
