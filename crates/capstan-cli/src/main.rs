@@ -5,10 +5,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod pins;
-mod routes;
-mod sidecar;
-mod validate;
+mod call_command;
+mod compose_command;
+mod pins_command;
+mod routes_command;
+mod sidecar_client;
+mod validate_command;
 
 /// Capstan's command-line tool.
 #[derive(Debug, Parser)]
@@ -27,23 +29,23 @@ enum Command {
     /// <message>` (prefixed with the file name when several files are given), then
     /// `N valid, M invalid`. Exit status: 0 all valid, 1 some invalid, 2 a file could not be
     /// read or is not JSON/YAML.
-    Validate(validate::Args),
+    Validate(validate_command::Args),
 
     /// Show what a capstan-sidecar composes for a project: tools (and which can change
     /// something), skills, and each binding's state with the reasons it is degraded.
     /// Exit status: 0 shown, 1 the sidecar could not be asked or refused.
-    Compose(sidecar::ComposeArgs),
+    Compose(compose_command::Args),
 
     /// Call one composed tool through a capstan-sidecar (one session: initialize, call, end)
     /// and print its result. Exit status: 0 success, 1 the tool reported an error or the call
     /// failed.
-    Call(sidecar::CallArgs),
+    Call(call_command::Args),
 
     /// Show what a call to a routed capability (`cap.*`) would meet in a project: its
     /// candidates, the qualifiers that apply, the exclusions with their reasons and the
     /// provider chosen — without calling anything. Exit status: 0 shown, 1 the sidecar could
     /// not be asked or refused.
-    Routes(routes::Args),
+    Routes(routes_command::Args),
 
     /// Print the live definition digests of each binding's allowed tools, as YAML to paste
     /// into `toolSelector.pins` after review (docs/pins.md): from a sidecar's composition
@@ -51,16 +53,16 @@ enum Command {
     /// A pinned tool whose definition changed is marked, with its new definition to review.
     /// Exit status: 0 shown, 1 the sidecar could not be asked or a server could not be listed,
     /// 2 the file cannot be read.
-    Pins(pins::Args),
+    Pins(pins_command::Args),
 }
 
 fn main() -> ExitCode {
     let Cli { command } = Cli::parse();
     match command {
-        Command::Validate(args) => validate::run(&args),
-        Command::Compose(args) => sidecar::compose(&args),
-        Command::Call(args) => sidecar::call(&args),
-        Command::Routes(args) => routes::run(&args),
-        Command::Pins(args) => pins::run(&args),
+        Command::Validate(args) => validate_command::run(&args),
+        Command::Compose(args) => compose_command::run(&args),
+        Command::Call(args) => call_command::run(&args),
+        Command::Routes(args) => routes_command::run(&args),
+        Command::Pins(args) => pins_command::run(&args),
     }
 }

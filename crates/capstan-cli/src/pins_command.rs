@@ -10,7 +10,7 @@ use capstan_api::wire::{DEFAULT_SOCKET, PROJECT_HEADER};
 use capstan_compose::{Composer, Document, Limits};
 use serde_json::{Value, json};
 
-use crate::sidecar::{Target, fail, fetch_json, project_name, runtime};
+use crate::sidecar_client::{Target, fail, fetch_json, project_name, runtime};
 
 /// `capstanctl pins`.
 #[derive(Debug, clap::Args)]

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
-use crate::sidecar::{Target, fail, fetch_json, runtime};
+use crate::sidecar_client::{Target, fail, fetch_json, runtime};
 
 /// `capstanctl routes`.
 #[derive(Debug, clap::Args)]

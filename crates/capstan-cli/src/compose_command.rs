@@ -1,0 +1,193 @@
+//! `capstanctl compose`: what a capstan-sidecar composes for a project — tools (and which can
+//! change something), skills, and each binding's state with the reasons it is degraded — read
+//! from the sidecar (`GET /v1/composition`).
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use serde_json::Value;
+
+use crate::sidecar_client::{Target, fail, fetch_json, runtime};
+
+/// `capstanctl compose`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    target: Target,
+    /// Print the composition as JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `compose`: exit 0 with the composition printed, 1 when it could not be read.
+pub fn run(args: &Args) -> ExitCode {
+    let result = runtime().and_then(|rt| rt.block_on(fetch_composition(&args.target)));
+    match result {
+        Ok(composition) if args.json => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&composition).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(composition) => {
+            print!("{}", render(&composition));
+            ExitCode::SUCCESS
+        }
+        Err(message) => fail(&message),
+    }
+}
+
+async fn fetch_composition(target: &Target) -> Result<Value, String> {
+    fetch_json(target, "/v1/composition").await
+}
+
+/// The composition as tables: tools, skills, bindings with their reasons.
+pub fn render(composition: &Value) -> String {
+    let empty = Vec::new();
+    let tools = composition["tools"].as_array().unwrap_or(&empty);
+    let skills = composition["skills"].as_array().unwrap_or(&empty);
+    let bindings = composition["bindings"].as_array().unwrap_or(&empty);
+    let degraded = bindings.iter().filter(|b| b["degraded"] == true).count();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "project {}: {} tools, {} skills, {} bindings ({} degraded)\n",
+        composition["project"].as_str().unwrap_or("?"),
+        tools.len(),
+        skills.len(),
+        bindings.len(),
+        degraded
+    );
+    let width = tools
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .map(str::len)
+        .chain([4])
+        .max()
+        .unwrap_or(4);
+    let _ = writeln!(out, "{:<width$}  MUTATING  BINDING / SERVICE", "TOOL");
+    for tool in tools {
+        let _ = write!(
+            out,
+            "{:<width$}  {:<8}  {} / {}",
+            tool["name"].as_str().unwrap_or("?"),
+            if tool["mutating"] == true {
+                "yes"
+            } else {
+                "no"
+            },
+            tool["binding"].as_str().unwrap_or("?"),
+            tool["serviceName"].as_str().unwrap_or("?"),
+        );
+        match tool["shortenedFrom"].as_str() {
+            Some(full) => {
+                let _ = writeln!(out, " (shortened from {full})");
+            }
+            None => out.push('\n'),
+        }
+    }
+    for capability in composition["capabilities"].as_array().unwrap_or(&empty) {
+        let candidates: Vec<String> = capability["candidates"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .map(|c| {
+                let mut name = c["tool"].as_str().unwrap_or("?").to_owned();
+                if c["composed"] != true {
+                    name.push_str(" (not composed)");
+                } else if c["status"] == "quarantined" {
+                    name.push_str(" (quarantined)");
+                }
+                name
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<8}  routed {}: {}",
+            capability["tool"].as_str().unwrap_or("?"),
+            if capability["effect"] == "read" {
+                "no"
+            } else {
+                "yes"
+            },
+            capability["capability"].as_str().unwrap_or("?"),
+            candidates.join(", "),
+        );
+    }
+    if let Some(builtins) = composition["builtins"].as_array()
+        && !builtins.is_empty()
+    {
+        let names: Vec<&str> = builtins.iter().filter_map(Value::as_str).collect();
+        let _ = writeln!(out, "built-in: {}", names.join(", "));
+    }
+    if !skills.is_empty() {
+        let _ = writeln!(out, "\nSKILL  (SERVICE)  DESCRIPTION");
+        for skill in skills {
+            let _ = writeln!(
+                out,
+                "{}  ({})  {}",
+                skill["name"].as_str().unwrap_or("?"),
+                skill["serviceName"].as_str().unwrap_or("?"),
+                skill["description"].as_str().unwrap_or(""),
+            );
+        }
+    }
+    let _ = writeln!(out, "\nBINDING  STATE");
+    for binding in bindings {
+        let name = binding["binding"].as_str().unwrap_or("?");
+        if binding["degraded"] == true {
+            let _ = writeln!(out, "{name}  DEGRADED");
+            for reason in binding["reasons"].as_array().unwrap_or(&empty) {
+                let _ = writeln!(out, "  - {}", reason.as_str().unwrap_or(""));
+            }
+        } else {
+            let _ = writeln!(out, "{name}  ok");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_table_should_show_tools_mutating_and_degraded_reasons() {
+        let composition = json!({
+            "project": "demo",
+            "tools": [
+                {"name": "streamco__streams_list", "mutating": false, "binding": "b", "serviceName": "s"},
+                {"name": "streamco__restart", "mutating": true, "binding": "b", "serviceName": "s"}
+            ],
+            "builtins": ["load_skill"],
+            "capabilities": [{"capability": "cap.web.search", "tool": "cap__web_search", "effect": "read",
+                              "candidates": [{"tool": "a__search", "composed": true, "status": "active"},
+                                             {"tool": "b__search", "composed": false, "status": "active"}]}],
+            "skills": [{"name": "lag-triage", "serviceName": "s", "description": "d"}],
+            "bindings": [
+                {"binding": "b", "degraded": false, "reasons": []},
+                {"binding": "c", "degraded": true, "reasons": ["endpoint x was not dialed: y"]}
+            ]
+        });
+        let table = render(&composition);
+        assert!(table.starts_with("project demo: 2 tools, 1 skills, 2 bindings (1 degraded)\n"));
+        assert!(
+            table.contains("streamco__restart       yes       b / s\n"),
+            "{table}"
+        );
+        assert!(table.contains("built-in: load_skill\n"));
+        assert!(
+            table.contains(
+                "cap__web_search         no        routed cap.web.search: a__search, b__search (not composed)\n"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("c  DEGRADED\n  - endpoint x was not dialed: y\n"),
+            "{table}"
+        );
+    }
+}
