@@ -44,11 +44,9 @@ async fn fetch_composition(target: &Target) -> Result<Value, String> {
 
 /// The composition as tables: tools, skills, bindings with their reasons.
 pub fn render(composition: &Value) -> String {
-    let empty = Vec::new();
-    let tools = composition["tools"].as_array().unwrap_or(&empty);
-    let skills = composition["skills"].as_array().unwrap_or(&empty);
-    let bindings = composition["bindings"].as_array().unwrap_or(&empty);
-    let degraded = bindings.iter().filter(|b| b["degraded"] == true).count();
+    let tools = items(&composition["tools"]);
+    let skills = items(&composition["skills"]);
+    let bindings = items(&composition["bindings"]);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -57,8 +55,28 @@ pub fn render(composition: &Value) -> String {
         tools.len(),
         skills.len(),
         bindings.len(),
-        degraded
+        bindings.iter().filter(|b| b["degraded"] == true).count()
     );
+    write_tool_table(&mut out, tools, items(&composition["capabilities"]));
+    if let Some(builtins) = composition["builtins"].as_array()
+        && !builtins.is_empty()
+    {
+        let names: Vec<&str> = builtins.iter().filter_map(Value::as_str).collect();
+        let _ = writeln!(out, "built-in: {}", names.join(", "));
+    }
+    write_skills(&mut out, skills);
+    write_bindings(&mut out, bindings);
+    out
+}
+
+/// The items of `value` if it is an array; nothing otherwise.
+fn items(value: &Value) -> &[Value] {
+    value.as_array().map_or(&[], Vec::as_slice)
+}
+
+/// One table of every tool a caller sees: the composed tools, then the routed capabilities,
+/// whose column is as wide as the longest composed tool name.
+fn write_tool_table(out: &mut String, tools: &[Value], capabilities: &[Value]) {
     let width = tools
         .iter()
         .filter_map(|t| t["name"].as_str())
@@ -87,20 +105,10 @@ pub fn render(composition: &Value) -> String {
             None => out.push('\n'),
         }
     }
-    for capability in composition["capabilities"].as_array().unwrap_or(&empty) {
-        let candidates: Vec<String> = capability["candidates"]
-            .as_array()
-            .unwrap_or(&empty)
+    for capability in capabilities {
+        let candidates: Vec<String> = items(&capability["candidates"])
             .iter()
-            .map(|c| {
-                let mut name = c["tool"].as_str().unwrap_or("?").to_owned();
-                if c["composed"] != true {
-                    name.push_str(" (not composed)");
-                } else if c["status"] == "quarantined" {
-                    name.push_str(" (quarantined)");
-                }
-                name
-            })
+            .map(candidate_name)
             .collect();
         let _ = writeln!(
             out,
@@ -115,37 +123,50 @@ pub fn render(composition: &Value) -> String {
             candidates.join(", "),
         );
     }
-    if let Some(builtins) = composition["builtins"].as_array()
-        && !builtins.is_empty()
-    {
-        let names: Vec<&str> = builtins.iter().filter_map(Value::as_str).collect();
-        let _ = writeln!(out, "built-in: {}", names.join(", "));
+}
+
+/// A routed capability's candidate tool, marked when a call could not reach it.
+fn candidate_name(candidate: &Value) -> String {
+    let mut name = candidate["tool"].as_str().unwrap_or("?").to_owned();
+    if candidate["composed"] != true {
+        name.push_str(" (not composed)");
+    } else if candidate["status"] == "quarantined" {
+        name.push_str(" (quarantined)");
     }
-    if !skills.is_empty() {
-        let _ = writeln!(out, "\nSKILL  (SERVICE)  DESCRIPTION");
-        for skill in skills {
-            let _ = writeln!(
-                out,
-                "{}  ({})  {}",
-                skill["name"].as_str().unwrap_or("?"),
-                skill["serviceName"].as_str().unwrap_or("?"),
-                skill["description"].as_str().unwrap_or(""),
-            );
-        }
+    name
+}
+
+/// The skills table, left out when there are none.
+fn write_skills(out: &mut String, skills: &[Value]) {
+    if skills.is_empty() {
+        return;
     }
+    let _ = writeln!(out, "\nSKILL  (SERVICE)  DESCRIPTION");
+    for skill in skills {
+        let _ = writeln!(
+            out,
+            "{}  ({})  {}",
+            skill["name"].as_str().unwrap_or("?"),
+            skill["serviceName"].as_str().unwrap_or("?"),
+            skill["description"].as_str().unwrap_or(""),
+        );
+    }
+}
+
+/// Each binding's state, a degraded one with its reasons beneath.
+fn write_bindings(out: &mut String, bindings: &[Value]) {
     let _ = writeln!(out, "\nBINDING  STATE");
     for binding in bindings {
         let name = binding["binding"].as_str().unwrap_or("?");
         if binding["degraded"] == true {
             let _ = writeln!(out, "{name}  DEGRADED");
-            for reason in binding["reasons"].as_array().unwrap_or(&empty) {
+            for reason in items(&binding["reasons"]) {
                 let _ = writeln!(out, "  - {}", reason.as_str().unwrap_or(""));
             }
         } else {
             let _ = writeln!(out, "{name}  ok");
         }
     }
-    out
 }
 
 #[cfg(test)]

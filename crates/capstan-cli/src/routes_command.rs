@@ -57,19 +57,34 @@ fn text(value: &Value) -> String {
 
 /// The routes as tables: candidates, then the decision or why there is none.
 pub fn render(routes: &Value) -> String {
-    let empty = Vec::new();
     let mut out = String::new();
-    let capability = text(&routes["capability"]);
-    let qualifiers: Vec<String> = routes["qualifiers"]
-        .as_array()
-        .unwrap_or(&empty)
-        .iter()
-        .map(text)
-        .collect();
+    write_heading(&mut out, routes);
+    if routes["offered"] != true {
+        let _ = writeln!(out, "{}", text(&routes["why"]));
+        return out;
+    }
+    write_candidates(&mut out, items(&routes["candidates"]));
+    if let Some(why) = routes["refused"].as_str() {
+        let _ = writeln!(out, "\nrefused: {why}");
+        return out;
+    }
+    write_decision(&mut out, &routes["decision"]);
+    out
+}
+
+/// The items of `value` if it is an array; nothing otherwise.
+fn items(value: &Value) -> &[Value] {
+    value.as_array().map_or(&[], Vec::as_slice)
+}
+
+/// One line: the project, the capability, the tool that offers it and the qualifiers applied.
+fn write_heading(out: &mut String, routes: &Value) {
+    let qualifiers: Vec<String> = items(&routes["qualifiers"]).iter().map(text).collect();
     let _ = writeln!(
         out,
-        "project {}: {capability} ({}), qualifiers: {}",
+        "project {}: {} ({}), qualifiers: {}",
         text(&routes["project"]),
+        text(&routes["capability"]),
         if routes["offered"] == true {
             text(&routes["tool"])
         } else {
@@ -81,22 +96,16 @@ pub fn render(routes: &Value) -> String {
             qualifiers.join(", ")
         }
     );
-    if routes["offered"] != true {
-        let _ = writeln!(out, "{}", text(&routes["why"]));
-        return out;
-    }
+}
+
+/// The candidates table: each provider's binding, tool, status, cost and quality.
+fn write_candidates(out: &mut String, candidates: &[Value]) {
     let _ = writeln!(
         out,
         "\n{:<28} {:<28} {:<12} {:<9} {:>10} {:>8}",
         "BINDING", "TOOL", "STATUS", "COMPOSED", "COST", "QUALITY"
     );
-    for candidate in routes["candidates"].as_array().unwrap_or(&empty) {
-        let cost = &candidate["costHint"];
-        let cost = match (&cost["baseMicrosUsd"], cost["bundledInBroker"] == true) {
-            (Value::Number(n), _) => format!("{n}µ$"),
-            (_, true) => "bundled".into(),
-            _ => "unpriced".into(),
-        };
+    for candidate in candidates {
         let _ = writeln!(
             out,
             "{:<28} {:<28} {:<12} {:<9} {:>10} {:>8}",
@@ -108,15 +117,23 @@ pub fn render(routes: &Value) -> String {
             } else {
                 "no"
             },
-            cost,
+            cost(&candidate["costHint"]),
             text(&candidate["quality"]),
         );
     }
-    if let Some(why) = routes["refused"].as_str() {
-        let _ = writeln!(out, "\nrefused: {why}");
-        return out;
+}
+
+/// A cost hint in a word: its base price, `bundled`, or `unpriced`.
+fn cost(hint: &Value) -> String {
+    match (&hint["baseMicrosUsd"], hint["bundledInBroker"] == true) {
+        (Value::Number(n), _) => format!("{n}µ$"),
+        (_, true) => "bundled".into(),
+        _ => "unpriced".into(),
     }
-    let decision = &routes["decision"];
+}
+
+/// Where a call would go and why, what was excluded and why, and the algorithm that decided.
+fn write_decision(out: &mut String, decision: &Value) {
     match decision["ranked"].as_array().and_then(|r| r.first()) {
         Some(winner) => {
             let _ = writeln!(
@@ -133,7 +150,7 @@ pub fn render(routes: &Value) -> String {
             let _ = writeln!(out, "\nno eligible provider");
         }
     }
-    for exclusion in decision["exclusions"].as_array().unwrap_or(&empty) {
+    for exclusion in items(&decision["exclusions"]) {
         let _ = writeln!(
             out,
             "  excluded {} ({}): {}",
@@ -143,7 +160,6 @@ pub fn render(routes: &Value) -> String {
         );
     }
     let _ = writeln!(out, "algorithm {}", text(&decision["algorithm"]));
-    out
 }
 
 #[cfg(test)]
