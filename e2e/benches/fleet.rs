@@ -8,9 +8,9 @@
 //! - `list` — what every sidecar did before the watch: a new client and a consistent LIST of
 //!   both kinds once per cache TTL (60 s), the sources' TTLs spread over the minute as pods'
 //!   would be;
-//! - `list-cached` — what a sidecar with a URL template does now (`crd_list.rs` behind
-//!   `cache.rs`, TTL 60 s): the real source, read every 10 s as sessions would;
-//! - `watch` — what a sidecar without a template does now (`crd_watch.rs`). Reading a watched
+//! - `list-cached` — what a sidecar with a URL template does now (`source/crd_list.rs` behind
+//!   `source/cache.rs`, TTL 60 s): the real source, read every 10 s as sessions would;
+//! - `watch` — what a sidecar without a template does now (`source/crd_watch.rs`). Reading a watched
 //!   source never reaches the apiserver, so only the probe source (below) reads.
 //!
 //! For each: the apiserver's CPU-seconds (from `/proc/<pid>/stat`) and the bytes it sent for the

@@ -1,7 +1,7 @@
 //! The composer's CRD source on a real apiserver: CapabilityBindings listed with the
 //! sidecar's credential (a service account bound to `config/rbac/sidecar.yaml`, nothing
 //! more), in creation order, through the same validation as the other sources, and through a
-//! control-plane URL template; without a template, kept by a watch (`crd_watch.rs`).
+//! control-plane URL template; without a template, kept by a watch (`source/crd_watch.rs`).
 
 use std::process::ExitCode;
 use std::sync::Arc;

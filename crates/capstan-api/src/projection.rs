@@ -1,6 +1,7 @@
 //! Watch caches keep projections of objects — the metadata and what the reader needs, slimmer
-//! than the object (the controller's `cached.rs`, the sidecar's crd source `crd_watch.rs`). A
-//! projection must be a `kube::Resource` of its kind to be watched; this macro says so once.
+//! than the object (the controller's `cached.rs`, the sidecar's crd source
+//! `capstan-compose/src/source/crd_watch.rs`). A projection must be a `kube::Resource` of its
+//! kind to be watched; this macro says so once.
 
 /// Implements `kube::Resource` for a projection `$projection<K>` of kind `K` that keeps its
 /// metadata in a field named `metadata`: kind, group, version, plural and scope are `K`'s.

@@ -13,8 +13,8 @@ use rmcp::model::{Tool, ToolAnnotations};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::document::Document;
 use crate::names::composed_name;
+use crate::source::snapshot::Document;
 
 /// The longest `intent` a call may carry (it is kept only as a digest).
 pub const MAX_INTENT_LEN: u64 = 512;

@@ -6,7 +6,7 @@ use futures::StreamExt;
 use reqwest::redirect;
 use thiserror::Error;
 
-use crate::errors::{chain_text, find_in_chain};
+use crate::error_chain::{chain_text, find_in_chain};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};
 
 /// Redirects followed per fetch: enough for a moved document, few enough to bound a loop.

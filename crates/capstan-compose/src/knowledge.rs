@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use capstan_api::binding::KnowledgeSourceType;
 
 use crate::composition::SkillSummary;
-use crate::document::Document;
 use crate::fetch::{FetchError, Fetched, Fetcher};
 use crate::limits::Limits;
+use crate::source::snapshot::Document;
 
 /// One knowledge source's fetch.
 #[derive(Debug)]
@@ -66,6 +66,20 @@ pub fn instructions(
     total_cap: usize,
 ) -> String {
     let mut out = String::new();
+    write_knowledge(&mut out, documents, knowledge, total_cap);
+    write_concepts(&mut out, documents);
+    write_skills(&mut out, skills);
+    out
+}
+
+/// Each delivered source under its provenance header, in document order, cut once
+/// `total_cap` bytes of knowledge are in.
+fn write_knowledge(
+    out: &mut String,
+    documents: &[Document],
+    knowledge: &[KnowledgeItem],
+    total_cap: usize,
+) {
     let mut used = 0usize;
     let delivered: Vec<&KnowledgeItem> = knowledge.iter().filter(|k| k.result.is_ok()).collect();
     if !delivered.is_empty() {
@@ -96,25 +110,30 @@ pub fn instructions(
             binding = document.binding,
             version = document.spec.configuration_version,
         );
-        let room = total_cap.saturating_sub(used);
-        let mut text = fetched.text.as_str();
-        let mut cut = fetched.truncated;
-        if text.len() > room {
-            let mut end = room;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text = &text[..end];
-            cut = true;
-        }
+        let (text, cut) = within(&fetched.text, total_cap.saturating_sub(used));
         used += text.len();
         out.push_str(text.trim_end());
         out.push('\n');
-        if cut {
+        if cut || fetched.truncated {
             out.push_str("[truncated: the source is longer than the knowledge cap]\n");
         }
     }
+}
 
+/// `text` cut to at most `room` bytes on a character boundary, and whether it was cut.
+fn within(text: &str, room: usize) -> (&str, bool) {
+    if text.len() <= room {
+        return (text, false);
+    }
+    let mut end = room;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&text[..end], true)
+}
+
+/// The concepts every document's knowledge names, one line each.
+fn write_concepts(out: &mut String, documents: &[Document]) {
     let concepts: Vec<String> = documents
         .iter()
         .flat_map(|d| {
@@ -133,36 +152,40 @@ pub fn instructions(
                 })
         })
         .collect();
-    if !concepts.is_empty() {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str("# Concepts\n\n");
-        for concept in concepts {
-            out.push_str(&concept);
-            out.push('\n');
-        }
+    if concepts.is_empty() {
+        return;
     }
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str("# Concepts\n\n");
+    for concept in concepts {
+        out.push_str(&concept);
+        out.push('\n');
+    }
+}
 
-    if !skills.is_empty() {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(
-            "# Available skills\n\nProcedures published by provider services. When a request \
-             matches one, call the load_skill tool with its name to read the full procedure.\n\n",
-        );
-        for skill in skills {
-            let _ = writeln!(
-                out,
-                "- {name} ({service}): {description}",
-                name = skill.name,
-                service = skill.service_name,
-                description = skill.description,
-            );
-        }
+/// The "Available skills" list: each skill's name, service and description.
+fn write_skills(out: &mut String, skills: &[SkillSummary]) {
+    if skills.is_empty() {
+        return;
     }
-    out
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(
+        "# Available skills\n\nProcedures published by provider services. When a request \
+         matches one, call the load_skill tool with its name to read the full procedure.\n\n",
+    );
+    for skill in skills {
+        let _ = writeln!(
+            out,
+            "- {name} ({service}): {description}",
+            name = skill.name,
+            service = skill.service_name,
+            description = skill.description,
+        );
+    }
 }
 
 /// A skill body under its provenance header.

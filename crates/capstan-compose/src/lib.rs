@@ -5,47 +5,31 @@
 //!
 //! How the modules depend on each other: `docs/architecture.md#capstan-compose`.
 
-mod cache;
-mod call_error;
 mod capabilities;
-mod compose;
+mod composer;
 mod composition;
 mod control_plane;
-mod counted_body;
-mod crd_list;
-mod crd_watch;
-mod direct_call;
-mod document;
-mod errors;
+mod error_chain;
 mod fetch;
 mod guard;
 mod knowledge;
 mod limits;
 mod names;
 mod pins;
-mod pooled;
-mod read;
-mod slim;
 mod source;
 mod tool_error;
 mod upstream;
 
-pub use cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
-pub use call_error::CallError;
 pub use capabilities::{
     CapabilitySummary, MAX_INTENT_LEN, RoutedCapability, capability_tool, routed_capabilities,
 };
-pub use compose::{Composed, Composer, SetupError, SkillError, ToolCallError};
+pub use composer::{Composed, Composer, SetupError, SkillError, ToolCallError};
 pub use composition::{
     BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
     UpstreamStage,
 };
 pub use control_plane::ControlPlane;
-pub use crd_list::CrdSource;
-pub use crd_watch::{WatchCounts, WatchedCluster};
-pub use direct_call::ToolListChanges;
-pub use document::{Document, NamedQualifier, Snapshot};
-pub use errors::{chain_text, find_in_chain};
+pub use error_chain::{chain_text, find_in_chain};
 pub use fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};
 pub use guard::{AddressRefused, AddressScope, EndpointGuard, HostPattern, PatternError, Refusal};
 pub use limits::{
@@ -56,13 +40,16 @@ pub use names::{MAX_TOOL_NAME, composed_name, full_name, sanitize, shortened};
 pub use pins::{
     PINNED_MEMBERS, PinMismatch, ToolDefinition, covered_definition, definition_digest,
 };
-pub use read::{ProjectDocuments, ReadOutcome, Uncached};
+pub use source::cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
+pub use source::crd_list::CrdSource;
+pub use source::crd_watch::{WatchCounts, WatchedCluster};
+pub use source::snapshot::{Document, NamedQualifier, Snapshot};
 pub use source::{
     DEFAULT_PROVIDER_MAX_BODY, DocumentSource, FixtureSource, HTTP_SOURCE_TIMEOUT, HttpSource,
-    SourceError,
+    ProjectDocuments, ReadOutcome, SourceError, Uncached,
 };
 pub use tool_error::{ErrorKind, ToolError};
-pub use upstream::ConnectError;
+pub use upstream::{CallError, ConnectError, ToolListChanges};
 
 /// Installs the process-wide TLS crypto provider (ring, the one kube uses) unless one is
 /// installed already. Call once before building clients.

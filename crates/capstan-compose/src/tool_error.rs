@@ -1,7 +1,7 @@
 //! Tool errors a consumer can act on: a result with `isError: true` and
 //! `structuredContent.error = {kind, message, retryable, field?, code?}` (README, "Errors").
 
-use crate::call_error::CallError;
+use crate::upstream::CallError;
 use rmcp::model::CallToolResult;
 use serde::Serialize;
 use serde_json::json;

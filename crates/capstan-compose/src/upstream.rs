@@ -1,8 +1,12 @@
 //! MCP upstreams: one session per `mcpServers[]` entry, opened by rmcp's Streamable HTTP
 //! client and, where the server assigned a session id, then held by Capstan alone
-//! (`direct_call.rs`): rmcp's client keeps a service loop, a transport worker and their
+//! (`upstream/call.rs`): rmcp's client keeps a service loop, a transport worker and their
 //! channels per session for as long as it lives, which was most of a sidecar session's memory
 //! (docs/benchmarks.md: RSS per session).
+
+mod call;
+mod error;
+mod pooled;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,41 +24,17 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
 use rmcp::{RoleClient, ServiceExt};
-use thiserror::Error;
 
-use crate::call_error::CallError;
-use crate::direct_call::{DirectCalls, ToolListChanges};
-use crate::errors::{chain_text, find_in_chain};
+use self::call::DirectCalls;
+pub use self::call::ToolListChanges;
+pub use self::error::{CallError, ConnectError};
+use self::pooled::PooledClient;
+use crate::error_chain::{chain_text, find_in_chain};
 use crate::fetch::{ClientError, guarded_client_builder};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};
-use crate::pooled::PooledClient;
 
 /// How long an idle upstream connection is kept for reuse.
 const POOL_IDLE: Duration = Duration::from_secs(30);
-
-/// Why an upstream contributed no tools.
-#[derive(Clone, Debug, Error, PartialEq, Eq)]
-pub enum ConnectError {
-    /// The endpoint is outside the allow-list or resolves to a refused address.
-    #[error(transparent)]
-    Refused(#[from] Refusal),
-    /// Connecting or initializing failed or took too long.
-    #[error("connecting to {endpoint}: {message}")]
-    Connect {
-        /// The endpoint.
-        endpoint: String,
-        /// What failed.
-        message: String,
-    },
-    /// `tools/list` failed.
-    #[error("listing the tools of {endpoint}: {message}")]
-    List {
-        /// The endpoint.
-        endpoint: String,
-        /// What failed.
-        message: String,
-    },
-}
 
 /// An initialized client of one MCP server, limited to its allow-list. Shared by the
 /// compositions of one task that keep it (`Composer::compose_reusing`); its session ends when
@@ -93,7 +73,7 @@ impl Drop for Listener {
 /// Who holds the session with the upstream.
 enum Link {
     /// Capstan: calls are POSTed straight to the server and the end is a DELETE
-    /// (`direct_call.rs`); rmcp opened the session and is gone.
+    /// (`upstream/call.rs`); rmcp opened the session and is gone.
     Direct(DirectCalls),
     /// rmcp's client: a server that assigned no session id, or a revision without sessions.
     Rmcp(RunningService<RoleClient, ClientConfig>),
@@ -153,22 +133,40 @@ impl Connector {
         allowed: BTreeSet<String>,
         changes: &ToolListChanges,
     ) -> Result<(Upstream, Vec<Tool>), ConnectError> {
-        let (guard, http, timeout) = (&self.guard, self.http.clone(), self.timeout);
-        let checked = guard.check(endpoint)?;
-        let connect_error = |message: String| ConnectError::Connect {
+        let url = self.guard.check(endpoint)?.url.as_str().to_owned();
+        let pooled = PooledClient::new(self.http.clone());
+        let client = self.open(&pooled, endpoint, &url).await?;
+        let (client, tools) = self.list(client, endpoint).await?;
+        let (link, listener) = self.link(client, &pooled, server, url, changes).await;
+        let upstream = Upstream {
+            server: server.to_owned(),
             endpoint: endpoint.to_owned(),
-            message,
+            allowed,
+            link,
+            closed: AtomicBool::new(false),
+            listener,
+            changes: changes.clone(),
         };
-        let pooled = PooledClient::new(http.clone());
+        Ok((upstream, tools))
+    }
+
+    /// Opens a session with rmcp's client: a session revision first — its session is what
+    /// direct calls ride on (`upstream/call.rs`). A server of 2026-07-28 alone refuses
+    /// `initialize`; it is spoken to in its revision, by rmcp's client (no session to hold).
+    /// One deadline covers both attempts.
+    async fn open(
+        &self,
+        pooled: &PooledClient,
+        endpoint: &str,
+        url: &str,
+    ) -> Result<RunningService<RoleClient, ClientConfig>, ConnectError> {
+        let timeout = self.timeout;
         let transport = || {
             StreamableHttpClientTransport::with_client(
                 pooled.clone(),
-                StreamableHttpClientTransportConfig::with_uri(checked.url.as_str().to_owned()),
+                StreamableHttpClientTransportConfig::with_uri(url.to_owned()),
             )
         };
-        // A session revision first: its session is what direct calls ride on (`direct_call.rs`).
-        // A server of 2026-07-28 alone refuses `initialize`; it is spoken to in its revision, by
-        // rmcp's client (no session to hold). One deadline covers both attempts.
         let started = tokio::time::Instant::now();
         let opened =
             match tokio::time::timeout(timeout, ClientConfig::default().serve(transport())).await {
@@ -185,8 +183,12 @@ impl Connector {
                 }
                 other => other,
             };
-        let client = match opened {
-            Ok(Ok(client)) => client,
+        let connect_error = |message: String| ConnectError::Connect {
+            endpoint: endpoint.to_owned(),
+            message,
+        };
+        match opened {
+            Ok(Ok(client)) => Ok(client),
             Ok(Err(error)) => {
                 if let Some(refused) = pooled
                     .refused()
@@ -197,29 +199,45 @@ impl Connector {
                         reason: refused.to_string(),
                     }));
                 }
-                return Err(connect_error(chain_text(&error)));
+                Err(connect_error(chain_text(&error)))
             }
-            Err(_) => return Err(connect_error(format!("no answer within {timeout:?}"))),
+            Err(_) => Err(connect_error(format!("no answer within {timeout:?}"))),
+        }
+    }
+
+    /// Every tool the server lists, with the client; on failure the session is ended.
+    async fn list(
+        &self,
+        client: RunningService<RoleClient, ClientConfig>,
+        endpoint: &str,
+    ) -> Result<(RunningService<RoleClient, ClientConfig>, Vec<Tool>), ConnectError> {
+        let timeout = self.timeout;
+        let message = match tokio::time::timeout(timeout, client.list_all_tools()).await {
+            Ok(Ok(tools)) => return Ok((client, tools)),
+            Ok(Err(error)) => chain_text(&error),
+            Err(_) => format!("no answer within {timeout:?}"),
         };
-        let tools = match tokio::time::timeout(timeout, client.list_all_tools()).await {
-            Ok(Ok(tools)) => tools,
-            Ok(Err(error)) => {
-                let _ = client.cancel().await;
-                return Err(ConnectError::List {
-                    endpoint: endpoint.to_owned(),
-                    message: chain_text(&error),
-                });
-            }
-            Err(_) => {
-                let _ = client.cancel().await;
-                return Err(ConnectError::List {
-                    endpoint: endpoint.to_owned(),
-                    message: format!("no answer within {timeout:?}"),
-                });
-            }
-        };
-        // Direct calls need a session: every revision up to 2025-11-25 has one. A server that
-        // assigned none stays with rmcp.
+        let _ = client.cancel().await;
+        Err(ConnectError::List {
+            endpoint: endpoint.to_owned(),
+            message,
+        })
+    }
+
+    /// Who holds the session from now on. Direct calls need a session: every revision up to
+    /// 2025-11-25 has one, and rmcp lets go of it without ending it — the DELETE is Capstan's
+    /// then. A server that assigned none (or a revision without sessions) stays with rmcp and
+    /// is not followed; its changes are seen by the next composition. Only a server that says
+    /// its list can change is followed: a standalone stream is one more open connection per
+    /// upstream session.
+    async fn link(
+        &self,
+        client: RunningService<RoleClient, ClientConfig>,
+        pooled: &PooledClient,
+        server: &str,
+        url: String,
+        changes: &ToolListChanges,
+    ) -> (Link, Option<Listener>) {
         let version = client
             .peer_info()
             .map(|info| info.protocol_version.as_str().to_owned());
@@ -227,42 +245,26 @@ impl Connector {
             .peer_info()
             .and_then(|info| info.capabilities.tools.as_ref()?.list_changed)
             == Some(true);
-        let mut listener = None;
-        let link = match (pooled.session(), version) {
-            (Some(session), Some(version)) if version.as_str() <= SESSION_REVISIONS_UP_TO => {
-                let direct = DirectCalls {
-                    server: server.to_owned(),
-                    http,
-                    url: checked.url.as_str().to_owned(),
-                    session: session.to_owned(),
-                    version,
-                    next_id: AtomicU64::new(1),
-                    changes: advertises_changes.then(|| changes.clone()),
-                };
-                // rmcp lets go of the session without ending it: the DELETE is Capstan's now.
-                pooled.keep_session_on_close();
-                let _ = tokio::time::timeout(timeout, client.cancel()).await;
-                // Only a server that says its list can change is followed: a standalone stream
-                // is one more open connection per upstream session.
-                if advertises_changes {
-                    listener = Some(Listener(tokio::spawn(direct.listen(changes.clone()))));
-                }
-                Link::Direct(direct)
-            }
-            // A server without sessions (or a revision without them) is not followed; its changes
-            // are seen by the next composition.
-            _ => Link::Rmcp(client),
+        let (Some(session), Some(version)) = (pooled.session(), version) else {
+            return (Link::Rmcp(client), None);
         };
-        let upstream = Upstream {
+        if version.as_str() > SESSION_REVISIONS_UP_TO {
+            return (Link::Rmcp(client), None);
+        }
+        let direct = DirectCalls {
             server: server.to_owned(),
-            endpoint: endpoint.to_owned(),
-            allowed,
-            link,
-            closed: AtomicBool::new(false),
-            listener,
-            changes: changes.clone(),
+            http: self.http.clone(),
+            url,
+            session: session.to_owned(),
+            version,
+            next_id: AtomicU64::new(1),
+            changes: advertises_changes.then(|| changes.clone()),
         };
-        Ok((upstream, tools))
+        pooled.keep_session_on_close();
+        let _ = tokio::time::timeout(self.timeout, client.cancel()).await;
+        let listener =
+            advertises_changes.then(|| Listener(tokio::spawn(direct.listen(changes.clone()))));
+        (Link::Direct(direct), listener)
     }
 }
 

@@ -22,9 +22,9 @@ use sse_stream::SseStream;
 use thiserror::Error;
 use tracing::debug;
 
-use crate::call_error::CallError;
-use crate::errors::chain_text;
-use crate::pooled::DrainOnDrop;
+use super::error::CallError;
+use super::pooled::DrainOnDrop;
+use crate::error_chain::chain_text;
 
 /// What a tool call needs to go straight to the server: the shared HTTP client, the endpoint,
 /// and the session rmcp negotiated.
@@ -157,15 +157,19 @@ impl DirectCalls {
         params: Value,
         tool: Option<&str>,
     ) -> Result<Value, CallError> {
-        let unavailable = |message: String| CallError::Unavailable {
-            server: self.server.clone(),
-            message,
-        };
-        let malformed = |message: String| CallError::Malformed {
-            server: self.server.clone(),
-            message,
-        };
         let id = format!("capstan-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        let response = self.send(&id, method, params).await?;
+        let answer = self.answer(response, &id).await?;
+        self.result_of(answer, method, tool)
+    }
+
+    /// POSTs the request on the session; a session the server no longer knows is unavailable.
+    async fn send(
+        &self,
+        id: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<reqwest::Response, CallError> {
         let request = json!({
             "jsonrpc": "2.0",
             "id": id,
@@ -182,13 +186,18 @@ impl DirectCalls {
             .body(serde_json::to_vec(&request).unwrap_or_default())
             .send()
             .await
-            .map_err(|error| unavailable(chain_text(&error)))?;
-        let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Err(unavailable(
-                "the server no longer knows this session (HTTP 404)".into(),
-            ));
+            .map_err(|error| self.unavailable(chain_text(&error)))?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            return Err(
+                self.unavailable("the server no longer knows this session (HTTP 404)".into())
+            );
         }
+        Ok(response)
+    }
+
+    /// The JSON-RPC answer with id `id`: the JSON body, or read from the SSE stream.
+    async fn answer(&self, response: reqwest::Response, id: &str) -> Result<Value, CallError> {
+        let status = response.status();
         let content_type = response
             .headers()
             .get(http::header::CONTENT_TYPE)
@@ -201,49 +210,60 @@ impl DirectCalls {
                     .to_ascii_lowercase()
             })
             .unwrap_or_default();
-        let mut answer = match content_type.as_str() {
+        match content_type.as_str() {
             "application/json" => {
                 let body = read_limited(response, MAX_ANSWER_BYTES)
                     .await
-                    .map_err(|e| unavailable(chain_text(&e)))?;
+                    .map_err(|e| self.unavailable(chain_text(&e)))?;
                 serde_json::from_slice::<Value>(&body)
-                    .map_err(|e| malformed(format!("the answer is not JSON: {e}")))?
+                    .map_err(|e| self.malformed(format!("the answer is not JSON: {e}")))
             }
-            "text/event-stream" if status.is_success() => {
-                let bytes = limited_bytes(response, MAX_ANSWER_BYTES);
-                let mut events = DrainOnDrop::new(SseStream::from_bytes_stream(bytes).boxed());
-                loop {
-                    let Some(event) = events.next().await else {
-                        return Err(malformed(
-                            "the response stream ended without an answer".into(),
-                        ));
-                    };
-                    let event = event.map_err(|e| unavailable(chain_text(&e)))?;
-                    let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
-                        continue;
-                    };
-                    let message = serde_json::from_str::<Value>(&data)
-                        .map_err(|e| malformed(format!("an event is not JSON: {e}")))?;
-                    // Notifications (progress, logs) are not forwarded; a changed tool list
-                    // is noted, whichever stream it arrives on.
-                    if message.get("id") == Some(&Value::String(id.clone())) {
-                        break message;
-                    }
-                    if is_list_changed(&message)
-                        && let Some(changes) = &self.changes
-                    {
-                        changes.note();
-                    }
-                }
+            "text/event-stream" if status.is_success() => self.answer_in_stream(response, id).await,
+            _ if status.is_success() => {
+                Err(self.malformed(format!("unexpected content type {content_type:?}")))
             }
-            _ => {
-                return Err(if status.is_success() {
-                    malformed(format!("unexpected content type {content_type:?}"))
-                } else {
-                    unavailable(format!("HTTP {status}"))
-                });
+            _ => Err(self.unavailable(format!("HTTP {status}"))),
+        }
+    }
+
+    /// Reads the response stream up to the message with id `id`. Notifications (progress,
+    /// logs) are not forwarded; a changed tool list is noted, whichever stream it arrives on.
+    async fn answer_in_stream(
+        &self,
+        response: reqwest::Response,
+        id: &str,
+    ) -> Result<Value, CallError> {
+        let bytes = limited_bytes(response, MAX_ANSWER_BYTES);
+        let mut events = DrainOnDrop::new(SseStream::from_bytes_stream(bytes).boxed());
+        loop {
+            let Some(event) = events.next().await else {
+                return Err(self.malformed("the response stream ended without an answer".into()));
+            };
+            let event = event.map_err(|e| self.unavailable(chain_text(&e)))?;
+            let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
+                continue;
+            };
+            let message = serde_json::from_str::<Value>(&data)
+                .map_err(|e| self.malformed(format!("an event is not JSON: {e}")))?;
+            if message.get("id").and_then(Value::as_str) == Some(id) {
+                return Ok(message);
             }
-        };
+            if is_list_changed(&message)
+                && let Some(changes) = &self.changes
+            {
+                changes.note();
+            }
+        }
+    }
+
+    /// The `result` of `answer`; an error answer is `invalid_input` when it is about the
+    /// parameters of `tool`, else unavailable.
+    fn result_of(
+        &self,
+        mut answer: Value,
+        method: &str,
+        tool: Option<&str>,
+    ) -> Result<Value, CallError> {
         if let Some(error) = answer.get("error") {
             let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
             let message = error
@@ -259,14 +279,28 @@ impl DirectCalls {
                         message,
                     }
                 }
-                _ => unavailable(format!("error {code}: {message}")),
+                _ => self.unavailable(format!("error {code}: {message}")),
             });
         }
         answer.get_mut("result").map(Value::take).ok_or_else(|| {
-            malformed(format!(
+            self.malformed(format!(
                 "the answer to {method} has neither a result nor an error"
             ))
         })
+    }
+
+    fn unavailable(&self, message: String) -> CallError {
+        CallError::Unavailable {
+            server: self.server.clone(),
+            message,
+        }
+    }
+
+    fn malformed(&self, message: String) -> CallError {
+        CallError::Malformed {
+            server: self.server.clone(),
+            message,
+        }
     }
 }
 

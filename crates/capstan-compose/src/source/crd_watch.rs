@@ -10,7 +10,7 @@
 //! spec as the JSON text the apiserver sent. The snapshot every session composes from is
 //! built from the stores once per change and shared until the next one.
 //!
-//! The cache contract of `cache.rs` holds: a broken watch keeps serving the last good state
+//! The cache contract of `source/cache.rs` holds: a broken watch keeps serving the last good state
 //! (the reflector swaps its store only when a re-list has completed) while it re-lists with
 //! backoff, and until the first sync reads answer as an outage, never as "no capabilities".
 
@@ -27,10 +27,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::counted_body::counting_client;
-use crate::document::Snapshot;
-use crate::read::{ProjectDocuments, ReadOutcome};
-use crate::slim::Slim;
+use crate::source::counted_body::counting_client;
+use crate::source::slim::Slim;
+use crate::source::snapshot::Snapshot;
+use crate::source::{ProjectDocuments, ReadOutcome};
 use crate::source::{check_project, documents_of, qualifiers_of};
 
 /// What the watches did, for the sidecar's metrics.

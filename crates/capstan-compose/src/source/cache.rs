@@ -12,9 +12,9 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::document::Snapshot;
-use crate::read::{ProjectDocuments, ReadOutcome};
 use crate::source::DocumentSource;
+use crate::source::snapshot::Snapshot;
+use crate::source::{ProjectDocuments, ReadOutcome};
 
 /// Default entry lifetime. 60 s: matches the SAR cache's TTL, so a revoked entitlement
 /// lingers no longer than a revoked authorization already does.
@@ -177,8 +177,8 @@ mod tests {
     use futures::future::BoxFuture;
 
     use super::*;
-    use crate::document::Document;
     use crate::source::SourceError;
+    use crate::source::snapshot::Document;
 
     /// Answers each read with the next scripted result, per project.
     #[derive(Default)]

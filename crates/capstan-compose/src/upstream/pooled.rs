@@ -27,7 +27,7 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpResponseLimits,
 };
 
-use crate::errors::find_in_chain;
+use crate::error_chain::find_in_chain;
 use crate::guard::AddressRefused;
 
 /// How long an abandoned response stream may take to end before its connection is closed

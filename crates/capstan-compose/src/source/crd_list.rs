@@ -1,6 +1,6 @@
 //! The crd source with a URL template: each project's control plane listed with the sidecar's
-//! own credential, behind `cache.rs` (TTL, the last good answer on failure, capacity). Without
-//! a template one watch serves every project instead (`crd_watch.rs`).
+//! own credential, behind `source/cache.rs` (TTL, the last good answer on failure, capacity). Without
+//! a template one watch serves every project instead (`source/crd_watch.rs`).
 //!
 //! Each project keeps its client between reads, so its connections (and their TLS sessions)
 //! outlive one list, and the resourceVersion of its last list of each kind. A later list asks
@@ -20,10 +20,10 @@ use kube::Resource;
 use kube::api::{Api, ListParams, ObjectList, VersionMatch};
 use tracing::{debug, warn};
 
-use crate::cache::DEFAULT_CAPACITY;
 use crate::control_plane::ControlPlane;
-use crate::document::{Document, NamedQualifier, Snapshot};
-use crate::slim::Slim;
+use crate::source::cache::DEFAULT_CAPACITY;
+use crate::source::slim::Slim;
+use crate::source::snapshot::{Document, NamedQualifier, Snapshot};
 use crate::source::{DocumentSource, SourceError, check_project, documents_of, qualifiers_of};
 
 /// CapabilityBindings and RouteQualifiers listed from the project's control plane with the

@@ -1,6 +1,6 @@
-//! One CapabilityBinding or RouteQualifier as the crd sources read it (`crd_watch.rs`,
-//! `crd_list.rs`): the metadata and the spec as the JSON text the apiserver sent. The spec is
-//! parsed once, by `capstan_api::parse` (`source.rs` `documents_of`), never into a `Value`
+//! One CapabilityBinding or RouteQualifier as the crd sources read it (`source/crd_watch.rs`,
+//! `source/crd_list.rs`): the metadata and the spec as the JSON text the apiserver sent. The spec is
+//! parsed once, by `capstan_api::parse` (`source/objects.rs` `documents_of`), never into a `Value`
 //! tree first; the watch also drops managed fields before it stores an object.
 
 use std::marker::PhantomData;

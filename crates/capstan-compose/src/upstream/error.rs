@@ -1,7 +1,34 @@
-//! Why a forwarded tool call produced no result, in the error kinds README.md lists that a caller
-//! can tell apart (not allowed, invalid input, unavailable, malformed).
+//! What goes wrong with an upstream: why it contributed no tools ([`ConnectError`]) and why a
+//! forwarded tool call produced no result ([`CallError`], in the error kinds README.md lists
+//! that a caller can tell apart: not allowed, invalid input, unavailable, malformed).
 
 use thiserror::Error;
+
+use crate::guard::Refusal;
+
+/// Why an upstream contributed no tools.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ConnectError {
+    /// The endpoint is outside the allow-list or resolves to a refused address.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Connecting or initializing failed or took too long.
+    #[error("connecting to {endpoint}: {message}")]
+    Connect {
+        /// The endpoint.
+        endpoint: String,
+        /// What failed.
+        message: String,
+    },
+    /// `tools/list` failed.
+    #[error("listing the tools of {endpoint}: {message}")]
+    List {
+        /// The endpoint.
+        endpoint: String,
+        /// What failed.
+        message: String,
+    },
+}
 
 /// Why a forwarded call produced no result. Each maps onto one of the error kinds README.md lists.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]

@@ -1,0 +1,199 @@
+//! Composing: a project's documents → one live tool set (open upstream sessions), the
+//! instructions text, the skills, and a per-binding outcome. The steps live in `composer/`:
+//! opening or keeping upstream sessions (`composer/connect.rs`), assembling what they listed
+//! with skills and knowledge (`composer/assemble.rs`), and the live result
+//! (`composer/live.rs`); `composition.rs` holds the data it produces.
+
+mod assemble;
+mod connect;
+mod live;
+
+use rmcp::model::JsonObject;
+use thiserror::Error;
+
+use self::assemble::Assembly;
+pub use self::live::Composed;
+use crate::fetch::{ClientError, FetchError, Fetcher};
+use crate::guard::{EndpointGuard, PatternError};
+use crate::knowledge;
+use crate::limits::Limits;
+use crate::source::snapshot::Document;
+use crate::upstream::{CallError, Connector};
+
+/// Why a `load_skill` produced no body.
+#[derive(Debug, Error)]
+pub enum SkillError {
+    /// No skill of that name is composed.
+    #[error("no skill named {name:?} is available; the instructions list the ones that are")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+    },
+    /// The body could not be fetched.
+    #[error("skill {name} could not be loaded: {source}")]
+    Fetch {
+        /// The skill.
+        name: String,
+        /// Why.
+        #[source]
+        source: FetchError,
+    },
+}
+
+/// A composer could not be set up from its settings; each names the setting to fix.
+#[derive(Debug, Error)]
+pub enum SetupError {
+    /// An allow-list entry cannot be read.
+    #[error("{setting}: {source}")]
+    AllowList {
+        /// The setting.
+        setting: &'static str,
+        /// The entry and why.
+        #[source]
+        source: PatternError,
+    },
+    /// An HTTP client could not be built.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// Why a composed tool call produced no result.
+#[derive(Debug, Error)]
+pub enum ToolCallError {
+    /// No tool of that name is composed (including names outside every allow-list).
+    #[error("no tool named {name:?} is available to this assistant")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+    },
+    /// The upstream failed.
+    #[error(transparent)]
+    Upstream(#[from] CallError),
+}
+
+/// Composes documents into tool sets.
+#[derive(Clone, Debug)]
+pub struct Composer {
+    connector: Connector,
+    fetcher: Fetcher,
+    limits: Limits,
+}
+
+/// Whether an input schema has a top-level property named `project` (in any case).
+pub fn takes_project(schema: &JsonObject) -> bool {
+    schema
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .is_some_and(|properties| properties.keys().any(|k| k.eq_ignore_ascii_case("project")))
+}
+
+impl Composer {
+    /// A composer dialing MCP endpoints admitted by `mcp_guard` and fetching knowledge and
+    /// skills through `fetcher`.
+    pub fn new(
+        mcp_guard: EndpointGuard,
+        fetcher: Fetcher,
+        limits: Limits,
+    ) -> Result<Self, ClientError> {
+        Ok(Self {
+            connector: Connector::new(mcp_guard, limits.connect_timeout)?,
+            fetcher,
+            limits,
+        })
+    }
+
+    /// A composer from the two allow-list settings both binaries share
+    /// (`CAPABILITY_MCP_ENDPOINT_HOSTS`, `CAPABILITY_FETCH_HOSTS`: comma-separated entries).
+    pub fn from_allow_lists(
+        mcp_endpoint_hosts: &str,
+        fetch_hosts: &str,
+        limits: Limits,
+    ) -> Result<Self, SetupError> {
+        let allow_list = |setting: &'static str, list: &str| {
+            EndpointGuard::from_list(list)
+                .map_err(|source| SetupError::AllowList { setting, source })
+        };
+        let mcp = allow_list("CAPABILITY_MCP_ENDPOINT_HOSTS", mcp_endpoint_hosts)?;
+        let fetch = allow_list("CAPABILITY_FETCH_HOSTS", fetch_hosts)?;
+        Ok(Self::new(mcp, Fetcher::new(fetch)?, limits)?)
+    }
+
+    /// The MCP allow-list admits nothing (the binaries warn about it).
+    pub fn dials_nothing(&self) -> bool {
+        self.connector.admits_nothing()
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Composes `documents` (already validated, in first-wins order). Upstreams are connected
+    /// and knowledge fetched concurrently; the result depends only on the inputs and what the
+    /// servers answer, never on which answered first.
+    pub async fn compose(&self, documents: &[Document]) -> Composed {
+        self.compose_reusing(documents, None).await
+    }
+
+    /// Composes `documents` again for the task that holds `previous`: an upstream session of
+    /// `previous` whose binding is unchanged (the same name and spec) is kept — re-listed on
+    /// its own session if the server said its list changed — and only the others are opened.
+    /// A binding edited, added or removed reopens (or closes) its own servers' sessions only,
+    /// and a provider's list change costs one `tools/list` at that provider.
+    pub async fn compose_reusing(
+        &self,
+        documents: &[Document],
+        previous: Option<&Composed>,
+    ) -> Composed {
+        let changes = previous.map(|p| p.changes.clone()).unwrap_or_default();
+        let servers = connect::connect_all(
+            &self.connector,
+            self.limits.connect_timeout,
+            documents,
+            previous,
+            &changes,
+        );
+        let knowledge = knowledge::fetch_all(&self.fetcher, documents, &self.limits);
+        let (servers, knowledge) = futures::join!(servers, knowledge);
+        let mut assembly = Assembly::new(
+            documents,
+            Composed::empty(self.fetcher.clone(), self.limits.clone(), changes),
+        );
+        for server in servers {
+            assembly.add_server(server);
+        }
+        assembly.add_skills();
+        assembly.add_knowledge(&knowledge, self.limits.knowledge_total_cap);
+        assembly.finish()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use crate::composition::BindingOutcome;
+
+    #[test]
+    fn degradation_should_follow_the_contract() {
+        let mut outcome = BindingOutcome {
+            knowledge_total: 2,
+            knowledge_errors: vec!["a failed".into()],
+            knowledge_truncated: 1,
+            ..BindingOutcome::default()
+        };
+        assert!(
+            !outcome.degraded(),
+            "one of two sources lost, one truncated"
+        );
+        outcome.knowledge_errors.push("b failed".into());
+        assert_eq!(
+            outcome.reasons(),
+            ["all 2 knowledge sources failed: a failed; b failed"]
+        );
+        let refused = BindingOutcome {
+            refused: vec!["endpoint http://x/ was not dialed: …".into()],
+            ..BindingOutcome::default()
+        };
+        assert!(refused.degraded());
+    }
+}

@@ -1,0 +1,248 @@
+//! Assembling a composition from what its upstreams listed, its documents' skills and its
+//! knowledge: each binding's outcome, first-wins names, pins, quarantine and the instructions
+//! text, in document order whatever answered first.
+
+use std::collections::HashMap;
+
+use capstan_route::Catalog;
+use rmcp::model::Tool;
+use tracing::{debug, warn};
+
+use super::connect::{ServerPlan, ServerResult};
+use super::live::{Composed, Connected};
+use crate::capabilities::{CapabilitySummary, RoutedCapability, routed_capabilities};
+use crate::composition::{
+    BindingOutcome, Collision, ComposedTool, SkillSummary, UpstreamFailure, UpstreamStage,
+};
+use crate::knowledge::{self, KnowledgeItem};
+use crate::names::{full_name, shortened};
+use crate::pins::{PinMismatch, ToolDefinition, covered_definition, definition_digest};
+use crate::source::snapshot::Document;
+use crate::upstream::ConnectError;
+
+/// A composition being assembled: the live composition, one outcome per document, and which
+/// binding owns each composed tool name (first wins).
+pub(super) struct Assembly<'a> {
+    documents: &'a [Document],
+    composed: Composed,
+    outcomes: Vec<BindingOutcome>,
+    owners: HashMap<String, String>,
+}
+
+impl<'a> Assembly<'a> {
+    /// An empty composition of `documents`, each with an outcome that found nothing yet.
+    pub(super) fn new(documents: &'a [Document], composed: Composed) -> Self {
+        let outcomes = documents
+            .iter()
+            .map(|d| BindingOutcome {
+                binding: d.binding.clone(),
+                service_name: d.spec.service_name.clone(),
+                ..BindingOutcome::default()
+            })
+            .collect();
+        Self {
+            documents,
+            composed,
+            outcomes,
+            owners: HashMap::new(),
+        }
+    }
+
+    /// Adds a server's session and offers its allow-listed tools; a server that could not be
+    /// reached (or was refused) goes into its binding's outcome instead.
+    pub(super) fn add_server(&mut self, server: ServerResult) {
+        let ServerResult { plan, result } = server;
+        let binding = self.documents[plan.doc].binding.clone();
+        let (upstream, listed) = match result {
+            Ok(ok) => ok,
+            Err(error) => return self.record_failure(&plan, &binding, error),
+        };
+        let mut offered: HashMap<&str, &Tool> =
+            listed.iter().map(|t| (t.name.as_ref(), t)).collect();
+        let index = self.composed.upstreams.len();
+        for tool in &plan.allowed {
+            match offered.remove(tool.as_str()) {
+                Some(definition) => self.offer_tool(&plan, index, tool, definition),
+                None => self.outcomes[plan.doc]
+                    .missing
+                    .push(format!("{}/{tool}", plan.server)),
+            }
+        }
+        debug!(%binding, server = %plan.server, "upstream composed");
+        self.composed.upstreams.push(Connected {
+            key: plan.key,
+            upstream,
+            tools: listed,
+        });
+    }
+
+    /// A server without a session, in its binding's outcome: refused by the guard, or failed
+    /// to connect or list.
+    fn record_failure(&mut self, plan: &ServerPlan, binding: &str, error: ConnectError) {
+        let outcome = &mut self.outcomes[plan.doc];
+        if let ConnectError::Refused(refusal) = error {
+            warn!(%binding, %refusal, "MCP endpoint refused");
+            outcome.refused.push(refusal.to_string());
+            return;
+        }
+        warn!(%binding, %error, "MCP upstream failed");
+        outcome.upstream_failures.push(UpstreamFailure {
+            server: plan.server.clone(),
+            endpoint: plan.endpoint.clone(),
+            stage: match error {
+                ConnectError::List { .. } => UpstreamStage::List,
+                _ => UpstreamStage::Connect,
+            },
+        });
+        outcome.upstream_errors.push(error.to_string());
+    }
+
+    /// Offers one allow-listed tool the server listed: recorded with its definition digest,
+    /// then composed unless its pin moved, it takes a `project` argument or its name is taken;
+    /// routed but not listed when quarantined.
+    fn offer_tool(&mut self, plan: &ServerPlan, index: usize, tool: &str, listed: &Tool) {
+        let document = &self.documents[plan.doc];
+        let outcome = &mut self.outcomes[plan.doc];
+        let digest = definition_digest(listed);
+        let pinned = plan.pins.get(tool).cloned();
+        outcome.definitions.push(ToolDefinition {
+            server: plan.server.clone(),
+            tool: tool.to_owned(),
+            digest: digest.clone(),
+            pinned: pinned.clone(),
+        });
+        // A pinned tool whose definition moved is neither listed nor routed: to the
+        // assistant it does not exist until someone reviews it and re-pins.
+        if let Some(pinned) = pinned
+            && pinned != digest
+        {
+            outcome.pin_mismatches.push(PinMismatch {
+                server: plan.server.clone(),
+                tool: tool.to_owned(),
+                pinned,
+                live: digest,
+                listed: covered_definition(listed),
+            });
+            return;
+        }
+        if super::takes_project(&listed.input_schema) {
+            outcome
+                .project_arguments
+                .push(format!("{}/{tool}", plan.server));
+            return;
+        }
+        let full = full_name(&plan.server, tool);
+        let name = shortened(&full);
+        if let Some(winner) = self.owners.get(&name) {
+            outcome.collisions.push(Collision {
+                name,
+                won_by: winner.clone(),
+            });
+            return;
+        }
+        self.owners.insert(name.clone(), document.binding.clone());
+        let composed = &mut self.composed;
+        composed
+            .routes
+            .insert(name.clone(), (index, tool.to_owned()));
+        if plan.quarantined.contains(tool) {
+            outcome.quarantined.push(name);
+            return;
+        }
+        outcome.exposed.push(name.clone());
+        let mutating = plan.mutating.contains(tool);
+        let mut annotations = listed.annotations.clone();
+        if mutating {
+            let mut a = annotations.unwrap_or_default();
+            a.read_only_hint = Some(false);
+            annotations = Some(a);
+            composed.composition.mutating.push(name.clone());
+        }
+        composed.composition.tools.push(ComposedTool {
+            shortened_from: (full != name).then_some(full),
+            name,
+            binding: document.binding.clone(),
+            service_name: document.spec.service_name.clone(),
+            server: plan.server.clone(),
+            upstream_tool: tool.to_owned(),
+            description: listed.description.as_ref().map(ToString::to_string),
+            input_schema: listed.input_schema.clone(),
+            annotations,
+            mutating,
+        });
+    }
+
+    /// The documents' skills, first wins by name like tools.
+    pub(super) fn add_skills(&mut self) {
+        let mut skill_owners: HashMap<String, String> = HashMap::new();
+        for (doc, document) in self.documents.iter().enumerate() {
+            for skill in &document.spec.skills {
+                if let Some(winner) = skill_owners.get(&skill.name) {
+                    self.outcomes[doc].skill_collisions.push(Collision {
+                        name: skill.name.clone(),
+                        won_by: winner.clone(),
+                    });
+                    continue;
+                }
+                skill_owners.insert(skill.name.clone(), document.binding.clone());
+                self.composed.composition.skills.push(SkillSummary {
+                    name: skill.name.clone(),
+                    description: skill.description.clone(),
+                    binding: document.binding.clone(),
+                    service_name: document.spec.service_name.clone(),
+                    source: skill.source.clone(),
+                    configuration_version: document.spec.configuration_version.clone(),
+                });
+            }
+        }
+    }
+
+    /// The fetched knowledge: counted into each binding's outcome, then the instructions text
+    /// (knowledge under provenance headers and the skills list) within `total_cap`.
+    pub(super) fn add_knowledge(&mut self, knowledge: &[KnowledgeItem], total_cap: usize) {
+        for item in knowledge {
+            let outcome = &mut self.outcomes[item.doc];
+            outcome.knowledge_total += 1;
+            match &item.result {
+                Ok(fetched) if fetched.truncated => outcome.knowledge_truncated += 1,
+                Ok(_) => {}
+                Err(error) => outcome.knowledge_errors.push(error.to_string()),
+            }
+        }
+        self.composed.composition.instructions = knowledge::instructions(
+            self.documents,
+            knowledge,
+            &self.composed.composition.skills,
+            total_cap,
+        );
+    }
+
+    /// The composition with its outcomes (degraded ones logged) and its routed capabilities:
+    /// destructive ones marked mutating, summaries for `GET /v1/composition`.
+    pub(super) fn finish(self) -> Composed {
+        let Self {
+            documents,
+            mut composed,
+            outcomes,
+            owners,
+        } = self;
+        for outcome in &outcomes {
+            if outcome.degraded() {
+                warn!(binding = %outcome.binding, reasons = ?outcome.reasons(), "binding degraded");
+            }
+        }
+        composed.composition.bindings = outcomes;
+        composed.capabilities = routed_capabilities(documents, Catalog::embedded(), &owners);
+        let offered: Vec<&RoutedCapability> = composed.capabilities().collect();
+        let destructive: Vec<String> = offered
+            .iter()
+            .filter(|c| c.spec.effect.kind.is_destructive())
+            .map(|c| c.tool.name.to_string())
+            .collect();
+        let summaries: Vec<CapabilitySummary> =
+            offered.into_iter().map(CapabilitySummary::from).collect();
+        composed.composition.mutating.extend(destructive);
+        composed.composition.capabilities = summaries;
+        composed
+    }
+}

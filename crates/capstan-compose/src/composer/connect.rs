@@ -1,0 +1,167 @@
+//! Opening a composition's upstream sessions: for each `mcpServers[]` entry of each document,
+//! what it asks of the composition ([`ServerPlan`]) and its session — kept from the previous
+//! composition of the same task when its binding is unchanged, re-listed on that session when
+//! the server said its list changed, opened anew otherwise.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use capstan_api::{CapabilityStatus, McpServer};
+use rmcp::model::Tool;
+use sha2::{Digest as _, Sha256};
+use tracing::debug;
+
+use super::live::{Composed, Connected};
+use crate::source::snapshot::Document;
+use crate::upstream::{ConnectError, Connector, ToolListChanges, Upstream};
+
+/// What one `mcpServers[]` entry of a document asks of the composition.
+pub(super) struct ServerPlan {
+    /// The document's index.
+    pub doc: usize,
+    pub server: String,
+    pub endpoint: String,
+    /// The tools of its allow-list (`toolSelector.include`).
+    pub allowed: BTreeSet<String>,
+    /// `toolSelector.pins`: tool → pinned definition digest.
+    pub pins: BTreeMap<String, String>,
+    pub mutating: BTreeSet<String>,
+    /// Tools a quarantined capability mapping names: served only to the router (which
+    /// excludes them), never called directly, so quarantine cannot be bypassed by the tool's
+    /// namespaced name.
+    pub quarantined: BTreeSet<String>,
+    /// The session key ([`connection_key`]).
+    pub key: [u8; 32],
+}
+
+/// A server entry and its session with the tools it listed (allow-listed only), or why there
+/// is none.
+pub(super) struct ServerResult {
+    pub plan: ServerPlan,
+    pub result: Result<(Arc<Upstream>, Arc<Vec<Tool>>), ConnectError>,
+}
+
+/// What a composition keeps of an upstream's list for the next one: the tools its allow-list
+/// names (all a composition reads), not the whole list.
+fn allowed_only(tools: Vec<Tool>, allowed: &BTreeSet<String>) -> Arc<Vec<Tool>> {
+    Arc::new(
+        tools
+            .into_iter()
+            .filter(|tool| allowed.contains(tool.name.as_ref()))
+            .collect(),
+    )
+}
+
+/// The key of server `server` of a binding whose spec digests to `spec`.
+pub(super) fn connection_key(spec: &[u8; 32], binding: &str, server: &str) -> [u8; 32] {
+    let mut digest = Sha256::new();
+    digest.update(spec);
+    digest.update(binding.as_bytes());
+    digest.update([0]);
+    digest.update(server.as_bytes());
+    digest.finalize().into()
+}
+
+/// Connects every server of `documents`, concurrently, reusing the sessions of `previous`
+/// whose binding is unchanged. The results come in document and server order, whichever
+/// answered first.
+pub(super) async fn connect_all(
+    connector: &Connector,
+    connect_timeout: std::time::Duration,
+    documents: &[Document],
+    previous: Option<&Composed>,
+    changes: &ToolListChanges,
+) -> Vec<ServerResult> {
+    let kept: HashMap<[u8; 32], &Connected> = previous
+        .map(|p| p.upstreams.iter().map(|c| (c.key, c)).collect())
+        .unwrap_or_default();
+    let specs: Vec<[u8; 32]> = documents
+        .iter()
+        .map(|d| {
+            // Serializing a parsed spec cannot fail; an empty digest would only reopen.
+            Sha256::digest(serde_json::to_vec(&d.spec).unwrap_or_default()).into()
+        })
+        .collect();
+    let servers = documents.iter().enumerate().flat_map(|(doc, d)| {
+        d.spec
+            .tools
+            .iter()
+            .flat_map(|t| t.mcp_servers.iter())
+            .map(move |server| (doc, server))
+    });
+    futures::future::join_all(servers.map(|(doc, server)| {
+        let key = connection_key(&specs[doc], &documents[doc].binding, &server.name);
+        let plan = plan(doc, server, key);
+        let reusable = kept.get(&key).copied().filter(|c| !c.upstream.is_closed());
+        async move {
+            let result = match reuse(reusable, &plan, connect_timeout).await {
+                Some(kept) => Ok(kept),
+                None => connector
+                    .connect(
+                        &plan.server,
+                        &plan.endpoint,
+                        plan.allowed.clone(),
+                        &changes.for_upstream(),
+                    )
+                    .await
+                    .map(|(upstream, tools)| {
+                        (Arc::new(upstream), allowed_only(tools, &plan.allowed))
+                    }),
+            };
+            ServerResult { plan, result }
+        }
+    }))
+    .await
+}
+
+/// What `server` of document `doc` asks of the composition.
+fn plan(doc: usize, server: &McpServer, key: [u8; 32]) -> ServerPlan {
+    ServerPlan {
+        doc,
+        server: server.name.clone(),
+        endpoint: server.endpoint.clone(),
+        allowed: server
+            .tool_selector
+            .iter()
+            .flat_map(|s| s.include.iter().cloned())
+            .collect(),
+        pins: server
+            .tool_selector
+            .as_ref()
+            .map(|s| s.pins.clone())
+            .unwrap_or_default(),
+        mutating: server.mutating.iter().cloned().collect(),
+        quarantined: server
+            .capabilities
+            .iter()
+            .filter(|m| m.status == Some(CapabilityStatus::Quarantined))
+            .map(|m| m.tool.clone())
+            .collect(),
+        key,
+    }
+}
+
+/// The kept session of an unchanged binding with its tools, listed again on its own session
+/// when the server said its list changed (the mark is cleared first, so a change meanwhile is
+/// not lost); `None` when there is none to keep or re-listing failed (a new one is opened).
+async fn reuse(
+    kept: Option<&Connected>,
+    plan: &ServerPlan,
+    connect_timeout: std::time::Duration,
+) -> Option<(Arc<Upstream>, Arc<Vec<Tool>>)> {
+    let kept = kept?;
+    if !kept.upstream.take_stale() {
+        debug!(server = %plan.server, "the server's session is kept");
+        return Some((kept.upstream.clone(), kept.tools.clone()));
+    }
+    match kept.upstream.relist(connect_timeout).await {
+        Ok(tools) => {
+            debug!(server = %plan.server, tools = tools.len(), "the server's tools listed again on its session");
+            Some((kept.upstream.clone(), allowed_only(tools, &plan.allowed)))
+        }
+        Err(error) => {
+            debug!(server = %plan.server, %error, "re-listing failed; opening a new session");
+            None
+        }
+    }
+}
