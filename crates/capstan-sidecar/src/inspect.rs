@@ -14,9 +14,9 @@ use capstan_compose::Composed;
 use capstan_platform::BaseTools;
 use serde_json::{Value, json};
 
-use crate::compose::ProjectComposer;
 use crate::identity::{Identity, refusal};
 use crate::middleware::SessionTask;
+use crate::project_composer::ProjectComposer;
 use crate::task::LOAD_SKILL;
 use crate::tasks::Tasks;
 

@@ -5,11 +5,10 @@
 //! How a request flows through the modules: `docs/architecture.md#capstan-sidecar`.
 
 mod admission;
+mod call_fast_path;
 mod caller_check;
-mod compose;
 mod config;
 mod decisions;
-mod direct;
 mod feeds;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -19,10 +18,11 @@ mod mcp;
 mod metering;
 mod metrics;
 mod middleware;
+mod project_composer;
 mod reaper;
 mod refresh;
-mod routes;
-mod routing;
+mod route_decision;
+mod routing_endpoints;
 mod run;
 mod server;
 mod socket;

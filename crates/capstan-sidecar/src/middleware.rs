@@ -13,17 +13,19 @@
 
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID, SOCKET_HOST};
+use capstan_api::wire::{MCP_SESSION_ID, SOCKET_HOST};
 use futures::StreamExt as _;
-use rmcp::model::ProtocolVersion;
 use serde_json::json;
 use tracing::error;
 
+mod classify;
+
+use self::classify::{Kind, classify, read_message};
 use crate::admission::{Full, Place};
 use crate::identity::{Identity, refusal};
 use crate::task::{ANOTHER_CALLER, OpenStream, Task};
@@ -119,31 +121,6 @@ fn unreadable_table() -> Response {
     )
 }
 
-/// Whether an MCP POST without a session is of a revision without sessions (2026-07-28 on):
-/// its `MCP-Protocol-Version` header or its `_meta` names one, or it is `server/discover`.
-/// rmcp then checks the header against the `_meta`, the method and the name.
-fn is_sessionless(headers: &axum::http::HeaderMap, message: &serde_json::Value) -> bool {
-    // Revisions are dates, so they compare as strings (as rmcp compares them).
-    let modern = |version: &str| version >= ProtocolVersion::NO_INITIALIZE.as_str();
-    let header = headers
-        .get(MCP_PROTOCOL_VERSION)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(modern);
-    let meta = message["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"]
-        .as_str()
-        .is_some_and(modern);
-    header || meta || message["method"] == "server/discover"
-}
-
-/// Whether a JSON-RPC message is an `initialize` request (alone or first in a batch).
-fn is_initialize(value: &serde_json::Value) -> bool {
-    let first = match value {
-        serde_json::Value::Array(items) => items.first(),
-        other => Some(other),
-    };
-    first.is_some_and(|m| m["method"] == "initialize")
-}
-
 /// What the identity middleware consults: the task registry (with its admission) and what
 /// starts a caller's task without a session.
 #[derive(Clone)]
@@ -171,105 +148,6 @@ type Refused = Box<Response>;
 
 fn refused_by(full: Full) -> Refused {
     Box::new(full.into_response())
-}
-
-/// What a request is, decided once from its path, method, session id and (for an MCP POST)
-/// its JSON-RPC message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Kind {
-    /// `initialize`: opens a session.
-    Initialize,
-    /// A request naming a session: a POST in it, its GET stream, its DELETE.
-    InSession {
-        /// The session id.
-        id: String,
-        /// Whether it opens the session's GET stream.
-        stream: bool,
-        /// Whether it is of a revision without sessions (refused once the session is known to
-        /// be the caller's: an unbound id stays 404).
-        modern: bool,
-    },
-    /// A request of the 2026-07-28 revision, without a session.
-    Sessionless {
-        /// Whether it is `subscriptions/listen` (a stream).
-        listen: bool,
-    },
-    /// Not MCP: a composition, routes or decisions read — checked against the session it
-    /// names, if it names one, like any request in that session.
-    Read {
-        /// The session id it carries.
-        session: Option<String>,
-    },
-}
-
-impl Kind {
-    /// The session the request names.
-    fn session(&self) -> Option<&str> {
-        match self {
-            Kind::InSession { id, .. } => Some(id),
-            Kind::Read { session } => session.as_deref(),
-            Kind::Initialize | Kind::Sessionless { .. } => None,
-        }
-    }
-}
-
-/// Classifies an MCP request: its session id, method and message. Refuses a request the
-/// sidecar serves in no way: without a session, neither `initialize` nor of 2026-07-28.
-fn classify(
-    session: Option<String>,
-    method: &Method,
-    headers: &axum::http::HeaderMap,
-    message: Option<&serde_json::Value>,
-) -> Result<Kind, Refused> {
-    let modern = message.is_some_and(|m| is_sessionless(headers, m));
-    match (session, message) {
-        (Some(id), _) => Ok(Kind::InSession {
-            id,
-            stream: method == Method::GET,
-            modern,
-        }),
-        (None, Some(message)) if is_initialize(message) => Ok(Kind::Initialize),
-        (None, Some(message)) if modern => Ok(Kind::Sessionless {
-            listen: message["method"] == "subscriptions/listen",
-        }),
-        (None, Some(_)) => Err(Box::new(refusal(
-            StatusCode::BAD_REQUEST,
-            "forbidden",
-            "no MCP session: send `initialize` first (the sidecar binds your project and \
-             token to the session it creates), then the Mcp-Session-Id it returns; or speak \
-             2026-07-28, whose requests each carry MCP-Protocol-Version and their _meta",
-        ))),
-        (None, None) => Err(Box::new(refusal(
-            StatusCode::BAD_REQUEST,
-            "forbidden",
-            "no MCP session: send `initialize` first",
-        ))),
-    }
-}
-
-/// Reads and parses the JSON-RPC body of an MCP POST (once: rmcp would answer a malformed body
-/// with 415, not a JSON-RPC error).
-async fn read_message(body: Body) -> Result<(Bytes, serde_json::Value), Refused> {
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
-        return Err(Box::new(refusal(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_input",
-            &format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
-        )));
-    };
-    match serde_json::from_slice::<serde_json::Value>(&bytes) {
-        Ok(message) => Ok((bytes, message)),
-        Err(error) => Err(Box::new(
-            (
-            StatusCode::BAD_REQUEST,
-            axum::Json(json!({
-                "jsonrpc": "2.0", "id": null,
-                "error": { "code": -32700, "message": format!("parse error: the body is not JSON ({error})") }
-            })),
-        )
-            .into_response(),
-        )),
-    }
 }
 
 /// The live task of session `id`, if it is `identity`'s. Fails closed: an id the registry
@@ -500,166 +378,4 @@ fn settle(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    use axum::http::{HeaderName, HeaderValue};
-
-    use super::*;
-
-    /// A router whose only handler counts what reaches it, behind the identity middleware.
-    fn guarded(tasks: &Arc<Tasks>) -> (axum::Router, Arc<AtomicU64>) {
-        let reached = Arc::new(AtomicU64::new(0));
-        let counter = reached.clone();
-        let router = axum::Router::new()
-            .fallback(move || {
-                counter.fetch_add(1, Ordering::SeqCst);
-                async { "served" }
-            })
-            .layer(axum::middleware::from_fn_with_state(
-                Gate {
-                    tasks: tasks.clone(),
-                    starter: None,
-                },
-                check,
-            ));
-        (router, reached)
-    }
-
-    fn sessions() -> Arc<Tasks> {
-        Arc::new(Tasks::new(
-            crate::admission::Admission::new(
-                HeaderName::from_static("x-capstan-project"),
-                crate::admission::Caps::default(),
-            ),
-            crate::tasks::Lifetimes {
-                session_idle: std::time::Duration::from_secs(600),
-                sessionless: crate::tasks::DEFAULT_SESSIONLESS_TTL,
-            },
-        ))
-    }
-
-    fn in_session(id: &str, body: &str) -> Request {
-        Request::builder()
-            .method(Method::POST)
-            .uri("/mcp")
-            .header("x-capstan-project", "p")
-            .header(header::AUTHORIZATION, "Bearer t")
-            .header(MCP_SESSION_ID, id)
-            .body(Body::from(body.to_owned()))
-            .unwrap()
-    }
-
-    const LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-
-    #[tokio::test]
-    async fn a_session_id_that_is_not_bound_should_never_pass() {
-        use tower::ServiceExt as _;
-        let sessions = sessions();
-        let (router, reached) = guarded(&sessions);
-        for body in [LIST, r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#] {
-            let response = router
-                .clone()
-                .oneshot(in_session("made-up", body))
-                .await
-                .unwrap();
-            assert_eq!(response.status(), StatusCode::NOT_FOUND);
-            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
-                .await
-                .unwrap();
-            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            assert_eq!(body["error"]["code"], SESSION_NOT_FOUND_CODE);
-        }
-        // GET (the stream) and DELETE name a session too.
-        for method in [Method::GET, Method::DELETE] {
-            let request = Request::builder()
-                .method(method)
-                .uri("/mcp")
-                .header("x-capstan-project", "p")
-                .header(MCP_SESSION_ID, "made-up")
-                .body(Body::empty())
-                .unwrap();
-            let response = router.clone().oneshot(request).await.unwrap();
-            assert_eq!(response.status(), StatusCode::NOT_FOUND);
-        }
-        assert_eq!(reached.load(Ordering::SeqCst), 0);
-    }
-
-    fn sessionless(body: &str, project: Option<&str>, version: &str) -> Request {
-        let mut request = Request::builder()
-            .method(Method::POST)
-            .uri("/mcp")
-            .header(header::AUTHORIZATION, "Bearer t")
-            .header(MCP_PROTOCOL_VERSION, version);
-        if let Some(project) = project {
-            request = request.header("x-capstan-project", project);
-        }
-        request.body(Body::from(body.to_owned())).unwrap()
-    }
-
-    const MODERN_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-
-    #[tokio::test]
-    async fn a_request_without_a_session_should_pass_only_as_2026_07_28_with_an_identity() {
-        use tower::ServiceExt as _;
-        let sessions = sessions();
-        let (router, reached) = guarded(&sessions);
-        // A session revision without its session, or 2026-07-28 without a project: refused.
-        for request in [
-            sessionless(LIST, Some("p"), "2025-11-25"),
-            sessionless(MODERN_LIST, None, "2026-07-28"),
-            sessionless(MODERN_LIST, Some("Not A Project"), "2026-07-28"),
-        ] {
-            let response = router.clone().oneshot(request).await.unwrap();
-            assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-        }
-        assert_eq!(reached.load(Ordering::SeqCst), 0);
-        // 2026-07-28 with a project and token passes, carrying the caller on to rmcp.
-        let response = router
-            .clone()
-            .oneshot(sessionless(MODERN_LIST, Some("p"), "2026-07-28"))
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        assert_eq!(reached.load(Ordering::SeqCst), 1);
-        // Inside a bound session, a revision without sessions is refused.
-        let mut request = sessionless(MODERN_LIST, Some("p"), "2026-07-28");
-        request
-            .headers_mut()
-            .insert(MCP_SESSION_ID, HeaderValue::from_static("made-up"));
-        let response = router.oneshot(request).await.unwrap();
-        assert_eq!(
-            response.status(),
-            StatusCode::NOT_FOUND,
-            "unbound ids stay 404"
-        );
-        assert_eq!(reached.load(Ordering::SeqCst), 1);
-    }
-
-    #[tokio::test]
-    async fn a_poisoned_session_table_should_refuse_with_500_not_pass() {
-        use tower::ServiceExt as _;
-        let sessions = sessions();
-        sessions.poison();
-        let (router, reached) = guarded(&sessions);
-        let response = router.oneshot(in_session("any", LIST)).await.unwrap();
-        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(reached.load(Ordering::SeqCst), 0);
-    }
-
-    #[test]
-    fn only_initialize_should_open_a_session() {
-        let message = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
-        assert!(is_initialize(&message(
-            r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#
-        )));
-        assert!(is_initialize(&message(
-            r#"[{"jsonrpc":"2.0","id":1,"method":"initialize"}]"#
-        )));
-        assert!(!is_initialize(&message(
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#
-        )));
-        assert!(!is_initialize(&message(r#""not a message""#)));
-    }
-}
+mod tests;

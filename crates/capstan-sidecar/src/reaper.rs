@@ -1,5 +1,5 @@
 //! Ends tasks nobody uses, in one pass over the task registry: sessions idle for the idle
-//! limit (the sidecar keeps the idle clock, since tool calls served by `direct.rs` never reach
+//! limit (the sidecar keeps the idle clock, since tool calls served by `call_fast_path.rs` never reach
 //! rmcp's), bindings whose task is gone, sessions the caller check ended, tasks without a
 //! session past their lifetime — and rmcp sessions nobody bound (a client gone while its
 //! `initialize` was composing). Beside it, the re-check of callers whose tasks hold streams.

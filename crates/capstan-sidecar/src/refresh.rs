@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info};
 
-use crate::compose::ProjectComposer;
 use crate::feeds::{ProjectFeeds, SETTLE};
+use crate::project_composer::ProjectComposer;
 use crate::task::{Served, Task};
 
 /// The shortest time between two compositions of one task. 1 s: a provider announcing list
@@ -61,11 +61,7 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
                 upstream = upstream_changes(&task.served());
                 continue;
             }
-            // A burst (several upstreams, several bindings) is composed once, and never sooner
-            // than the interval after the last composition.
-            let earliest = last_composed.map(|at| at + MIN_RECOMPOSE_INTERVAL);
-            let settled = tokio::time::Instant::now() + SETTLE;
-            tokio::time::sleep_until(earliest.map_or(settled, |at| at.max(settled))).await;
+            settle(last_composed).await;
             let Some(task) = weak.upgrade() else { return };
             if task.expired() {
                 return;
@@ -75,6 +71,7 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
             let metrics = &composer.context().metrics;
             if matches!(woke, Woke::Documents) && served.snapshot().documents == snapshot.documents
             {
+                // Qualifiers alone changed (or nothing did): no composition needed.
                 if served.snapshot().qualifiers != snapshot.qualifiers
                     || served.snapshot().qualifiers_error != snapshot.qualifiers_error
                 {
@@ -112,6 +109,14 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
             task.notify_tool_list_changed().await;
         }
     });
+}
+
+/// Waits so that a burst (several upstreams, several bindings) is composed once, and never
+/// sooner than the interval after the last composition.
+async fn settle(last_composed: Option<tokio::time::Instant>) {
+    let earliest = last_composed.map(|at| at + MIN_RECOMPOSE_INTERVAL);
+    let settled = tokio::time::Instant::now() + SETTLE;
+    tokio::time::sleep_until(earliest.map_or(settled, |at| at.max(settled))).await;
 }
 
 /// The upstream list changes of what `served` composed, including any noted before this

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::http::HeaderName;
 use capstan_compose::{
     CachedSource, Composer, ControlPlane, CrdSource, FixtureSource, HttpSource, Limits,
-    ProjectDocuments, SetupError, SourceError, Uncached, WatchedCluster,
+    ProjectDocuments, SetupError, SourceError, Uncached, WatchCounts, WatchedCluster,
 };
 use capstan_platform::{ChangePath, KeyError, LedgerError, PlanKeys, PlanLedger};
 use capstan_process::{AdminError, LoggingError, Readiness, Shutdown, init_logging, serve_admin};
@@ -18,12 +18,12 @@ use tracing::{info, warn};
 
 use crate::admission::{Admission, Caps};
 use crate::caller_check::{CallerCheck, CallerCheckMode};
-use crate::compose::{BaseToolsSetup, ProjectComposer};
 use crate::config::{BaseToolsMode, Config, SourceKind};
 use crate::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
 use crate::feeds::ProjectFeeds;
 use crate::metering::Meter;
 use crate::metrics::{Metrics, WatchMetrics};
+use crate::project_composer::{BaseToolsSetup, ProjectComposer};
 use crate::reaper::revalidate_streams;
 use crate::server::router;
 use crate::socket::{self, SocketError};
@@ -111,67 +111,75 @@ const UPSTREAM_CLOSE_WAIT: Duration = Duration::from_millis(500);
 
 /// Runs the sidecar until SIGTERM or Ctrl-C.
 pub async fn run(config: Config) -> Result<(), RunError> {
-    let Config {
-        socket,
-        source,
-        docs_fixture,
-        provider_url,
-        provider_max_bytes,
-        crd_url_template,
-        kubeconfig,
-        caller_check,
-        caller_check_ttl_seconds,
-        base_tools,
-        plan_token_key,
-        plan_token_keys_file,
-        plan_ledger,
-        plan_token_ttl_seconds,
-        crd_cache_ttl_seconds,
-        crd_cache_capacity,
-        mcp_endpoint_hosts,
-        fetch_hosts,
-        connect_timeout_seconds,
-        call_timeout_seconds,
-        fetch_timeout_seconds,
-        knowledge_source_cap,
-        knowledge_total_cap,
-        skill_cap,
-        session_idle_seconds,
-        refresh_seconds,
-        sessionless_ttl_seconds,
-        shutdown_grace_seconds,
-        // Read by `parse_and_run`, which built the runtime this runs on.
-        worker_threads: _,
-        max_sessions,
-        max_sessions_per_caller,
-        max_sessions_per_project,
-        max_streams_per_task,
-        project_header,
-        metrics_address,
-        metering_sink,
-        log,
-        log_format,
-    } = config;
-    init_logging(&log, log_format)?;
+    init_logging(&config.log, config.log_format)?;
     capstan_compose::install_crypto_provider();
+    let plane = control_plane(&config).await?;
+    let (documents, watched) = document_reader(&config, plane.as_ref())?;
+    let composer = composer(&config)?;
+    let project_header = HeaderName::try_from(config.project_header.as_str())
+        .map_err(|_| RunError::ProjectHeader(config.project_header.clone()))?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = readiness(&mut registry, watched);
+    let meter = Meter::open(&config.metering_sink).map_err(|source| RunError::Meter {
+        sink: config.metering_sink.clone(),
+        source,
+    })?;
+    let context = TaskContext {
+        metrics: metrics.clone(),
+        meter: Arc::new(meter),
+        clock: Instant::now(),
+        decisions: Arc::new(DecisionLog::new(DECISION_LOG_CAPACITY)),
+    };
+    let composer = with_base_tools(
+        ProjectComposer::new(documents, composer, context),
+        &config,
+        plane.as_ref(),
+    )?;
+    let check = caller_check(&config, plane.as_ref(), &metrics)?;
+    let tasks = Arc::new(Tasks::new(
+        Admission::with(project_header, caps(&config), check.clone(), Some(metrics)),
+        Lifetimes {
+            session_idle: Duration::from_secs(config.session_idle_seconds),
+            sessionless: Duration::from_secs(config.sessionless_ttl_seconds),
+        },
+    ));
+    let served = Served {
+        composer: Arc::new(composer),
+        tasks,
+        check,
+        registry,
+        readiness,
+    };
+    served.serve(&config).await
+}
 
-    // The projects' control planes: required by the crd source, otherwise known when a
-    // kubeconfig is given or the sidecar runs in a pod.
-    let plane = match (source, kubeconfig) {
-        (SourceKind::Crd, kubeconfig) => Some(kube_config(kubeconfig).await?),
-        (_, Some(path)) => Some(kube_config(Some(path)).await?),
+/// The projects' control planes: required by the crd source, otherwise known when a
+/// kubeconfig is given or the sidecar runs in a pod.
+async fn control_plane(config: &Config) -> Result<Option<ControlPlane>, RunError> {
+    let kube = match (config.source, &config.kubeconfig) {
+        (SourceKind::Crd, kubeconfig) => Some(kube_config(kubeconfig.clone()).await?),
+        (_, Some(path)) => Some(kube_config(Some(path.clone())).await?),
         (_, None) if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
             Some(kube_config(None).await?)
         }
         (_, None) => None,
-    }
-    .map(|config| ControlPlane::new(config, crd_url_template.clone()));
+    };
+    Ok(kube.map(|kube| ControlPlane::new(kube, config.crd_url_template.clone())))
+}
 
-    // The watched crd source's counts and first sync, when it is the source.
-    let mut watched_source = None;
-    let documents: Arc<dyn ProjectDocuments> = match source {
+/// The watched crd source's counts and first sync, when it is the source.
+type Watched = (Arc<WatchCounts>, tokio::sync::watch::Receiver<bool>);
+
+/// Where projects' documents are read: the source `CAPABILITY_SOURCE` names, the crd source
+/// cached per project with a URL template or watched once without one.
+fn document_reader(
+    config: &Config,
+    plane: Option<&ControlPlane>,
+) -> Result<(Arc<dyn ProjectDocuments>, Option<Watched>), RunError> {
+    let reader: Arc<dyn ProjectDocuments> = match config.source {
         SourceKind::Fixture => {
-            let path = docs_fixture.ok_or_else(|| {
+            let path = config.docs_fixture.clone().ok_or_else(|| {
                 RunError::Settings(
                     "CAPABILITY_SOURCE=fixture needs CAPABILITY_DOCS_FIXTURE (--docs-fixture)"
                         .into(),
@@ -186,57 +194,69 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             Arc::new(Uncached::new(Arc::new(FixtureSource::new(path))))
         }
         SourceKind::Http => {
-            let url = provider_url.ok_or_else(|| {
+            let url = config.provider_url.as_deref().ok_or_else(|| {
                 RunError::Settings(
                     "CAPABILITY_SOURCE=http needs CAPABILITY_PROVIDER_URL (--provider-url)".into(),
                 )
             })?;
-            let source = HttpSource::new(&url, provider_max_bytes).map_err(RunError::Provider)?;
+            let source =
+                HttpSource::new(url, config.provider_max_bytes).map_err(RunError::Provider)?;
             Arc::new(Uncached::new(Arc::new(source)))
         }
-        SourceKind::Crd => {
-            let plane = plane.clone().ok_or_else(|| {
-                RunError::Settings("CAPABILITY_SOURCE=crd needs a control plane".into())
-            })?;
-            match plane.cluster_config() {
-                // One cluster for every project: one watch serves them all
-                // (capstan-compose crd_watch.rs); ready once it has listed.
-                Some(config) => {
-                    let watched = WatchedCluster::connect(config).map_err(|e| {
-                        RunError::Settings(format!("the crd source's cluster: {e}"))
-                    })?;
-                    watched_source = Some((watched.counts(), watched.first_sync()));
-                    Arc::new(watched)
-                }
-                None => Arc::new(CachedSource::new(
-                    Arc::new(CrdSource::from_plane(plane).with_capacity(crd_cache_capacity)),
-                    Duration::from_secs(crd_cache_ttl_seconds),
-                    crd_cache_capacity,
-                )),
-            }
-        }
+        SourceKind::Crd => return crd_reader(config, plane),
     };
+    Ok((reader, None))
+}
+
+/// The crd source: with a URL template each project's plane listed behind a cache; without
+/// one, one watch serves every project (capstan-compose `source/crd_watch.rs`), ready once it
+/// has listed.
+fn crd_reader(
+    config: &Config,
+    plane: Option<&ControlPlane>,
+) -> Result<(Arc<dyn ProjectDocuments>, Option<Watched>), RunError> {
+    let plane = plane
+        .cloned()
+        .ok_or_else(|| RunError::Settings("CAPABILITY_SOURCE=crd needs a control plane".into()))?;
+    let Some(cluster) = plane.cluster_config() else {
+        let capacity = config.crd_cache_capacity;
+        let cached = CachedSource::new(
+            Arc::new(CrdSource::from_plane(plane).with_capacity(capacity)),
+            Duration::from_secs(config.crd_cache_ttl_seconds),
+            capacity,
+        );
+        return Ok((Arc::new(cached), None));
+    };
+    let watched = WatchedCluster::connect(cluster)
+        .map_err(|e| RunError::Settings(format!("the crd source's cluster: {e}")))?;
+    let sync = (watched.counts(), watched.first_sync());
+    Ok((Arc::new(watched), Some(sync)))
+}
+
+/// The composer of the allow-list and limit settings.
+fn composer(config: &Config) -> Result<Composer, RunError> {
     let limits = Limits {
-        connect_timeout: Duration::from_secs(connect_timeout_seconds),
-        call_timeout: Duration::from_secs(call_timeout_seconds),
-        knowledge_timeout: Duration::from_secs(fetch_timeout_seconds),
-        knowledge_source_cap,
-        knowledge_total_cap,
-        skill_timeout: Duration::from_secs(fetch_timeout_seconds),
-        skill_cap,
+        connect_timeout: Duration::from_secs(config.connect_timeout_seconds),
+        call_timeout: Duration::from_secs(config.call_timeout_seconds),
+        knowledge_timeout: Duration::from_secs(config.fetch_timeout_seconds),
+        knowledge_source_cap: config.knowledge_source_cap,
+        knowledge_total_cap: config.knowledge_total_cap,
+        skill_timeout: Duration::from_secs(config.fetch_timeout_seconds),
+        skill_cap: config.skill_cap,
     };
-    let composer = Composer::from_allow_lists(&mcp_endpoint_hosts, &fetch_hosts, limits)?;
+    let composer =
+        Composer::from_allow_lists(&config.mcp_endpoint_hosts, &config.fetch_hosts, limits)?;
     if composer.dials_nothing() {
         warn!("CAPABILITY_MCP_ENDPOINT_HOSTS is empty: no MCP endpoint will be dialed");
     }
-    let project_header = HeaderName::try_from(project_header.as_str())
-        .map_err(|_| RunError::ProjectHeader(project_header.clone()))?;
+    Ok(composer)
+}
 
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    // Ready at once, except with a watched crd source: once it has listed.
+/// Ready at once, except with a watched crd source: once it has listed (its counts then go
+/// into `registry`).
+fn readiness(registry: &mut Registry, watched: Option<Watched>) -> Readiness {
     let readiness = Readiness::new();
-    match watched_source {
+    match watched {
         None => readiness.set_ready(),
         Some((counts, mut synced)) => {
             registry.register_collector(Box::new(WatchMetrics(counts)));
@@ -248,160 +268,197 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             });
         }
     }
-    let meter = Meter::open(&metering_sink).map_err(|source| RunError::Meter {
-        sink: metering_sink.clone(),
-        source,
-    })?;
-    let mut project_composer = ProjectComposer::new(
-        documents,
-        composer,
-        TaskContext {
-            metrics: metrics.clone(),
-            meter: Arc::new(meter),
-            clock: Instant::now(),
-            decisions: Arc::new(DecisionLog::new(DECISION_LOG_CAPACITY)),
-        },
-    );
-    match (&plane, base_tools) {
-        (_, BaseToolsMode::Off) => info!("base platform tools are off (CAPSTAN_BASE_TOOLS=off)"),
-        (None, _) => info!(
-            "base platform tools are not composed: no control plane is known (no kubeconfig, \
-             not in a pod)"
-        ),
-        (Some(plane), mode) => {
-            let change_path = if mode == BaseToolsMode::Auto {
-                let keys = plan_keys(plan_token_key, plan_token_keys_file)?;
-                let ledger = match &plan_ledger {
-                    Some(path) => {
-                        let now = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_secs())
-                            .unwrap_or(0);
-                        PlanLedger::open(path, now)?
-                    }
-                    None => PlanLedger::in_memory()?,
-                };
-                info!(
-                    ledger = ledger.id(),
-                    file = plan_ledger.as_ref().map(|p| p.display().to_string()),
-                    "plan tokens are applied once, by the caller who planned, through this ledger"
-                );
-                Some(ChangePath::with_system_clock(
-                    Arc::new(keys),
-                    Arc::new(ledger),
-                    Duration::from_secs(plan_token_ttl_seconds),
-                ))
-            } else {
-                None
-            };
-            info!(
-                url_template = plane.url_template().unwrap_or("(the kubeconfig's cluster)"),
-                change_path = change_path.is_some(),
-                "base platform tools are composed for callers with a token, acting as the caller"
-            );
-            project_composer = project_composer.with_base_tools(BaseToolsSetup {
-                plane: plane.clone(),
-                change_path,
-            });
-        }
-    }
-    let composer = Arc::new(project_composer);
-    let caller_check = caller_check.unwrap_or(if source == SourceKind::Crd {
-        CallerCheckMode::Sar
-    } else {
-        CallerCheckMode::None
-    });
-    let mut check = None;
-    match (caller_check, &plane) {
-        (CallerCheckMode::None, _) => info!(
-            "callers are not checked against the project they name \
-             (CAPSTAN_CALLER_CHECK=none): whoever reaches the socket may name any project"
-        ),
-        (CallerCheckMode::Sar, None) => {
-            return Err(RunError::Settings(
-                "CAPSTAN_CALLER_CHECK=sar needs a control plane to ask: give KUBECONFIG, run \
-                 in a pod, or use the crd source"
-                    .into(),
-            ));
-        }
-        (CallerCheckMode::Sar, Some(plane)) => {
-            check = Some(Arc::new(CallerCheck::new(
-                plane.clone(),
-                metrics.clone(),
-                Duration::from_secs(caller_check_ttl_seconds),
-            )));
-        }
-    }
-    let admission = Admission::with(
-        project_header,
-        Caps {
-            total: max_sessions,
-            per_caller: max_sessions_per_caller,
-            per_project: max_sessions_per_project,
-            streams_per_task: max_streams_per_task,
-        },
-        check.clone(),
-        Some(metrics),
-    );
-    let tasks = Arc::new(Tasks::new(
-        admission,
-        Lifetimes {
-            session_idle: Duration::from_secs(session_idle_seconds),
-            sessionless: Duration::from_secs(sessionless_ttl_seconds),
-        },
-    ));
+    readiness
+}
 
-    let listener = socket::bind(&socket).await?;
-    info!(socket = %socket.display(), url = capstan_api::wire::MCP_URL, "serving");
-    let shutdown = Shutdown::on_signal();
-    let admin = match metrics_address {
-        Some(address) => {
-            let server = serve_admin(address, registry, readiness, shutdown.clone()).await?;
-            info!(%address, "serving /metrics, /healthz and /readyz");
-            Some(tokio::spawn(server))
+/// `composer` with the base platform tools, when they are on and a control plane is known;
+/// the change path with them in `auto` mode.
+fn with_base_tools(
+    composer: ProjectComposer,
+    config: &Config,
+    plane: Option<&ControlPlane>,
+) -> Result<ProjectComposer, RunError> {
+    let plane = match (plane, config.base_tools) {
+        (_, BaseToolsMode::Off) => {
+            info!("base platform tools are off (CAPSTAN_BASE_TOOLS=off)");
+            return Ok(composer);
         }
-        None => None,
+        (None, _) => {
+            info!(
+                "base platform tools are not composed: no control plane is known (no \
+                 kubeconfig, not in a pod)"
+            );
+            return Ok(composer);
+        }
+        (Some(plane), _) => plane,
     };
-    let feeds = ProjectFeeds::new(
-        composer.documents().clone(),
-        (refresh_seconds > 0).then(|| Duration::from_secs(refresh_seconds)),
-        composer.context().metrics.clone(),
+    let change_path = if config.base_tools == BaseToolsMode::Auto {
+        Some(change_path(config)?)
+    } else {
+        None
+    };
+    info!(
+        url_template = plane.url_template().unwrap_or("(the kubeconfig's cluster)"),
+        change_path = change_path.is_some(),
+        "base platform tools are composed for callers with a token, acting as the caller"
     );
-    let starter = TaskStarter::new(composer.clone(), feeds);
-    if let Some(check) = check {
-        tokio::spawn(revalidate_streams(check, tasks.clone()));
-    }
-    let app = router(composer, starter, tasks.clone());
-    // On SIGTERM: no new connection is accepted, in-flight requests get the grace period,
-    // then every session's upstream sessions are ended (providers see the session close) and
-    // the sidecar exits, whatever is still open (a client's stream, a call that hangs).
-    let grace = Duration::from_secs(shutdown_grace_seconds);
-    let serve = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().requested())
-        .into_future();
-    let served = tokio::select! {
-        served = serve => served,
-        () = async {
-            shutdown.clone().requested().await;
-            tokio::time::sleep(grace).await;
-        } => {
-            warn!(?grace, "the shutdown grace period is over; requests still running are cut");
-            Ok(())
+    Ok(composer.with_base_tools(BaseToolsSetup {
+        plane: plane.clone(),
+        change_path,
+    }))
+}
+
+/// The change path: plan-token keys and the ledger of applied tokens (a file with
+/// `CAPSTAN_PLAN_LEDGER`, else in memory).
+fn change_path(config: &Config) -> Result<ChangePath, RunError> {
+    let keys = plan_keys(
+        config.plan_token_key.clone(),
+        config.plan_token_keys_file.clone(),
+    )?;
+    let ledger = match &config.plan_ledger {
+        Some(path) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            PlanLedger::open(path, now)?
         }
+        None => PlanLedger::in_memory()?,
     };
-    let _ = std::fs::remove_file(&socket);
+    info!(
+        ledger = ledger.id(),
+        file = config.plan_ledger.as_ref().map(|p| p.display().to_string()),
+        "plan tokens are applied once, by the caller who planned, through this ledger"
+    );
+    Ok(ChangePath::with_system_clock(
+        Arc::new(keys),
+        Arc::new(ledger),
+        Duration::from_secs(config.plan_token_ttl_seconds),
+    ))
+}
+
+/// The caller check `CAPSTAN_CALLER_CHECK` asks for (`sar` by default with the crd source,
+/// `none` otherwise); `sar` needs a control plane to ask.
+fn caller_check(
+    config: &Config,
+    plane: Option<&ControlPlane>,
+    metrics: &Metrics,
+) -> Result<Option<Arc<CallerCheck>>, RunError> {
+    let mode = config
+        .caller_check
+        .unwrap_or(if config.source == SourceKind::Crd {
+            CallerCheckMode::Sar
+        } else {
+            CallerCheckMode::None
+        });
+    match (mode, plane) {
+        (CallerCheckMode::None, _) => {
+            info!(
+                "callers are not checked against the project they name \
+                 (CAPSTAN_CALLER_CHECK=none): whoever reaches the socket may name any project"
+            );
+            Ok(None)
+        }
+        (CallerCheckMode::Sar, None) => Err(RunError::Settings(
+            "CAPSTAN_CALLER_CHECK=sar needs a control plane to ask: give KUBECONFIG, run \
+             in a pod, or use the crd source"
+                .into(),
+        )),
+        (CallerCheckMode::Sar, Some(plane)) => Ok(Some(Arc::new(CallerCheck::new(
+            plane.clone(),
+            metrics.clone(),
+            Duration::from_secs(config.caller_check_ttl_seconds),
+        )))),
+    }
+}
+
+/// The admission caps of the `CAPSTAN_MAX_*` settings.
+fn caps(config: &Config) -> Caps {
+    Caps {
+        total: config.max_sessions,
+        per_caller: config.max_sessions_per_caller,
+        per_project: config.max_sessions_per_project,
+        streams_per_task: config.max_streams_per_task,
+    }
+}
+
+/// What the socket serves, built: the composer, the task registry, the caller check and
+/// the admin server's registry and readiness.
+struct Served {
+    composer: Arc<ProjectComposer>,
+    tasks: Arc<Tasks>,
+    check: Option<Arc<CallerCheck>>,
+    registry: Registry,
+    readiness: Readiness,
+}
+
+impl Served {
+    /// Serves the socket (and the admin server, if asked) until SIGTERM. On SIGTERM: no new
+    /// connection is accepted, in-flight requests get the grace period, then every task's
+    /// upstream sessions are ended (providers see the session close) and the sidecar exits,
+    /// whatever is still open (a client's stream, a call that hangs).
+    async fn serve(self, config: &Config) -> Result<(), RunError> {
+        let Self {
+            composer,
+            tasks,
+            check,
+            registry,
+            readiness,
+        } = self;
+        let listener = socket::bind(&config.socket).await?;
+        info!(socket = %config.socket.display(), url = capstan_api::wire::MCP_URL, "serving");
+        let shutdown = Shutdown::on_signal();
+        let admin = match config.metrics_address {
+            Some(address) => {
+                let server = serve_admin(address, registry, readiness, shutdown.clone()).await?;
+                info!(%address, "serving /metrics, /healthz and /readyz");
+                Some(tokio::spawn(server))
+            }
+            None => None,
+        };
+        let feeds = ProjectFeeds::new(
+            composer.documents().clone(),
+            (config.refresh_seconds > 0).then(|| Duration::from_secs(config.refresh_seconds)),
+            composer.context().metrics.clone(),
+        );
+        let starter = TaskStarter::new(composer.clone(), feeds);
+        if let Some(check) = check {
+            tokio::spawn(revalidate_streams(check, tasks.clone()));
+        }
+        let app = router(composer, starter, tasks.clone());
+        let grace = Duration::from_secs(config.shutdown_grace_seconds);
+        let serve = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.clone().requested())
+            .into_future();
+        let served = tokio::select! {
+            served = serve => served,
+            () = async {
+                shutdown.clone().requested().await;
+                tokio::time::sleep(grace).await;
+            } => {
+                warn!(?grace, "the shutdown grace period is over; requests still running are cut");
+                Ok(())
+            }
+        };
+        let _ = std::fs::remove_file(&config.socket);
+        close_upstreams(&tasks, grace).await;
+        if let Some(admin) = admin
+            && let Ok(Err(error)) = admin.await
+        {
+            warn!(%error, "admin server");
+        }
+        served.map_err(RunError::Serve)
+    }
+}
+
+/// Ends every task's upstream sessions and gives their clients a moment to send the closes.
+async fn close_upstreams(tasks: &Tasks, grace: Duration) {
     let closed = tasks.close_all();
     if closed > 0 {
         info!(sessions = closed, "upstream sessions closed");
         // The session closes go out from the upstream clients' own tasks: a moment for them.
         tokio::time::sleep(UPSTREAM_CLOSE_WAIT.min(grace)).await;
     }
-    if let Some(admin) = admin
-        && let Ok(Err(error)) = admin.await
-    {
-        warn!(%error, "admin server");
-    }
-    served.map_err(RunError::Serve)
 }
 
 /// The plan-token keys: `PLAN_TOKEN_KEY`, a key file, or one drawn for this process.

@@ -1,5 +1,5 @@
 //! The HTTP surface on the Unix socket, wired: MCP at `/mcp` (rmcp behind the identity
-//! middleware, with `tools/call` of a live session answered by `direct.rs`), the composition at
+//! middleware, with `tools/call` of a live session answered by `call_fast_path.rs`), the composition at
 //! `/v1/composition`, and `/healthz`, all behind the Host check. Clients use the URL
 //! `http://localhost/...` (a Unix socket has no DNS-rebinding exposure; the fixed value keeps
 //! requests uniform).
@@ -13,13 +13,13 @@ use capstan_api::wire::SOCKET_HOST;
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-use crate::compose::ProjectComposer;
-use crate::direct;
+use crate::call_fast_path;
 use crate::inspect::{CompositionViews, Inspection, composition};
 use crate::mcp::SessionHandler;
 use crate::middleware::{Gate, MAX_BODY_BYTES, check, check_host};
+use crate::project_composer::ProjectComposer;
 use crate::reaper::reap;
-use crate::routes::{route_decisions, routes};
+use crate::routing_endpoints::{route_decisions, routes};
 use crate::tasks::{TaskStarter, Tasks};
 
 /// How often a stream held open gets a keep-alive comment.
@@ -33,7 +33,7 @@ pub fn router(
     tasks: Arc<Tasks>,
 ) -> Router {
     // rmcp's own idle timer counts only what reaches its session worker; tool calls served
-    // by `direct.rs` do not, so the sidecar keeps the idle clock itself (`reaper.rs`).
+    // by `call_fast_path.rs` do not, so the sidecar keeps the idle clock itself (`reaper.rs`).
     let mut session_config = SessionConfig::default();
     session_config.keep_alive = None;
     let mut manager = LocalSessionManager::default();
@@ -71,7 +71,7 @@ pub fn router(
             get(route_decisions).with_state(inspection.clone()),
         )
         .route("/v1/routes", get(routes).with_state(inspection))
-        .layer(axum::middleware::from_fn(direct::tools_call))
+        .layer(axum::middleware::from_fn(call_fast_path::tools_call))
         .layer(axum::middleware::from_fn_with_state(
             Gate {
                 tasks,

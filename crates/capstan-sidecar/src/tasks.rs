@@ -21,9 +21,9 @@ use tokio::sync::OnceCell;
 use tracing::info;
 
 use crate::admission::{Admission, Place};
-use crate::compose::{ComposedProject, ProjectComposer};
 use crate::feeds::ProjectFeeds;
 use crate::identity::Identity;
+use crate::project_composer::{ComposedProject, ProjectComposer};
 use crate::refresh;
 use crate::task::{Served, Task};
 

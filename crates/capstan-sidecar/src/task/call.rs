@@ -1,5 +1,5 @@
 //! How a task answers a `tools/call`, whichever path it arrived on (rmcp's session worker, or
-//! `direct.rs`): the caller and the time limit, then a built-in, a base platform tool, a routed
+//! `call_fast_path.rs`): the caller and the time limit, then a built-in, a base platform tool, a routed
 //! capability or a provider tool. Every call is counted once under its outcome
 //! (`Task::refuse` for every refusal); calls that reach a provider are traced and metered.
 
@@ -20,7 +20,7 @@ use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, Served, Task};
 use crate::decisions::DecisionRecord;
 use crate::identity::Identity;
 use crate::metering::ToolInvocation;
-use crate::routing::{decide, no_eligible_provider};
+use crate::route_decision::{decide, no_eligible_provider};
 
 impl Task {
     /// Serves one `tools/call` of this task: identity, the task's time limit, then a built-in,

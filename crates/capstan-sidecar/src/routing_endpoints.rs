@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use crate::identity::{Identity, refusal};
 use crate::inspect::Inspection;
 use crate::middleware::SessionTask;
-use crate::routing::decide;
+use crate::route_decision::decide;
 
 /// Decisions returned when no `limit` is given.
 pub const DEFAULT_LIMIT: usize = 50;

@@ -1,0 +1,167 @@
+//! The middleware's unit tests: classification, the Host check and session binding.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::http::{HeaderName, HeaderValue};
+
+use capstan_api::wire::MCP_PROTOCOL_VERSION;
+
+use super::classify::is_initialize;
+use super::*;
+
+/// A router whose only handler counts what reaches it, behind the identity middleware.
+fn guarded(tasks: &Arc<Tasks>) -> (axum::Router, Arc<AtomicU64>) {
+    let reached = Arc::new(AtomicU64::new(0));
+    let counter = reached.clone();
+    let router = axum::Router::new()
+        .fallback(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { "served" }
+        })
+        .layer(axum::middleware::from_fn_with_state(
+            Gate {
+                tasks: tasks.clone(),
+                starter: None,
+            },
+            check,
+        ));
+    (router, reached)
+}
+
+fn sessions() -> Arc<Tasks> {
+    Arc::new(Tasks::new(
+        crate::admission::Admission::new(
+            HeaderName::from_static("x-capstan-project"),
+            crate::admission::Caps::default(),
+        ),
+        crate::tasks::Lifetimes {
+            session_idle: std::time::Duration::from_secs(600),
+            sessionless: crate::tasks::DEFAULT_SESSIONLESS_TTL,
+        },
+    ))
+}
+
+fn in_session(id: &str, body: &str) -> Request {
+    Request::builder()
+        .method(Method::POST)
+        .uri("/mcp")
+        .header("x-capstan-project", "p")
+        .header(header::AUTHORIZATION, "Bearer t")
+        .header(MCP_SESSION_ID, id)
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+const LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+
+#[tokio::test]
+async fn a_session_id_that_is_not_bound_should_never_pass() {
+    use tower::ServiceExt as _;
+    let sessions = sessions();
+    let (router, reached) = guarded(&sessions);
+    for body in [LIST, r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#] {
+        let response = router
+            .clone()
+            .oneshot(in_session("made-up", body))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], SESSION_NOT_FOUND_CODE);
+    }
+    // GET (the stream) and DELETE name a session too.
+    for method in [Method::GET, Method::DELETE] {
+        let request = Request::builder()
+            .method(method)
+            .uri("/mcp")
+            .header("x-capstan-project", "p")
+            .header(MCP_SESSION_ID, "made-up")
+            .body(Body::empty())
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    }
+    assert_eq!(reached.load(Ordering::SeqCst), 0);
+}
+
+fn sessionless(body: &str, project: Option<&str>, version: &str) -> Request {
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri("/mcp")
+        .header(header::AUTHORIZATION, "Bearer t")
+        .header(MCP_PROTOCOL_VERSION, version);
+    if let Some(project) = project {
+        request = request.header("x-capstan-project", project);
+    }
+    request.body(Body::from(body.to_owned())).unwrap()
+}
+
+const MODERN_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+
+#[tokio::test]
+async fn a_request_without_a_session_should_pass_only_as_2026_07_28_with_an_identity() {
+    use tower::ServiceExt as _;
+    let sessions = sessions();
+    let (router, reached) = guarded(&sessions);
+    // A session revision without its session, or 2026-07-28 without a project: refused.
+    for request in [
+        sessionless(LIST, Some("p"), "2025-11-25"),
+        sessionless(MODERN_LIST, None, "2026-07-28"),
+        sessionless(MODERN_LIST, Some("Not A Project"), "2026-07-28"),
+    ] {
+        let response = router.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    }
+    assert_eq!(reached.load(Ordering::SeqCst), 0);
+    // 2026-07-28 with a project and token passes, carrying the caller on to rmcp.
+    let response = router
+        .clone()
+        .oneshot(sessionless(MODERN_LIST, Some("p"), "2026-07-28"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(reached.load(Ordering::SeqCst), 1);
+    // Inside a bound session, a revision without sessions is refused.
+    let mut request = sessionless(MODERN_LIST, Some("p"), "2026-07-28");
+    request
+        .headers_mut()
+        .insert(MCP_SESSION_ID, HeaderValue::from_static("made-up"));
+    let response = router.oneshot(request).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::NOT_FOUND,
+        "unbound ids stay 404"
+    );
+    assert_eq!(reached.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_poisoned_session_table_should_refuse_with_500_not_pass() {
+    use tower::ServiceExt as _;
+    let sessions = sessions();
+    sessions.poison();
+    let (router, reached) = guarded(&sessions);
+    let response = router.oneshot(in_session("any", LIST)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(reached.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn only_initialize_should_open_a_session() {
+    let message = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+    assert!(is_initialize(&message(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#
+    )));
+    assert!(is_initialize(&message(
+        r#"[{"jsonrpc":"2.0","id":1,"method":"initialize"}]"#
+    )));
+    assert!(!is_initialize(&message(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#
+    )));
+    assert!(!is_initialize(&message(r#""not a message""#)));
+}
