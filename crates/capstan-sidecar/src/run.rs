@@ -16,6 +16,9 @@ use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tracing::{info, warn};
 
+mod settings;
+
+use self::settings::Settings;
 use crate::admission::{Admission, Caps};
 use crate::caller_check::{CallerCheck, CallerCheckMode};
 use crate::config::{BaseToolsMode, Config, SourceKind};
@@ -111,6 +114,7 @@ const UPSTREAM_CLOSE_WAIT: Duration = Duration::from_millis(500);
 
 /// Runs the sidecar until SIGTERM or Ctrl-C.
 pub async fn run(config: Config) -> Result<(), RunError> {
+    let config = Settings::from(config);
     init_logging(&config.log, config.log_format)?;
     capstan_compose::install_crypto_provider();
     let plane = control_plane(&config).await?;
@@ -156,7 +160,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 
 /// The projects' control planes: required by the crd source, otherwise known when a
 /// kubeconfig is given or the sidecar runs in a pod.
-async fn control_plane(config: &Config) -> Result<Option<ControlPlane>, RunError> {
+async fn control_plane(config: &Settings) -> Result<Option<ControlPlane>, RunError> {
     let kube = match (config.source, &config.kubeconfig) {
         (SourceKind::Crd, kubeconfig) => Some(kube_config(kubeconfig.clone()).await?),
         (_, Some(path)) => Some(kube_config(Some(path.clone())).await?),
@@ -174,7 +178,7 @@ type Watched = (Arc<WatchCounts>, tokio::sync::watch::Receiver<bool>);
 /// Where projects' documents are read: the source `CAPABILITY_SOURCE` names, the crd source
 /// cached per project with a URL template or watched once without one.
 fn document_reader(
-    config: &Config,
+    config: &Settings,
     plane: Option<&ControlPlane>,
 ) -> Result<(Arc<dyn ProjectDocuments>, Option<Watched>), RunError> {
     let reader: Arc<dyn ProjectDocuments> = match config.source {
@@ -212,7 +216,7 @@ fn document_reader(
 /// one, one watch serves every project (capstan-compose `source/crd_watch.rs`), ready once it
 /// has listed.
 fn crd_reader(
-    config: &Config,
+    config: &Settings,
     plane: Option<&ControlPlane>,
 ) -> Result<(Arc<dyn ProjectDocuments>, Option<Watched>), RunError> {
     let plane = plane
@@ -234,7 +238,7 @@ fn crd_reader(
 }
 
 /// The composer of the allow-list and limit settings.
-fn composer(config: &Config) -> Result<Composer, RunError> {
+fn composer(config: &Settings) -> Result<Composer, RunError> {
     let limits = Limits {
         connect_timeout: Duration::from_secs(config.connect_timeout_seconds),
         call_timeout: Duration::from_secs(config.call_timeout_seconds),
@@ -275,7 +279,7 @@ fn readiness(registry: &mut Registry, watched: Option<Watched>) -> Readiness {
 /// the change path with them in `auto` mode.
 fn with_base_tools(
     composer: ProjectComposer,
-    config: &Config,
+    config: &Settings,
     plane: Option<&ControlPlane>,
 ) -> Result<ProjectComposer, RunError> {
     let plane = match (plane, config.base_tools) {
@@ -310,7 +314,7 @@ fn with_base_tools(
 
 /// The change path: plan-token keys and the ledger of applied tokens (a file with
 /// `CAPSTAN_PLAN_LEDGER`, else in memory).
-fn change_path(config: &Config) -> Result<ChangePath, RunError> {
+fn change_path(config: &Settings) -> Result<ChangePath, RunError> {
     let keys = plan_keys(
         config.plan_token_key.clone(),
         config.plan_token_keys_file.clone(),
@@ -340,7 +344,7 @@ fn change_path(config: &Config) -> Result<ChangePath, RunError> {
 /// The caller check `CAPSTAN_CALLER_CHECK` asks for (`sar` by default with the crd source,
 /// `none` otherwise); `sar` needs a control plane to ask.
 fn caller_check(
-    config: &Config,
+    config: &Settings,
     plane: Option<&ControlPlane>,
     metrics: &Metrics,
 ) -> Result<Option<Arc<CallerCheck>>, RunError> {
@@ -373,7 +377,7 @@ fn caller_check(
 }
 
 /// The admission caps of the `CAPSTAN_MAX_*` settings.
-fn caps(config: &Config) -> Caps {
+fn caps(config: &Settings) -> Caps {
     Caps {
         total: config.max_sessions,
         per_caller: config.max_sessions_per_caller,
@@ -397,7 +401,7 @@ impl Served {
     /// connection is accepted, in-flight requests get the grace period, then every task's
     /// upstream sessions are ended (providers see the session close) and the sidecar exits,
     /// whatever is still open (a client's stream, a call that hangs).
-    async fn serve(self, config: &Config) -> Result<(), RunError> {
+    async fn serve(self, config: &Settings) -> Result<(), RunError> {
         let Self {
             composer,
             tasks,
