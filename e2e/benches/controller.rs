@@ -84,7 +84,7 @@ fn main() {
 const PROBE_INTERVAL_SECONDS: u64 = 60;
 
 /// The `initialize` requests the provider received: MCP sessions opened.
-async fn sessions_opened(provider: &capstan_demo_provider::harness::DemoProvider) -> usize {
+async fn sessions_opened(provider: &capstan_testkit::DemoProvider) -> usize {
     provider
         .requests()
         .await
@@ -99,7 +99,7 @@ async fn sessions_opened(provider: &capstan_demo_provider::harness::DemoProvider
 async fn probe_round(plane: &ControlPlane) -> String {
     let client = plane.client().await.unwrap_or_else(|e| panic!("{e}"));
     let api: Api<DynamicObject> = Api::all_with(client, &binding_resource());
-    let provider = capstan_demo_provider::harness::DemoProvider::start(&[]);
+    let provider = capstan_testkit::DemoProvider::start(&[]);
     let endpoint = provider.url("/mcp");
     apply_all(&api, |index| {
         let mut spec = spec(index, 99);

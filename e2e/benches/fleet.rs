@@ -29,10 +29,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capstan_compose::{CachedSource, CrdSource, ProjectDocuments, Snapshot, WatchedCluster};
-use capstan_demo_provider::harness::cpu_seconds;
 use capstan_e2e::ControlPlane;
 use capstan_e2e::objects::{apply_many, resource, sample_binding_spec};
 use capstan_e2e::suite::with_plane;
+use capstan_testkit::cpu_seconds;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
 

@@ -11,9 +11,9 @@ use crate::{ControlPlane, HarnessError};
 pub const NAMESPACE: &str = "capstan-system";
 
 /// The controller binary, as the tests' own build made it (see
-/// `capstan_demo_provider::harness::binary`).
+/// `capstan_testkit::binary`).
 pub fn controller_binary() -> PathBuf {
-    capstan_demo_provider::harness::binary("capstan-controller")
+    capstan_testkit::binary("capstan-controller")
 }
 
 /// Runs kubectl on the test plane, failing with what it printed.
@@ -292,7 +292,7 @@ impl ControllerProcess {
 
     fn memory_mib(&self, field: &str) -> f64 {
         self.pid()
-            .and_then(|pid| capstan_demo_provider::harness::proc_status_kib(pid, field))
+            .and_then(|pid| capstan_testkit::proc_status_kib(pid, field))
             .map_or(0.0, |kib| kib / 1024.0)
     }
 }

@@ -65,7 +65,7 @@ impl SidecarProcess {
             path: log.clone(),
             source,
         })?;
-        let binary = capstan_demo_provider::harness::binary("capstan-sidecar");
+        let binary = capstan_testkit::binary("capstan-sidecar");
         let mut command = Command::new(&binary);
         command
             .env_clear()

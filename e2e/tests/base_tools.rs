@@ -1168,8 +1168,8 @@ fn hygiene(env: &Env) -> Outcome {
 /// exactly once, named by its binding's service — and the base tools beside it are not, so
 /// an empty metering log above is the rule at work, not metering that never works.
 fn metering_counts_providers_only(env: &Env) -> Outcome {
-    let provider = capstan_demo_provider::harness::DemoProvider::start(&[]);
-    let mut binding = capstan_demo_provider::harness::binding_document(
+    let provider = capstan_testkit::DemoProvider::start(&[]);
+    let mut binding = capstan_testkit::binding_document(
         "metered",
         "streamco",
         &provider.url("/mcp"),
@@ -1246,7 +1246,7 @@ fn no_token_no_tools(env: &Env) -> Outcome {
 }
 
 fn python_client(env: &Env) -> Outcome {
-    let python = capstan_demo_provider::harness::python();
+    let python = capstan_testkit::python();
     let script = capstan_e2e::repo_root().join("e2e/python/change_path.py");
     let token = token(env, ALICE)?;
     let socket = with_socket()?;

@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use capstan_demo_provider::harness::{DemoProvider, PythonServer, binding_document, pin_oracle};
 use capstan_e2e::controller::{ControllerProcess, service_account_kubeconfig};
 use capstan_e2e::objects::{ConditionView, apply, condition, delete, status, wait_condition};
 use capstan_e2e::printed;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
+use capstan_testkit::{DemoProvider, PythonServer, binding_document, pin_oracle};
 use serde_json::{Value, json};
 
 /// How long an outcome may take: generous, the trials assert outcomes, not speed.

@@ -13,13 +13,11 @@ use capstan_compose::{
     CachedSource, CrdSource, DocumentSource, ProjectDocuments, ReadOutcome as CacheOutcome,
     WatchedCluster,
 };
-use capstan_demo_provider::harness::{
-    DemoProvider, ListeningClient, binding_document, unix_seconds,
-};
 use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
 use capstan_e2e::{FIELD_MANAGER, HarnessError};
+use capstan_testkit::{DemoProvider, ListeningClient, binding_document, unix_seconds};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;

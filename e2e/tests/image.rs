@@ -29,7 +29,7 @@ fn images_should_run_both_binaries_as_non_root_and_hold_only_their_runtime() {
         return;
     }
     let scratch = Scratch::new();
-    let binaries = capstan_demo_provider::harness::binary(BINARIES[0])
+    let binaries = capstan_testkit::binary(BINARIES[0])
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();

@@ -10,11 +10,11 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use capstan_demo_provider::harness::DemoProvider;
 use capstan_e2e::controller::{bind_cluster_role, service_account};
 use capstan_e2e::sidecar::{PROJECT_HEADER, Session, SidecarProcess};
 use capstan_e2e::suite::{Env, Outcome, check, trial};
 use capstan_e2e::{HarnessError, printed};
+use capstan_testkit::DemoProvider;
 use serde_json::{Value, json};
 
 const PROJECT: &str = "acme";
@@ -542,7 +542,7 @@ fn filters(env: &Env) -> Outcome {
 fn capstanctl_routes(env: &Env) -> Outcome {
     with_world(env, |world| {
         let before = searches(env, world);
-        let binary = capstan_demo_provider::harness::binary("capstanctl");
+        let binary = capstan_testkit::binary("capstanctl");
         let output = std::process::Command::new(binary)
             .args(["routes", "--socket"])
             .arg(&world.sidecar.socket)

@@ -37,7 +37,7 @@ fn inside_namespace(test: &str) -> bool {
         return true;
     }
     // The demo provider is built before entering: cargo has no network inside.
-    let _ = capstan_demo_provider::harness::binary("demo-provider");
+    let _ = capstan_testkit::binary("demo-provider");
     let dir = std::env::temp_dir().join(format!("capstan-netns-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let hosts = dir.join("hosts");

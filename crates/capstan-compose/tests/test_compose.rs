@@ -777,7 +777,7 @@ async fn a_tool_whose_pin_does_not_match_should_be_neither_exposed_nor_routed() 
     let provider = DemoProvider::start(&[]);
     let hosts = vec![provider.host()];
     let listed = provider.listed_tool("docs_search").await;
-    let reviewed = capstan_demo_provider::harness::pin_oracle(&listed);
+    let reviewed = capstan_testkit::pin_oracle(&listed);
     let stale = format!("sha256:{}", "0".repeat(64));
     let with_pin = |pin: &str| {
         let mut document = binding(
@@ -842,7 +842,7 @@ async fn a_tool_whose_pin_does_not_match_should_be_neither_exposed_nor_routed() 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_of_2026_07_28_alone_should_be_composed_and_called_in_its_revision() {
     // It refuses `initialize`: without speaking its revision, the binding would be degraded.
-    let echo = capstan_demo_provider::harness::EchoUpstream::start_only_2026_07_28();
+    let echo = capstan_testkit::EchoUpstream::start_only_2026_07_28();
     let hosts = vec![echo.host()];
     let text =
         serde_json::to_string(&json!([binding("modern", "echo", &echo.url(), &["echo"])])).unwrap();

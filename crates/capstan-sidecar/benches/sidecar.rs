@@ -31,7 +31,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use capstan_demo_provider::harness::{EchoUpstream, TcpHop};
+use capstan_testkit::{EchoUpstream, TcpHop};
 use common::*;
 use rmcp::RoleClient;
 use rmcp::ServiceExt;
@@ -187,7 +187,7 @@ fn main() {
 }
 
 async fn bench() {
-    capstan_demo_provider::harness::install_crypto_provider();
+    capstan_testkit::install_crypto_provider();
     let demo = [
         DemoProvider::start(&[]),
         DemoProvider::start(&[]),
@@ -426,7 +426,7 @@ async fn measure(workload: &Workload) -> Figures {
 }
 
 /// 2026-07-28 against a session revision through the same sidecar: `tools/call` of `tool`
-/// alternated call by call between a session (2025-11-25, answered by `direct.rs`) and a
+/// alternated call by call between a session (2025-11-25, answered by `call_fast_path.rs`) and a
 /// client without one (each request checked and served by the caller's task), and the first
 /// request of a new caller — `initialize` against `server/discover`, each composing a task —
 /// alternated. (call p50 session, call p50 2026-07-28, calls each, setup p50 session, setup

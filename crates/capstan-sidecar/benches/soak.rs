@@ -59,7 +59,7 @@ fn main() {
 }
 
 async fn soak() {
-    capstan_demo_provider::harness::install_crypto_provider();
+    capstan_testkit::install_crypto_provider();
     let seconds = env_u64("SOAK_SECONDS", 600);
     let max_calls = env_u64("SOAK_MAX_CALLS", 5_000_000);
     let providers = [

@@ -10,7 +10,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use capstan_demo_provider::harness::DemoProvider;
+use capstan_testkit::DemoProvider;
 use common::*;
 use serde_json::{Value, json};
 

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use capstan_demo_provider::harness::{ListeningClient, pin_oracle};
+use capstan_testkit::{ListeningClient, pin_oracle};
 use common::*;
 use serde_json::{Value, json};
 

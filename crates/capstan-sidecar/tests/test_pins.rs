@@ -10,7 +10,7 @@ mod common;
 
 use std::process::Output;
 
-use capstan_demo_provider::harness::pin_oracle;
+use capstan_testkit::pin_oracle;
 use common::*;
 use serde_json::{Value, json};
 

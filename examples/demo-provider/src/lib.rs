@@ -1,11 +1,5 @@
-//! Test support around the demo provider, shared by the integration tests and benchmarks of
-//! the composer and the sidecar: building workspace binaries in the caller's profile, running
-//! the demo provider on a free loopback port, and finding the Python `mcp` SDK.
-//!
-//! Everything in `harness` panics with a message on failure: it only ever runs inside tests.
-//! `serve` is what the demo provider's binaries share.
-
-pub mod harness;
+//! What the demo provider's binaries share: `serve`, which runs an app on a listener and prints
+//! the address it chose. (The tests drive the binaries through the `capstan-testkit` crate.)
 
 use std::net::SocketAddr;
 
@@ -14,7 +8,7 @@ use axum::Router;
 use axum::serve::ListenerExt;
 
 /// Serves `app` on `listen` until Ctrl-C, first printing `<name>: listening on http://<address>`
-/// (the line the harness reads the chosen port from).
+/// (the line the tests read the chosen port from).
 pub async fn serve(name: &str, listen: SocketAddr, app: Router) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await

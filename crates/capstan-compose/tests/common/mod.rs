@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use capstan_compose::{Composer, Document, EndpointGuard, Fetcher, Limits};
 use serde_json::{Value, json};
 
-pub use capstan_demo_provider::harness::{DemoProvider, PythonServer, python, repo_root};
+pub use capstan_testkit::{DemoProvider, PythonServer, python, repo_root};
 
 /// The StreamCo fixture with its endpoints moved to `address`.
 pub fn streamco_documents(address: SocketAddr) -> Vec<Document> {
@@ -36,7 +36,7 @@ pub fn documents(text: &str) -> Vec<Document> {
         .collect()
 }
 
-pub use capstan_demo_provider::harness::binding_document as binding;
+pub use capstan_testkit::binding_document as binding;
 
 pub fn composer(mcp_hosts: &[String], fetch_hosts: &[String], limits: Limits) -> Composer {
     capstan_compose::install_crypto_provider();

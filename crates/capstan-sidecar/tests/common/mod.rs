@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub use capstan_demo_provider::harness::{
+pub use capstan_testkit::{
     DemoProvider, binary, binding_document, client, node_dir, python, repo_root,
 };
-use capstan_demo_provider::harness::{ListeningClient, unix_seconds};
+use capstan_testkit::{ListeningClient, unix_seconds};
 use rmcp::model::ClientConfig;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -568,7 +568,7 @@ pub async fn upstream_deletes(provider: &DemoProvider) -> usize {
 
 /// The resident memory of process `pid`, in KiB (0 when it cannot be read).
 pub fn rss_kib(pid: u32) -> f64 {
-    capstan_demo_provider::harness::proc_status_kib(pid, "VmRSS:").unwrap_or(0.0)
+    capstan_testkit::proc_status_kib(pid, "VmRSS:").unwrap_or(0.0)
 }
 
-pub use capstan_demo_provider::harness::cpu_seconds;
+pub use capstan_testkit::cpu_seconds;

@@ -1,0 +1,34 @@
+//! What a process costs, read from Linux's `/proc`: memory and CPU time.
+
+/// A memory figure of process `pid` from `/proc/<pid>/status` — `field` is e.g. `VmRSS:` (now)
+/// or `VmHWM:` (peak) — in KiB; `None` once the process is gone.
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        line.strip_prefix(field)?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// CPU time process `pid` has used so far (user + system, every thread), in seconds, from
+/// `/proc/<pid>/stat` (clock ticks of 1/100 s, Linux's USER_HZ on every mainstream build).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) end with ')'; utime and stime are
+    // fields 14 and 15, i.e. the 12th and 13th after it.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
