@@ -442,9 +442,13 @@ mod tests {
     use crate::admission::Caps;
 
     fn tasks() -> Arc<Tasks> {
+        tasks_with(Caps::default())
+    }
+
+    fn tasks_with(caps: Caps) -> Arc<Tasks> {
         let admission = Admission::new(
             axum::http::HeaderName::from_static("x-capstan-project"),
-            Caps::default(),
+            caps,
         );
         Arc::new(Tasks::new(
             admission,
@@ -453,6 +457,20 @@ mod tests {
                 sessionless: DEFAULT_SESSIONLESS_TTL,
             },
         ))
+    }
+
+    #[test]
+    fn sessions_should_be_admitted_up_to_the_cap_and_again_when_one_ends() {
+        let tasks = tasks_with(Caps {
+            total: 2,
+            ..Caps::default()
+        });
+        let caller = Identity::new("p".into(), Some("t"));
+        let first = tasks.admission().admit(&caller).unwrap();
+        let _second = tasks.admission().admit(&caller).unwrap();
+        assert!(tasks.admission().admit(&caller).is_err());
+        drop(first);
+        assert!(tasks.admission().admit(&caller).is_ok());
     }
 
     #[test]
