@@ -1,5 +1,15 @@
-//! What the demo provider's binaries share: `serve`, which runs an app on a listener and prints
-//! the address it chose. (The tests drive the binaries through the `capstan-testkit` crate.)
+//! The demo provider's servers, so that its binaries only parse flags and call in: the
+//! StreamCo MCP server with its knowledge, runbook, request record and fault switches
+//! ([`server`]), the benchmarks' minimal upstream ([`echo_upstream`]), and [`serve`], which runs
+//! either on a listener. (Tests drive the binaries through the `capstan-testkit` crate.)
+
+mod debug;
+pub mod echo_upstream;
+mod faults;
+mod knowledge;
+mod recording;
+pub mod server;
+mod streamco;
 
 use std::net::SocketAddr;
 
