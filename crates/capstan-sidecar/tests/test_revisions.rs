@@ -70,7 +70,7 @@ async fn the_python_sdk_client_in_auto_mode_should_negotiate_2026_07_28_list_and
 async fn the_typescript_sdk_2_client_in_auto_mode_should_negotiate_2026_07_28_list_and_call() {
     let provider = DemoProvider::start(&[]);
     let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
-    let output = typescript_sdk_client(&sidecar, "client2.mjs");
+    let output = typescript_sdk_client(&sidecar, "client_sdk2.mjs");
     assert_sdk_client_saw_streamco(&output, REVISION);
 }
 

@@ -2,7 +2,7 @@
 // version negotiation in auto mode) talking to the sidecar over its Unix socket: probe
 // `server/discover`, list tools, read the instructions, call one tool.
 //
-// Usage: node client2.mjs SOCKET PROJECT TOKEN TOOL ARGUMENTS_JSON
+// Usage: node client_sdk2.mjs SOCKET PROJECT TOKEN TOOL ARGUMENTS_JSON
 // Prints one JSON object: tools, instructions, protocol version, the call's result.
 
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
