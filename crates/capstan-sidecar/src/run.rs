@@ -114,8 +114,8 @@ const UPSTREAM_CLOSE_WAIT: Duration = Duration::from_millis(500);
 
 /// Runs the sidecar until SIGTERM or Ctrl-C.
 pub async fn run(config: Config) -> Result<(), RunError> {
-    let config = Settings::from(config);
     init_logging(&config.log, config.log_format)?;
+    let config = Settings::from(config);
     capstan_compose::install_crypto_provider();
     let plane = control_plane(&config).await?;
     let (documents, watched) = document_reader(&config, plane.as_ref())?;

@@ -6,12 +6,11 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use capstan_process::LogFormat;
-
 use crate::caller_check::CallerCheckMode;
 use crate::config::{BaseToolsMode, Config, SourceKind};
 
-/// Every setting but the runtime's (`worker_threads`, read before the runtime exists).
+/// Every setting but the runtime's (`worker_threads`, read before the runtime exists) and the
+/// log's (read by `run` before anything else).
 pub(super) struct Settings {
     pub(super) socket: PathBuf,
     pub(super) source: SourceKind,
@@ -48,8 +47,6 @@ pub(super) struct Settings {
     pub(super) project_header: String,
     pub(super) metrics_address: Option<SocketAddr>,
     pub(super) metering_sink: String,
-    pub(super) log: String,
-    pub(super) log_format: LogFormat,
 }
 
 impl From<Config> for Settings {
@@ -90,9 +87,9 @@ impl From<Config> for Settings {
             project_header,
             metrics_address,
             metering_sink,
-            log,
-            log_format,
             worker_threads: _,
+            log: _,
+            log_format: _,
         } = config;
         Self {
             socket,
@@ -130,8 +127,6 @@ impl From<Config> for Settings {
             project_header,
             metrics_address,
             metering_sink,
-            log,
-            log_format,
         }
     }
 }
