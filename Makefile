@@ -80,6 +80,11 @@ bench: tools ## Benchmarks (release builds; medians and ratios, never asserted),
 FUZZ_TARGETS := parse guard identity plan_token route
 FUZZ_SECONDS ?= 60
 
+.PHONY: conformance
+conformance: ## The official MCP conformance suite against its reference server, directly and through a sidecar (table in target/conformance/)
+	$(CARGO) build -p capstan-sidecar --bin capstan-sidecar
+	e2e/conformance/run target/debug/capstan-sidecar
+
 .PHONY: fuzz
 fuzz: ## Fuzz every target for FUZZ_SECONDS (60) each; a crash is copied to fuzz/regressions/<target>/
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
