@@ -39,10 +39,11 @@ image: ## Build the OCI images (capstan-controller, capstan-sidecar) with builda
 	scripts/build-image --smoke --keep
 
 .PHONY: tools
-tools: ## Build (once) the pinned kube-apiserver, etcd, helm and the Python and TypeScript MCP SDKs into ~/.cache/capstan
+tools: ## Build (once) the pinned kube-apiserver, etcd, helm, the Python and TypeScript MCP SDKs and the MCP conformance suite into ~/.cache/capstan
 	e2e/build-tools
 	e2e/python-env
 	e2e/node-env
+	e2e/conformance/env > /dev/null
 
 # One build per run: `cargo test --workspace` builds every binary with the tests' own feature
 # set, and the test harness uses those binaries instead of building its own

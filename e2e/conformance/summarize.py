@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """The conformance suite's results as a table: for each scenario the suite ran, PASS when every
 check passed (INFO, SKIPPED and WARNING count as passed, as the suite counts them), per run
-directory given (`name=dir`), in the order given. Reads each scenario's `checks.json`."""
+directory given (`direct <revision>=dir`, `Capstan <revision>=dir`), in the order given. Reads
+each scenario's `checks.json`.
+
+With `--expected-failures FILE`: exits 1 when a scenario passes directly but not through
+Capstan and FILE does not list it (`<revision> <scenario> <reason>`), or FILE lists one that
+passes through Capstan or does not pass directly (the list only shrinks)."""
 import json
 import re
 import sys
@@ -18,8 +23,49 @@ def results(out: Path) -> dict:
     return found
 
 
+def expected_failures(path: Path) -> dict:
+    """(revision, scenario) → reason, from the lines of `path` (`#` starts a comment)."""
+    listed = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split(None, 2)
+        if len(parts) < 3:
+            sys.exit(f"{path}:{number}: expected `<revision> <scenario> <reason>`, got {line!r}")
+        listed[(parts[0], parts[1])] = parts[2]
+    return listed
+
+
+def problems(tables: dict, listed: dict) -> list:
+    """What the expected failures do not explain, and what they list that no longer fails."""
+    found = []
+    revisions = sorted({name.split(" ", 1)[1] for name in tables})
+    for revision in revisions:
+        direct = tables.get(f"direct {revision}", {})
+        capstan = tables.get(f"Capstan {revision}", {})
+        for scenario, outcome in sorted(direct.items()):
+            through = capstan.get(scenario, "not run")
+            known = (revision, scenario) in listed
+            if outcome == "PASS" and through != "PASS" and not known:
+                found.append(f"{revision} {scenario}: passes directly, through Capstan {through}; "
+                             "fix it, or list it in expected-failures.txt with the reason")
+    for (revision, scenario), reason in sorted(listed.items()):
+        direct = tables.get(f"direct {revision}", {}).get(scenario)
+        through = tables.get(f"Capstan {revision}", {}).get(scenario)
+        if through == "PASS" or direct != "PASS":
+            found.append(f"{revision} {scenario} is listed ({reason}) but passes through Capstan "
+                         f"or not directly (direct {direct}, Capstan {through}): remove the line")
+    return found
+
+
 def main() -> None:
-    runs = [arg.split("=", 1) for arg in sys.argv[1:]]
+    args = sys.argv[1:]
+    listed = None
+    if args[:1] == ["--expected-failures"]:
+        listed = expected_failures(Path(args[1]))
+        args = args[2:]
+    runs = [arg.split("=", 1) for arg in args]
     tables = {name: results(Path(path)) for name, path in runs}
     scenarios = sorted({s for table in tables.values() for s in table})
     print("| scenario | " + " | ".join(name for name, _ in runs) + " |")
@@ -30,6 +76,12 @@ def main() -> None:
     totals = [f"{sum(v == 'PASS' for v in tables[name].values())}/{len(tables[name])}"
               for name, _ in runs]
     print("| **passed** | " + " | ".join(totals) + " |")
+    if listed is not None:
+        found = problems(tables, listed)
+        for problem in found:
+            print(f"conformance: {problem}", file=sys.stderr)
+        if found:
+            sys.exit(1)
 
 
 if __name__ == "__main__":
