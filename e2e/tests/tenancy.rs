@@ -8,7 +8,7 @@
 //! bob (authenticated, admitted nowhere), a garbage token (known to no plane). On globex nobody
 //! but the sidecar's own account has any right. Each plane's audit log is the oracle.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -515,20 +515,7 @@ fn stream_until_end(
     stream
         .write_all(request.as_bytes())
         .map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    let mut all = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while started.elapsed() < limit {
-        match stream.read(&mut chunk) {
-            Ok(0) => return Ok(String::from_utf8_lossy(&all).into_owned()),
-            Ok(n) => all.extend_from_slice(&chunk[..n]),
-            Err(error) => return Err(format!("{error}: {}", String::from_utf8_lossy(&all))),
-        }
-    }
-    Err(format!(
-        "still open after {limit:?}: {}",
-        String::from_utf8_lossy(&all)
-    ))
+    capstan_testkit::read_until_end(&mut stream, limit)
 }
 
 /// Finding: after carol's grant was removed her open session kept calling tools, its idle

@@ -227,9 +227,8 @@ pub struct Config {
 /// Default of `--worker-threads`.
 pub const DEFAULT_WORKER_THREADS: usize = 0;
 
-/// Seconds a session may go without a request. 600 s: an assistant's task pauses for a
-/// person's reply; a session's upstream connections are cheap to keep that long.
-pub const DEFAULT_SESSION_IDLE_SECONDS: u64 = 600;
+/// Seconds a session may go without a request ([`crate::tasks::DEFAULT_SESSION_IDLE`]).
+pub const DEFAULT_SESSION_IDLE_SECONDS: u64 = crate::tasks::DEFAULT_SESSION_IDLE.as_secs();
 
 /// Default of `--refresh-seconds`. 30 s: half the crd cache's TTL, so a cached project is
 /// mostly read from the cache, and a change made by hand shows within half a minute.

@@ -43,10 +43,7 @@ fn harness() -> &'static Harness {
                 HeaderName::from_static("x-capstan-project"),
                 crate::admission::Caps::default(),
             ),
-            crate::tasks::Lifetimes {
-                session_idle: std::time::Duration::from_secs(600),
-                sessionless: crate::tasks::DEFAULT_SESSIONLESS_TTL,
-            },
+            crate::tasks::Lifetimes::default(),
         ));
         // The handler answers 299 so "reached" cannot be confused with any status the
         // middleware itself answers.

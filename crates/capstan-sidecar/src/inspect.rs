@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::identity::{Identity, refusal};
 use crate::middleware::SessionTask;
 use crate::project_composer::ProjectComposer;
-use crate::task::LOAD_SKILL;
+use crate::task::{LOAD_SKILL, Task};
 use crate::tasks::Tasks;
 
 /// What inspection reads: live sessions first, else the composer.
@@ -28,6 +28,18 @@ pub struct Inspection {
     pub composer: Arc<ProjectComposer>,
     /// Compositions made for inspection, per caller.
     pub views: CompositionViews,
+}
+
+impl Inspection {
+    /// The live task a read is answered from: the session the request names (the middleware
+    /// checked it is the caller's), else the caller's own live task, if any.
+    pub fn live_task(&self, parts: &Parts, identity: &Identity) -> Option<Arc<Task>> {
+        parts
+            .extensions
+            .get::<SessionTask>()
+            .map(|SessionTask(task)| task.clone())
+            .or_else(|| self.tasks.live_task(&identity.fingerprint()))
+    }
 }
 
 /// `GET /v1/composition`: the caller's composition as JSON (tools with `mutating`,
@@ -45,11 +57,7 @@ pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts
             "no caller identity",
         );
     };
-    let live = parts
-        .extensions
-        .get::<SessionTask>()
-        .map(|SessionTask(task)| task.clone())
-        .or_else(|| inspection.tasks.live_task(&identity.fingerprint()));
+    let live = inspection.live_task(&parts, &identity);
     if let Some(task) = live {
         let served = task.served();
         return axum::Json(composition_view(

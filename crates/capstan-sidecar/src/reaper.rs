@@ -119,7 +119,7 @@ mod tests {
             ),
             crate::tasks::Lifetimes {
                 session_idle: Duration::from_secs(1),
-                sessionless: crate::tasks::DEFAULT_SESSIONLESS_TTL,
+                ..crate::tasks::Lifetimes::default()
             },
         );
         let manager = LocalSessionManager::default();

@@ -17,7 +17,6 @@ use sha2::{Digest, Sha256};
 
 use crate::identity::{Identity, refusal};
 use crate::inspect::Inspection;
-use crate::middleware::SessionTask;
 use crate::route_decision::decide;
 
 /// Decisions returned when no `limit` is given.
@@ -106,11 +105,7 @@ pub async fn routes(State(inspection): State<Arc<Inspection>>, parts: Parts) -> 
         }
         Err(message) => return bad_request(message),
     };
-    let live = parts
-        .extensions
-        .get::<SessionTask>()
-        .map(|SessionTask(task)| task.clone())
-        .or_else(|| inspection.tasks.live_task(&identity.fingerprint()));
+    let live = inspection.live_task(&parts, &identity);
     if let Some(task) = live {
         let served = task.served();
         return axum::Json(routes_view(

@@ -27,6 +27,10 @@ use crate::project_composer::{ComposedProject, ProjectComposer};
 use crate::refresh;
 use crate::task::{Served, Task};
 
+/// How long a session may go without a request. 600 s: an assistant's task pauses for a
+/// person's reply; a session's upstream connections are cheap to keep that long.
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(600);
+
 /// How long a task without a session lives without a request. 60 s: the caller check's TTL,
 /// and long enough that an assistant's turn (list, then a few calls) composes once.
 pub const DEFAULT_SESSIONLESS_TTL: Duration = Duration::from_secs(60);
@@ -39,6 +43,16 @@ pub struct Lifetimes {
     pub session_idle: Duration,
     /// A task without a session (`CAPSTAN_SESSIONLESS_TTL_SECONDS`).
     pub sessionless: Duration,
+}
+
+impl Default for Lifetimes {
+    /// The settings' defaults (`CAPSTAN_SESSION_IDLE_SECONDS`, `CAPSTAN_SESSIONLESS_TTL_SECONDS`).
+    fn default() -> Self {
+        Self {
+            session_idle: DEFAULT_SESSION_IDLE,
+            sessionless: DEFAULT_SESSIONLESS_TTL,
+        }
+    }
 }
 
 /// Starts tasks: composes the caller's project and starts the task that serves it and follows
@@ -450,13 +464,7 @@ mod tests {
             axum::http::HeaderName::from_static("x-capstan-project"),
             caps,
         );
-        Arc::new(Tasks::new(
-            admission,
-            Lifetimes {
-                session_idle: Duration::from_secs(600),
-                sessionless: DEFAULT_SESSIONLESS_TTL,
-            },
-        ))
+        Arc::new(Tasks::new(admission, Lifetimes::default()))
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use capstan_testkit::read_until_end;
 use common::*;
 use serde_json::{Value, json};
 
@@ -60,25 +61,6 @@ fn read_head(stream: &mut UnixStream) -> String {
         }
     }
     String::from_utf8_lossy(&head).into_owned()
-}
-
-/// What `stream` carries until the sidecar ends it, read for at most `limit` as a whole
-/// (keep-alive comments would keep a per-read timeout from ever firing).
-fn read_until_end(stream: &mut UnixStream, limit: Duration) -> Result<String, String> {
-    let mut all = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let started = std::time::Instant::now();
-    while started.elapsed() < limit {
-        match stream.read(&mut chunk) {
-            Ok(0) => return Ok(String::from_utf8_lossy(&all).into_owned()),
-            Ok(n) => all.extend_from_slice(&chunk[..n]),
-            Err(error) => return Err(format!("{error}: {}", String::from_utf8_lossy(&all))),
-        }
-    }
-    Err(format!(
-        "still open after {limit:?}: {}",
-        String::from_utf8_lossy(&all)
-    ))
 }
 
 /// The StreamCo fixture without a task time limit: only the idle rule can end a task.

@@ -15,6 +15,7 @@ mod pin_oracle;
 mod proc_stats;
 mod python_sdk;
 mod spawned;
+mod streams;
 mod workspace;
 
 pub use bench_upstreams::{EchoUpstream, TcpHop};
@@ -25,4 +26,5 @@ pub use node_sdk::node_dir;
 pub use pin_oracle::pin_oracle;
 pub use proc_stats::{cpu_seconds, proc_status_kib};
 pub use python_sdk::{ListeningClient, PythonServer, python, unix_seconds};
+pub use streams::read_until_end;
 pub use workspace::{PREBUILT, binary, repo_root};

@@ -36,10 +36,7 @@ fn sessions() -> Arc<Tasks> {
             HeaderName::from_static("x-capstan-project"),
             crate::admission::Caps::default(),
         ),
-        crate::tasks::Lifetimes {
-            session_idle: std::time::Duration::from_secs(600),
-            sessionless: crate::tasks::DEFAULT_SESSIONLESS_TTL,
-        },
+        crate::tasks::Lifetimes::default(),
     ))
 }
 
