@@ -36,6 +36,10 @@ fn main() -> ExitCode {
             "spec_change_should_bump_generation_and_status_patch_should_not",
             generation_follows_spec,
         ),
+        trial(
+            "kubectl_should_admit_an_unprefixed_server_and_keep_its_naming",
+            unprefixed_admitted,
+        ),
     ];
     trials.push(trial(
         "kubectl_should_refuse_a_list_with_an_invalid_item_whole_naming_its_fields",
@@ -67,6 +71,26 @@ fn stdout(output: &std::process::Output) -> String {
 
 // ---------------------------------------------------------------------------------------------
 // Accepted objects
+
+/// The conformance suite's binding names its server's tools unprefixed (`toolNames:
+/// Unprefixed`): admission runs its CEL rule over every allowed name and admits them, and the
+/// stored object keeps the field.
+fn unprefixed_admitted(suite: &Suite) -> Outcome {
+    let plane = &suite.plane;
+    let file = "e2e/conformance/binding.yaml";
+    let output = plane.kubectl(&["apply", "-f", file]);
+    check(output.status.success(), || {
+        format!("kubectl apply -f {file}\n{}", printed(&output))
+    })?;
+    let output = plane.kubectl(&[
+        "get",
+        "capabilitybinding",
+        "conformance-binding",
+        "-o",
+        "jsonpath={.spec.tools.mcpServers[0].toolNames}",
+    ]);
+    check(stdout(&output) == "Unprefixed", || printed(&output))
+}
 
 fn kubectl_accepts_examples(suite: &Suite) -> Outcome {
     let plane = &suite.plane;
@@ -264,7 +288,7 @@ fn example_binding(name: &str) -> CapabilityBinding {
 /// Files in the invalid corpus. Every one becomes a case here (one object each, or the list
 /// trial for `mixed-list`); a file added, removed or left unread fails the suite instead of
 /// shrinking it.
-const CORPUS_FILES: usize = 79;
+const CORPUS_FILES: usize = 80;
 
 /// The one corpus file that is a List: applied as a List, its valid items must be admitted.
 const LIST_CASE: &str = "mixed-list";
@@ -338,6 +362,21 @@ const ADMISSION_PATHS: &[(&str, &str, &str)] = &[
         "spec.tools.mcpServers[0].toolSelector.pins.streams_delete",
         "spec.tools.mcpServers[0].toolSelector.pins",
     ),
+    (
+        "doc-unprefixed-built-in",
+        "spec.tools.mcpServers[0].toolSelector.include[1]",
+        "spec.tools.mcpServers[0].toolSelector.include",
+    ),
+    (
+        "doc-unprefixed-built-in",
+        "spec.tools.mcpServers[0].toolSelector.include[2]",
+        "spec.tools.mcpServers[0].toolSelector.include",
+    ),
+    (
+        "doc-unprefixed-built-in",
+        "spec.tools.mcpServers[0].toolSelector.include[3]",
+        "spec.tools.mcpServers[0].toolSelector.include",
+    ),
     // A duplicate list-map key is reported on the entry, not on its key field.
     (
         "doc-duplicate-server-names",
@@ -372,6 +411,7 @@ fn is_cel_rule(message: &str) -> bool {
     [
         "is not in",
         "is reserved",
+        "cannot be exposed unprefixed",
         "must not contain \"__\"",
         "when kind is",
     ]

@@ -215,6 +215,12 @@ pub struct Tools {
         "message": "every capabilities[].tool must also be in toolSelector.include",
         "fieldPath": ".capabilities",
         "reason": "FieldValueInvalid"
+    },
+    {
+        "rule": "!has(self.toolNames) || self.toolNames != 'Unprefixed' || !has(self.toolSelector) || !has(self.toolSelector.include) || self.toolSelector.include.all(t, t.matches('^[a-zA-Z0-9_-]{1,64}$') && !t.startsWith('cap__') && !(t in ['load_skill', 'resources_list', 'resources_get', 'schema_get', 'locations_list', 'quota_get', 'resources_validate', 'resources_plan', 'resources_apply']))",
+        "message": "with toolNames: Unprefixed, every toolSelector.include entry is exposed as listed: it must be 1-64 letters, digits, '_' and '-', and is never a built-in tool name (load_skill, the base tools, cap__*)",
+        "fieldPath": ".toolSelector.include",
+        "reason": "FieldValueInvalid"
     }
 ]))]
 pub struct McpServer {
@@ -237,6 +243,14 @@ pub struct McpServer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_selector: Option<ToolSelector>,
 
+    /// How this server's tools are named in the composition: `Prefixed` (the default,
+    /// `<name>__<tool>`) or `Unprefixed` (as the server lists them), for providers whose tool
+    /// names are already unique. An unprefixed name is never a built-in tool name (`load_skill`,
+    /// the base tools, `cap__*`) and must already be 1–64 characters of `[a-zA-Z0-9_-]`; two
+    /// bindings offering one name stay first-wins, the loser reporting the collision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_names: Option<ToolNames>,
+
     /// Tools, among those included, that can change something. They are listed in the
     /// composition's mutating set and carry `readOnlyHint: false`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -248,6 +262,16 @@ pub struct McpServer {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub capabilities: Vec<CapabilityMapping>,
+}
+
+/// How a server's tools are named in a composition.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ToolNames {
+    /// `<server>__<tool>`: no two servers can collide.
+    #[default]
+    Prefixed,
+    /// As the server lists them.
+    Unprefixed,
 }
 
 /// The tool allow-list of one MCP server.

@@ -21,7 +21,7 @@ pub mod wire;
 pub use binding::{
     Authority, CapabilityBinding, CapabilityBindingSpec, CapabilityBindingStatus,
     CapabilityMapping, CapabilityStatus, Concept, CostHint, GroupKind, Knowledge, KnowledgeSource,
-    KnowledgeSourceType, McpServer, ObjectRef, ReadGrant, Skill, ToolSelector, Tools,
+    KnowledgeSourceType, McpServer, ObjectRef, ReadGrant, Skill, ToolNames, ToolSelector, Tools,
 };
 pub use document::{CapabilityDocument, DocumentMeta};
 pub use parse::{API_VERSION, InvalidObject, Object, ParseError, Parsed, ParsedObject, parse};

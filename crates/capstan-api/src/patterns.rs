@@ -26,6 +26,34 @@ pub const HTTP_URL_PATTERN: &str = "^https?://[^\\s/?#]+([/?#]\\S*)?$";
 /// hex, the form `capstanctl pins` prints.
 pub const PIN_PATTERN: &str = "^sha256:[0-9a-f]{64}$";
 
+/// Tool names a server with `toolNames: Unprefixed` may offer: already what the major model
+/// APIs accept (`[a-zA-Z0-9_-]`, at most 64 characters), so the name the assistant sees is the
+/// name the server lists, with nothing sanitized or shortened.
+pub const UNPREFIXED_TOOL_PATTERN: &str = "^[a-zA-Z0-9_-]{1,64}$";
+
+/// The names of the sidecar's own tools: `load_skill` and the base platform tools. A provider
+/// tool may never be exposed under one of them, nor under `cap__…` (routed capabilities).
+/// `capstan-platform` and the sidecar check their names against this list in their tests.
+pub const BUILT_IN_TOOLS: &[&str] = &[
+    "load_skill",
+    "resources_list",
+    "resources_get",
+    "schema_get",
+    "locations_list",
+    "quota_get",
+    "resources_validate",
+    "resources_plan",
+    "resources_apply",
+];
+
+/// The prefix of routed capability tools (`cap__web_search`).
+pub const CAPABILITY_TOOL_PREFIX: &str = "cap__";
+
+/// Whether `name` belongs to the sidecar: a built-in tool or a routed capability.
+pub fn is_built_in_tool(name: &str) -> bool {
+    BUILT_IN_TOOLS.contains(&name) || name.starts_with(CAPABILITY_TOOL_PREFIX)
+}
+
 /// Names and other identifiers: the Kubernetes DNS-subdomain bound.
 pub const MAX_NAME_LEN: u32 = 253;
 
@@ -53,6 +81,10 @@ pub fn pattern_message(pattern: &str) -> Option<&'static str> {
         PIN_PATTERN => Some(
             "must be sha256: followed by 64 lower-case hex digits, as capstanctl pins prints it",
         ),
+        UNPREFIXED_TOOL_PATTERN => Some(
+            "must be 1-64 letters, digits, '_' and '-' to be exposed unprefixed; keep the \
+             <server>__ prefix (remove toolNames) for other names",
+        ),
         _ => None,
     }
 }
@@ -69,11 +101,22 @@ mod tests {
             FEATURE_PATTERN,
             HTTP_URL_PATTERN,
             PIN_PATTERN,
+            UNPREFIXED_TOOL_PATTERN,
         ] {
             assert!(
                 pattern_message(pattern).is_some(),
                 "{pattern} has no message"
             );
         }
+    }
+
+    #[test]
+    fn built_in_names_should_be_the_sidecars_and_every_capability_tool() {
+        assert!(is_built_in_tool("load_skill"));
+        assert!(is_built_in_tool("resources_apply"));
+        assert!(is_built_in_tool("cap__web_search"));
+        assert!(!is_built_in_tool("resources_apply_all"));
+        assert!(!is_built_in_tool("capture"));
+        assert!(!is_built_in_tool("test_simple_text"));
     }
 }

@@ -96,3 +96,36 @@ fn binding_spec_fields_should_carry_descriptions_for_kubectl_explain() {
         );
     }
 }
+
+#[test]
+fn the_unprefixed_rule_should_name_every_built_in_tool() {
+    fn rules(value: &serde_json::Value, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let Some(rule) = map.get("rule").and_then(|r| r.as_str()) {
+                    out.push(rule.to_owned());
+                }
+                map.values().for_each(|v| rules(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| rules(v, out)),
+            _ => {}
+        }
+    }
+    let crd =
+        serde_json::to_value(<capstan_api::CapabilityBinding as kube::CustomResourceExt>::crd())
+            .unwrap_or_else(|e| panic!("{e}"));
+    let mut all = Vec::new();
+    rules(&crd, &mut all);
+    let rule = all
+        .iter()
+        .find(|rule| rule.contains("'Unprefixed'"))
+        .unwrap_or_else(|| panic!("no rule for toolNames: Unprefixed in the CRD"));
+    for name in capstan_api::patterns::BUILT_IN_TOOLS {
+        assert!(
+            rule.contains(&format!("'{name}'")),
+            "the rule misses {name}"
+        );
+    }
+    assert!(rule.contains("startsWith('cap__')"));
+    assert!(rule.contains(capstan_api::patterns::UNPREFIXED_TOOL_PATTERN));
+}

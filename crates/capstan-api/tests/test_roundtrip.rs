@@ -4,7 +4,7 @@
 use capstan_api::{
     Authority, CapabilityBindingSpec, CapabilityDocument, CapabilityMapping, CapabilityStatus,
     Concept, CostHint, DocumentMeta, GroupKind, Knowledge, KnowledgeSource, KnowledgeSourceType,
-    McpServer, Object, ObjectRef, ReadGrant, Skill, ToolSelector, Tools,
+    McpServer, Object, ObjectRef, ReadGrant, Skill, ToolNames, ToolSelector, Tools,
 };
 use proptest::collection::vec;
 use proptest::option;
@@ -103,9 +103,18 @@ fn server(index: usize) -> impl Strategy<Value = McpServer> {
                 }
                 _ => vec![],
             };
+            // Unprefixed only where every allowed name may be exposed as it is.
+            let plain = include
+                .iter()
+                .all(|t| !t.contains('.') && !capstan_api::patterns::is_built_in_tool(t));
             McpServer {
                 name: format!("{prefix}{index}"),
                 endpoint,
+                tool_names: match (index % 3, plain) {
+                    (0, _) => None,
+                    (1, _) | (_, false) => Some(ToolNames::Prefixed),
+                    _ => Some(ToolNames::Unprefixed),
+                },
                 tool_selector: (!include.is_empty()).then(|| ToolSelector {
                     pins: pin
                         .map(|hex| (pick.get(&include).clone(), format!("sha256:{hex}")))

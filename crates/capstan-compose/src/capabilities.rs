@@ -13,7 +13,7 @@ use rmcp::model::{Tool, ToolAnnotations};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::names::composed_name;
+use crate::names::composed_name_as;
 use crate::source::snapshot::Document;
 
 /// The longest `intent` a call may carry (it is kept only as a digest).
@@ -99,7 +99,8 @@ pub fn routed_capabilities(
                 if spec.status == SpecStatus::Retired {
                     continue;
                 }
-                let tool = composed_name(&server.name, &mapping.tool);
+                let naming = server.tool_names.unwrap_or_default();
+                let tool = composed_name_as(naming, &server.name, &mapping.tool);
                 let composed = owners.get(&tool) == Some(&document.binding);
                 let entry =
                     by_id

@@ -58,6 +58,10 @@ pub struct SkillSummary {
     pub configuration_version: String,
 }
 
+/// [`Collision::won_by`] for a name the sidecar's own tools hold (`load_skill`, the base tools,
+/// `cap__*`).
+pub const BUILT_IN: &str = "(built-in)";
+
 /// A name this binding declared that another binding won.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -152,10 +156,18 @@ impl BindingOutcome {
             format!("tool {t} takes a project argument and is not exposed: the project is never an argument")
         }));
         reasons.extend(self.collisions.iter().map(|c| {
-            format!(
-                "tool name {} is already taken by binding {}",
-                c.name, c.won_by
-            )
+            if c.won_by == BUILT_IN {
+                format!(
+                    "tool name {} is a built-in tool of the sidecar and is not exposed; keep \
+                     the server's prefix (remove toolNames)",
+                    c.name
+                )
+            } else {
+                format!(
+                    "tool name {} is already taken by binding {}",
+                    c.name, c.won_by
+                )
+            }
         }));
         if self.knowledge_total > 0 && self.knowledge_errors.len() == self.knowledge_total {
             let mut lost = format!("all {} knowledge sources failed", self.knowledge_total);

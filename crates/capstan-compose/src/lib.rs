@@ -25,7 +25,7 @@ pub use capabilities::{
 };
 pub use composer::{Composed, Composer, SetupError, SkillError, ToolCallError};
 pub use composition::{
-    BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
+    BUILT_IN, BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
     UpstreamStage,
 };
 pub use control_plane::ControlPlane;
@@ -36,7 +36,9 @@ pub use limits::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FETCH_TIMEOUT,
     DEFAULT_KNOWLEDGE_SOURCE_CAP, DEFAULT_KNOWLEDGE_TOTAL_CAP, DEFAULT_SKILL_CAP, Limits,
 };
-pub use names::{MAX_TOOL_NAME, composed_name, full_name, sanitize, shortened};
+pub use names::{
+    MAX_TOOL_NAME, composed_name, composed_name_as, full_name, full_name_as, sanitize, shortened,
+};
 pub use pins::{
     PINNED_MEMBERS, PinMismatch, ToolDefinition, covered_definition, definition_digest,
 };

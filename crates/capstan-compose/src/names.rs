@@ -1,5 +1,7 @@
 //! How provider tools are named in a composition: `<server>__<tool>`, sanitized, and never
-//! longer than the major model APIs accept (64 characters of `[a-zA-Z0-9_-]`).
+//! longer than the major model APIs accept (64 characters of `[a-zA-Z0-9_-]`) — or, for a
+//! server with `toolNames: Unprefixed`, the tool's own name (already such a name: the binding
+//! rules refuse any other).
 //!
 //! A longer name is shortened deterministically: the first 55 characters of the full name, an
 //! underscore, and the first 8 hex digits of the SHA-256 of the full name — readable, stable
@@ -7,6 +9,7 @@
 //! collide. Two names that shorten alike meet in the composition's first-wins table like any
 //! other collision (`compose.rs`): reported, never silently overwritten.
 
+use capstan_api::ToolNames;
 use sha2::{Digest, Sha256};
 
 /// The longest tool name the major model APIs accept.
@@ -37,6 +40,20 @@ pub fn full_name(server: &str, tool: &str) -> String {
 /// [`MAX_TOOL_NAME`] when longer.
 pub fn composed_name(server: &str, tool: &str) -> String {
     shortened(&full_name(server, tool))
+}
+
+/// The name `tool` of `server` takes under `naming`, before shortening: [`full_name`], or the
+/// tool's own name sanitized.
+pub fn full_name_as(naming: ToolNames, server: &str, tool: &str) -> String {
+    match naming {
+        ToolNames::Prefixed => full_name(server, tool),
+        ToolNames::Unprefixed => sanitize(tool),
+    }
+}
+
+/// The composed name of `tool` of `server` under `naming`.
+pub fn composed_name_as(naming: ToolNames, server: &str, tool: &str) -> String {
+    shortened(&full_name_as(naming, server, tool))
 }
 
 /// `full` itself when it fits, else its first characters, `_` and a digest of all of it.

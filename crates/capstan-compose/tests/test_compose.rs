@@ -157,6 +157,61 @@ async fn streamco_should_compose_against_an_independent_python_server() {
     composed.close().await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprefixed_server_should_be_called_by_its_own_names_and_never_take_a_built_in() {
+    let server = PythonServer::start();
+    let hosts = vec![server.address.to_string()];
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut unprefixed = binding(
+        "plain",
+        "streamco",
+        &endpoint,
+        &["streams_list", "streams_get"],
+    );
+    unprefixed["spec"]["tools"]["mcpServers"][0]["toolNames"] = json!("Unprefixed");
+    let prefixed = binding("prefixed", "other", &endpoint, &["resources_list"]);
+    let text = serde_json::to_string(&json!([unprefixed, prefixed])).unwrap();
+    let mut documents = documents(&text);
+    // What the binding rules refuse, as a source that skipped them would hand it over: an
+    // unprefixed server offering a tool under a built-in name.
+    let server_entry = &mut documents[0].spec.tools.as_mut().unwrap().mcp_servers[0];
+    let include = &mut server_entry.tool_selector.as_mut().unwrap().include;
+    include.push("resources_list".to_owned());
+    let composed = composer(&hosts, &hosts, Limits::default())
+        .compose(&documents)
+        .await;
+    let composition = &composed.composition;
+    assert_eq!(
+        tool_names(composition),
+        ["streams_get", "streams_list", "other__resources_list"]
+    );
+    assert_eq!(
+        composition.bindings[0].reasons(),
+        [
+            "tool name resources_list is a built-in tool of the sidecar and is not exposed; keep \
+          the server's prefix (remove toolNames)"
+        ]
+    );
+    assert!(composition.bindings[1].reasons().is_empty());
+
+    let result = composed
+        .call_tool("streams_get", args(json!({"name": "orders"})))
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&result).unwrap();
+    assert!(text.contains("python"), "{text}");
+    let result = composed
+        .call_tool("other__resources_list", None)
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&result).unwrap();
+    assert!(text.contains("provider resources"), "{text}");
+    for name in ["streamco__streams_get", "resources_list", "streams_export"] {
+        assert_unknown(composed.call_tool(name, None).await, name);
+    }
+    composed.close().await;
+}
+
 /// Two bindings: `bad` on a faulty provider, `good` on a healthy one.
 async fn compose_with_fault(fault: &str, limits: Limits) -> Composition {
     let faulty = DemoProvider::start(&[fault]);

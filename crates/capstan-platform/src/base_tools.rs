@@ -536,3 +536,21 @@ fn in_namespace(namespace: Option<&str>) -> String {
         .map(|n| format!(" in namespace {n}"))
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A provider tool exposed without its prefix may never take a base tool's name: the
+    /// binding rules refuse the names in `capstan_api::patterns::BUILT_IN_TOOLS`.
+    #[test]
+    fn every_base_tool_should_be_a_reserved_name() {
+        for tool in definitions(true) {
+            assert!(
+                capstan_api::patterns::BUILT_IN_TOOLS.contains(&tool.name.as_ref()),
+                "{} is not in BUILT_IN_TOOLS",
+                tool.name
+            );
+        }
+    }
+}

@@ -1,12 +1,13 @@
 //! The rules of a CapabilityBinding spec that span fields (the CRD's CEL rules and list-map
 //! keys): unique server, skill and capability names, the `__` delimiter and the reserved name
 //! `cap`, and `mutating`, `toolSelector.pins` and `capabilities[].tool` entries inside the
-//! allow-list.
+//! allow-list, and the names an unprefixed server may offer.
 
 use serde_json::Value;
 
 use super::FieldError;
 use super::fields::{duplicates, items, text};
+use crate::patterns::is_built_in_tool;
 
 /// Checks the cross-field rules of a binding spec, pushing every violation.
 pub(super) fn check(spec: &Value, out: &mut Vec<FieldError>) {
@@ -27,6 +28,7 @@ pub(super) fn check(spec: &Value, out: &mut Vec<FieldError>) {
         check_server_name(&at, server, out);
         let allow_list = AllowList::of(&at, server);
         check_include_entries(&allow_list, server, out);
+        check_unprefixed(&allow_list, server, out);
         check_pins(&at, &allow_list, server, out);
         check_mutating(&at, &allow_list, server, out);
         check_capabilities(&at, &allow_list, server, out);
@@ -106,6 +108,48 @@ fn check_include_entries(allow_list: &AllowList, server: &Value, out: &mut Vec<F
             .filter_map(|(j, tool)| Some((format!("{}[{j}]", allow_list.path), tool.as_str()?))),
         out,
     );
+}
+
+/// A server with `toolNames: Unprefixed` exposes each allowed tool under its own name, so the
+/// name must already be one a model API accepts and must not take a built-in tool's name.
+fn check_unprefixed(allow_list: &AllowList, server: &Value, out: &mut Vec<FieldError>) {
+    if text(server, "toolNames") != Some("Unprefixed") {
+        return;
+    }
+    let include = server
+        .get("toolSelector")
+        .map_or(&[][..], |s| items(s, "include"));
+    for (j, tool) in include.iter().enumerate() {
+        let Some(tool) = tool.as_str() else {
+            continue;
+        };
+        let path = format!("{}[{j}]", allow_list.path);
+        if !is_plain_tool_name(tool) {
+            out.push(FieldError::new(
+                path,
+                format!(
+                    "\"{tool}\" cannot be exposed unprefixed: an unprefixed name must be 1-64 \
+                     letters, digits, '_' and '-'; keep the <server>__ prefix (remove toolNames)"
+                ),
+            ));
+        } else if is_built_in_tool(tool) {
+            out.push(FieldError::new(
+                path,
+                format!(
+                    "\"{tool}\" is reserved for a built-in tool of the sidecar (load_skill, the \
+                     base tools, cap__*); keep the <server>__ prefix (remove toolNames) to offer it"
+                ),
+            ));
+        }
+    }
+}
+
+/// What `UNPREFIXED_TOOL_PATTERN` admits, without a regular expression engine.
+fn is_plain_tool_name(tool: &str) -> bool {
+    (1..=64).contains(&tool.len())
+        && tool
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// Each `toolSelector.pins` key must name an allowed tool. Pin keys are object keys, so they

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use capstan_api::patterns::is_built_in_tool;
 use capstan_route::Catalog;
 use rmcp::model::Tool;
 use tracing::{debug, warn};
@@ -12,10 +13,10 @@ use super::connect::{ServerPlan, ServerResult};
 use super::live::{Composed, Connected};
 use crate::capabilities::{CapabilitySummary, RoutedCapability, routed_capabilities};
 use crate::composition::{
-    BindingOutcome, Collision, ComposedTool, SkillSummary, UpstreamFailure, UpstreamStage,
+    BUILT_IN, BindingOutcome, Collision, ComposedTool, SkillSummary, UpstreamFailure, UpstreamStage,
 };
 use crate::knowledge::{self, KnowledgeItem};
-use crate::names::{full_name, shortened};
+use crate::names::{full_name_as, shortened};
 use crate::pins::{PinMismatch, ToolDefinition, covered_definition, definition_digest};
 use crate::source::snapshot::Document;
 use crate::upstream::ConnectError;
@@ -131,8 +132,17 @@ impl<'a> Assembly<'a> {
                 .push(format!("{}/{tool}", plan.server));
             return;
         }
-        let full = full_name(&plan.server, tool);
+        let full = full_name_as(plan.naming, &plan.server, tool);
         let name = shortened(&full);
+        // The binding rules refuse these names; a document that skipped them (a fixture, an
+        // older CRD) still never shadows a tool of the sidecar's own.
+        if is_built_in_tool(&name) {
+            outcome.collisions.push(Collision {
+                name,
+                won_by: BUILT_IN.to_owned(),
+            });
+            return;
+        }
         if let Some(winner) = self.owners.get(&name) {
             outcome.collisions.push(Collision {
                 name,

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use capstan_api::{CapabilityStatus, McpServer};
+use capstan_api::{CapabilityStatus, McpServer, ToolNames};
 use rmcp::model::Tool;
 use sha2::{Digest as _, Sha256};
 use tracing::debug;
@@ -21,6 +21,8 @@ pub(super) struct ServerPlan {
     pub doc: usize,
     pub server: String,
     pub endpoint: String,
+    /// How its tools are named (`toolNames`).
+    pub naming: ToolNames,
     /// The tools of its allow-list (`toolSelector.include`).
     pub allowed: BTreeSet<String>,
     /// `toolSelector.pins`: tool → pinned definition digest.
@@ -120,6 +122,7 @@ fn plan(doc: usize, server: &McpServer, key: [u8; 32]) -> ServerPlan {
         doc,
         server: server.name.clone(),
         endpoint: server.endpoint.clone(),
+        naming: server.tool_names.unwrap_or_default(),
         allowed: server
             .tool_selector
             .iter()

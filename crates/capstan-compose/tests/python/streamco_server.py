@@ -35,5 +35,11 @@ def streams_export() -> str:
     return "exported"
 
 
+@server.tool()
+def resources_list() -> str:
+    """Named like a base tool of the sidecar: only ever exposed with its server's prefix."""
+    return "provider resources"
+
+
 if __name__ == "__main__":
     server.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[1]))

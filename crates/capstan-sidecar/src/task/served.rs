@@ -176,4 +176,9 @@ mod tests {
         assert_eq!(tool.input_schema["required"], json!(["name"]));
         assert!(tool.input_schema["properties"].get("project").is_none());
     }
+
+    #[test]
+    fn load_skill_should_be_a_reserved_name() {
+        assert!(capstan_api::patterns::BUILT_IN_TOOLS.contains(&LOAD_SKILL));
+    }
 }
