@@ -51,7 +51,9 @@ pub use source::{
     ProjectDocuments, ReadOutcome, SourceError, Uncached,
 };
 pub use tool_error::{ErrorKind, ToolError};
-pub use upstream::{CallError, ConnectError, ToolListChanges};
+pub use upstream::{
+    CallError, CallTraffic, ConnectError, Notifications, RELAY_CAPACITY, ToolListChanges,
+};
 
 /// Installs the process-wide TLS crypto provider (ring, the one kube uses) unless one is
 /// installed already. Call once before building clients.

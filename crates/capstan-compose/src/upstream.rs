@@ -7,6 +7,7 @@
 mod call;
 mod error;
 mod pooled;
+mod relay;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,11 +25,14 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
 use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use tracing::debug;
 
 use self::call::DirectCalls;
 pub use self::call::ToolListChanges;
 pub use self::error::{CallError, ConnectError};
 use self::pooled::PooledClient;
+pub use self::relay::{CallTraffic, Notifications, RELAY_CAPACITY};
 use crate::error_chain::{chain_text, find_in_chain};
 use crate::fetch::{ClientError, guarded_client_builder};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};
@@ -52,6 +56,8 @@ pub struct Upstream {
     listener: Option<Listener>,
     /// Where this upstream's list changes are noted (and whether one was since the last list).
     changes: ToolListChanges,
+    /// Whether the server declared `logging`: only then is `logging/setLevel` sent to it.
+    logging: bool,
 }
 
 impl Drop for Upstream {
@@ -137,6 +143,9 @@ impl Connector {
         let pooled = PooledClient::new(self.http.clone());
         let client = self.open(&pooled, endpoint, &url).await?;
         let (client, tools) = self.list(client, endpoint).await?;
+        let logging = client
+            .peer_info()
+            .is_some_and(|info| info.capabilities.logging.is_some());
         let (link, listener) = self.link(client, &pooled, server, url, changes).await;
         let upstream = Upstream {
             server: server.to_owned(),
@@ -146,6 +155,7 @@ impl Connector {
             closed: AtomicBool::new(false),
             listener,
             changes: changes.clone(),
+            logging,
         };
         Ok((upstream, tools))
     }
@@ -306,12 +316,17 @@ impl Upstream {
         }
     }
 
-    /// Forwards one call. The allow-list is checked here again, whatever the caller checked.
+    /// Forwards one call, carrying the caller's `_meta` and relaying the provider's messages
+    /// about the call to the caller's side (`upstream/relay.rs`). The allow-list is checked
+    /// here again, whatever the caller checked. Through rmcp's client (a server without a
+    /// session) the `_meta` goes up with rmcp's own progress token, and nothing is relayed
+    /// back yet.
     pub async fn call(
         &self,
         tool: &str,
         arguments: Option<JsonObject>,
         timeout: Duration,
+        traffic: &CallTraffic,
     ) -> Result<CallToolResult, CallError> {
         if !self.allows(tool) {
             return Err(CallError::NotAllowed {
@@ -327,11 +342,12 @@ impl Upstream {
                 });
             }
             Link::Direct(direct) => {
-                tokio::time::timeout(timeout, direct.call(tool, arguments)).await
+                tokio::time::timeout(timeout, direct.call(tool, arguments, traffic)).await
             }
             Link::Rmcp(client) => {
                 let mut params = CallToolRequestParams::new(tool.to_owned());
                 params.arguments = arguments;
+                params.meta = traffic.meta.clone();
                 tokio::time::timeout(timeout, async {
                     client
                         .call_tool(params)
@@ -347,6 +363,31 @@ impl Upstream {
                 message: format!("no answer within {timeout:?}"),
             })
         })
+    }
+
+    /// Sends `logging/setLevel` with `level` (a level as the protocol spells it) to a server
+    /// that declared `logging`; a server that did not is not asked. A server that refuses is
+    /// logged, not an error of the caller's request: its messages are its own.
+    pub async fn set_log_level(&self, level: &Value, timeout: Duration) {
+        if !self.logging || self.is_closed() {
+            return;
+        }
+        let params = json!({ "level": level });
+        let sent = match &self.link {
+            Link::Direct(direct) => tokio::time::timeout(timeout, direct.set_log_level(params))
+                .await
+                .map(|r| r.map_err(|e| e.to_string())),
+            Link::Rmcp(client) => {
+                tokio::time::timeout(timeout, rmcp_set_level(client, params)).await
+            }
+        };
+        match sent {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => debug!(server = %self.server, %message, "logging/setLevel refused"),
+            Err(_) => {
+                debug!(server = %self.server, "logging/setLevel: no answer within {timeout:?}")
+            }
+        }
     }
 
     fn classify(&self, tool: &str, error: &ServiceError) -> CallError {
@@ -406,6 +447,18 @@ impl Upstream {
             Link::Rmcp(client) => client.cancellation_token().cancel(),
         }
     }
+}
+
+/// `logging/setLevel` through rmcp's client. Logging is deprecated in rmcp (the 2026-07-28
+/// revision drops it, SEP-2577), but the session revisions Capstan serves have it.
+#[allow(deprecated)]
+async fn rmcp_set_level(
+    client: &RunningService<RoleClient, ClientConfig>,
+    params: Value,
+) -> Result<(), String> {
+    let params = serde_json::from_value::<rmcp::model::SetLevelRequestParams>(params)
+        .map_err(|e| e.to_string())?;
+    client.set_level(params).await.map_err(|e| chain_text(&e))
 }
 
 /// Whether a server refused `initialize` as a server of a revision without it does: no

@@ -10,34 +10,48 @@
 //! `application/json` body, which Streamable HTTP allows for any POST. Everything else —
 //! `initialize`, `tools/list`, notifications, batches, GET streams, DELETE — goes to rmcp.
 //!
-//! What this path does not do: `notifications/cancelled` does not stop a call served here
-//! (the per-call upstream timeout still bounds it), and no progress notifications are sent
-//! (the sidecar sends none on either path).
+//! A provider that says something about the call before answering it — progress on the
+//! caller's token, log messages (`upstream/relay.rs` in capstan-compose) — turns the answer
+//! into an SSE stream: those messages as events, in order, then the result. A call about which
+//! nothing is said is answered as JSON, as before.
+//!
+//! The caller's `notifications/cancelled` for a call served here stops it (`task/in_flight.rs`):
+//! the call is dropped — which cancels it at the provider (`upstream/call.rs`) — and its
+//! stream ends without an answer, as the spec asks.
+
+use std::convert::Infallible;
+use std::pin::Pin;
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use capstan_api::wire::{MCP_METHOD, MCP_PROTOCOL_VERSION};
+use capstan_compose::RELAY_CAPACITY;
+use futures::StreamExt;
 use rmcp::ErrorData as McpError;
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ServerNotification};
 use serde_json::{Value, json};
 
 use crate::identity::Identity;
 use crate::mcp::SUPPORTED_VERSIONS;
 use crate::middleware::{Message, SessionTask};
 
-/// The middleware: serves `tools/call` of a live session, passes everything else on.
+/// The middleware: serves `tools/call` of a live session, stops one on the caller's
+/// `notifications/cancelled`, passes everything else on.
 pub async fn tools_call(mut request: Request, next: Next) -> Response {
-    let is_call = request
-        .extensions()
-        .get::<Message>()
-        .is_some_and(|Message(message)| {
-            message.get("method").and_then(Value::as_str) == Some("tools/call")
-                && message
-                    .get("id")
-                    .is_some_and(|id| id.is_string() || id.is_number())
-        });
+    let is_call = match intercepted(&request) {
+        Intercepted::Call => true,
+        Intercepted::Cancel(id) => {
+            if let Some(SessionTask(task)) = request.extensions().get::<SessionTask>() {
+                task.cancel_call(&id);
+            }
+            // rmcp acknowledges the notification (and cancels a request it serves itself).
+            false
+        }
+        Intercepted::Other => false,
+    };
     if !is_call || request.extensions().get::<SessionTask>().is_none() {
         return next.run(request).await;
     }
@@ -55,27 +69,140 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
         .get_mut("params")
         .map(Value::take)
         .unwrap_or(Value::Null);
-    let caller = request.extensions().get::<Identity>();
-    let answer = match serde_json::from_value::<CallToolRequestParams>(params) {
-        Ok(params) => task.call(caller, params).await,
-        Err(error) => Err(McpError::invalid_params(
-            format!("tools/call params: {error}"),
-            None,
-        )),
+    let caller = request.extensions().get::<Identity>().cloned();
+    let params = match serde_json::from_value::<CallToolRequestParams>(params) {
+        Ok(params) => params,
+        Err(error) => {
+            let error = McpError::invalid_params(format!("tools/call params: {error}"), None);
+            return json_answer(&answer_message(&id, Err(error)));
+        }
     };
-    let body = match answer {
+    let (sink, mut relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
+    let (tracked, cancelled) = task.track_call(&id);
+    let mut call: PendingCall = Box::pin(async move {
+        let _tracked = tracked;
+        tokio::select! {
+            answer = task.call(caller.as_ref(), params, Some(sink)) => Some(answer),
+            // Dropping the call gives it up at the provider too (`upstream/call.rs`).
+            _ = cancelled => None,
+        }
+    });
+    tokio::select! {
+        biased;
+        answer = &mut call => match answer {
+            Some(answer) => json_answer(&answer_message(&id, answer)),
+            None => no_answer(),
+        },
+        Some(first) = relayed.recv() => streamed(id, first, relayed, call),
+    }
+}
+
+/// What the middleware looks at in a request's message.
+enum Intercepted {
+    /// A `tools/call` request.
+    Call,
+    /// A `notifications/cancelled` for the request with this id.
+    Cancel(Value),
+    /// Anything else.
+    Other,
+}
+
+fn intercepted(request: &Request) -> Intercepted {
+    let Some(Message(message)) = request.extensions().get::<Message>() else {
+        return Intercepted::Other;
+    };
+    let id = message.get("id");
+    match message.get("method").and_then(Value::as_str) {
+        Some("tools/call") if id.is_some_and(|id| id.is_string() || id.is_number()) => {
+            Intercepted::Call
+        }
+        Some("notifications/cancelled") if id.is_none() => {
+            match message.get("params").and_then(|p| p.get("requestId")) {
+                Some(id) => Intercepted::Cancel(id.clone()),
+                None => Intercepted::Other,
+            }
+        }
+        _ => Intercepted::Other,
+    }
+}
+
+/// A call being served (`None`: the caller cancelled it), owned so that it can move into a
+/// streamed answer.
+type PendingCall = Pin<Box<dyn Future<Output = Option<Result<CallToolResult, McpError>>> + Send>>;
+
+/// The reply to a request the caller cancelled: the spec sends it no answer, so an event
+/// stream that ends without one.
+fn no_answer() -> Response {
+    Sse::new(futures::stream::empty::<Result<Event, Infallible>>()).into_response()
+}
+
+/// The JSON-RPC answer to request `id`.
+fn answer_message(id: &Value, answer: Result<CallToolResult, McpError>) -> Value {
+    match answer {
         Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
         Err(error) => json!({ "jsonrpc": "2.0", "id": id, "error": error }),
-    };
+    }
+}
+
+/// The answer as one `application/json` body.
+fn json_answer(message: &Value) -> Response {
     (
         StatusCode::OK,
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        serde_json::to_vec(&body).unwrap_or_default(),
+        serde_json::to_vec(message).unwrap_or_default(),
     )
         .into_response()
+}
+
+/// The answer as an SSE stream: `first` and every message relayed after it, then the answer.
+/// The call runs on in a task of its own; the relay's sender lives in the call, so the
+/// messages end when the call does, and the answer follows the last of them. A caller that
+/// goes away drops the stream, which stops the call.
+fn streamed(
+    id: Value,
+    first: ServerNotification,
+    relayed: tokio::sync::mpsc::Receiver<ServerNotification>,
+    call: PendingCall,
+) -> Response {
+    let running = AbortOnDrop(tokio::spawn(call));
+    let rest = futures::stream::unfold(relayed, |mut relayed| async move {
+        relayed.recv().await.map(|n| (n, relayed))
+    });
+    let notifications = futures::stream::once(std::future::ready(first))
+        .chain(rest)
+        .map(|notification| {
+            let mut message = serde_json::to_value(notification).unwrap_or_default();
+            message["jsonrpc"] = json!("2.0");
+            message
+        });
+    let answer = futures::stream::once(async move {
+        let mut running = running;
+        let answer = (&mut running.0).await.unwrap_or_else(|error| {
+            Some(Err(McpError::internal_error(
+                format!("the call ended without an answer: {error}"),
+                None,
+            )))
+        });
+        // A cancelled call ends its stream without an answer.
+        answer.map(|answer| answer_message(&id, answer))
+    })
+    .filter_map(std::future::ready);
+    let events = notifications
+        .chain(answer)
+        .map(|message| Ok::<_, Infallible>(Event::default().data(message.to_string())));
+    Sse::new(events).into_response()
+}
+
+/// A spawned call, stopped when its stream is dropped before the answer.
+struct AbortOnDrop(tokio::task::JoinHandle<Option<Result<CallToolResult, McpError>>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The checks rmcp makes on a request's protocol headers, made here for the calls it does not

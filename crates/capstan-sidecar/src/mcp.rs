@@ -13,6 +13,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use capstan_compose::RELAY_CAPACITY;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, DiscoverResult, Implementation,
     InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
@@ -120,9 +121,15 @@ fn identity_of(context: &RequestContext<RoleServer>) -> Option<Identity> {
 }
 
 impl ServerHandler for SessionHandler {
+    // `enable_logging` is deprecated in rmcp with the capability (SEP-2577); the session
+    // revisions have it.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         // listChanged: a session's tools follow its bindings and upstreams (`refresh.rs`).
+        // logging: `logging/setLevel` is passed to the providers, and their messages about a
+        // call reach its caller (`upstream/relay.rs` in capstan-compose).
         let capabilities = ServerCapabilities::builder()
+            .enable_logging()
             .enable_tools()
             .enable_tool_list_changed()
             .build();
@@ -239,13 +246,53 @@ impl ServerHandler for SessionHandler {
         ))
     }
 
+    /// Logging is deprecated in rmcp (the 2026-07-28 revision drops it, SEP-2577); the session
+    /// revisions have it, and the providers behind Capstan may use it.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let task = self.task(&context).await?;
+        let level = serde_json::to_value(request.level)
+            .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
+        task.set_log_level(level).await;
+        Ok(())
+    }
+
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let task = self.task(&context).await?;
-        let mut result = task.call(identity_of(&context).as_ref(), request).await?;
+        if request.meta.is_none() && !context.meta.0.0.is_empty() {
+            request.meta = Some(context.meta.clone());
+        }
+        // The provider's messages about the call reach the caller through the session's peer
+        // (rmcp puts progress on the call's own stream, by its token) while the call runs.
+        let (sink, mut relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
+        let caller = identity_of(&context);
+        let call = task.call(caller.as_ref(), request, Some(sink));
+        tokio::pin!(call);
+        let answer = loop {
+            tokio::select! {
+                answer = &mut call => break answer,
+                // The caller's `notifications/cancelled`: rmcp cancels the request's token;
+                // dropping the call gives it up at the provider too (`upstream/call.rs`).
+                () = context.ct.cancelled() => {
+                    return Err(McpError::invalid_request("the call was cancelled", None));
+                }
+                Some(notification) = relayed.recv() => {
+                    let _ = context.peer.send_notification(notification).await;
+                }
+            }
+        };
+        while let Ok(notification) = relayed.try_recv() {
+            let _ = context.peer.send_notification(notification).await;
+        }
+        let mut result = answer?;
         // A provider's answer of a session revision has no `resultType`, which 2026-07-28
         // requires; rmcp takes it out again for a peer of a session revision.
         result.result_type.get_or_insert(ResultType::COMPLETE);

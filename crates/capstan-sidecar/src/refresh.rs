@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::feeds::{ProjectFeeds, SETTLE};
-use crate::project_composer::ProjectComposer;
+use crate::project_composer::{ComposedProject, ProjectComposer};
 use crate::task::{Served, Task};
 
 /// The shortest time between two compositions of one task. 1 s: a provider announcing list
@@ -88,7 +88,7 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
                 // It ended while this composed: what was opened for it closes unused.
                 return;
             }
-            let fresh = Served::new(project.composed, project.base, project.snapshot);
+            let fresh = with_log_level(&task, project).await;
             let changed = fresh.tools() != served.tools();
             // A composition made from this one notes list changes on the same channel: the
             // receiver carries on (a change noted while composing wakes it again).
@@ -127,4 +127,14 @@ fn upstream_changes(served: &Served) -> watch::Receiver<u64> {
         changes.mark_changed();
     }
     changes
+}
+
+/// What `task` serves next, from `project`; the level its client set with `logging/setLevel`
+/// holds for the upstream sessions opened since.
+async fn with_log_level(task: &Task, project: ComposedProject) -> Served {
+    let fresh = Served::new(project.composed, project.base, project.snapshot);
+    if let Some(level) = task.log_level() {
+        fresh.composed().set_log_level(&level).await;
+    }
+    fresh
 }

@@ -4,6 +4,7 @@
 //! `task/call.rs`. The session's end drops the task, which closes its upstream sessions.
 
 mod call;
+mod in_flight;
 mod served;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -13,8 +14,10 @@ use std::time::{Duration, Instant};
 use capstan_compose::Document;
 use rmcp::RoleServer;
 use rmcp::service::{Peer, SubscriptionSink};
+use serde_json::Value;
 use tracing::{debug, info, warn};
 
+use self::in_flight::InFlight;
 pub use self::served::Served;
 use crate::admission::{Full, Place};
 use crate::decisions::DecisionLog;
@@ -69,6 +72,11 @@ pub struct Task {
     /// Sent to when the task is shut down, dropped with it: those following it (`refresh.rs`,
     /// listen streams) stop.
     ended: tokio::sync::watch::Sender<()>,
+    /// The level the client asked for with `logging/setLevel`, sent again to the upstreams of
+    /// every later composition.
+    log_level: Mutex<Option<Value>>,
+    /// The calls the fast path is serving, for the caller's `notifications/cancelled`.
+    in_flight: InFlight,
 }
 
 /// An open `subscriptions/listen` stream of a task ([`Task::listen`]); forgotten on drop.
@@ -156,6 +164,8 @@ impl Task {
             listeners: Mutex::default(),
             next_listener: AtomicU64::new(0),
             ended: tokio::sync::watch::channel(()).0,
+            log_level: Mutex::default(),
+            in_flight: InFlight::default(),
         });
         task.touch();
         if let Some(limit) = max_duration {
@@ -191,6 +201,22 @@ impl Task {
             Err(poisoned) => poisoned.into_inner(),
         };
         std::mem::replace(&mut *slot, served)
+    }
+
+    /// `logging/setLevel`: remembered, and sent to every upstream session of what the task
+    /// serves whose server declared `logging`.
+    pub async fn set_log_level(&self, level: Value) {
+        let served = self.served();
+        served.composed().set_log_level(&level).await;
+        *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(level);
+    }
+
+    /// The level the client asked for, if it did.
+    pub fn log_level(&self) -> Option<Value> {
+        self.log_level
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Ends the upstream sessions of what the session serves (later calls to provider tools

@@ -40,11 +40,17 @@ pub struct PythonServer {
 impl PythonServer {
     /// Starts the StreamCo server of `crates/capstan-compose/tests/python` on a free port.
     pub fn start() -> Self {
+        Self::start_script("crates/capstan-compose/tests/python/streamco_server.py")
+    }
+
+    /// Starts the server script at `script` (relative to the repository; it takes the port as
+    /// its one argument) on a free port.
+    pub fn start_script(script: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .unwrap_or_else(|e| panic!("a free port: {e}"))
             .port();
-        let script = repo_root().join("crates/capstan-compose/tests/python/streamco_server.py");
+        let script = repo_root().join(script);
         let child = Command::new(python())
             .arg(script)
             .arg(port.to_string())

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rmcp::model::{CallToolResult, JsonObject, Tool};
+use serde_json::Value;
 
 use super::{SkillError, ToolCallError};
 use crate::capabilities::RoutedCapability;
@@ -12,7 +13,7 @@ use crate::composition::{ComposedTool, Composition};
 use crate::fetch::Fetcher;
 use crate::knowledge;
 use crate::limits::Limits;
-use crate::upstream::{ToolListChanges, Upstream};
+use crate::upstream::{CallTraffic, ToolListChanges, Upstream};
 
 /// One upstream session of a composition, with what it listed and what it was opened for.
 #[derive(Debug)]
@@ -95,6 +96,18 @@ impl Composed {
         name: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, ToolCallError> {
+        self.call_tool_with(name, arguments, &CallTraffic::default())
+            .await
+    }
+
+    /// [`Self::call_tool`] carrying the caller's `_meta`, the provider's messages about the
+    /// call going to `traffic` (`upstream/relay.rs`).
+    pub async fn call_tool_with(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+        traffic: &CallTraffic,
+    ) -> Result<CallToolResult, ToolCallError> {
         let Some((index, tool)) = self.routes.get(name) else {
             return Err(ToolCallError::Unknown {
                 name: name.to_owned(),
@@ -102,8 +115,20 @@ impl Composed {
         };
         let upstream = &self.upstreams[*index].upstream;
         Ok(upstream
-            .call(tool, arguments, self.limits.call_timeout)
+            .call(tool, arguments, self.limits.call_timeout, traffic)
             .await?)
+    }
+
+    /// Sends `logging/setLevel` with `level` to every upstream session of this composition
+    /// whose server declared `logging`, all at once, each within the call timeout.
+    pub async fn set_log_level(&self, level: &Value) {
+        let timeout = self.limits.call_timeout;
+        futures::future::join_all(
+            self.upstreams
+                .iter()
+                .map(|connected| connected.upstream.set_log_level(level, timeout)),
+        )
+        .await;
     }
 
     /// The tool of a composed name.

@@ -24,6 +24,7 @@ use tracing::debug;
 
 use super::error::CallError;
 use super::pooled::DrainOnDrop;
+use super::relay::{CallTraffic, Relayed};
 use crate::error_chain::chain_text;
 
 /// What a tool call needs to go straight to the server: the shared HTTP client, the endpoint,
@@ -106,17 +107,43 @@ impl DirectCalls {
     /// session's lifecycle — initialize, tools/list, DELETE — stays with rmcp; this sends one
     /// request and reads its answer (JSON, or the SSE stream up to the response with this
     /// request's id), under the same limits rmcp applies.
+    ///
+    /// The caller's `_meta` goes with it (its progress token replaced by this request's id);
+    /// the provider's messages about the call on its stream go to `traffic`
+    /// (`upstream/relay.rs`).
     pub(crate) async fn call(
         &self,
         tool: &str,
         arguments: Option<JsonObject>,
+        traffic: &CallTraffic,
     ) -> Result<CallToolResult, CallError> {
-        let params = json!({ "name": tool, "arguments": arguments.unwrap_or_default() });
-        let result = self.request("tools/call", params, Some(tool)).await?;
+        let id = self.next_request_id();
+        let mut params = json!({ "name": tool, "arguments": arguments.unwrap_or_default() });
+        if let Some(meta) = traffic.upstream_meta(&id) {
+            params["_meta"] = meta;
+        }
+        // A call given up before its answer (the caller cancelled it, or its time ran out) is
+        // cancelled at the provider too.
+        let abandoned = Abandoned {
+            calls: self,
+            id: &id,
+        };
+        let answer = self
+            .request_as(&id, "tools/call", params, Some(tool), traffic)
+            .await;
+        std::mem::forget(abandoned);
+        let result = answer?;
         serde_json::from_value::<CallToolResult>(result).map_err(|_| CallError::Malformed {
             server: self.server.clone(),
             message: "the answer to tools/call is not a tool result".into(),
         })
+    }
+
+    /// `logging/setLevel` on the session.
+    pub(crate) async fn set_log_level(&self, params: Value) -> Result<(), CallError> {
+        self.request("logging/setLevel", params, None)
+            .await
+            .map(drop)
     }
 
     /// The server's tools, listed again on the session (every page): after the server said
@@ -157,9 +184,28 @@ impl DirectCalls {
         params: Value,
         tool: Option<&str>,
     ) -> Result<Value, CallError> {
-        let id = format!("capstan-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
-        let response = self.send(&id, method, params).await?;
-        let answer = self.answer(response, &id).await?;
+        let id = self.next_request_id();
+        self.request_as(&id, method, params, tool, &CallTraffic::default())
+            .await
+    }
+
+    /// The next request id on the session; a call's minted progress token is the same string.
+    fn next_request_id(&self) -> String {
+        format!("capstan-{}", self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// [`Self::request`] with id `id`, the provider's other messages on its stream going to
+    /// `traffic`.
+    async fn request_as(
+        &self,
+        id: &str,
+        method: &str,
+        params: Value,
+        tool: Option<&str>,
+        traffic: &CallTraffic,
+    ) -> Result<Value, CallError> {
+        let response = self.send(id, method, params).await?;
+        let answer = self.answer(response, id, traffic).await?;
         self.result_of(answer, method, tool)
     }
 
@@ -177,13 +223,7 @@ impl DirectCalls {
             "params": params,
         });
         let response = self
-            .http
-            .post(&self.url)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::ACCEPT, "application/json, text/event-stream")
-            .header(MCP_SESSION_ID, &self.session)
-            .header(MCP_PROTOCOL_VERSION, &self.version)
-            .body(serde_json::to_vec(&request).unwrap_or_default())
+            .post(&request)
             .send()
             .await
             .map_err(|error| self.unavailable(chain_text(&error)))?;
@@ -196,7 +236,12 @@ impl DirectCalls {
     }
 
     /// The JSON-RPC answer with id `id`: the JSON body, or read from the SSE stream.
-    async fn answer(&self, response: reqwest::Response, id: &str) -> Result<Value, CallError> {
+    async fn answer(
+        &self,
+        response: reqwest::Response,
+        id: &str,
+        traffic: &CallTraffic,
+    ) -> Result<Value, CallError> {
         let status = response.status();
         let content_type = response
             .headers()
@@ -218,7 +263,9 @@ impl DirectCalls {
                 serde_json::from_slice::<Value>(&body)
                     .map_err(|e| self.malformed(format!("the answer is not JSON: {e}")))
             }
-            "text/event-stream" if status.is_success() => self.answer_in_stream(response, id).await,
+            "text/event-stream" if status.is_success() => {
+                self.answer_in_stream(response, id, traffic).await
+            }
             _ if status.is_success() => {
                 Err(self.malformed(format!("unexpected content type {content_type:?}")))
             }
@@ -226,12 +273,14 @@ impl DirectCalls {
         }
     }
 
-    /// Reads the response stream up to the message with id `id`. Notifications (progress,
-    /// logs) are not forwarded; a changed tool list is noted, whichever stream it arrives on.
+    /// Reads the response stream up to the message with id `id`. The provider's progress and
+    /// log messages about the request go to `traffic`, its requests are refused at once
+    /// (`upstream/relay.rs`), and a changed tool list is noted, whichever stream it arrives on.
     async fn answer_in_stream(
         &self,
         response: reqwest::Response,
         id: &str,
+        traffic: &CallTraffic,
     ) -> Result<Value, CallError> {
         let bytes = limited_bytes(response, MAX_ANSWER_BYTES);
         let mut events = DrainOnDrop::new(SseStream::from_bytes_stream(bytes).boxed());
@@ -248,10 +297,50 @@ impl DirectCalls {
             if message.get("id").and_then(Value::as_str) == Some(id) {
                 return Ok(message);
             }
-            if is_list_changed(&message)
-                && let Some(changes) = &self.changes
-            {
-                changes.note();
+            if is_list_changed(&message) {
+                if let Some(changes) = &self.changes {
+                    changes.note();
+                }
+                continue;
+            }
+            if let Relayed::Refuse(answer) = traffic.relay(&message, id).await {
+                self.post_answer(&answer).await;
+            }
+        }
+    }
+
+    /// POSTs a JSON-RPC response to a request of the provider's on the session. The provider
+    /// answers 202; a failure only means the provider waits for its own timeout, which is not
+    /// this call's error.
+    async fn post_answer(&self, answer: &Value) {
+        self.posting(answer).await;
+    }
+
+    /// A POST of `message` on the session.
+    fn post(&self, message: &Value) -> reqwest::RequestBuilder {
+        self.http
+            .post(&self.url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json, text/event-stream")
+            .header(MCP_SESSION_ID, &self.session)
+            .header(MCP_PROTOCOL_VERSION, &self.version)
+            .body(serde_json::to_vec(message).unwrap_or_default())
+    }
+
+    /// POSTs `message` (a response or a notification: the provider answers 202) on the session,
+    /// owning what it needs (for a task of its own). Undelivered is only logged.
+    fn posting(&self, message: &Value) -> impl Future<Output = ()> + Send + 'static {
+        let request = self.post(message).timeout(END_TIMEOUT);
+        let server = self.server.clone();
+        async move {
+            match request.send().await {
+                // Read to the end, so that the connection goes back to the pool.
+                Ok(response) => {
+                    let _ = response.bytes().await;
+                }
+                Err(error) => {
+                    debug!(%server, error = %chain_text(&error), "a message to the server was not delivered");
+                }
             }
         }
     }
@@ -301,6 +390,30 @@ impl DirectCalls {
             server: self.server.clone(),
             message,
         }
+    }
+}
+
+/// A `tools/call` in flight on a session: dropped before its answer, it tells the provider
+/// with `notifications/cancelled` (sent from a task of its own, bounded by [`END_TIMEOUT`]).
+struct Abandoned<'a> {
+    calls: &'a DirectCalls,
+    id: &'a str,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let notification = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {
+                "requestId": self.id,
+                "reason": "the call was given up: its caller cancelled it or its time ran out",
+            },
+        });
+        runtime.spawn(self.calls.posting(&notification));
     }
 }
 

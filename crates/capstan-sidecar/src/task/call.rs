@@ -6,8 +6,8 @@
 use std::time::Instant;
 
 use capstan_compose::{
-    Composed, ComposedTool, ErrorKind, MAX_INTENT_LEN, RoutedCapability, SkillError, ToolCallError,
-    ToolError,
+    CallTraffic, Composed, ComposedTool, ErrorKind, MAX_INTENT_LEN, Notifications,
+    RoutedCapability, SkillError, ToolCallError, ToolError,
 };
 use capstan_platform::BaseTools;
 use capstan_route::{Decision, Taken};
@@ -25,11 +25,15 @@ use crate::route_decision::{decide, no_eligible_provider};
 impl Task {
     /// Serves one `tools/call` of this task: identity, the task's time limit, then a built-in,
     /// a base tool, a routed capability or a provider tool. Errors a consumer can act on come
-    /// back as tool results; only an unknown tool is a protocol error.
+    /// back as tool results; only an unknown tool is a protocol error. A call that reaches a
+    /// provider carries the caller's `_meta`, and the provider's progress and log messages
+    /// about it go to `notifications` (the caller's stream; `upstream/relay.rs` in
+    /// capstan-compose).
     pub async fn call(
         &self,
         caller: Option<&Identity>,
         request: CallToolRequestParams,
+        notifications: Option<Notifications>,
     ) -> Result<CallToolResult, McpError> {
         let _busy = Busy::new(self);
         if !self.owned_by(caller) {
@@ -39,8 +43,12 @@ impl Task {
             return Ok(self.refuse(self.time_limit_passed()));
         }
         let CallToolRequestParams {
-            name, arguments, ..
+            name,
+            arguments,
+            meta,
+            ..
         } = request;
+        let traffic = CallTraffic::new(meta, notifications);
         // The call runs on what the session serves as it starts, to its end.
         let served = self.served();
         let composed = served.composed();
@@ -60,9 +68,12 @@ impl Task {
             return Ok(self.call_base_tool(&served, base, &name, arguments).await);
         }
         if let Some(routed) = composed.capability(&name) {
-            return Ok(self.call_capability(&served, routed, arguments).await);
+            return Ok(self
+                .call_capability(&served, routed, arguments, &traffic)
+                .await);
         }
-        self.call_provider_tool(&served, &name, arguments).await
+        self.call_provider_tool(&served, &name, arguments, &traffic)
+            .await
     }
 
     /// The one way a call is refused: counted under the error's kind, answered as a tool
@@ -91,6 +102,7 @@ impl Task {
         served: &Served,
         routed: &RoutedCapability,
         arguments: Option<JsonObject>,
+        traffic: &CallTraffic,
     ) -> CallToolResult {
         let capability = routed.spec.capability_id.as_str();
         let (taken, arguments) = match routing_arguments(served, routed, arguments) {
@@ -115,7 +127,7 @@ impl Task {
                     .with_code("no_eligible_provider"),
             );
         };
-        self.forward(served, tool, arguments, Some(capability))
+        self.forward(served, tool, arguments, Some(capability), traffic)
             .await
     }
 
@@ -203,6 +215,7 @@ impl Task {
         served: &Served,
         name: &str,
         arguments: Option<JsonObject>,
+        traffic: &CallTraffic,
     ) -> Result<CallToolResult, McpError> {
         let Some(tool) = served.composed().tool(name) else {
             return Err(McpError::invalid_params(
@@ -217,7 +230,7 @@ impl Task {
             self.meter(tool, error.kind.as_str(), Instant::now(), None);
             return Ok(self.refuse(error));
         }
-        Ok(self.forward(served, tool, arguments, None).await)
+        Ok(self.forward(served, tool, arguments, None, traffic).await)
     }
 
     /// Calls provider `tool` with `arguments` (already checked), counted, traced and metered;
@@ -228,6 +241,7 @@ impl Task {
         tool: &ComposedTool,
         arguments: Value,
         capability: Option<&str>,
+        traffic: &CallTraffic,
     ) -> CallToolResult {
         let span = info_span!(
             "tool_call",
@@ -244,7 +258,7 @@ impl Task {
         };
         let result = match served
             .composed()
-            .call_tool(&tool.name, arguments)
+            .call_tool_with(&tool.name, arguments, traffic)
             .instrument(span.clone())
             .await
         {

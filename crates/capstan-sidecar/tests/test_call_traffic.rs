@@ -1,0 +1,107 @@
+//! A call's own traffic through the sidecar (docs/mcp-surface.md): the provider's progress and
+//! log messages about a call reach its caller under the caller's own progress token; the
+//! provider sees a token Capstan minted, never the caller's; progress on a token that is not
+//! the call's never reaches the caller; a question the provider asks mid-call is refused at
+//! once; a call the caller cancels is cancelled at the provider. The provider and the client are both the Python `mcp` SDK, and the oracle is the same
+//! client run against the same server directly.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+
+use capstan_testkit::PythonServer;
+use common::*;
+use serde_json::{Value, json};
+
+const SERVER: &str = "crates/capstan-sidecar/tests/python/chatty_server.py";
+
+/// Runs `tests/python/traffic.py` against `target` (a socket path or a URL) and reads its report.
+fn traffic(target: &str) -> Value {
+    let output = Command::new(python())
+        .arg(repo_root().join("crates/capstan-sidecar/tests/python/traffic.py"))
+        .args([target, "demo-project", "caller-token"])
+        .output()
+        .expect("running the Python SDK client");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+#[test]
+fn a_providers_progress_and_logs_should_reach_the_caller_and_nothing_else_should() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut document = binding_document(
+        "chatty-binding",
+        "chatty",
+        &endpoint,
+        &[
+            "count_steps",
+            "ask_user",
+            "leak_progress",
+            "wait_for_cancel",
+            "cancelled_calls",
+        ],
+    );
+    document["metadata"]["namespace"] = json!("demo-project");
+    let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+
+    let direct = traffic(&endpoint);
+    let through = traffic(sidecar.socket.to_str().unwrap());
+
+    // Progress and logs: what the client sees directly, it sees through Capstan.
+    assert_eq!(
+        direct["count"]["progress"].as_array().map(Vec::len),
+        Some(3)
+    );
+    assert_eq!(through["count"]["progress"], direct["count"]["progress"]);
+    assert_eq!(
+        through["count"]["logs"],
+        json!(["step 1 of 3", "step 2 of 3", "step 3 of 3"])
+    );
+    assert_eq!(through["count"]["logs"], direct["count"]["logs"]);
+
+    // The provider saw Capstan's token, not the client's (the client's own, directly).
+    let seen = &through["count"]["answer"]["token"];
+    assert!(
+        seen.as_str().is_some_and(|t| t.starts_with("capstan-")),
+        "the provider saw {seen}"
+    );
+    assert!(direct["count"]["answer"]["token"].is_number());
+
+    // Progress on another call's token (the one the first call was given) never reaches the
+    // caller; the call's own does.
+    assert_eq!(
+        through["leak"]["progress"],
+        json!([{"progress": 1.0, "total": 1.0, "message": "mine"}])
+    );
+
+    // A question mid-call is refused at once as "method not found"; the call completes.
+    assert_eq!(through["ask"]["isError"], false);
+    assert_eq!(through["ask"]["answer"]["outcome"], "error");
+    assert_eq!(through["ask"]["answer"]["code"], -32601, "{through}");
+
+    // A call the client gives up is cancelled at the provider, as it is directly.
+    let cancelled = |report: &Value| {
+        report["cancel"]["after"].as_i64().unwrap() - report["cancel"]["before"].as_i64().unwrap()
+    };
+    assert_eq!(cancelled(&direct), 1, "{direct}");
+    assert_eq!(cancelled(&through), 1, "{through}");
+    assert_ne!(through["cancel"]["outcome"], "answered");
+
+    // Capstan takes logging/setLevel (a server without logging is not asked: directly it
+    // refuses the method).
+    assert_eq!(through["setLevel"], "ok");
+    assert_eq!(direct["setLevel"], "Method not found");
+}
