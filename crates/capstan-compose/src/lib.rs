@@ -52,7 +52,8 @@ pub use source::{
 };
 pub use tool_error::{ErrorKind, ToolError};
 pub use upstream::{
-    CallError, CallTraffic, ConnectError, Notifications, RELAY_CAPACITY, ToolListChanges,
+    CallError, CallTraffic, CallerSide, ClientAsks, ConnectError, RELAY_CAPACITY, ToCaller,
+    ToolListChanges,
 };
 
 /// Installs the process-wide TLS crypto provider (ring, the one kube uses) unless one is

@@ -32,7 +32,7 @@ use self::call::DirectCalls;
 pub use self::call::ToolListChanges;
 pub use self::error::{CallError, ConnectError};
 use self::pooled::PooledClient;
-pub use self::relay::{CallTraffic, Notifications, RELAY_CAPACITY};
+pub use self::relay::{CallTraffic, CallerSide, ClientAsks, RELAY_CAPACITY, ToCaller};
 use crate::error_chain::{chain_text, find_in_chain};
 use crate::fetch::{ClientError, guarded_client_builder};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};

@@ -21,6 +21,7 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -28,15 +29,16 @@ use axum::middleware::Next;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use capstan_api::wire::{MCP_METHOD, MCP_PROTOCOL_VERSION};
-use capstan_compose::RELAY_CAPACITY;
+use capstan_compose::{RELAY_CAPACITY, ToCaller};
 use futures::StreamExt;
 use rmcp::ErrorData as McpError;
-use rmcp::model::{CallToolRequestParams, CallToolResult, ServerNotification};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Value, json};
 
 use crate::identity::Identity;
 use crate::mcp::SUPPORTED_VERSIONS;
 use crate::middleware::{Message, SessionTask};
+use crate::task::Task;
 
 /// The middleware: serves `tools/call` of a live session, stops one on the caller's
 /// `notifications/cancelled`, passes everything else on.
@@ -48,6 +50,16 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
                 task.cancel_call(&id);
             }
             // rmcp acknowledges the notification (and cancels a request it serves itself).
+            false
+        }
+        Intercepted::Answer(id) => {
+            if let (Some(SessionTask(task)), Some(Message(response))) = (
+                request.extensions().get::<SessionTask>(),
+                request.extensions().get::<Message>(),
+            ) && task.answer(&id, response.clone())
+            {
+                return StatusCode::ACCEPTED.into_response();
+            }
             false
         }
         Intercepted::Other => false,
@@ -79,6 +91,7 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
     };
     let (sink, mut relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
     let (tracked, cancelled) = task.track_call(&id);
+    let asking = task.clone();
     let mut call: PendingCall = Box::pin(async move {
         let _tracked = tracked;
         tokio::select! {
@@ -93,7 +106,7 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
             Some(answer) => json_answer(&answer_message(&id, answer)),
             None => no_answer(),
         },
-        Some(first) = relayed.recv() => streamed(id, first, relayed, call),
+        Some(first) = relayed.recv() => streamed(&asking, id, first, relayed, call),
     }
 }
 
@@ -103,6 +116,8 @@ enum Intercepted {
     Call,
     /// A `notifications/cancelled` for the request with this id.
     Cancel(Value),
+    /// A response of the caller's, to the request with this id (a provider's question).
+    Answer(Value),
     /// Anything else.
     Other,
 }
@@ -121,6 +136,9 @@ fn intercepted(request: &Request) -> Intercepted {
                 Some(id) => Intercepted::Cancel(id.clone()),
                 None => Intercepted::Other,
             }
+        }
+        None if message.get("result").is_some() || message.get("error").is_some() => {
+            id.map_or(Intercepted::Other, |id| Intercepted::Answer(id.clone()))
         }
         _ => Intercepted::Other,
     }
@@ -160,24 +178,23 @@ fn json_answer(message: &Value) -> Response {
 /// The answer as an SSE stream: `first` and every message relayed after it, then the answer.
 /// The call runs on in a task of its own; the relay's sender lives in the call, so the
 /// messages end when the call does, and the answer follows the last of them. A caller that
-/// goes away drops the stream, which stops the call.
+/// goes away drops the stream, which stops the call. A provider's question goes out under an
+/// id of `task`'s, which the caller's response is matched by (`task/in_flight.rs`).
 fn streamed(
+    task: &Arc<Task>,
     id: Value,
-    first: ServerNotification,
-    relayed: tokio::sync::mpsc::Receiver<ServerNotification>,
+    first: ToCaller,
+    relayed: tokio::sync::mpsc::Receiver<ToCaller>,
     call: PendingCall,
 ) -> Response {
     let running = AbortOnDrop(tokio::spawn(call));
     let rest = futures::stream::unfold(relayed, |mut relayed| async move {
         relayed.recv().await.map(|n| (n, relayed))
     });
+    let task = task.clone();
     let notifications = futures::stream::once(std::future::ready(first))
         .chain(rest)
-        .map(|notification| {
-            let mut message = serde_json::to_value(notification).unwrap_or_default();
-            message["jsonrpc"] = json!("2.0");
-            message
-        });
+        .map(move |message| to_caller_message(&task, message));
     let answer = futures::stream::once(async move {
         let mut running = running;
         let answer = (&mut running.0).await.unwrap_or_else(|error| {
@@ -194,6 +211,23 @@ fn streamed(
         .chain(answer)
         .map(|message| Ok::<_, Infallible>(Event::default().data(message.to_string())));
     Sse::new(events).into_response()
+}
+
+/// The JSON-RPC message the caller gets for `message`: a notification as it is, a request
+/// under an id of `task`'s.
+fn to_caller_message(task: &Task, message: ToCaller) -> Value {
+    let (message, id) = match message {
+        ToCaller::Notification(notification) => (serde_json::to_value(notification), None),
+        ToCaller::Request { request, answer } => {
+            (serde_json::to_value(request), Some(task.ask(answer)))
+        }
+    };
+    let mut message = message.unwrap_or_default();
+    message["jsonrpc"] = json!("2.0");
+    if let Some(id) = id {
+        message["id"] = json!(id);
+    }
+    message
 }
 
 /// A spawned call, stopped when its stream is dropped before the answer.

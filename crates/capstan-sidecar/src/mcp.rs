@@ -13,15 +13,19 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use capstan_compose::RELAY_CAPACITY;
+use capstan_compose::{RELAY_CAPACITY, ToCaller};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, DiscoverResult, Implementation,
+    CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, Implementation,
     InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    ProtocolVersion, ResultType, ServerCapabilities, ServerConfig, ServerRequest,
+    SubscriptionFilter,
 };
-use rmcp::service::{RequestContext, SubscriptionContext};
+use rmcp::service::{Peer, RequestContext, ServiceError, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use tokio::sync::OnceCell;
+use serde_json::{Value, json};
+use tokio::sync::{OnceCell, oneshot};
 use tracing::info;
 
 use crate::identity::Identity;
@@ -272,30 +276,59 @@ impl ServerHandler for SessionHandler {
         }
         // The provider's messages about the call reach the caller through the session's peer
         // (rmcp puts progress on the call's own stream, by its token) while the call runs.
-        let (sink, mut relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
+        let (sink, relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
         let caller = identity_of(&context);
         let call = task.call(caller.as_ref(), request, Some(sink));
-        tokio::pin!(call);
-        let answer = loop {
-            tokio::select! {
-                answer = &mut call => break answer,
-                // The caller's `notifications/cancelled`: rmcp cancels the request's token;
-                // dropping the call gives it up at the provider too (`upstream/call.rs`).
-                () = context.ct.cancelled() => {
-                    return Err(McpError::invalid_request("the call was cancelled", None));
-                }
-                Some(notification) = relayed.recv() => {
-                    let _ = context.peer.send_notification(notification).await;
-                }
-            }
+        let Some(answer) = relaying(call, relayed, &context).await else {
+            return Err(McpError::invalid_request("the call was cancelled", None));
         };
-        while let Ok(notification) = relayed.try_recv() {
-            let _ = context.peer.send_notification(notification).await;
-        }
         let mut result = answer?;
         // A provider's answer of a session revision has no `resultType`, which 2026-07-28
         // requires; rmcp takes it out again for a peer of a session revision.
         result.result_type.get_or_insert(ResultType::COMPLETE);
         Ok(CallToolResponse::Complete(result))
     }
+}
+
+/// Runs `call`, sending what the provider says about it to the caller through the session's
+/// peer as it comes; `None` when the caller cancelled it (rmcp cancels the request's token;
+/// dropping the call gives it up at the provider too, `upstream/call.rs`). A question of the
+/// provider's is asked alongside, so that the call's own time limit still applies.
+async fn relaying(
+    call: impl Future<Output = Result<CallToolResult, McpError>>,
+    mut relayed: tokio::sync::mpsc::Receiver<ToCaller>,
+    context: &RequestContext<RoleServer>,
+) -> Option<Result<CallToolResult, McpError>> {
+    tokio::pin!(call);
+    let mut asking = FuturesUnordered::new();
+    let answer = loop {
+        tokio::select! {
+            answer = &mut call => break answer,
+            () = context.ct.cancelled() => return None,
+            Some(message) = relayed.recv() => match message {
+                ToCaller::Notification(notification) => {
+                    let _ = context.peer.send_notification(notification).await;
+                }
+                ToCaller::Request { request, answer } => {
+                    asking.push(ask_peer(&context.peer, request, answer));
+                }
+            },
+            Some(()) = asking.next(), if !asking.is_empty() => {}
+        }
+    };
+    while let Ok(ToCaller::Notification(notification)) = relayed.try_recv() {
+        let _ = context.peer.send_notification(notification).await;
+    }
+    Some(answer)
+}
+
+/// Asks the caller a provider's question through the session's peer; its response goes to
+/// `answer`.
+async fn ask_peer(peer: &Peer<RoleServer>, request: ServerRequest, answer: oneshot::Sender<Value>) {
+    let response = match peer.send_request(request).await {
+        Ok(result) => json!({ "result": result }),
+        Err(ServiceError::McpError(error)) => json!({ "error": error }),
+        Err(other) => json!({ "error": { "code": -32603, "message": other.to_string() } }),
+    };
+    let _ = answer.send(response);
 }

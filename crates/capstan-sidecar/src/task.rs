@@ -75,8 +75,11 @@ pub struct Task {
     /// The level the client asked for with `logging/setLevel`, sent again to the upstreams of
     /// every later composition.
     log_level: Mutex<Option<Value>>,
-    /// The calls the fast path is serving, for the caller's `notifications/cancelled`.
+    /// The calls the fast path is serving, for the caller's `notifications/cancelled`, and
+    /// the providers' questions it put to the caller.
     in_flight: InFlight,
+    /// What the caller can be asked, read from its `initialize` once.
+    asks: OnceLock<capstan_compose::ClientAsks>,
 }
 
 /// An open `subscriptions/listen` stream of a task ([`Task::listen`]); forgotten on drop.
@@ -166,6 +169,7 @@ impl Task {
             ended: tokio::sync::watch::channel(()).0,
             log_level: Mutex::default(),
             in_flight: InFlight::default(),
+            asks: OnceLock::new(),
         });
         task.touch();
         if let Some(limit) = max_duration {

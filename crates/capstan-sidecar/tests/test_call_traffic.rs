@@ -2,7 +2,8 @@
 //! log messages about a call reach its caller under the caller's own progress token; the
 //! provider sees a token Capstan minted, never the caller's; progress on a token that is not
 //! the call's never reaches the caller; a question the provider asks mid-call is refused at
-//! once; a call the caller cancels is cancelled at the provider. The provider and the client are both the Python `mcp` SDK, and the oracle is the same
+//! once to a client that did not declare the capability, and relayed to one that did, its
+//! answer going back to the provider; a call the caller cancels is cancelled at the provider. The provider and the client are both the Python `mcp` SDK, and the oracle is the same
 //! client run against the same server directly.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -17,11 +18,22 @@ use serde_json::{Value, json};
 
 const SERVER: &str = "crates/capstan-sidecar/tests/python/chatty_server.py";
 
-/// Runs `tests/python/traffic.py` against `target` (a socket path or a URL) and reads its report.
-fn traffic(target: &str) -> Value {
+/// The server's tools, every one allowed.
+const ALLOWED: [&str; 5] = [
+    "count_steps",
+    "ask_user",
+    "leak_progress",
+    "wait_for_cancel",
+    "cancelled_calls",
+];
+
+/// Runs `tests/python/traffic.py` against `target` (a socket path or a URL) and reads its
+/// report; with `answers`, the client declares elicitation and answers "go".
+fn traffic(target: &str, answers: bool) -> Value {
     let output = Command::new(python())
         .arg(repo_root().join("crates/capstan-sidecar/tests/python/traffic.py"))
         .args([target, "demo-project", "caller-token"])
+        .args(answers.then_some("answers"))
         .output()
         .expect("running the Python SDK client");
     assert!(
@@ -38,27 +50,22 @@ fn traffic(target: &str) -> Value {
     })
 }
 
-#[test]
-fn a_providers_progress_and_logs_should_reach_the_caller_and_nothing_else_should() {
+/// The client's reports against the chatty server directly and through a sidecar serving it
+/// (every tool allowed), in that order.
+fn directly_and_through(answers: bool) -> (Value, Value) {
     let server = PythonServer::start_script(SERVER);
     let endpoint = format!("http://{}/mcp", server.address);
-    let mut document = binding_document(
-        "chatty-binding",
-        "chatty",
-        &endpoint,
-        &[
-            "count_steps",
-            "ask_user",
-            "leak_progress",
-            "wait_for_cancel",
-            "cancelled_calls",
-        ],
-    );
+    let mut document = binding_document("chatty-binding", "chatty", &endpoint, &ALLOWED);
     document["metadata"]["namespace"] = json!("demo-project");
     let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+    let direct = traffic(&endpoint, answers);
+    let through = traffic(sidecar.socket.to_str().unwrap(), answers);
+    (direct, through)
+}
 
-    let direct = traffic(&endpoint);
-    let through = traffic(sidecar.socket.to_str().unwrap());
+#[test]
+fn a_providers_progress_and_logs_should_reach_the_caller_and_nothing_else_should() {
+    let (direct, through) = directly_and_through(false);
 
     // Progress and logs: what the client sees directly, it sees through Capstan.
     assert_eq!(
@@ -87,7 +94,8 @@ fn a_providers_progress_and_logs_should_reach_the_caller_and_nothing_else_should
         json!([{"progress": 1.0, "total": 1.0, "message": "mine"}])
     );
 
-    // A question mid-call is refused at once as "method not found"; the call completes.
+    // A question mid-call to a client that declared no elicitation is refused at once as
+    // "method not found"; the call completes.
     assert_eq!(through["ask"]["isError"], false);
     assert_eq!(through["ask"]["answer"]["outcome"], "error");
     assert_eq!(through["ask"]["answer"]["code"], -32601, "{through}");
@@ -104,4 +112,19 @@ fn a_providers_progress_and_logs_should_reach_the_caller_and_nothing_else_should
     // refuses the method).
     assert_eq!(through["setLevel"], "ok");
     assert_eq!(direct["setLevel"], "Method not found");
+}
+
+#[test]
+fn a_providers_question_should_reach_a_client_that_can_answer_and_its_answer_the_provider() {
+    let (direct, through) = directly_and_through(true);
+
+    // The provider got the client's own answer, through Capstan as directly.
+    assert_eq!(
+        direct["ask"]["answer"],
+        json!({"outcome": "accept", "data": "go: What now?"})
+    );
+    assert_eq!(
+        through["ask"]["answer"], direct["ask"]["answer"],
+        "{through}"
+    );
 }

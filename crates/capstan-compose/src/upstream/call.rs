@@ -303,7 +303,7 @@ impl DirectCalls {
                 }
                 continue;
             }
-            if let Relayed::Refuse(answer) = traffic.relay(&message, id).await {
+            if let Relayed::Answer(answer) = traffic.relay(&message, id).await {
                 self.post_answer(&answer).await;
             }
         }

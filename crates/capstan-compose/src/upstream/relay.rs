@@ -1,23 +1,41 @@
 //! A call's own traffic between the caller and the provider: the caller's `_meta` going up,
-//! the provider's progress and log messages about the call coming back, mapped through
-//! Capstan's own ids (docs/mcp-surface.md).
+//! the provider's progress, log messages and questions about the call coming back, mapped
+//! through Capstan's own ids (docs/mcp-surface.md).
 //!
 //! The provider never sees the caller's progress token: it gets one Capstan mints for the call
 //! (unique on the upstream session, like the request id), and only a progress notification
 //! carrying that token is relayed — rewritten to the caller's token —, so a provider cannot
 //! address another caller's call, or another call of the same caller. Log messages
 //! (`notifications/message`) sent on the call's stream are relayed as they are. A request the
-//! provider sends the caller on the call's stream (`sampling/createMessage`,
-//! `elicitation/create`, `roots/list`) is answered at once with an error: the call goes on,
-//! and nothing waits for an answer that would never come.
+//! provider sends on the call's stream (`sampling/createMessage`, `elicitation/create`,
+//! `roots/list`) goes to the caller when it declared the capability — the caller's side gives
+//! it an id of its own and hands back the caller's answer, which goes up under the provider's
+//! id —, and is answered at once with -32601 otherwise: nothing waits for an answer that would
+//! never come.
 
-use rmcp::model::{ProgressToken, RequestMetaObject, ServerNotification};
+use rmcp::model::{ProgressToken, RequestMetaObject, ServerNotification, ServerRequest};
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
-/// Where the provider's messages about one call go: the caller's side of the call (the
-/// sidecar turns them into events on the caller's stream). Bounded: a caller that reads
-/// slowly slows the reading of the provider's stream, never the sidecar's memory.
-pub type Notifications = tokio::sync::mpsc::Sender<ServerNotification>;
+/// What goes to the caller's side of one call.
+#[derive(Debug)]
+pub enum ToCaller {
+    /// A notification about the call (progress on the caller's token, a log message).
+    Notification(ServerNotification),
+    /// A request of the provider's for the caller. The caller's side sends it with an id of
+    /// its own and puts the caller's JSON-RPC response (its `result` or `error`) in `answer`.
+    Request {
+        /// The request, without an id.
+        request: ServerRequest,
+        /// Where the caller's response goes.
+        answer: oneshot::Sender<Value>,
+    },
+}
+
+/// The caller's side of one call (the sidecar turns what arrives into events on the caller's
+/// stream). Bounded: a caller that reads slowly slows the reading of the provider's stream,
+/// never the sidecar's memory.
+pub type CallerSide = tokio::sync::mpsc::Sender<ToCaller>;
 
 /// Request `_meta` members of the 2026-07-28 revision that describe the connection the request
 /// came on, not the request: never forwarded to a provider.
@@ -30,23 +48,70 @@ const CONNECTION_MEMBERS: &[&str] = &[
 /// How many relayed messages may wait for the caller's side of one call.
 pub const RELAY_CAPACITY: usize = 64;
 
-/// What a call carries besides its tool and arguments: the caller's `_meta`, and where the
-/// provider's messages about the call go (none: they are read and dropped).
+/// What the caller can be asked: the capabilities its client declared at `initialize`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientAsks {
+    /// `sampling`: `sampling/createMessage`.
+    pub sampling: bool,
+    /// `elicitation` (form mode; an empty object means form).
+    pub elicitation_form: bool,
+    /// `elicitation.url`: URL-mode `elicitation/create`.
+    pub elicitation_url: bool,
+    /// `roots`: `roots/list`.
+    pub roots: bool,
+}
+
+impl ClientAsks {
+    /// What a client declaring `capabilities` (its `initialize` capabilities, as JSON) can be
+    /// asked.
+    pub fn from_capabilities(capabilities: &Value) -> Self {
+        let elicitation = capabilities.get("elicitation").filter(|e| e.is_object());
+        let declared = |mode: &str| elicitation.is_some_and(|e| e.get(mode).is_some());
+        Self {
+            sampling: capabilities.get("sampling").is_some_and(Value::is_object),
+            // A client declaring `elicitation: {}` supports form mode (the 2025-11-25 rule).
+            elicitation_form: elicitation.is_some_and(|e| {
+                declared("form") || e.as_object().is_some_and(serde_json::Map::is_empty)
+            }),
+            elicitation_url: declared("url"),
+            roots: capabilities.get("roots").is_some_and(Value::is_object),
+        }
+    }
+
+    /// Whether the caller can be asked `request` (a JSON-RPC request of the provider's).
+    fn allow(&self, request: &Value) -> bool {
+        match request["method"].as_str() {
+            Some("sampling/createMessage") => self.sampling,
+            Some("elicitation/create") => match request["params"]["mode"].as_str() {
+                Some("url") => self.elicitation_url,
+                _ => self.elicitation_form,
+            },
+            Some("roots/list") => self.roots,
+            _ => false,
+        }
+    }
+}
+
+/// What a call carries besides its tool and arguments: the caller's `_meta`, its side of the
+/// call (none: the provider's messages are read and dropped) and what it can be asked.
 #[derive(Debug, Default)]
 pub struct CallTraffic {
     /// The caller's request `_meta`, forwarded with its progress token replaced.
     pub meta: Option<RequestMetaObject>,
     /// The caller's side of the call.
-    pub notifications: Option<Notifications>,
+    pub caller: Option<CallerSide>,
+    /// What the caller can be asked.
+    pub asks: ClientAsks,
 }
 
 impl CallTraffic {
-    /// Traffic with the caller's `_meta` and side.
-    pub fn new(meta: Option<RequestMetaObject>, notifications: Option<Notifications>) -> Self {
-        Self {
-            meta,
-            notifications,
-        }
+    /// Traffic with the caller's `_meta`, side and capabilities.
+    pub fn new(
+        meta: Option<RequestMetaObject>,
+        caller: Option<CallerSide>,
+        asks: ClientAsks,
+    ) -> Self {
+        Self { meta, caller, asks }
     }
 
     /// The caller's progress token, if it asked for progress.
@@ -74,7 +139,7 @@ impl CallTraffic {
     /// What to do with `message`, a message on the call's stream that is not its answer.
     pub(crate) async fn relay(&self, message: &Value, minted: &str) -> Relayed {
         if is_request(message) {
-            return Relayed::Refuse(refusal(message));
+            return Relayed::Answer(self.ask(message).await);
         }
         let Some(method) = message.get("method").and_then(Value::as_str) else {
             return Relayed::Dropped;
@@ -93,15 +158,59 @@ impl CallTraffic {
             "notifications/message" => message.clone(),
             _ => return Relayed::Dropped,
         };
-        let (Some(sink), Ok(notification)) = (
-            &self.notifications,
+        let (Some(caller), Ok(notification)) = (
+            &self.caller,
             serde_json::from_value::<ServerNotification>(outgoing),
         ) else {
             return Relayed::Dropped;
         };
         // A caller that went away is not an error of the call.
-        let _ = sink.send(notification).await;
+        let _ = caller.send(ToCaller::Notification(notification)).await;
         Relayed::Sent
+    }
+
+    /// The response to a request of the provider's: the caller's answer when it can be asked,
+    /// an error at once otherwise. Under the provider's own id either way.
+    async fn ask(&self, request: &Value) -> Value {
+        let id = request["id"].clone();
+        let caller = self.caller.as_ref().filter(|_| self.asks.allow(request));
+        let Some(caller) = caller else {
+            return error_response(id, -32601, &not_available(request));
+        };
+        let outgoing = json!({ "method": request["method"], "params": request["params"] });
+        let Ok(typed) = serde_json::from_value::<ServerRequest>(outgoing) else {
+            return error_response(
+                id,
+                -32602,
+                "the request's params are not what its method takes",
+            );
+        };
+        let (answer, answered) = oneshot::channel();
+        let asked = ToCaller::Request {
+            request: typed,
+            answer,
+        };
+        if caller.send(asked).await.is_err() {
+            return error_response(id, -32603, "the client behind Capstan went away");
+        }
+        match answered.await {
+            Ok(response) => {
+                let mut upstream = json!({ "jsonrpc": "2.0", "id": id });
+                match (response.get("result"), response.get("error")) {
+                    (Some(result), _) => upstream["result"] = result.clone(),
+                    (None, Some(error)) => upstream["error"] = error.clone(),
+                    (None, None) => {
+                        return error_response(
+                            id,
+                            -32603,
+                            "the client's answer has neither a result nor an error",
+                        );
+                    }
+                }
+                upstream
+            }
+            Err(_) => error_response(id, -32603, "the client behind Capstan did not answer"),
+        }
     }
 }
 
@@ -112,8 +221,8 @@ pub(crate) enum Relayed {
     Sent,
     /// Not for the caller (another call's progress, a kind not relayed, no caller side).
     Dropped,
-    /// A request of the provider's, to be answered with this error response.
-    Refuse(Value),
+    /// A request of the provider's: this response goes up to it.
+    Answer(Value),
 }
 
 /// Whether `message` is a JSON-RPC request (a method and an id).
@@ -121,20 +230,21 @@ fn is_request(message: &Value) -> bool {
     message.get("method").is_some() && message.get("id").is_some_and(|id| !id.is_null())
 }
 
-/// The error response to a provider's request the caller cannot be asked: "method not found",
-/// as a client without the capability answers it.
-fn refusal(request: &Value) -> Value {
+/// Why the caller cannot be asked `request`.
+fn not_available(request: &Value) -> String {
     let method = request["method"].as_str().unwrap_or("");
+    format!(
+        "{method} is not available: the client behind Capstan did not declare the capability \
+         it needs"
+    )
+}
+
+/// A JSON-RPC error response to request `id`.
+fn error_response(id: Value, code: i64, message: &str) -> Value {
     json!({
         "jsonrpc": "2.0",
-        "id": request["id"],
-        "error": {
-            "code": -32601,
-            "message": format!(
-                "{method} is not available: the client behind Capstan cannot be asked during \
-                 this call"
-            ),
-        },
+        "id": id,
+        "error": { "code": code, "message": message },
     })
 }
 
@@ -143,10 +253,13 @@ fn refusal(request: &Value) -> Value {
 mod tests {
     use super::*;
 
-    fn traffic(meta: Value) -> (CallTraffic, tokio::sync::mpsc::Receiver<ServerNotification>) {
+    fn traffic(meta: Value) -> (CallTraffic, tokio::sync::mpsc::Receiver<ToCaller>) {
         let (sink, receiver) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
         let meta = serde_json::from_value::<RequestMetaObject>(meta).unwrap();
-        (CallTraffic::new(Some(meta), Some(sink)), receiver)
+        (
+            CallTraffic::new(Some(meta), Some(sink), ClientAsks::default()),
+            receiver,
+        )
     }
 
     #[test]
@@ -169,7 +282,7 @@ mod tests {
         assert_eq!(CallTraffic::default().upstream_meta("capstan-3"), None);
     }
 
-    fn traffic_without_token() -> (CallTraffic, tokio::sync::mpsc::Receiver<ServerNotification>) {
+    fn traffic_without_token() -> (CallTraffic, tokio::sync::mpsc::Receiver<ToCaller>) {
         traffic(json!({"traceparent": "00-ab-cd-01"}))
     }
 
@@ -188,22 +301,63 @@ mod tests {
             traffic.relay(&progress("capstan-9"), "capstan-9").await,
             Relayed::Sent
         );
-        let sent = serde_json::to_value(receiver.try_recv().unwrap()).unwrap();
+        let Ok(ToCaller::Notification(sent)) = receiver.try_recv() else {
+            panic!("no notification relayed");
+        };
+        let sent = serde_json::to_value(sent).unwrap();
         assert_eq!(sent["params"]["progressToken"], "caller-token");
         assert_eq!(sent["params"]["progress"], 1.0);
         assert!(receiver.try_recv().is_err(), "one message relayed, not two");
     }
 
     #[tokio::test]
-    async fn a_providers_request_should_be_refused_at_once_with_its_own_id() {
+    async fn a_request_the_caller_cannot_be_asked_should_be_refused_at_once_with_its_own_id() {
         let (traffic, mut receiver) = traffic(json!({}));
         let request = json!({"jsonrpc": "2.0", "id": 41, "method": "elicitation/create",
-                             "params": {"message": "?", "requestedSchema": {}}});
-        let Relayed::Refuse(answer) = traffic.relay(&request, "capstan-1").await else {
-            panic!("not refused");
+                             "params": {"message": "?", "requestedSchema": {"type": "object", "properties": {}}}});
+        let Relayed::Answer(answer) = traffic.relay(&request, "capstan-1").await else {
+            panic!("not answered");
         };
         assert_eq!(answer["id"], 41);
         assert_eq!(answer["error"]["code"], -32601);
-        assert!(receiver.try_recv().is_err());
+        assert!(receiver.try_recv().is_err(), "the caller was asked");
+    }
+
+    #[tokio::test]
+    async fn a_request_the_caller_can_be_asked_should_go_up_with_the_callers_answer() {
+        let (mut traffic, mut receiver) = traffic(json!({}));
+        traffic.asks = ClientAsks::from_capabilities(&json!({"elicitation": {}}));
+        let request = json!({"jsonrpc": "2.0", "id": "p-7", "method": "elicitation/create",
+                             "params": {"message": "?", "requestedSchema": {"type": "object", "properties": {}}}});
+        let caller = tokio::spawn(async move {
+            let Some(ToCaller::Request { request, answer }) = receiver.recv().await else {
+                panic!("the caller was not asked");
+            };
+            let asked = serde_json::to_value(&request).unwrap();
+            assert_eq!(asked["method"], "elicitation/create");
+            answer
+                .send(json!({"jsonrpc": "2.0", "id": "capstan-ask-1", "result": {"action": "decline"}}))
+                .unwrap();
+        });
+        let Relayed::Answer(answer) = traffic.relay(&request, "capstan-1").await else {
+            panic!("not answered");
+        };
+        caller.await.unwrap();
+        assert_eq!(
+            answer,
+            json!({"jsonrpc": "2.0", "id": "p-7", "result": {"action": "decline"}})
+        );
+    }
+
+    #[test]
+    fn url_elicitation_should_need_its_own_capability() {
+        let form_only = ClientAsks::from_capabilities(&json!({"elicitation": {}}));
+        let url = json!({"method": "elicitation/create", "params": {"mode": "url"}});
+        let form = json!({"method": "elicitation/create", "params": {}});
+        assert!(form_only.allow(&form));
+        assert!(!form_only.allow(&url));
+        let both = ClientAsks::from_capabilities(&json!({"elicitation": {"form": {}, "url": {}}}));
+        assert!(both.allow(&url));
+        assert!(!both.allow(&json!({"method": "sampling/createMessage"})));
     }
 }

@@ -6,8 +6,8 @@
 use std::time::Instant;
 
 use capstan_compose::{
-    CallTraffic, Composed, ComposedTool, ErrorKind, MAX_INTENT_LEN, Notifications,
-    RoutedCapability, SkillError, ToolCallError, ToolError,
+    CallTraffic, CallerSide, Composed, ComposedTool, ErrorKind, MAX_INTENT_LEN, RoutedCapability,
+    SkillError, ToolCallError, ToolError,
 };
 use capstan_platform::BaseTools;
 use capstan_route::{Decision, Taken};
@@ -26,14 +26,14 @@ impl Task {
     /// Serves one `tools/call` of this task: identity, the task's time limit, then a built-in,
     /// a base tool, a routed capability or a provider tool. Errors a consumer can act on come
     /// back as tool results; only an unknown tool is a protocol error. A call that reaches a
-    /// provider carries the caller's `_meta`, and the provider's progress and log messages
-    /// about it go to `notifications` (the caller's stream; `upstream/relay.rs` in
+    /// provider carries the caller's `_meta`, and the provider's progress, log messages and
+    /// questions about it go to `caller_side` (the caller's stream; `upstream/relay.rs` in
     /// capstan-compose).
     pub async fn call(
         &self,
         caller: Option<&Identity>,
         request: CallToolRequestParams,
-        notifications: Option<Notifications>,
+        caller_side: Option<CallerSide>,
     ) -> Result<CallToolResult, McpError> {
         let _busy = Busy::new(self);
         if !self.owned_by(caller) {
@@ -48,7 +48,7 @@ impl Task {
             meta,
             ..
         } = request;
-        let traffic = CallTraffic::new(meta, notifications);
+        let traffic = CallTraffic::new(meta, caller_side, self.client_asks());
         // The call runs on what the session serves as it starts, to its end.
         let served = self.served();
         let composed = served.composed();

@@ -1,21 +1,38 @@
 //! The calls of a task the fast path is serving, by the caller's request id, so that the
-//! caller's `notifications/cancelled` can stop one (`call_fast_path.rs`). rmcp keeps its own
-//! table for the requests it serves; the fast path answers requests rmcp never sees.
+//! caller's `notifications/cancelled` can stop one (`call_fast_path.rs`); and the questions
+//! of providers the fast path put to the caller, by the id it gave them, so that the caller's
+//! answer reaches the provider that asked. rmcp keeps its own tables for the requests it
+//! serves and sends; the fast path's are requests rmcp never sees.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use capstan_compose::ClientAsks;
+use serde_json::Value;
 
 use tokio::sync::oneshot;
 
 use super::Task;
 
-/// The table: request id (as JSON text, e.g. `7` or `"abc"`) → how to stop that call.
+/// The tables: request id (as JSON text, e.g. `7` or `"abc"`) → how to stop that call; and
+/// the id given to a provider's question → where the caller's answer goes.
 #[derive(Default)]
-pub(super) struct InFlight(Mutex<HashMap<String, oneshot::Sender<()>>>);
+pub(super) struct InFlight {
+    calls: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    asked: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+    next_ask: AtomicU64,
+}
 
 impl InFlight {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<()>>> {
-        self.0
+        self.calls
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn asked(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Value>>> {
+        self.asked
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -56,5 +73,43 @@ impl Task {
     pub fn cancel_call(&self, id: &serde_json::Value) -> bool {
         let cancel = self.in_flight.lock().remove(&id.to_string());
         cancel.is_some_and(|cancel| cancel.send(()).is_ok())
+    }
+
+    /// Puts a provider's question to the caller: the id it goes out with. The caller's
+    /// response to that id goes to `answer` ([`Task::answer`]). Questions whose call has ended
+    /// (nobody waits for the answer) are forgotten here.
+    pub fn ask(&self, answer: oneshot::Sender<Value>) -> String {
+        let id = format!(
+            "capstan-ask-{}",
+            self.in_flight.next_ask.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut asked = self.in_flight.asked();
+        asked.retain(|_, waiting| !waiting.is_closed());
+        asked.insert(id.clone(), answer);
+        id
+    }
+
+    /// Hands the caller's `response` (a JSON-RPC response) to the question with id `id`;
+    /// whether one was waiting for it.
+    pub fn answer(&self, id: &Value, response: Value) -> bool {
+        let Some(id) = id.as_str() else {
+            return false;
+        };
+        let waiting = self.in_flight.asked().remove(id);
+        waiting.is_some_and(|waiting| waiting.send(response).is_ok())
+    }
+
+    /// What this task's caller can be asked: the capabilities its client declared at
+    /// `initialize` (nothing, for a task without a session: the 2026-07-28 revision asks
+    /// through `InputRequiredResult` instead).
+    pub fn client_asks(&self) -> ClientAsks {
+        *self.asks.get_or_init(|| {
+            self.peer
+                .get()
+                .and_then(|peer| peer.peer_info())
+                .and_then(|info| serde_json::to_value(&info.capabilities).ok())
+                .map(|capabilities| ClientAsks::from_capabilities(&capabilities))
+                .unwrap_or_default()
+        })
     }
 }

@@ -41,7 +41,8 @@ async def ask_user(ctx: Context) -> str:
     """Asks the client a question mid-call and reports what became of it."""
     try:
         result = await ctx.elicit("What now?", Answer)
-        return json.dumps({"outcome": result.action})
+        data = result.data.answer if result.action == "accept" and result.data else None
+        return json.dumps({"outcome": result.action, "data": data})
     except Exception as error:  # the client's refusal arrives as an error
         code = getattr(error, "code", None) or getattr(getattr(error, "error", None), "code", None)
         return json.dumps({"outcome": "error", "error": str(error), "code": code})

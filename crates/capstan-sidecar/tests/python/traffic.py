@@ -2,8 +2,9 @@
 the sidecar: sets the log level, calls tools with a progress callback and a logging callback,
 and reports every progress and log message it received, per call.
 
-Usage: traffic.py URL_OR_SOCKET PROJECT TOKEN
-URL_OR_SOCKET is a Unix socket path (the sidecar) or an http:// URL (the server directly).
+Usage: traffic.py URL_OR_SOCKET PROJECT TOKEN [ANSWERS]
+URL_OR_SOCKET is a Unix socket path (the sidecar) or an http:// URL (the server directly). With
+ANSWERS (any value) the client declares elicitation and answers every question "go".
 Prints one JSON object.
 """
 
@@ -13,11 +14,15 @@ import sys
 import warnings
 
 import httpx2
-from mcp import Client
+from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 
 
-async def main(target: str, project: str, token: str) -> None:
+async def answer_go(context, params) -> types.ElicitResult:
+    return types.ElicitResult(action="accept", content={"answer": f"go: {params.message}"})
+
+
+async def main(target: str, project: str, token: str, answers: str = "") -> None:
     # logging is deprecated as of 2026-07-28; these are session-revision calls.
     warnings.simplefilter("ignore")
     headers = {"X-Capstan-Project": project}
@@ -37,7 +42,10 @@ async def main(target: str, project: str, token: str) -> None:
     report: dict = {}
     async with http:
         transport = streamable_http_client(url, http_client=http)
-        async with Client(transport, mode="legacy", logging_callback=on_log) as client:
+        elicitation = answer_go if answers else None
+        async with Client(
+            transport, mode="legacy", logging_callback=on_log, elicitation_callback=elicitation
+        ) as client:
             tools = {t.name for t in (await client.list_tools()).tools}
             prefix = "" if "count_steps" in tools else "chatty__"
             try:
@@ -91,4 +99,4 @@ async def main(target: str, project: str, token: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:4]))
+    asyncio.run(main(*sys.argv[1:5]))
