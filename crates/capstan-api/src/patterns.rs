@@ -31,6 +31,12 @@ pub const PIN_PATTERN: &str = "^sha256:[0-9a-f]{64}$";
 /// name the server lists, with nothing sanitized or shortened.
 pub const UNPREFIXED_TOOL_PATTERN: &str = "^[a-zA-Z0-9_-]{1,64}$";
 
+/// The characters the major model APIs accept in a tool name (`[a-zA-Z0-9_-]`): what
+/// composition sanitizes provider tool names to, and what an unprefixed name must already be.
+pub fn is_tool_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
 /// The names of the sidecar's own tools: `load_skill` and the base platform tools. A provider
 /// tool may never be exposed under one of them, nor under `cap__…` (routed capabilities).
 /// `capstan-platform` and the sidecar check their names against this list in their tests.

@@ -10,6 +10,7 @@
 //! other collision (`compose.rs`): reported, never silently overwritten.
 
 use capstan_api::ToolNames;
+use capstan_api::patterns::is_tool_name_char;
 use sha2::{Digest, Sha256};
 
 /// The longest tool name the major model APIs accept.
@@ -21,13 +22,7 @@ const DIGEST_DIGITS: usize = 8;
 /// Replaces every character outside `[a-zA-Z0-9_-]` with `_`.
 pub fn sanitize(name: &str) -> String {
     name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if is_tool_name_char(c) { c } else { '_' })
         .collect()
 }
 

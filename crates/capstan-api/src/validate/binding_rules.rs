@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::FieldError;
 use super::fields::{duplicates, items, text};
-use crate::patterns::is_built_in_tool;
+use crate::patterns::{is_built_in_tool, is_tool_name_char};
 
 /// Checks the cross-field rules of a binding spec, pushing every violation.
 pub(super) fn check(spec: &Value, out: &mut Vec<FieldError>) {
@@ -146,10 +146,7 @@ fn check_unprefixed(allow_list: &AllowList, server: &Value, out: &mut Vec<FieldE
 
 /// What `UNPREFIXED_TOOL_PATTERN` admits, without a regular expression engine.
 fn is_plain_tool_name(tool: &str) -> bool {
-    (1..=64).contains(&tool.len())
-        && tool
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    (1..=64).contains(&tool.len()) && tool.chars().all(is_tool_name_char)
 }
 
 /// Each `toolSelector.pins` key must name an allowed tool. Pin keys are object keys, so they

@@ -19,16 +19,40 @@ use super::Task;
 /// the id given to a provider's question → where the caller's answer goes.
 #[derive(Default)]
 pub(super) struct InFlight {
-    calls: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    calls: Mutex<HashMap<String, (u64, oneshot::Sender<()>)>>,
+    next_call: AtomicU64,
     asked: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     next_ask: AtomicU64,
 }
 
 impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<()>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, oneshot::Sender<()>)>> {
         self.calls
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Enters the call under `key`, replacing an entry under the same key: its entry's number
+    /// and the receiver that fires on cancellation.
+    fn track(&self, key: &str) -> (u64, oneshot::Receiver<()>) {
+        let entry = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let (cancel, cancelled) = oneshot::channel();
+        self.lock().insert(key.to_owned(), (entry, cancel));
+        (entry, cancelled)
+    }
+
+    /// Takes out entry `entry` under `key` — not a newer call's that replaced it.
+    fn untrack(&self, key: &str, entry: u64) {
+        let mut calls = self.lock();
+        if calls.get(key).is_some_and(|(held, _)| *held == entry) {
+            calls.remove(key);
+        }
+    }
+
+    /// Fires the cancellation of the call under `key`; whether one was waiting.
+    fn cancel(&self, key: &str) -> bool {
+        let cancel = self.lock().remove(key);
+        cancel.is_some_and(|(_, cancel)| cancel.send(()).is_ok())
     }
 
     fn asked(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Value>>> {
@@ -42,28 +66,30 @@ impl InFlight {
 pub struct TrackedCall {
     task: Arc<Task>,
     key: String,
+    entry: u64,
 }
 
 impl Drop for TrackedCall {
     fn drop(&mut self) {
-        self.task.in_flight.lock().remove(&self.key);
+        self.task.in_flight.untrack(&self.key, self.entry);
     }
 }
 
 impl Task {
     /// Tracks the call with request id `id` of this task: the receiver fires when the caller
     /// cancels it. A second call under an id still in flight replaces the first's entry (the
-    /// caller reused an id; its cancellation reaches the newer call).
+    /// caller reused an id; its cancellation reaches the newer call), and the first one ending
+    /// leaves the newer one's entry in place.
     pub fn track_call(
         self: &Arc<Self>,
         id: &serde_json::Value,
     ) -> (TrackedCall, oneshot::Receiver<()>) {
         let key = id.to_string();
-        let (cancel, cancelled) = oneshot::channel();
-        self.in_flight.lock().insert(key.clone(), cancel);
+        let (entry, cancelled) = self.in_flight.track(&key);
         let tracked = TrackedCall {
             task: self.clone(),
             key,
+            entry,
         };
         (tracked, cancelled)
     }
@@ -71,8 +97,7 @@ impl Task {
     /// Stops the call with request id `id`, if this task is serving it on the fast path;
     /// whether it was.
     pub fn cancel_call(&self, id: &serde_json::Value) -> bool {
-        let cancel = self.in_flight.lock().remove(&id.to_string());
-        cancel.is_some_and(|cancel| cancel.send(()).is_ok())
+        self.in_flight.cancel(&id.to_string())
     }
 
     /// Puts a provider's question to the caller: the id it goes out with. The caller's
@@ -111,5 +136,22 @@ impl Task {
                 .map(|capabilities| ClientAsks::from_capabilities(&capabilities))
                 .unwrap_or_default()
         })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_call_ending_should_leave_a_newer_calls_entry_under_the_same_id() {
+        let table = InFlight::default();
+        let (first, _first_cancelled) = table.track("7");
+        let (_second, mut second_cancelled) = table.track("7");
+        table.untrack("7", first);
+        assert!(table.cancel("7"), "the newer call's entry was taken out");
+        assert!(second_cancelled.try_recv().is_ok());
+        assert!(!table.cancel("7"));
     }
 }
