@@ -288,7 +288,7 @@ fn example_binding(name: &str) -> CapabilityBinding {
 /// Files in the invalid corpus. Every one becomes a case here (one object each, or the list
 /// trial for `mixed-list`); a file added, removed or left unread fails the suite instead of
 /// shrinking it.
-const CORPUS_FILES: usize = 80;
+const CORPUS_FILES: usize = 81;
 
 /// The one corpus file that is a List: applied as a List, its valid items must be admitted.
 const LIST_CASE: &str = "mixed-list";
@@ -377,6 +377,16 @@ const ADMISSION_PATHS: &[(&str, &str, &str)] = &[
         "spec.tools.mcpServers[0].toolSelector.include[3]",
         "spec.tools.mcpServers[0].toolSelector.include",
     ),
+    (
+        "doc-resource-capstan-uri",
+        "spec.tools.mcpServers[0].resourceSelector.include[1]",
+        "spec.tools.mcpServers[0].resourceSelector.include",
+    ),
+    (
+        "doc-resource-capstan-uri",
+        "spec.tools.mcpServers[0].resourceSelector.include[2]",
+        "spec.tools.mcpServers[0].resourceSelector.include",
+    ),
     // A duplicate list-map key is reported on the entry, not on its key field.
     (
         "doc-duplicate-server-names",
@@ -412,6 +422,7 @@ fn is_cel_rule(message: &str) -> bool {
         "is not in",
         "is reserved",
         "cannot be exposed unprefixed",
+        "takes the capstan: scheme",
         "must not contain \"__\"",
         "when kind is",
     ]

@@ -221,6 +221,12 @@ pub struct Tools {
         "message": "with toolNames: Unprefixed, every toolSelector.include entry is exposed as listed: it must be 1-64 letters, digits, '_' and '-', and is never a built-in tool name (load_skill, the base tools, cap__*)",
         "fieldPath": ".toolSelector.include",
         "reason": "FieldValueInvalid"
+    },
+    {
+        "rule": "!has(self.resourceUris) || self.resourceUris != 'AsListed' || !has(self.resourceSelector) || !has(self.resourceSelector.include) || self.resourceSelector.include.all(u, !u.lowerAscii().startsWith('capstan:'))",
+        "message": "with resourceUris: AsListed, no resourceSelector.include entry may take the capstan: scheme, which is the sidecar's own",
+        "fieldPath": ".resourceSelector.include",
+        "reason": "FieldValueInvalid"
     }
 ]))]
 pub struct McpServer {
@@ -249,7 +255,30 @@ pub struct McpServer {
     /// the base tools, `cap__*`) and must already be 1–64 characters of `[a-zA-Z0-9_-]`; two
     /// bindings offering one name stay first-wins, the loser reporting the collision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_names: Option<ToolNames>,
+    pub tool_names: Option<Naming>,
+
+    /// The prompts the assistant may list and get from this server. A server without one
+    /// contributes no prompts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_selector: Option<PromptSelector>,
+
+    /// How this server's prompts are named: `Prefixed` (the default, `<name>__<prompt>`) or
+    /// `Unprefixed` (as the server lists them); two bindings offering one name stay
+    /// first-wins, the loser reporting the collision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_names: Option<Naming>,
+
+    /// The resources and resource templates the assistant may list, read and subscribe to.
+    /// A server without one contributes no resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_selector: Option<ResourceSelector>,
+
+    /// How this server's resource URIs are shown: `Capstan` (the default,
+    /// `capstan://<binding>/<name>/<the server's URI>`, which `resources/read` reverses) or
+    /// `AsListed` (the server's own URIs, for providers whose URIs are already unique). A URI
+    /// as listed never takes the `capstan:` scheme.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_uris: Option<ResourceUris>,
 
     /// Tools, among those included, that can change something. They are listed in the
     /// composition's mutating set and carry `readOnlyHint: false`.
@@ -264,14 +293,49 @@ pub struct McpServer {
     pub capabilities: Vec<CapabilityMapping>,
 }
 
-/// How a server's tools are named in a composition.
+/// How a server's tools (`toolNames`) or prompts (`promptNames`) are named in a composition.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-pub enum ToolNames {
-    /// `<server>__<tool>`: no two servers can collide.
+pub enum Naming {
+    /// `<server>__<name>`: no two servers can collide.
     #[default]
     Prefixed,
     /// As the server lists them.
     Unprefixed,
+}
+
+/// How a server's resource URIs are shown in a composition.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ResourceUris {
+    /// `capstan://<binding>/<server>/<the server's URI>`: no two servers can collide, and
+    /// `resources/read` finds the server by the URI alone.
+    #[default]
+    Capstan,
+    /// The server's own URIs.
+    AsListed,
+}
+
+/// The prompt allow-list of one MCP server.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct PromptSelector {
+    /// Exact prompt names the assistant may list and get. Enforced on `prompts/list`,
+    /// `prompts/get` and `completion/complete`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 128)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub include: Vec<String>,
+}
+
+/// The resource allow-list of one MCP server.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ResourceSelector {
+    /// Exact resource URIs and URI templates, as the server lists them, that the assistant may
+    /// list, read and subscribe to; a read of a URI a listed template produces is allowed.
+    /// Enforced on every list, `resources/read`, `resources/subscribe` and
+    /// `completion/complete`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128), inner(length(min = 1, max = MAX_URL_LEN)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub include: Vec<String>,
 }
 
 /// The tool allow-list of one MCP server.

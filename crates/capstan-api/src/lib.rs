@@ -21,7 +21,8 @@ pub mod wire;
 pub use binding::{
     Authority, CapabilityBinding, CapabilityBindingSpec, CapabilityBindingStatus,
     CapabilityMapping, CapabilityStatus, Concept, CostHint, GroupKind, Knowledge, KnowledgeSource,
-    KnowledgeSourceType, McpServer, ObjectRef, ReadGrant, Skill, ToolNames, ToolSelector, Tools,
+    KnowledgeSourceType, McpServer, Naming, ObjectRef, PromptSelector, ReadGrant, ResourceSelector,
+    ResourceUris, Skill, ToolSelector, Tools,
 };
 pub use document::{CapabilityDocument, DocumentMeta};
 pub use parse::{API_VERSION, InvalidObject, Object, ParseError, Parsed, ParsedObject, parse};

@@ -60,6 +60,16 @@ pub fn is_built_in_tool(name: &str) -> bool {
     BUILT_IN_TOOLS.contains(&name) || name.starts_with(CAPABILITY_TOOL_PREFIX)
 }
 
+/// The URI scheme of resources as the sidecar shows them
+/// (`capstan://<binding>/<server>/<the server's URI>`); a server's own URI never takes it.
+pub const CAPSTAN_URI_SCHEME: &str = "capstan:";
+
+/// Whether `uri` takes the sidecar's own scheme (schemes are case-insensitive).
+pub fn is_capstan_uri(uri: &str) -> bool {
+    uri.get(..CAPSTAN_URI_SCHEME.len())
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case(CAPSTAN_URI_SCHEME))
+}
+
 /// Names and other identifiers: the Kubernetes DNS-subdomain bound.
 pub const MAX_NAME_LEN: u32 = 253;
 

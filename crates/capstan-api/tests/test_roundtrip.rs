@@ -4,7 +4,8 @@
 use capstan_api::{
     Authority, CapabilityBindingSpec, CapabilityDocument, CapabilityMapping, CapabilityStatus,
     Concept, CostHint, DocumentMeta, GroupKind, Knowledge, KnowledgeSource, KnowledgeSourceType,
-    McpServer, Object, ObjectRef, ReadGrant, Skill, ToolNames, ToolSelector, Tools,
+    McpServer, Naming, Object, ObjectRef, PromptSelector, ReadGrant, ResourceSelector,
+    ResourceUris, Skill, ToolSelector, Tools,
 };
 use proptest::collection::vec;
 use proptest::option;
@@ -112,8 +113,8 @@ fn server(index: usize) -> impl Strategy<Value = McpServer> {
                 endpoint,
                 tool_names: match (index % 3, plain) {
                     (0, _) => None,
-                    (1, _) | (_, false) => Some(ToolNames::Prefixed),
-                    _ => Some(ToolNames::Unprefixed),
+                    (1, _) | (_, false) => Some(Naming::Prefixed),
+                    _ => Some(Naming::Unprefixed),
                 },
                 tool_selector: (!include.is_empty()).then(|| ToolSelector {
                     pins: pin
@@ -122,6 +123,17 @@ fn server(index: usize) -> impl Strategy<Value = McpServer> {
                         .collect(),
                     include,
                 }),
+                prompt_selector: index.is_multiple_of(2).then(|| PromptSelector {
+                    include: vec![format!("summarize-{index}")],
+                }),
+                prompt_names: (index % 3 == 2).then_some(Naming::Unprefixed),
+                resource_selector: (index % 2 == 1).then(|| ResourceSelector {
+                    include: vec![
+                        format!("file:///docs/{index}.md"),
+                        format!("test://items/{{id}}/{index}"),
+                    ],
+                }),
+                resource_uris: (index % 4 == 1).then_some(ResourceUris::AsListed),
                 mutating,
                 capabilities,
             }

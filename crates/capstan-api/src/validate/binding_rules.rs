@@ -1,13 +1,14 @@
 //! The rules of a CapabilityBinding spec that span fields (the CRD's CEL rules and list-map
 //! keys): unique server, skill and capability names, the `__` delimiter and the reserved name
 //! `cap`, and `mutating`, `toolSelector.pins` and `capabilities[].tool` entries inside the
-//! allow-list, and the names an unprefixed server may offer.
+//! allow-list, the names an unprefixed server may offer, and the URIs a server whose resources
+//! are shown as listed may offer.
 
 use serde_json::Value;
 
 use super::FieldError;
 use super::fields::{duplicates, items, text};
-use crate::patterns::{is_built_in_tool, is_tool_name_char};
+use crate::patterns::{is_built_in_tool, is_capstan_uri, is_tool_name_char};
 
 /// Checks the cross-field rules of a binding spec, pushing every violation.
 pub(super) fn check(spec: &Value, out: &mut Vec<FieldError>) {
@@ -32,6 +33,7 @@ pub(super) fn check(spec: &Value, out: &mut Vec<FieldError>) {
         check_pins(&at, &allow_list, server, out);
         check_mutating(&at, &allow_list, server, out);
         check_capabilities(&at, &allow_list, server, out);
+        check_other_selectors(&at, server, out);
     }
 
     duplicates(
@@ -234,5 +236,40 @@ fn check_capabilities(at: &str, allow_list: &AllowList, server: &Value, out: &mu
                 }),
             out,
         );
+    }
+}
+
+/// `promptSelector.include` and `resourceSelector.include` are sets; with `resourceUris:
+/// AsListed` no entry may take the `capstan:` scheme, which the sidecar's own URIs use.
+fn check_other_selectors(at: &str, server: &Value, out: &mut Vec<FieldError>) {
+    for selector in ["promptSelector", "resourceSelector"] {
+        let include = server
+            .get(selector)
+            .map_or(&[][..], |s| items(s, "include"));
+        duplicates(
+            include.iter().enumerate().filter_map(|(j, entry)| {
+                Some((format!("{at}.{selector}.include[{j}]"), entry.as_str()?))
+            }),
+            out,
+        );
+    }
+    if text(server, "resourceUris") != Some("AsListed") {
+        return;
+    }
+    let include = server
+        .get("resourceSelector")
+        .map_or(&[][..], |s| items(s, "include"));
+    for (j, uri) in include.iter().enumerate() {
+        if let Some(uri) = uri.as_str()
+            && is_capstan_uri(uri)
+        {
+            out.push(FieldError::new(
+                format!("{at}.resourceSelector.include[{j}]"),
+                format!(
+                    "\"{uri}\" takes the capstan: scheme, the sidecar's own; keep Capstan's URIs \
+                     (remove resourceUris) to offer it"
+                ),
+            ));
+        }
     }
 }
