@@ -7,8 +7,9 @@
 mod assemble;
 mod connect;
 mod live;
+mod offerings;
 
-use rmcp::model::JsonObject;
+use rmcp::model::{ErrorData, JsonObject};
 use thiserror::Error;
 
 use self::assemble::Assembly;
@@ -67,6 +68,35 @@ pub enum ToolCallError {
         name: String,
     },
     /// The upstream failed.
+    #[error(transparent)]
+    Upstream(#[from] CallError),
+}
+
+/// Why a forwarded prompt, resource or completion request produced no result.
+#[derive(Debug, Error)]
+pub enum OfferingError {
+    /// No prompt of that name is composed (including names outside every selector).
+    #[error("no prompt named {name:?} is available to this assistant")]
+    UnknownPrompt {
+        /// The name asked for.
+        name: String,
+    },
+    /// No composed resource has that URI and no composed template produces it.
+    #[error("no resource {uri:?} is available to this assistant")]
+    UnknownResource {
+        /// The URI asked for.
+        uri: String,
+    },
+    /// A completion names a prompt or template that is not composed.
+    #[error("no prompt or resource template {name:?} is available to this assistant")]
+    UnknownReference {
+        /// The name or URI asked for.
+        name: String,
+    },
+    /// The provider answered with an error of its own: the caller gets it as it is.
+    #[error("the provider refused the request: {}", .0.message)]
+    Refused(ErrorData),
+    /// The provider could not be reached or did not answer.
     #[error(transparent)]
     Upstream(#[from] CallError),
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{JsonObject, ToolAnnotations};
+use rmcp::model::{JsonObject, Prompt, Resource, ResourceTemplate, ToolAnnotations};
 use serde::Serialize;
 
 use crate::capabilities::CapabilitySummary;
@@ -38,6 +38,47 @@ pub struct ComposedTool {
     pub annotations: Option<ToolAnnotations>,
     /// Whether the document flags the tool as mutating.
     pub mutating: bool,
+}
+
+/// A prompt in the composed set.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComposedPrompt {
+    /// The name the assistant sees: `<server>__<prompt>`, or the server's own
+    /// (`promptNames: Unprefixed`).
+    pub name: String,
+    /// The binding that contributed it.
+    pub binding: String,
+    /// The `mcpServers[].name` entry.
+    pub server: String,
+    /// The upstream's own name for the prompt.
+    pub upstream_name: String,
+    /// The prompt as the assistant sees it (the upstream's, under the composed name).
+    #[serde(skip)]
+    pub prompt: Prompt,
+}
+
+/// A resource, or a resource template, in the composed set.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComposedResource {
+    /// The URI (or URI template) the assistant sees: `capstan://<binding>/<server>/<the
+    /// server's>`, or the server's own (`resourceUris: AsListed`).
+    pub uri: String,
+    /// The binding that contributed it.
+    pub binding: String,
+    /// The `mcpServers[].name` entry.
+    pub server: String,
+    /// The upstream's own URI (or URI template).
+    pub upstream_uri: String,
+    /// Whether it is a template (`resources/templates/list`).
+    pub template: bool,
+    /// The resource as the assistant sees it (the upstream's, under the composed URI).
+    #[serde(skip)]
+    pub resource: Option<Resource>,
+    /// The template as the assistant sees it.
+    #[serde(skip)]
+    pub resource_template: Option<ResourceTemplate>,
 }
 
 /// A skill offered in the instructions.
@@ -97,6 +138,19 @@ pub struct BindingOutcome {
     pub definitions: Vec<ToolDefinition>,
     /// Tool names won by an earlier binding.
     pub collisions: Vec<Collision>,
+    /// Prompts exposed, by composed name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<String>,
+    /// Resources and resource templates exposed, by composed URI.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<String>,
+    /// Allowed prompts, resources and templates the server does not offer, as
+    /// `<server>/<name or URI>`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_offerings: Vec<String>,
+    /// Prompt names and resource URIs won by an earlier binding.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub offering_collisions: Vec<Collision>,
     /// Skill names won by an earlier binding.
     pub skill_collisions: Vec<Collision>,
     /// Allowed tools not exposed because their input schema takes a project: the project is
@@ -151,6 +205,11 @@ impl BindingOutcome {
                 .iter()
                 .map(|m| format!("declared tool {m} is not offered by the server")),
         );
+        reasons.extend(
+            self.missing_offerings
+                .iter()
+                .map(|m| format!("declared prompt or resource {m} is not offered by the server")),
+        );
         reasons.extend(self.pin_mismatches.iter().map(ToString::to_string));
         reasons.extend(self.project_arguments.iter().map(|t| {
             format!("tool {t} takes a project argument and is not exposed: the project is never an argument")
@@ -168,6 +227,12 @@ impl BindingOutcome {
                     c.name, c.won_by
                 )
             }
+        }));
+        reasons.extend(self.offering_collisions.iter().map(|c| {
+            format!(
+                "prompt or resource {} is already taken by binding {}",
+                c.name, c.won_by
+            )
         }));
         if self.knowledge_total > 0 && self.knowledge_errors.len() == self.knowledge_total {
             let mut lost = format!("all {} knowledge sources failed", self.knowledge_total);
@@ -190,6 +255,10 @@ pub struct Composition {
     /// The composed names of mutating tools: provider tools flagged mutating and destructive
     /// routed capabilities (the sidecar adds its platform tools' to the view it serves).
     pub mutating: Vec<String>,
+    /// The prompts, in document order, then server order, then the selector's order.
+    pub prompts: Vec<ComposedPrompt>,
+    /// The resources and resource templates, in the same order.
+    pub resources: Vec<ComposedResource>,
     /// The prompt additions: knowledge, concepts and the skills list.
     pub instructions: String,
     /// The skills offered.
@@ -220,6 +289,10 @@ pub enum UpstreamStage {
     Connect,
     /// `tools/list`.
     List,
+    /// `prompts/list` (the tools are served).
+    ListPrompts,
+    /// `resources/list` or `resources/templates/list` (the tools are served).
+    ListResources,
 }
 
 impl std::fmt::Display for UpstreamFailure {
@@ -227,6 +300,8 @@ impl std::fmt::Display for UpstreamFailure {
         let what = match self.stage {
             UpstreamStage::Connect => "could not be connected and initialized",
             UpstreamStage::List => "did not list its tools",
+            UpstreamStage::ListPrompts => "did not list its prompts",
+            UpstreamStage::ListResources => "did not list its resources",
         };
         write!(f, "MCP server {} at {} {what}", self.server, self.endpoint)
     }

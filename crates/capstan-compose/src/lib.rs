@@ -23,10 +23,10 @@ mod upstream;
 pub use capabilities::{
     CapabilitySummary, MAX_INTENT_LEN, RoutedCapability, capability_tool, routed_capabilities,
 };
-pub use composer::{Composed, Composer, SetupError, SkillError, ToolCallError};
+pub use composer::{Composed, Composer, OfferingError, SetupError, SkillError, ToolCallError};
 pub use composition::{
-    BUILT_IN, BindingOutcome, Collision, ComposedTool, Composition, SkillSummary, UpstreamFailure,
-    UpstreamStage,
+    BUILT_IN, BindingOutcome, Collision, ComposedPrompt, ComposedResource, ComposedTool,
+    Composition, SkillSummary, UpstreamFailure, UpstreamStage,
 };
 pub use control_plane::ControlPlane;
 pub use error_chain::{chain_text, find_in_chain};
@@ -52,8 +52,8 @@ pub use source::{
 };
 pub use tool_error::{ErrorKind, ToolError};
 pub use upstream::{
-    CallError, CallTraffic, CallerSide, ClientAsks, ConnectError, RELAY_CAPACITY, ToCaller,
-    ToolListChanges,
+    CallError, CallTraffic, CallerSide, ClientAsks, ConnectError, Forwarded, Offerings,
+    RELAY_CAPACITY, ToCaller, ToolListChanges, Wanted,
 };
 
 /// Installs the process-wide TLS crypto provider (ring, the one kube uses) unless one is

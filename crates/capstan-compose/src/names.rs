@@ -9,7 +9,7 @@
 //! collide. Two names that shorten alike meet in the composition's first-wins table like any
 //! other collision (`compose.rs`): reported, never silently overwritten.
 
-use capstan_api::ToolNames;
+use capstan_api::Naming;
 use capstan_api::patterns::is_tool_name_char;
 use sha2::{Digest, Sha256};
 
@@ -39,15 +39,15 @@ pub fn composed_name(server: &str, tool: &str) -> String {
 
 /// The name `tool` of `server` takes under `naming`, before shortening: [`full_name`], or the
 /// tool's own name sanitized.
-pub fn full_name_as(naming: ToolNames, server: &str, tool: &str) -> String {
+pub fn full_name_as(naming: Naming, server: &str, tool: &str) -> String {
     match naming {
-        ToolNames::Prefixed => full_name(server, tool),
-        ToolNames::Unprefixed => sanitize(tool),
+        Naming::Prefixed => full_name(server, tool),
+        Naming::Unprefixed => sanitize(tool),
     }
 }
 
 /// The composed name of `tool` of `server` under `naming`.
-pub fn composed_name_as(naming: ToolNames, server: &str, tool: &str) -> String {
+pub fn composed_name_as(naming: Naming, server: &str, tool: &str) -> String {
     shortened(&full_name_as(naming, server, tool))
 }
 

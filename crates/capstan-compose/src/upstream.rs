@@ -6,6 +6,7 @@
 
 mod call;
 mod error;
+mod offerings;
 mod pooled;
 mod relay;
 
@@ -31,6 +32,7 @@ use tracing::debug;
 use self::call::DirectCalls;
 pub use self::call::ToolListChanges;
 pub use self::error::{CallError, ConnectError};
+pub use self::offerings::{Forwarded, Offerings, Wanted};
 use self::pooled::PooledClient;
 pub use self::relay::{CallTraffic, CallerSide, ClientAsks, RELAY_CAPACITY, ToCaller};
 use crate::error_chain::{chain_text, find_in_chain};
@@ -129,20 +131,23 @@ impl Connector {
         self.guard.patterns().next().is_none()
     }
 
-    /// Connects to `endpoint` (guard first) and lists its tools. A server that advertises
-    /// `tools.listChanged` is followed on its standalone stream, each change noted in
-    /// `changes` (this upstream's own handle, `ToolListChanges::for_upstream`).
+    /// Connects to `endpoint` (guard first) and lists its tools, and the prompts, resources
+    /// and resource templates `wanted` asks for (only what the server declared). A server
+    /// that advertises `tools.listChanged` is followed on its standalone stream, each change
+    /// noted in `changes` (this upstream's own handle, `ToolListChanges::for_upstream`).
     pub async fn connect(
         &self,
         server: &str,
         endpoint: &str,
         allowed: BTreeSet<String>,
+        wanted: Wanted,
         changes: &ToolListChanges,
-    ) -> Result<(Upstream, Vec<Tool>), ConnectError> {
+    ) -> Result<(Upstream, Vec<Tool>, Offerings), ConnectError> {
         let url = self.guard.check(endpoint)?.url.as_str().to_owned();
         let pooled = PooledClient::new(self.http.clone());
         let client = self.open(&pooled, endpoint, &url).await?;
         let (client, tools) = self.list(client, endpoint).await?;
+        let offerings = self.list_offerings(&client, wanted).await;
         let logging = client
             .peer_info()
             .is_some_and(|info| info.capabilities.logging.is_some());
@@ -157,7 +162,7 @@ impl Connector {
             changes: changes.clone(),
             logging,
         };
-        Ok((upstream, tools))
+        Ok((upstream, tools, offerings))
     }
 
     /// Opens a session with rmcp's client: a session revision first — its session is what

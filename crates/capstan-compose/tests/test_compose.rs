@@ -917,3 +917,72 @@ async fn a_server_of_2026_07_28_alone_should_be_composed_and_called_in_its_revis
     );
     composed.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn selected_prompts_and_resources_should_be_composed_first_wins_and_the_missing_reported() {
+    let server = PythonServer::start();
+    let hosts = vec![server.address.to_string()];
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut first = binding("first", "streamco", &endpoint, &[]);
+    let entry = &mut first["spec"]["tools"]["mcpServers"][0];
+    entry["promptSelector"] = json!({"include": ["triage", "no_such_prompt"]});
+    entry["promptNames"] = json!("Unprefixed");
+    entry["resourceSelector"] = json!({"include": ["streamco://runbooks/lag", "streamco://gone"]});
+    entry["resourceUris"] = json!("AsListed");
+    let mut second = binding("second", "other", &endpoint, &[]);
+    let entry = &mut second["spec"]["tools"]["mcpServers"][0];
+    entry["promptSelector"] = json!({"include": ["triage"]});
+    entry["promptNames"] = json!("Unprefixed");
+    entry["resourceSelector"] =
+        json!({"include": ["streamco://runbooks/lag", "streamco://streams/{name}"]});
+    let text = serde_json::to_string(&json!([first, second])).unwrap();
+    let composed = composer(&hosts, &hosts, Limits::default())
+        .compose(&documents(&text))
+        .await;
+    let composition = &composed.composition;
+    let prompts: Vec<(&str, &str)> = composition
+        .prompts
+        .iter()
+        .map(|p| (p.name.as_str(), p.binding.as_str()))
+        .collect();
+    assert_eq!(prompts, [("triage", "first")]);
+    let resources: Vec<(&str, &str, bool)> = composition
+        .resources
+        .iter()
+        .map(|r| (r.uri.as_str(), r.binding.as_str(), r.template))
+        .collect();
+    assert_eq!(
+        resources,
+        [
+            ("streamco://runbooks/lag", "first", false),
+            (
+                "capstan://second/other/streamco://runbooks/lag",
+                "second",
+                false
+            ),
+            (
+                "capstan://second/other/streamco://streams/{name}",
+                "second",
+                true
+            ),
+        ]
+    );
+    assert_eq!(
+        composition.bindings[0].reasons(),
+        [
+            "declared prompt or resource streamco/no_such_prompt is not offered by the server",
+            "declared prompt or resource streamco/streamco://gone is not offered by the server",
+        ]
+    );
+    assert_eq!(
+        composition.bindings[1].reasons(),
+        ["prompt or resource triage is already taken by binding first"]
+    );
+    // The winner's prompt is the first binding's server, reached by its own name.
+    let answer = composed
+        .get_prompt(json!({"name": "triage", "arguments": {"stream": "orders"}}))
+        .await
+        .unwrap();
+    assert!(answer.to_string().contains("served by python"), "{answer}");
+    composed.close().await;
+}

@@ -13,14 +13,16 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use capstan_compose::{RELAY_CAPACITY, ToCaller};
+use capstan_compose::{ErrorKind, OfferingError, RELAY_CAPACITY, ToCaller, ToolError};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, Implementation,
-    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ResultType, ServerCapabilities, ServerConfig, ServerRequest,
-    SubscriptionFilter,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
+    CompleteResult, DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ResultType, ServerCapabilities, ServerConfig, ServerRequest, SubscriptionFilter,
 };
 use rmcp::service::{Peer, RequestContext, ServiceError, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -132,10 +134,15 @@ impl ServerHandler for SessionHandler {
         // listChanged: a session's tools follow its bindings and upstreams (`refresh.rs`).
         // logging: `logging/setLevel` is passed to the providers, and their messages about a
         // call reach its caller (`upstream/relay.rs` in capstan-compose).
+        // prompts, resources, completions: what the task's bindings select, forwarded to the
+        // provider that offers it (`composer/offerings.rs` in capstan-compose).
         let capabilities = ServerCapabilities::builder()
             .enable_logging()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_prompts()
+            .enable_resources()
+            .enable_completions()
             .build();
         ServerConfig::new(capabilities).with_server_info(Implementation::new(
             "capstan-sidecar",
@@ -245,9 +252,91 @@ impl ServerHandler for SessionHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let task = self.task(&context).await?;
-        Ok(ListToolsResult::with_all_items(
+        Ok(cached(ListToolsResult::with_all_items(
             task.served().tools().to_vec(),
-        ))
+        )))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let task = self.task(&context).await?;
+        let served = task.served();
+        let prompts = served.composed().composition.prompts.iter();
+        Ok(cached(ListPromptsResult::with_all_items(
+            prompts.map(|p| p.prompt.clone()).collect(),
+        )))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let task = self.task(&context).await?;
+        let served = task.served();
+        let resources = served.composed().composition.resources.iter();
+        Ok(cached(ListResourcesResult::with_all_items(
+            resources.filter_map(|r| r.resource.clone()).collect(),
+        )))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let task = self.task(&context).await?;
+        let served = task.served();
+        let resources = served.composed().composition.resources.iter();
+        Ok(cached(ListResourceTemplatesResult::with_all_items(
+            resources
+                .filter_map(|r| r.resource_template.clone())
+                .collect(),
+        )))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let task = self.task(&context).await?;
+        let result = task.served().composed().get_prompt(params(&request)?).await;
+        let mut result = answer::<GetPromptResult>(result, "prompts/get")?;
+        // As for a tool's result (`call_tool`): rmcp takes it out for a session revision.
+        result.result_type.get_or_insert(ResultType::COMPLETE);
+        Ok(GetPromptResponse::Complete(result))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let task = self.task(&context).await?;
+        let result = task
+            .served()
+            .composed()
+            .read_resource(params(&request)?)
+            .await;
+        let mut result = answer::<ReadResourceResult>(result, "resources/read")?;
+        result.result_type.get_or_insert(ResultType::COMPLETE);
+        Ok(ReadResourceResponse::Complete(result))
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let task = self.task(&context).await?;
+        let result = task.served().composed().complete(params(&request)?).await;
+        let mut result = answer::<CompleteResult>(result, "completion/complete")?;
+        result.result_type.get_or_insert(ResultType::COMPLETE);
+        Ok(result)
     }
 
     /// Logging is deprecated in rmcp (the 2026-07-28 revision drops it, SEP-2577); the session
@@ -288,6 +377,80 @@ impl ServerHandler for SessionHandler {
         result.result_type.get_or_insert(ResultType::COMPLETE);
         Ok(CallToolResponse::Complete(result))
     }
+}
+
+/// How long a client may treat a list as fresh without hearing of a change: a list is
+/// recomposed when a binding or a provider changes, and a session hears of it at once
+/// (`notifications/*/list_changed`); a client that does not listen re-lists within this.
+const LIST_TTL_MS: u64 = 10_000;
+
+/// A list result with its caching hints: every list depends on the caller (the project's
+/// bindings, and the base tools on the caller's token), so it is private to the caller.
+fn cached<T: CachedList>(list: T) -> T {
+    list.hinted(LIST_TTL_MS, CacheScope::Private)
+}
+
+/// The list results that carry caching hints.
+trait CachedList {
+    fn hinted(self, ttl_ms: u64, scope: CacheScope) -> Self;
+}
+
+macro_rules! cached_list {
+    ($($list:ty),*) => {$(
+        impl CachedList for $list {
+            fn hinted(self, ttl_ms: u64, scope: CacheScope) -> Self {
+                self.with_ttl_ms(ttl_ms).with_cache_scope(scope)
+            }
+        }
+    )*};
+}
+cached_list!(
+    ListToolsResult,
+    ListPromptsResult,
+    ListResourcesResult,
+    ListResourceTemplatesResult
+);
+
+/// A request's parameters as JSON, to be rewritten for the provider.
+fn params(request: &impl serde::Serialize) -> Result<Value, McpError> {
+    serde_json::to_value(request).map_err(|e| McpError::invalid_params(e.to_string(), None))
+}
+
+/// The provider's answer to a forwarded request, typed; a refusal goes to the caller as the
+/// spec's error: an unknown name or URI is -32602 naming it (`data.name` / `data.uri`), the
+/// provider's own error passes as it is, a provider that failed is an internal error with
+/// Capstan's error kind.
+fn answer<T: serde::de::DeserializeOwned>(
+    result: Result<Value, OfferingError>,
+    method: &str,
+) -> Result<T, McpError> {
+    let value = result.map_err(|error| {
+        let message = error.to_string();
+        match error {
+            OfferingError::UnknownPrompt { name } | OfferingError::UnknownReference { name } => {
+                McpError::invalid_params(message, Some(json!({ "name": name })))
+            }
+            OfferingError::UnknownResource { uri } => {
+                McpError::invalid_params(message, Some(json!({ "uri": uri })))
+            }
+            OfferingError::Refused(error) => error,
+            OfferingError::Upstream(error) => {
+                let error = ToolError::from(error);
+                McpError::internal_error(
+                    message,
+                    Some(
+                        json!({ "kind": error.kind.as_str(), "retryable": error.kind.retryable() }),
+                    ),
+                )
+            }
+        }
+    })?;
+    serde_json::from_value::<T>(value).map_err(|e| {
+        McpError::internal_error(
+            format!("the provider's answer to {method} is malformed: {e}"),
+            Some(json!({ "kind": ErrorKind::UpstreamMalformed.as_str(), "retryable": false })),
+        )
+    })
 }
 
 /// Runs `call`, sending what the provider says about it to the caller through the session's

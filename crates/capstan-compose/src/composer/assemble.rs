@@ -4,22 +4,25 @@
 
 use std::collections::HashMap;
 
-use capstan_api::patterns::is_built_in_tool;
+use capstan_api::patterns::{is_built_in_tool, is_capstan_uri};
+use capstan_api::{Naming, ResourceUris};
 use capstan_route::Catalog;
 use rmcp::model::Tool;
 use tracing::{debug, warn};
 
 use super::connect::{ServerPlan, ServerResult};
 use super::live::{Composed, Connected};
+use super::offerings::{Route, capstan_prefix};
 use crate::capabilities::{CapabilitySummary, RoutedCapability, routed_capabilities};
 use crate::composition::{
-    BUILT_IN, BindingOutcome, Collision, ComposedTool, SkillSummary, UpstreamFailure, UpstreamStage,
+    BUILT_IN, BindingOutcome, Collision, ComposedPrompt, ComposedResource, ComposedTool,
+    SkillSummary, UpstreamFailure, UpstreamStage,
 };
 use crate::knowledge::{self, KnowledgeItem};
 use crate::names::{full_name_as, shortened};
 use crate::pins::{PinMismatch, ToolDefinition, covered_definition, definition_digest};
 use crate::source::snapshot::Document;
-use crate::upstream::ConnectError;
+use crate::upstream::{ConnectError, Offerings};
 
 /// A composition being assembled: the live composition, one outcome per document, and which
 /// binding owns each composed tool name (first wins).
@@ -28,6 +31,16 @@ pub(super) struct Assembly<'a> {
     composed: Composed,
     outcomes: Vec<BindingOutcome>,
     owners: HashMap<String, String>,
+    /// Which binding owns each composed prompt name, and each composed resource URI.
+    prompt_owners: HashMap<String, String>,
+    uri_owners: HashMap<String, String>,
+}
+
+/// What a composed name names.
+#[derive(Clone, Copy)]
+enum Claim {
+    Prompt,
+    Resource,
 }
 
 impl<'a> Assembly<'a> {
@@ -46,6 +59,8 @@ impl<'a> Assembly<'a> {
             composed,
             outcomes,
             owners: HashMap::new(),
+            prompt_owners: HashMap::new(),
+            uri_owners: HashMap::new(),
         }
     }
 
@@ -54,7 +69,7 @@ impl<'a> Assembly<'a> {
     pub(super) fn add_server(&mut self, server: ServerResult) {
         let ServerResult { plan, result } = server;
         let binding = self.documents[plan.doc].binding.clone();
-        let (upstream, listed) = match result {
+        let (upstream, listed, offerings) = match result {
             Ok(ok) => ok,
             Err(error) => return self.record_failure(&plan, &binding, error),
         };
@@ -69,12 +84,163 @@ impl<'a> Assembly<'a> {
                     .push(format!("{}/{tool}", plan.server)),
             }
         }
+        self.offer_prompts(&plan, index, &offerings);
+        self.offer_resources(&plan, index, &offerings);
+        let outcome = &mut self.outcomes[plan.doc];
+        for (stage, message) in &offerings.failures {
+            warn!(%binding, server = %plan.server, %message, "MCP upstream listed its tools only");
+            outcome.upstream_failures.push(UpstreamFailure {
+                server: plan.server.clone(),
+                endpoint: plan.endpoint.clone(),
+                stage: *stage,
+            });
+            outcome.upstream_errors.push(format!(
+                "MCP server {} at {}: {message}",
+                plan.server, plan.endpoint
+            ));
+        }
         debug!(%binding, server = %plan.server, "upstream composed");
         self.composed.upstreams.push(Connected {
             key: plan.key,
             upstream,
             tools: listed,
+            offerings,
         });
+    }
+
+    /// Offers the prompts the server's `promptSelector` names, first wins by composed name; a
+    /// selected prompt the server does not list is reported missing. A server whose prompts
+    /// could not be listed reports that instead.
+    fn offer_prompts(&mut self, plan: &ServerPlan, index: usize, offerings: &Offerings) {
+        let listing_failed = offerings
+            .failures
+            .iter()
+            .any(|(stage, _)| *stage == UpstreamStage::ListPrompts);
+        let binding = self.documents[plan.doc].binding.clone();
+        for wanted in &plan.prompts {
+            let Some(listed) = offerings.prompts.iter().find(|p| &p.name == wanted) else {
+                if !listing_failed {
+                    self.outcomes[plan.doc]
+                        .missing_offerings
+                        .push(format!("{}/{wanted}", plan.server));
+                }
+                continue;
+            };
+            let name = match plan.prompt_naming {
+                Naming::Prefixed => format!("{}__{wanted}", plan.server),
+                Naming::Unprefixed => wanted.clone(),
+            };
+            if !self.claim(plan.doc, &name, Claim::Prompt) {
+                continue;
+            }
+            let mut prompt = listed.clone();
+            prompt.name.clone_from(&name);
+            self.composed.offered.prompts.insert(
+                name.clone(),
+                Route {
+                    index,
+                    upstream: wanted.clone(),
+                    prefix: String::new(),
+                },
+            );
+            self.outcomes[plan.doc].prompts.push(name.clone());
+            self.composed.composition.prompts.push(ComposedPrompt {
+                name,
+                binding: binding.clone(),
+                server: plan.server.clone(),
+                upstream_name: wanted.clone(),
+                prompt,
+            });
+        }
+    }
+
+    /// Offers the resources and templates the server's `resourceSelector` names under their
+    /// composed URIs (`composer/offerings.rs`), first wins by URI; a selected URI the server
+    /// lists as neither is reported missing.
+    fn offer_resources(&mut self, plan: &ServerPlan, index: usize, offerings: &Offerings) {
+        let listing_failed = offerings
+            .failures
+            .iter()
+            .any(|(stage, _)| *stage == UpstreamStage::ListResources);
+        let binding = self.documents[plan.doc].binding.clone();
+        let prefix = match plan.resource_uris {
+            ResourceUris::Capstan => capstan_prefix(&binding, &plan.server),
+            ResourceUris::AsListed => String::new(),
+        };
+        for wanted in &plan.resources {
+            let resource = offerings.resources.iter().find(|r| &r.uri == wanted);
+            let template = offerings
+                .templates
+                .iter()
+                .find(|t| &t.uri_template == wanted);
+            if resource.is_none() && template.is_none() {
+                if !listing_failed {
+                    self.outcomes[plan.doc]
+                        .missing_offerings
+                        .push(format!("{}/{wanted}", plan.server));
+                }
+                continue;
+            }
+            let uri = format!("{prefix}{wanted}");
+            // A URI as listed never takes the sidecar's own scheme (the binding rules refuse
+            // it; a document that skipped them still cannot shadow a Capstan URI).
+            if (prefix.is_empty() && is_capstan_uri(wanted))
+                || !self.claim(plan.doc, &uri, Claim::Resource)
+            {
+                continue;
+            }
+            let route = Route {
+                index,
+                upstream: wanted.clone(),
+                prefix: prefix.clone(),
+            };
+            if let Some(resource) = resource {
+                let mut shown = resource.clone();
+                shown.uri.clone_from(&uri);
+                self.composed.offered.resources.insert(uri.clone(), route);
+                self.composed.composition.resources.push(ComposedResource {
+                    uri: uri.clone(),
+                    binding: binding.clone(),
+                    server: plan.server.clone(),
+                    upstream_uri: wanted.clone(),
+                    template: false,
+                    resource: Some(shown),
+                    resource_template: None,
+                });
+            } else if let Some(template) = template {
+                let mut shown = template.clone();
+                shown.uri_template.clone_from(&uri);
+                self.composed.offered.templates.push((uri.clone(), route));
+                self.composed.composition.resources.push(ComposedResource {
+                    uri: uri.clone(),
+                    binding: binding.clone(),
+                    server: plan.server.clone(),
+                    upstream_uri: wanted.clone(),
+                    template: true,
+                    resource: None,
+                    resource_template: Some(shown),
+                });
+            }
+            self.outcomes[plan.doc].resources.push(uri);
+        }
+    }
+
+    /// Takes `name` for document `doc` unless an earlier binding holds it (then the
+    /// collision is reported).
+    fn claim(&mut self, doc: usize, name: &str, kind: Claim) -> bool {
+        let owners = match kind {
+            Claim::Prompt => &mut self.prompt_owners,
+            Claim::Resource => &mut self.uri_owners,
+        };
+        if let Some(winner) = owners.get(name) {
+            self.outcomes[doc].offering_collisions.push(Collision {
+                name: name.to_owned(),
+                won_by: winner.clone(),
+            });
+            return false;
+        }
+        owners.insert(name.to_owned(), self.documents[doc].binding.clone());
+        true
     }
 
     /// A server without a session, in its binding's outcome: refused by the guard, or failed
@@ -235,6 +401,7 @@ impl<'a> Assembly<'a> {
             mut composed,
             outcomes,
             owners,
+            ..
         } = self;
         for outcome in &outcomes {
             if outcome.degraded() {

@@ -6,14 +6,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use capstan_api::{CapabilityStatus, McpServer, ToolNames};
+use capstan_api::{CapabilityStatus, McpServer, Naming, ResourceUris};
 use rmcp::model::Tool;
 use sha2::{Digest as _, Sha256};
 use tracing::debug;
 
 use super::live::{Composed, Connected};
 use crate::source::snapshot::Document;
-use crate::upstream::{ConnectError, Connector, ToolListChanges, Upstream};
+use crate::upstream::{ConnectError, Connector, Offerings, ToolListChanges, Upstream, Wanted};
 
 /// What one `mcpServers[]` entry of a document asks of the composition.
 pub(super) struct ServerPlan {
@@ -22,7 +22,7 @@ pub(super) struct ServerPlan {
     pub server: String,
     pub endpoint: String,
     /// How its tools are named (`toolNames`).
-    pub naming: ToolNames,
+    pub naming: Naming,
     /// The tools of its allow-list (`toolSelector.include`).
     pub allowed: BTreeSet<String>,
     /// `toolSelector.pins`: tool → pinned definition digest.
@@ -32,15 +32,35 @@ pub(super) struct ServerPlan {
     /// excludes them), never called directly, so quarantine cannot be bypassed by the tool's
     /// namespaced name.
     pub quarantined: BTreeSet<String>,
+    /// The prompts of its `promptSelector`, in order, and how they are named.
+    pub prompts: Vec<String>,
+    pub prompt_naming: Naming,
+    /// The resources and templates of its `resourceSelector`, in order, and how their URIs
+    /// are shown.
+    pub resources: Vec<String>,
+    pub resource_uris: ResourceUris,
     /// The session key ([`connection_key`]).
     pub key: [u8; 32],
 }
+
+impl ServerPlan {
+    /// What the server is asked for besides tools.
+    fn wanted(&self) -> Wanted {
+        Wanted {
+            prompts: !self.prompts.is_empty(),
+            resources: !self.resources.is_empty(),
+        }
+    }
+}
+
+/// An upstream's session with what it listed that its binding selects.
+pub(super) type Listed = (Arc<Upstream>, Arc<Vec<Tool>>, Arc<Offerings>);
 
 /// A server entry and its session with the tools it listed (allow-listed only), or why there
 /// is none.
 pub(super) struct ServerResult {
     pub plan: ServerPlan,
-    pub result: Result<(Arc<Upstream>, Arc<Vec<Tool>>), ConnectError>,
+    pub result: Result<Listed, ConnectError>,
 }
 
 /// What a composition keeps of an upstream's list for the next one: the tools its allow-list
@@ -52,6 +72,31 @@ fn allowed_only(tools: Vec<Tool>, allowed: &BTreeSet<String>) -> Arc<Vec<Tool>> 
             .filter(|tool| allowed.contains(tool.name.as_ref()))
             .collect(),
     )
+}
+
+/// What a composition keeps of an upstream's prompts, resources and templates: those its
+/// selectors name, and the kinds it could not list.
+fn selected_only(offerings: Offerings, plan: &ServerPlan) -> Arc<Offerings> {
+    let prompt = |name: &str| plan.prompts.iter().any(|p| p == name);
+    let resource = |uri: &str| plan.resources.iter().any(|r| r == uri);
+    Arc::new(Offerings {
+        prompts: offerings
+            .prompts
+            .into_iter()
+            .filter(|p| prompt(&p.name))
+            .collect(),
+        resources: offerings
+            .resources
+            .into_iter()
+            .filter(|r| resource(&r.uri))
+            .collect(),
+        templates: offerings
+            .templates
+            .into_iter()
+            .filter(|t| resource(&t.uri_template))
+            .collect(),
+        failures: offerings.failures,
+    })
 }
 
 /// The key of server `server` of a binding whose spec digests to `spec`.
@@ -103,11 +148,16 @@ pub(super) async fn connect_all(
                         &plan.server,
                         &plan.endpoint,
                         plan.allowed.clone(),
+                        plan.wanted(),
                         &changes.for_upstream(),
                     )
                     .await
-                    .map(|(upstream, tools)| {
-                        (Arc::new(upstream), allowed_only(tools, &plan.allowed))
+                    .map(|(upstream, tools, offerings)| {
+                        (
+                            Arc::new(upstream),
+                            allowed_only(tools, &plan.allowed),
+                            selected_only(offerings, &plan),
+                        )
                     }),
             };
             ServerResult { plan, result }
@@ -133,6 +183,18 @@ fn plan(doc: usize, server: &McpServer, key: [u8; 32]) -> ServerPlan {
             .as_ref()
             .map(|s| s.pins.clone())
             .unwrap_or_default(),
+        prompts: server
+            .prompt_selector
+            .iter()
+            .flat_map(|s| s.include.iter().cloned())
+            .collect(),
+        prompt_naming: server.prompt_names.unwrap_or_default(),
+        resources: server
+            .resource_selector
+            .iter()
+            .flat_map(|s| s.include.iter().cloned())
+            .collect(),
+        resource_uris: server.resource_uris.unwrap_or_default(),
         mutating: server.mutating.iter().cloned().collect(),
         quarantined: server
             .capabilities
@@ -147,20 +209,29 @@ fn plan(doc: usize, server: &McpServer, key: [u8; 32]) -> ServerPlan {
 /// The kept session of an unchanged binding with its tools, listed again on its own session
 /// when the server said its list changed (the mark is cleared first, so a change meanwhile is
 /// not lost); `None` when there is none to keep or re-listing failed (a new one is opened).
+/// Its prompts and resources are kept as they were listed when it opened.
 async fn reuse(
     kept: Option<&Connected>,
     plan: &ServerPlan,
     connect_timeout: std::time::Duration,
-) -> Option<(Arc<Upstream>, Arc<Vec<Tool>>)> {
+) -> Option<Listed> {
     let kept = kept?;
     if !kept.upstream.take_stale() {
         debug!(server = %plan.server, "the server's session is kept");
-        return Some((kept.upstream.clone(), kept.tools.clone()));
+        return Some((
+            kept.upstream.clone(),
+            kept.tools.clone(),
+            kept.offerings.clone(),
+        ));
     }
     match kept.upstream.relist(connect_timeout).await {
         Ok(tools) => {
             debug!(server = %plan.server, tools = tools.len(), "the server's tools listed again on its session");
-            Some((kept.upstream.clone(), allowed_only(tools, &plan.allowed)))
+            Some((
+                kept.upstream.clone(),
+                allowed_only(tools, &plan.allowed),
+                kept.offerings.clone(),
+            ))
         }
         Err(error) => {
             debug!(server = %plan.server, %error, "re-listing failed; opening a new session");

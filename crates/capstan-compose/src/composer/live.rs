@@ -7,13 +7,15 @@ use std::sync::Arc;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use serde_json::Value;
 
+use super::OfferingError;
+use super::offerings::{Offered, Route};
 use super::{SkillError, ToolCallError};
 use crate::capabilities::RoutedCapability;
 use crate::composition::{ComposedTool, Composition};
 use crate::fetch::Fetcher;
 use crate::knowledge;
 use crate::limits::Limits;
-use crate::upstream::{CallTraffic, ToolListChanges, Upstream};
+use crate::upstream::{CallTraffic, Forwarded, Offerings, ToolListChanges, Upstream};
 
 /// One upstream session of a composition, with what it listed and what it was opened for.
 #[derive(Debug)]
@@ -23,6 +25,8 @@ pub(super) struct Connected {
     pub(super) key: [u8; 32],
     pub(super) upstream: Arc<Upstream>,
     pub(super) tools: Arc<Vec<Tool>>,
+    /// Its prompts, resources and templates its selectors name.
+    pub(super) offerings: Arc<Offerings>,
 }
 
 /// A live composition: the data plus the open upstream sessions that serve its tools.
@@ -33,6 +37,8 @@ pub struct Composed {
     pub(super) upstreams: Vec<Connected>,
     /// Composed tool name → (index into `upstreams`, upstream tool name).
     pub(super) routes: HashMap<String, (usize, String)>,
+    /// Where composed prompt names, resource URIs and templates lead.
+    pub(super) offered: Offered,
     pub(super) fetcher: Fetcher,
     pub(super) limits: Limits,
     pub(super) capabilities: Vec<RoutedCapability>,
@@ -47,6 +53,7 @@ impl Composed {
             composition: Composition::default(),
             upstreams: Vec::new(),
             routes: HashMap::new(),
+            offered: Offered::default(),
             fetcher,
             limits,
             capabilities: Vec::new(),
@@ -175,5 +182,89 @@ impl Composed {
             }
         }))
         .await;
+    }
+}
+
+/// Prompts, resources and completion (`composer/offerings.rs` resolves what they name).
+impl Composed {
+    /// `prompts/get` of a composed prompt, with the caller's `params` (its name replaced by
+    /// the upstream's).
+    pub async fn get_prompt(&self, mut params: Value) -> Result<Value, OfferingError> {
+        let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+        let Some(route) = self.offered.prompts.get(name).cloned() else {
+            return Err(OfferingError::UnknownPrompt {
+                name: name.to_owned(),
+            });
+        };
+        params["name"] = Value::String(route.upstream.clone());
+        self.forward(&route, "prompts/get", params).await
+    }
+
+    /// `resources/read` of a composed resource or of a URI a composed template produces; the
+    /// contents' URIs come back as the caller named them.
+    pub async fn read_resource(&self, params: Value) -> Result<Value, OfferingError> {
+        let (route, params) = self.resolved(params)?;
+        let mut result = self.forward(&route, "resources/read", params).await?;
+        if !route.prefix.is_empty()
+            && let Some(contents) = result.get_mut("contents").and_then(Value::as_array_mut)
+        {
+            for content in contents {
+                if let Some(uri) = content.get("uri").and_then(Value::as_str) {
+                    content["uri"] = Value::String(format!("{}{uri}", route.prefix));
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    /// `completion/complete` for a composed prompt or template; a reference to anything else is
+    /// refused as unknown.
+    pub async fn complete(&self, mut params: Value) -> Result<Value, OfferingError> {
+        let reference = params.get("ref").cloned().unwrap_or(Value::Null);
+        let Some(route) = self.offered.reference(&reference) else {
+            let name = reference
+                .get("name")
+                .or_else(|| reference.get("uri"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            return Err(OfferingError::UnknownReference {
+                name: name.to_owned(),
+            });
+        };
+        let member = if reference["type"] == "ref/prompt" {
+            "name"
+        } else {
+            "uri"
+        };
+        params["ref"][member] = Value::String(route.upstream.clone());
+        self.forward(&route, "completion/complete", params).await
+    }
+
+    /// The route of `params.uri` and the params with the upstream's URI in its place.
+    fn resolved(&self, mut params: Value) -> Result<(Route, Value), OfferingError> {
+        let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+        let Some(route) = self.offered.resolve(uri) else {
+            return Err(OfferingError::UnknownResource {
+                uri: uri.to_owned(),
+            });
+        };
+        params["uri"] = Value::String(route.upstream.clone());
+        Ok((route, params))
+    }
+
+    async fn forward(
+        &self,
+        route: &Route,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, OfferingError> {
+        let upstream = &self.upstreams[route.index].upstream;
+        upstream
+            .forward(method, params, self.limits.call_timeout)
+            .await
+            .map_err(|forwarded| match forwarded {
+                Forwarded::Refused(error) => OfferingError::Refused(error),
+                Forwarded::Failed(error) => OfferingError::Upstream(error),
+            })
     }
 }

@@ -16,12 +16,13 @@ use std::time::Duration;
 
 use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use futures::StreamExt;
-use rmcp::model::{CallToolResult, ErrorCode, JsonObject, ListToolsResult, Tool};
+use rmcp::model::{CallToolResult, ErrorCode, ErrorData, JsonObject, ListToolsResult, Tool};
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 use thiserror::Error;
 use tracing::debug;
 
+use super::Forwarded;
 use super::error::CallError;
 use super::pooled::DrainOnDrop;
 use super::relay::{CallTraffic, Relayed};
@@ -144,6 +145,33 @@ impl DirectCalls {
         self.request("logging/setLevel", params, None)
             .await
             .map(drop)
+    }
+
+    /// One request of the caller's on the session: the provider's `result`, or its error
+    /// answer as it gave it.
+    pub(crate) async fn forward(&self, method: &str, params: Value) -> Result<Value, Forwarded> {
+        let id = self.next_request_id();
+        let response = self
+            .send(&id, method, params)
+            .await
+            .map_err(Forwarded::Failed)?;
+        let mut answer = self
+            .answer(response, &id, &CallTraffic::default())
+            .await
+            .map_err(Forwarded::Failed)?;
+        if let Some(error) = answer.get_mut("error") {
+            return match serde_json::from_value::<ErrorData>(error.take()) {
+                Ok(error) => Err(Forwarded::Refused(error)),
+                Err(e) => Err(Forwarded::Failed(
+                    self.malformed(format!("an error answer that is not one: {e}")),
+                )),
+            };
+        }
+        answer.get_mut("result").map(Value::take).ok_or_else(|| {
+            Forwarded::Failed(self.malformed(format!(
+                "the answer to {method} has neither a result nor an error"
+            )))
+        })
     }
 
     /// The server's tools, listed again on the session (every page): after the server said

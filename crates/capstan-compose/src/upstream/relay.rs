@@ -45,6 +45,23 @@ const CONNECTION_MEMBERS: &[&str] = &[
     "io.modelcontextprotocol/clientCapabilities",
 ];
 
+/// The caller's `_meta` of a forwarded request that is not a tool call (`prompts/get`,
+/// `resources/read`, …) as a provider may see it: without the members describing the caller's
+/// connection, and without a progress token (nothing of such a request is relayed back).
+pub(crate) fn forwardable_meta(params: &mut Value) {
+    let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for member in CONNECTION_MEMBERS.iter().chain(&["progressToken"]) {
+        meta.remove(*member);
+    }
+    if meta.is_empty()
+        && let Some(params) = params.as_object_mut()
+    {
+        params.remove("_meta");
+    }
+}
+
 /// How many relayed messages may wait for the caller's side of one call.
 pub const RELAY_CAPACITY: usize = 64;
 

@@ -1,0 +1,187 @@
+//! Prompts, resources and resource templates of a live composition: how their names and URIs
+//! map to the upstream that offers them. The requests that reach it (`prompts/get`,
+//! `resources/read`, `completion/complete`, in `composer/live.rs`) resolve what they name here,
+//! so each is checked against the binding's selectors, whatever the caller sent.
+//!
+//! URIs (docs/mcp-surface.md "Resources"): by default a server's URI is shown as
+//! `capstan://<binding>/<server>/<the server's URI, verbatim>`. Binding names are DNS names and
+//! server names `[a-zA-Z0-9_-]`, so the prefix ends at the third `/` and reversing it is
+//! stripping it: nothing is encoded, so nothing a template expands to can be decoded wrongly.
+//! A server with `resourceUris: AsListed` keeps its own URIs.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+/// Where a composed prompt name or resource URI leads.
+#[derive(Clone, Debug)]
+pub(super) struct Route {
+    /// Index into the composition's upstreams.
+    pub index: usize,
+    /// The upstream's own name or URI (template).
+    pub upstream: String,
+    /// What the upstream's URIs are prefixed with (empty for names and for URIs as listed).
+    pub prefix: String,
+}
+
+/// The routes of a composition's prompts, resources and templates.
+#[derive(Debug, Default)]
+pub(super) struct Offered {
+    /// Composed prompt name → route.
+    pub prompts: HashMap<String, Route>,
+    /// Composed resource URI → route.
+    pub resources: HashMap<String, Route>,
+    /// Composed template → route, in composition order (the first that matches a URI wins).
+    pub templates: Vec<(String, Route)>,
+}
+
+/// The prefix of the URIs of `server` of `binding` shown the Capstan way.
+pub(crate) fn capstan_prefix(binding: &str, server: &str) -> String {
+    format!("capstan://{binding}/{server}/")
+}
+
+impl Offered {
+    /// The route of a URI a caller names: a composed resource, or a URI one of the composed
+    /// templates produces — the upstream's URI is the caller's with its prefix stripped.
+    pub(super) fn resolve(&self, uri: &str) -> Option<Route> {
+        if let Some(route) = self.resources.get(uri) {
+            return Some(route.clone());
+        }
+        self.templates.iter().find_map(|(_, route)| {
+            let upstream = uri.strip_prefix(route.prefix.as_str())?;
+            template_matches(&route.upstream, upstream).then(|| Route {
+                index: route.index,
+                upstream: upstream.to_owned(),
+                prefix: route.prefix.clone(),
+            })
+        })
+    }
+
+    /// The route of a completion's reference: a composed prompt (`ref/prompt`), or a composed
+    /// template or resource (`ref/resource`).
+    pub(super) fn reference(&self, reference: &Value) -> Option<Route> {
+        match reference.get("type").and_then(Value::as_str)? {
+            "ref/prompt" => self
+                .prompts
+                .get(reference.get("name").and_then(Value::as_str)?)
+                .cloned(),
+            "ref/resource" => {
+                let uri = reference.get("uri").and_then(Value::as_str)?;
+                self.templates
+                    .iter()
+                    .find(|(composed, _)| composed == uri)
+                    .map(|(_, route)| route.clone())
+                    .or_else(|| self.resources.get(uri).cloned())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Whether `uri` is one `template` (RFC 6570) can produce, read loosely: literal text must match
+/// exactly and in order; a simple expression (`{id}`) matches a run of characters other than
+/// `/`, `?` and `#` (what its expansion percent-encodes), any other expression (`{+path}`,
+/// `{/segments}`, `{?query}`, …) any run at all. This decides which server a URI goes to, not
+/// whether the server accepts it; the server checks its own URI. No crate matches URIs against
+/// templates (the ones there are expand them), hence this.
+pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
+    let mut parts = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        parts.push(Part::Literal(&rest[..open]));
+        let expression = &rest[open + 1..open + close];
+        parts.push(
+            if expression.starts_with(['+', '#', '/', '.', ';', '?', '&']) {
+                Part::Any
+            } else {
+                Part::Segment
+            },
+        );
+        rest = &rest[open + close + 1..];
+    }
+    parts.push(Part::Literal(rest));
+    matches_from(&parts, uri)
+}
+
+/// A piece of a parsed template.
+#[derive(Clone, Copy)]
+enum Part<'a> {
+    Literal(&'a str),
+    /// A simple expression: no `/`, `?` or `#`.
+    Segment,
+    /// Any other expression.
+    Any,
+}
+
+fn matches_from(parts: &[Part], uri: &str) -> bool {
+    let Some((first, rest)) = parts.split_first() else {
+        return uri.is_empty();
+    };
+    match first {
+        Part::Literal(text) => uri
+            .strip_prefix(text)
+            .is_some_and(|after| matches_from(rest, after)),
+        Part::Segment | Part::Any => {
+            let stop = match first {
+                Part::Segment => uri.find(['/', '?', '#']).unwrap_or(uri.len()),
+                _ => uri.len(),
+            };
+            (0..=stop)
+                .filter(|&end| uri.is_char_boundary(end))
+                .any(|end| matches_from(rest, &uri[end..]))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::template_matches;
+
+    #[test]
+    fn a_uri_should_match_the_templates_that_produce_it_and_no_other() {
+        let cases = [
+            (
+                "test://template/{id}/data",
+                "test://template/123/data",
+                true,
+            ),
+            (
+                "test://template/{id}/data",
+                "test://template/1/2/data",
+                false,
+            ),
+            (
+                "test://template/{id}/data",
+                "test://template/123/datum",
+                false,
+            ),
+            (
+                "test://template/{id}/data",
+                "other://template/123/data",
+                false,
+            ),
+            ("file:///{+path}", "file:///a/b/c.md", true),
+            ("file:///{+path}", "http:///a", false),
+            (
+                "test://items{?page,size}",
+                "test://items?page=2&size=3",
+                true,
+            ),
+            ("test://items{?page,size}", "test://items", true),
+            ("test://static", "test://static", true),
+            ("test://static", "test://static/x", false),
+            ("test://{a}-{b}", "test://x-y-z", true),
+            ("test://{a}/é{b}", "test://x/éy", true),
+        ];
+        for (template, uri, expected) in cases {
+            assert_eq!(
+                template_matches(template, uri),
+                expected,
+                "{template} ~ {uri}"
+            );
+        }
+    }
+}

@@ -1,0 +1,74 @@
+"""Lists, gets, reads and completes what a server offers besides tools — with the Python `mcp`
+SDK's client, independent of Capstan — and prints one JSON report: every answer as the SDK
+parsed it, or the error the server gave (code, message, data).
+
+Usage: offerings.py TARGET PROJECT MODE OPS
+TARGET: a socket path (the sidecar) or a URL (a server directly); MODE: `legacy` (a session
+revision) or `2026-07-28`; OPS: a JSON list of operations, each one of
+  {"op": "prompts"} | {"op": "resources"} | {"op": "templates"} | {"op": "tools"}
+  {"op": "get", "name": N, "arguments": {...}} | {"op": "read", "uri": U}
+  {"op": "complete", "prompt": N, "argument": A, "value": V}
+  {"op": "call", "name": N}
+"""
+
+import asyncio
+import json
+import sys
+import warnings
+
+import httpx2
+from mcp import Client, types
+from mcp.shared.exceptions import MCPError
+from mcp.client.streamable_http import streamable_http_client
+
+
+def dump(result) -> dict:
+    return result.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+async def run(client: Client, op: dict) -> dict:
+    kind = op["op"]
+    if kind == "prompts":
+        return dump(await client.list_prompts())
+    if kind == "resources":
+        return dump(await client.list_resources())
+    if kind == "templates":
+        return dump(await client.list_resource_templates())
+    if kind == "tools":
+        return dump(await client.list_tools())
+    if kind == "get":
+        return dump(await client.get_prompt(op["name"], op.get("arguments")))
+    if kind == "read":
+        return dump(await client.read_resource(op["uri"], cache_mode="bypass"))
+    if kind == "complete":
+        reference = types.PromptReference(type="ref/prompt", name=op["prompt"])
+        return dump(await client.complete(reference, {"name": op["argument"], "value": op["value"]}))
+    if kind == "call":
+        return dump(await client.call_tool(op["name"], {}))
+    raise ValueError(f"unknown op {kind}")
+
+
+async def main(target: str, project: str, mode: str, ops: str) -> None:
+    warnings.simplefilter("ignore")
+    headers = {"X-Capstan-Project": project}
+    if target.startswith("http"):
+        http = httpx2.AsyncClient(headers=headers, timeout=30)
+        url = target
+    else:
+        http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=target), headers=headers, timeout=30)
+        url = "http://localhost/mcp"
+    report: list = []
+    async with http:
+        transport = streamable_http_client(url, http_client=http)
+        options = {"mode": "legacy"} if mode == "legacy" else {}
+        async with Client(transport, **options) as client:
+            for op in json.loads(ops):
+                try:
+                    report.append({"ok": await run(client, op)})
+                except MCPError as error:
+                    report.append({"error": error.error.model_dump(exclude_none=True, mode="json")})
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:5]))

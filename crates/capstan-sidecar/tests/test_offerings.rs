@@ -1,0 +1,206 @@
+//! Prompts, resources, resource templates and completion through the sidecar
+//! (docs/mcp-surface.md "Prompts, resources and completion"): only what a binding's selectors
+//! name is listed and reachable, under the composed names and URIs, in both revisions. The
+//! provider is the Python `mcp` SDK server, the client the Python SDK's; the oracle is the same
+//! client asking the same server directly, and the server's own count of the reads it answered.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+
+use capstan_testkit::PythonServer;
+use common::*;
+use serde_json::{Value, json};
+
+const SERVER: &str = "crates/capstan-compose/tests/python/streamco_server.py";
+
+/// Where the first binding's resources are shown: `capstan://<binding>/<server>/`.
+const PREFIX: &str = "capstan://streamco-binding/streamco/";
+
+/// Runs `tests/python/offerings.py` against `target` in `mode` and reads its report.
+fn offerings(target: &str, mode: &str, ops: &Value) -> Vec<Value> {
+    let output = Command::new(python())
+        .arg(repo_root().join("crates/capstan-sidecar/tests/python/offerings.py"))
+        .args([target, "demo-project", mode, &ops.to_string()])
+        .output()
+        .expect("running the Python SDK client");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)))
+}
+
+/// The server's count of the reads it answered, by URI.
+fn reads_seen(target: &str, tool: &str) -> Value {
+    let report = offerings(target, "legacy", &json!([{"op": "call", "name": tool}]));
+    let text = report[0]["ok"]["content"][0]["text"].as_str().unwrap();
+    serde_json::from_str::<Value>(text).unwrap()["reads"].clone()
+}
+
+/// Two bindings on one Python server: `streamco-binding` with Capstan's names and URIs, and
+/// `plain-binding` with the server's own (`promptNames: Unprefixed`, `resourceUris: AsListed`).
+/// Neither selects the server's `secret` resource nor its `internal_notes` prompt.
+fn documents(endpoint: &str) -> Value {
+    let mut prefixed = binding_document("streamco-binding", "streamco", endpoint, &["reads_seen"]);
+    let server = &mut prefixed["spec"]["tools"]["mcpServers"][0];
+    server["promptSelector"] = json!({"include": ["triage"]});
+    server["resourceSelector"] =
+        json!({"include": ["streamco://runbooks/lag", "streamco://streams/{name}"]});
+    let mut plain = binding_document("plain-binding", "plain", endpoint, &[]);
+    let server = &mut plain["spec"]["tools"]["mcpServers"][0];
+    server["promptSelector"] = json!({"include": ["triage"]});
+    server["promptNames"] = json!("Unprefixed");
+    server["resourceSelector"] = json!({"include": ["streamco://runbooks/lag"]});
+    server["resourceUris"] = json!("AsListed");
+    for document in [&mut prefixed, &mut plain] {
+        document["metadata"]["namespace"] = json!("demo-project");
+    }
+    json!([prefixed, plain])
+}
+
+fn names(list: &Value, items: &str, member: &str) -> Vec<String> {
+    list["ok"][items]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list}"))
+        .iter()
+        .map(|item| item[member].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Asserts a refusal: -32602 naming what was asked in `data.<member>`.
+fn assert_unknown(answer: &Value, member: &str, asked: &str) {
+    let error = &answer["error"];
+    assert_eq!(error["code"], -32602, "{asked}: {answer}");
+    assert_eq!(error["data"][member], asked, "{answer}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is available to this assistant")),
+        "{answer}"
+    );
+}
+
+#[test]
+fn only_selected_prompts_and_resources_should_be_listed_and_reached_in_both_revisions() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let sidecar = Sidecar::start(&documents(&endpoint), &[server.address.to_string()], &[]);
+    let socket = sidecar.socket.to_str().unwrap();
+
+    // The oracle: what the client gets from the server itself, by the server's own names.
+    let direct = offerings(
+        &endpoint,
+        "legacy",
+        &json!([
+            {"op": "get", "name": "triage", "arguments": {"stream": "orders"}},
+            {"op": "read", "uri": "streamco://streams/orders"},
+            {"op": "complete", "prompt": "triage", "argument": "stream", "value": "ord"},
+            {"op": "read", "uri": "streamco://runbooks/lag"},
+        ]),
+    );
+    let before = reads_seen(&endpoint, "reads_seen");
+    assert_eq!(
+        before,
+        json!({"streamco://streams/orders": 1, "streamco://runbooks/lag": 1})
+    );
+
+    let refused_uris = [
+        // Offered by the server, selected by no binding.
+        format!("{PREFIX}streamco://secret"),
+        "streamco://secret".to_owned(),
+        // Not what the selected template produces: a simple expression never spans a `/`.
+        format!("{PREFIX}streamco://streams/orders/../../secret"),
+        // Another binding's server under this binding's prefix.
+        "capstan://plain-binding/plain/streamco://secret".to_owned(),
+    ];
+    for mode in ["legacy", "2026-07-28"] {
+        let mut ops = vec![
+            json!({"op": "prompts"}),
+            json!({"op": "resources"}),
+            json!({"op": "templates"}),
+            json!({"op": "get", "name": "streamco__triage", "arguments": {"stream": "orders"}}),
+            json!({"op": "read", "uri": format!("{PREFIX}streamco://streams/orders")}),
+            json!({"op": "complete", "prompt": "streamco__triage", "argument": "stream", "value": "ord"}),
+            json!({"op": "read", "uri": "streamco://runbooks/lag"}),
+            json!({"op": "get", "name": "triage", "arguments": {"stream": "orders"}}),
+            json!({"op": "get", "name": "streamco__internal_notes"}),
+            json!({"op": "get", "name": "internal_notes"}),
+        ];
+        ops.extend(
+            refused_uris
+                .iter()
+                .map(|uri| json!({"op": "read", "uri": uri})),
+        );
+        let through = offerings(socket, mode, &Value::from(ops));
+
+        // Listed: what the selectors name, under each binding's naming, in binding order.
+        assert_eq!(
+            names(&through[0], "prompts", "name"),
+            ["streamco__triage", "triage"],
+            "{mode}"
+        );
+        assert_eq!(
+            names(&through[1], "resources", "uri"),
+            [
+                format!("{PREFIX}streamco://runbooks/lag"),
+                "streamco://runbooks/lag".to_owned()
+            ],
+            "{mode}"
+        );
+        assert_eq!(
+            names(&through[2], "resourceTemplates", "uriTemplate"),
+            [format!("{PREFIX}streamco://streams/{{name}}")],
+            "{mode}"
+        );
+        // Caching hints are of the 2026-07-28 revision (a session revision's client reads
+        // none: rmcp leaves them out).
+        for list in through[0..3].iter().filter(|_| mode != "legacy") {
+            assert_eq!(list["ok"]["cacheScope"], "private", "{mode}: {list}");
+            assert!(
+                list["ok"]["ttlMs"].as_u64().is_some_and(|ttl| ttl > 0),
+                "{mode}: {list}"
+            );
+        }
+
+        // Reached: the server's own answer, URIs shown as the caller named them.
+        assert_eq!(
+            through[3]["ok"]["messages"], direct[0]["ok"]["messages"],
+            "{mode}"
+        );
+        let read = &through[4]["ok"]["contents"][0];
+        assert_eq!(read["uri"], format!("{PREFIX}streamco://streams/orders"));
+        assert_eq!(read["text"], direct[1]["ok"]["contents"][0]["text"]);
+        assert_eq!(
+            through[5]["ok"]["completion"], direct[2]["ok"]["completion"],
+            "{mode}"
+        );
+        assert_eq!(
+            through[6]["ok"]["contents"], direct[3]["ok"]["contents"],
+            "{mode}"
+        );
+        assert_eq!(
+            through[7]["ok"]["messages"], direct[0]["ok"]["messages"],
+            "{mode}"
+        );
+
+        // Refused: a prompt no selector names, and every URI outside the selectors.
+        assert_unknown(&through[8], "name", "streamco__internal_notes");
+        assert_unknown(&through[9], "name", "internal_notes");
+        for (answer, uri) in through[10..].iter().zip(&refused_uris) {
+            assert_unknown(answer, "uri", uri);
+        }
+    }
+
+    // The server answered the selected reads (two per revision) and never a refused one.
+    let after = reads_seen(&endpoint, "reads_seen");
+    assert_eq!(
+        after,
+        json!({"streamco://streams/orders": 3, "streamco://runbooks/lag": 3}),
+        "{before} → {after}"
+    );
+}
