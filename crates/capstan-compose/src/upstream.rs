@@ -5,6 +5,7 @@
 //! (docs/benchmarks.md: RSS per session).
 
 mod call;
+mod changes;
 mod error;
 mod offerings;
 mod pooled;
@@ -30,7 +31,7 @@ use serde_json::{Value, json};
 use tracing::debug;
 
 use self::call::DirectCalls;
-pub use self::call::ToolListChanges;
+pub use self::changes::{ResourceUpdated, UpstreamChanges};
 pub use self::error::{CallError, ConnectError};
 pub use self::offerings::{Forwarded, Offerings, Wanted};
 use self::pooled::PooledClient;
@@ -39,6 +40,16 @@ use crate::error_chain::{chain_text, find_in_chain};
 use crate::fetch::{ClientError, guarded_client_builder};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};
 
+/// The next [`Upstream::id`].
+static NEXT_UPSTREAM_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What an upstream's standalone stream is followed for.
+struct Followed<'a> {
+    id: u64,
+    wanted: Wanted,
+    changes: &'a UpstreamChanges,
+}
+
 /// How long an idle upstream connection is kept for reuse.
 const POOL_IDLE: Duration = Duration::from_secs(30);
 
@@ -46,6 +57,11 @@ const POOL_IDLE: Duration = Duration::from_secs(30);
 /// compositions of one task that keep it (`Composer::compose_reusing`); its session ends when
 /// it is shut down or the last holder lets go.
 pub struct Upstream {
+    /// This session among every upstream session the process opened: what a resource update
+    /// names it by.
+    pub id: u64,
+    /// What its composition asked of it besides tools (re-listed with its tools).
+    wanted: Wanted,
     /// The `mcpServers[].name` entry.
     pub server: String,
     /// The endpoint URL.
@@ -57,7 +73,7 @@ pub struct Upstream {
     /// `tools.listChanged`), stopped when the session ends.
     listener: Option<Listener>,
     /// Where this upstream's list changes are noted (and whether one was since the last list).
-    changes: ToolListChanges,
+    changes: UpstreamChanges,
     /// Whether the server declared `logging`: only then is `logging/setLevel` sent to it.
     logging: bool,
 }
@@ -134,14 +150,14 @@ impl Connector {
     /// Connects to `endpoint` (guard first) and lists its tools, and the prompts, resources
     /// and resource templates `wanted` asks for (only what the server declared). A server
     /// that advertises `tools.listChanged` is followed on its standalone stream, each change
-    /// noted in `changes` (this upstream's own handle, `ToolListChanges::for_upstream`).
+    /// noted in `changes` (this upstream's own handle, `UpstreamChanges::for_upstream`).
     pub async fn connect(
         &self,
         server: &str,
         endpoint: &str,
         allowed: BTreeSet<String>,
         wanted: Wanted,
-        changes: &ToolListChanges,
+        changes: &UpstreamChanges,
     ) -> Result<(Upstream, Vec<Tool>, Offerings), ConnectError> {
         let url = self.guard.check(endpoint)?.url.as_str().to_owned();
         let pooled = PooledClient::new(self.http.clone());
@@ -151,8 +167,16 @@ impl Connector {
         let logging = client
             .peer_info()
             .is_some_and(|info| info.capabilities.logging.is_some());
-        let (link, listener) = self.link(client, &pooled, server, url, changes).await;
+        let id = NEXT_UPSTREAM_ID.fetch_add(1, Ordering::Relaxed);
+        let followed = Followed {
+            id,
+            wanted,
+            changes,
+        };
+        let (link, listener) = self.link(client, &pooled, server, url, followed).await;
         let upstream = Upstream {
+            id,
+            wanted,
             server: server.to_owned(),
             endpoint: endpoint.to_owned(),
             allowed,
@@ -243,23 +267,38 @@ impl Connector {
     /// 2025-11-25 has one, and rmcp lets go of it without ending it — the DELETE is Capstan's
     /// then. A server that assigned none (or a revision without sessions) stays with rmcp and
     /// is not followed; its changes are seen by the next composition. Only a server that says
-    /// its list can change is followed: a standalone stream is one more open connection per
-    /// upstream session.
+    /// something selected can change — its tools, or the prompts or resources its binding
+    /// selects, or that it sends resource updates — is followed: a standalone stream is one
+    /// more open connection per upstream session.
     async fn link(
         &self,
         client: RunningService<RoleClient, ClientConfig>,
         pooled: &PooledClient,
         server: &str,
         url: String,
-        changes: &ToolListChanges,
+        followed: Followed<'_>,
     ) -> (Link, Option<Listener>) {
-        let version = client
-            .peer_info()
+        let Followed {
+            id,
+            wanted,
+            changes,
+        } = followed;
+        let info = client.peer_info();
+        let version = info
+            .as_ref()
             .map(|info| info.protocol_version.as_str().to_owned());
-        let advertises_changes = client
-            .peer_info()
-            .and_then(|info| info.capabilities.tools.as_ref()?.list_changed)
-            == Some(true);
+        let capabilities = info.as_ref().map(|info| &info.capabilities);
+        let advertises_changes = capabilities.is_some_and(|c| {
+            let prompts = c.prompts.as_ref().and_then(|p| p.list_changed) == Some(true);
+            let resources = c
+                .resources
+                .as_ref()
+                .is_some_and(|r| r.list_changed == Some(true) || r.subscribe == Some(true));
+            c.tools.as_ref().and_then(|t| t.list_changed) == Some(true)
+                || (wanted.prompts && prompts)
+                || (wanted.resources && resources)
+        });
+        drop(info);
         let (Some(session), Some(version)) = (pooled.session(), version) else {
             return (Link::Rmcp(client), None);
         };
@@ -278,7 +317,7 @@ impl Connector {
         pooled.keep_session_on_close();
         let _ = tokio::time::timeout(self.timeout, client.cancel()).await;
         let listener =
-            advertises_changes.then(|| Listener(tokio::spawn(direct.listen(changes.clone()))));
+            advertises_changes.then(|| Listener(tokio::spawn(direct.listen(changes.clone(), id))));
         (Link::Direct(direct), listener)
     }
 }

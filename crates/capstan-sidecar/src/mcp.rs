@@ -22,7 +22,8 @@ use rmcp::model::{
     Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ResultType, ServerCapabilities, ServerConfig, ServerRequest, SubscriptionFilter,
+    ResultType, ServerCapabilities, ServerConfig, ServerRequest, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, RequestContext, ServiceError, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -32,7 +33,7 @@ use tracing::info;
 
 use crate::identity::Identity;
 use crate::middleware::CallerTask;
-use crate::task::{ANOTHER_CALLER, Task};
+use crate::task::{ANOTHER_CALLER, MAX_SUBSCRIPTIONS, Task};
 use crate::tasks::{Admitted, TaskStarter, Tasks};
 
 /// The protocol revisions served: 2026-07-28 (without sessions) and every session-based one.
@@ -135,13 +136,17 @@ impl ServerHandler for SessionHandler {
         // logging: `logging/setLevel` is passed to the providers, and their messages about a
         // call reach its caller (`upstream/relay.rs` in capstan-compose).
         // prompts, resources, completions: what the task's bindings select, forwarded to the
-        // provider that offers it (`composer/offerings.rs` in capstan-compose).
+        // provider that offers it (`composer/offerings.rs` in capstan-compose); their list
+        // changes and the updates of subscribed resources reach the session (`refresh.rs`).
         let capabilities = ServerCapabilities::builder()
             .enable_logging()
             .enable_tools()
             .enable_tool_list_changed()
             .enable_prompts()
+            .enable_prompts_list_changed()
             .enable_resources()
+            .enable_resources_list_changed()
+            .enable_resources_subscribe()
             .enable_completions()
             .build();
         ServerConfig::new(capabilities).with_server_info(Implementation::new(
@@ -325,6 +330,55 @@ impl ServerHandler for SessionHandler {
         let mut result = answer::<ReadResourceResult>(result, "resources/read")?;
         result.result_type.get_or_insert(ResultType::COMPLETE);
         Ok(ReadResourceResponse::Complete(result))
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let task = self.task(&context).await?;
+        if is_sessionless(&context) {
+            return Err(McpError::invalid_request(
+                "resources/subscribe needs a session; in 2026-07-28 use subscriptions/listen",
+                None,
+            ));
+        }
+        if !task.subscribe(&request.uri) {
+            return Err(McpError::invalid_request(
+                format!(
+                    "a session holds at most {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe from one first"
+                ),
+                Some(json!({ "uri": request.uri })),
+            ));
+        }
+        let result = task
+            .served()
+            .composed()
+            .subscription("resources/subscribe", params(&request)?)
+            .await;
+        if let Err(error) = answer::<Value>(result, "resources/subscribe") {
+            task.unsubscribe(&request.uri);
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let task = self.task(&context).await?;
+        task.unsubscribe(&request.uri);
+        let result = task
+            .served()
+            .composed()
+            .subscription("resources/unsubscribe", params(&request)?)
+            .await;
+        answer::<Value>(result, "resources/unsubscribe").map(drop)
     }
 
     async fn complete(

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use capstan_compose::ResourceUpdated;
+use tokio::sync::{broadcast, watch};
 use tracing::{debug, info};
 
 use crate::feeds::{ProjectFeeds, SETTLE};
@@ -37,8 +38,8 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
     let mut ended = task.ended();
     let mut documents = feeds.follow(&task.identity().project, task.served().snapshot());
     tokio::spawn(async move {
-        let mut upstream = match weak.upgrade() {
-            Some(task) => upstream_changes(&task.served()),
+        let (mut upstream, mut updates) = match weak.upgrade() {
+            Some(task) => followed(&task.served()),
             None => return,
         };
         let mut last_composed: Option<tokio::time::Instant> = None;
@@ -54,11 +55,21 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
                     Ok(()) => Woke::Upstream,
                     Err(_) => Woke::Resubscribe,
                 },
+                update = updates.recv() => match update {
+                    Ok(update) => {
+                        let Some(task) = weak.upgrade() else { return };
+                        tell_subscribers(&task, &update).await;
+                        continue;
+                    }
+                    // Updates missed while behind: the next ones still come.
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => Woke::Resubscribe,
+                },
             };
             if matches!(woke, Woke::Resubscribe) {
                 let Some(task) = weak.upgrade() else { return };
-                // A composition holds its own sender, so this receiver stays open.
-                upstream = upstream_changes(&task.served());
+                // A composition holds its own sender, so these receivers stay open.
+                (upstream, updates) = followed(&task.served());
                 continue;
             }
             settle(last_composed).await;
@@ -71,13 +82,7 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
             let metrics = &composer.context().metrics;
             if matches!(woke, Woke::Documents) && served.snapshot().documents == snapshot.documents
             {
-                // Qualifiers alone changed (or nothing did): no composition needed.
-                if served.snapshot().qualifiers != snapshot.qualifiers
-                    || served.snapshot().qualifiers_error != snapshot.qualifiers_error
-                {
-                    task.replace(served.requalified(snapshot));
-                    metrics.session_refresh("requalified");
-                }
+                requalify(&task, &served, snapshot, metrics);
                 continue;
             }
             let project = composer
@@ -90,25 +95,59 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
             }
             let fresh = with_log_level(&task, project).await;
             let changed = fresh.tools() != served.tools();
+            let (prompts, resources) = offerings_changed(&served, &fresh);
             // A composition made from this one notes list changes on the same channel: the
-            // receiver carries on (a change noted while composing wakes it again).
+            // receivers carry on (a change noted while composing wakes it again).
             if !fresh.composed().shares_changes_with(served.composed()) {
-                upstream = upstream_changes(&fresh);
+                (upstream, updates) = followed(&fresh);
             }
             drop(served);
             // The composition replaced closes its upstream sessions once the calls running on
             // it have finished.
             drop(task.replace(fresh));
-            if !changed {
-                metrics.session_refresh("unchanged");
-                debug!(project = %task.identity().project, "composed again; the same tools");
-                continue;
-            }
-            metrics.session_refresh("list_changed");
-            info!(project = %task.identity().project, tools = task.served().tools().len(), "the session's tools changed; telling its client");
-            task.notify_tool_list_changed().await;
+            tell_list_changes(&task, changed, (prompts, resources), metrics).await;
         }
     });
+}
+
+/// Tells the session's client which of its lists changed with a new composition: its tools
+/// (also every listen stream), its prompts, its resources.
+async fn tell_list_changes(
+    task: &Task,
+    tools: bool,
+    (prompts, resources): (bool, bool),
+    metrics: &crate::metrics::Metrics,
+) {
+    task.notify_offerings_changed(prompts, resources).await;
+    if !tools {
+        metrics.session_refresh("unchanged");
+        debug!(project = %task.identity().project, "composed again; the same tools");
+        return;
+    }
+    metrics.session_refresh("list_changed");
+    info!(project = %task.identity().project, tools = task.served().tools().len(), "the session's tools changed; telling its client");
+    task.notify_tool_list_changed().await;
+}
+
+/// Qualifiers alone changed (or nothing did): no composition needed, only the routes' view.
+fn requalify(
+    task: &Task,
+    served: &Served,
+    snapshot: Arc<capstan_compose::Snapshot>,
+    metrics: &crate::metrics::Metrics,
+) {
+    if served.snapshot().qualifiers != snapshot.qualifiers
+        || served.snapshot().qualifiers_error != snapshot.qualifiers_error
+    {
+        task.replace(served.requalified(snapshot));
+        metrics.session_refresh("requalified");
+    }
+}
+
+/// Tells the session of an update of a resource it subscribed to, by the URIs it knows it by.
+async fn tell_subscribers(task: &Task, update: &ResourceUpdated) {
+    let uris = task.served().composed().shown_uris(update);
+    task.notify_resource_updated(uris).await;
 }
 
 /// Waits so that a burst (several upstreams, several bindings) is composed once, and never
@@ -127,6 +166,44 @@ fn upstream_changes(served: &Served) -> watch::Receiver<u64> {
         changes.mark_changed();
     }
     changes
+}
+
+/// The list changes and resource updates of what `served` composed.
+fn followed(served: &Served) -> (watch::Receiver<u64>, broadcast::Receiver<ResourceUpdated>) {
+    (
+        upstream_changes(served),
+        served.composed().resource_updates(),
+    )
+}
+
+/// Whether the prompts, and the resources or templates, `fresh` lists differ from what
+/// `served` listed.
+fn offerings_changed(served: &Served, fresh: &Served) -> (bool, bool) {
+    let (old, new) = (
+        &served.composed().composition,
+        &fresh.composed().composition,
+    );
+    let prompts = |c: &capstan_compose::Composition| -> Vec<serde_json::Value> {
+        c.prompts
+            .iter()
+            .map(|p| serde_json::to_value(&p.prompt).unwrap_or_default())
+            .collect()
+    };
+    let resources = |c: &capstan_compose::Composition| -> Vec<serde_json::Value> {
+        c.resources
+            .iter()
+            .map(|r| {
+                serde_json::json!([
+                    serde_json::to_value(&r.resource).unwrap_or_default(),
+                    serde_json::to_value(&r.resource_template).unwrap_or_default()
+                ])
+            })
+            .collect()
+    };
+    (
+        prompts(old) != prompts(new),
+        resources(old) != resources(new),
+    )
 }
 
 /// What `task` serves next, from `project`; the level its client set with `logging/setLevel`

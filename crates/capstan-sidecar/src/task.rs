@@ -7,6 +7,7 @@ mod call;
 mod in_flight;
 mod served;
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
@@ -80,7 +81,13 @@ pub struct Task {
     in_flight: InFlight,
     /// What the caller can be asked, read from its `initialize` once.
     asks: OnceLock<capstan_compose::ClientAsks>,
+    /// The resources the session subscribed to, by the URIs it knows them by.
+    subscriptions: Mutex<BTreeSet<String>>,
 }
+
+/// The most resources one session may subscribe to at once: a template can name unboundedly
+/// many URIs, and each subscription is held for the session's life.
+pub const MAX_SUBSCRIPTIONS: usize = 256;
 
 /// An open `subscriptions/listen` stream of a task ([`Task::listen`]); forgotten on drop.
 pub struct Listening<'a> {
@@ -170,6 +177,7 @@ impl Task {
             log_level: Mutex::default(),
             in_flight: InFlight::default(),
             asks: OnceLock::new(),
+            subscriptions: Mutex::new(BTreeSet::new()),
         });
         task.touch();
         if let Some(limit) = max_duration {
@@ -260,6 +268,50 @@ impl Task {
         }
     }
 
+    /// Notes the session's subscription to `uri` (as it named it); false when it already
+    /// holds [`MAX_SUBSCRIPTIONS`] others.
+    pub fn subscribe(&self, uri: &str) -> bool {
+        let mut subscriptions = lock(&self.subscriptions);
+        if subscriptions.len() >= MAX_SUBSCRIPTIONS && !subscriptions.contains(uri) {
+            return false;
+        }
+        subscriptions.insert(uri.to_owned());
+        true
+    }
+
+    /// Forgets the session's subscription to `uri`.
+    pub fn unsubscribe(&self, uri: &str) {
+        lock(&self.subscriptions).remove(uri);
+    }
+
+    /// Tells the session's client of an update of each of `uris` it subscribed to.
+    pub async fn notify_resource_updated(&self, uris: Vec<String>) {
+        let Some(peer) = self.peer.get() else { return };
+        let subscribed: Vec<String> = {
+            let subscriptions = lock(&self.subscriptions);
+            uris.into_iter()
+                .filter(|uri| subscriptions.contains(uri))
+                .collect()
+        };
+        for uri in subscribed {
+            let update = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
+            if let Err(error) = peer.notify_resource_updated(update).await {
+                debug!(project = %self.identity.project, %error, "notifications/resources/updated could not be sent");
+            }
+        }
+    }
+
+    /// Tells the session's client that its prompts or its resources changed.
+    pub async fn notify_offerings_changed(&self, prompts: bool, resources: bool) {
+        let Some(peer) = self.peer.get() else { return };
+        if prompts && let Err(error) = peer.notify_prompt_list_changed().await {
+            debug!(project = %self.identity.project, %error, "notifications/prompts/list_changed could not be sent");
+        }
+        if resources && let Err(error) = peer.notify_resource_list_changed().await {
+            debug!(project = %self.identity.project, %error, "notifications/resources/list_changed could not be sent");
+        }
+    }
+
     /// A stream of this task opens, if fewer than `max` are open: the guard counts it until
     /// dropped.
     pub fn open_stream(&self, max: usize) -> Result<OpenStream, Full> {
@@ -333,4 +385,11 @@ impl Task {
         let now = u64::try_from(now).unwrap_or(u64::MAX);
         Duration::from_millis(now.saturating_sub(self.last_used.load(Ordering::Relaxed)))
     }
+}
+
+/// The value behind `mutex`, whole even if a holder panicked (only whole values are written).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

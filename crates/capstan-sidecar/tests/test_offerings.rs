@@ -204,3 +204,76 @@ fn only_selected_prompts_and_resources_should_be_listed_and_reached_in_both_revi
         "{before} → {after}"
     );
 }
+
+#[test]
+fn a_sessions_subscriptions_and_prompt_changes_should_reach_it_and_nothing_else() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut document = binding_document(
+        "streamco-binding",
+        "streamco",
+        &endpoint,
+        &["touch", "add_prompt"],
+    );
+    document["metadata"]["namespace"] = json!("demo-project");
+    let entry = &mut document["spec"]["tools"]["mcpServers"][0];
+    entry["promptSelector"] = json!({"include": ["triage", "escalate"]});
+    entry["resourceSelector"] =
+        json!({"include": ["streamco://runbooks/lag", "streamco://streams/{name}"]});
+    let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+    let socket = sidecar.socket.to_str().unwrap();
+    let shown = |uri: &str| format!("{PREFIX}{uri}");
+    let touch = |uris: &[&str]| json!({"op": "call", "name": "streamco__touch", "arguments": {"uris": uris}});
+
+    let report = offerings(
+        socket,
+        "legacy",
+        &json!([
+            {"op": "subscribe", "uri": shown("streamco://streams/orders")},
+            // Updated: a resource nobody subscribed to, a URI of the template nobody
+            // subscribed to, and the subscribed one.
+            touch(&["streamco://runbooks/lag", "streamco://streams/clicks", "streamco://streams/orders"]),
+            {"op": "until", "count": 1, "seconds": 10},
+            {"op": "call", "name": "streamco__add_prompt"},
+            {"op": "until", "count": 2, "seconds": 10},
+            {"op": "prompts"},
+            {"op": "unsubscribe", "uri": shown("streamco://streams/orders")},
+            {"op": "subscribe", "uri": shown("streamco://streams/clicks")},
+            touch(&["streamco://streams/orders", "streamco://streams/clicks"]),
+            {"op": "until", "count": 3, "seconds": 10},
+            {"op": "subscribe", "uri": shown("streamco://secret")},
+            touch(&[]),
+        ]),
+    );
+    // What the server holds: the upstream's own URIs, subscribed and unsubscribed as asked;
+    // never the refused one.
+    let subscribed = |answer: &Value| -> Value {
+        let text = answer["ok"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{answer}"));
+        serde_json::from_str::<Value>(text).unwrap()["subscribed"].clone()
+    };
+    assert_eq!(subscribed(&report[1]), json!(["streamco://streams/orders"]));
+    assert_eq!(subscribed(&report[8]), json!(["streamco://streams/clicks"]));
+    assert_unknown(&report[10], "uri", &shown("streamco://secret"));
+    assert_eq!(
+        subscribed(&report[11]),
+        json!(["streamco://streams/clicks"])
+    );
+
+    // The prompt the server added is listed after the client was told.
+    assert_eq!(
+        names(&report[5], "prompts", "name"),
+        ["streamco__triage", "streamco__escalate"]
+    );
+    // Told: each subscribed update once, under the URI the client subscribed by, and the
+    // prompt list change — never an update it did not subscribe to (the server sent five).
+    assert_eq!(
+        report[12]["notifications"],
+        json!([
+            {"method": "notifications/resources/updated", "uri": shown("streamco://streams/orders")},
+            {"method": "notifications/prompts/list_changed"},
+            {"method": "notifications/resources/updated", "uri": shown("streamco://streams/clicks")},
+        ])
+    );
+}

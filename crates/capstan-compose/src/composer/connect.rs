@@ -13,7 +13,7 @@ use tracing::debug;
 
 use super::live::{Composed, Connected};
 use crate::source::snapshot::Document;
-use crate::upstream::{ConnectError, Connector, Offerings, ToolListChanges, Upstream, Wanted};
+use crate::upstream::{ConnectError, Connector, Offerings, Upstream, UpstreamChanges, Wanted};
 
 /// What one `mcpServers[]` entry of a document asks of the composition.
 pub(super) struct ServerPlan {
@@ -117,7 +117,7 @@ pub(super) async fn connect_all(
     connect_timeout: std::time::Duration,
     documents: &[Document],
     previous: Option<&Composed>,
-    changes: &ToolListChanges,
+    changes: &UpstreamChanges,
 ) -> Vec<ServerResult> {
     let kept: HashMap<[u8; 32], &Connected> = previous
         .map(|p| p.upstreams.iter().map(|c| (c.key, c)).collect())
@@ -209,7 +209,7 @@ fn plan(doc: usize, server: &McpServer, key: [u8; 32]) -> ServerPlan {
 /// The kept session of an unchanged binding with its tools, listed again on its own session
 /// when the server said its list changed (the mark is cleared first, so a change meanwhile is
 /// not lost); `None` when there is none to keep or re-listing failed (a new one is opened).
-/// Its prompts and resources are kept as they were listed when it opened.
+/// Its selected prompts and resources are listed again with its tools.
 async fn reuse(
     kept: Option<&Connected>,
     plan: &ServerPlan,
@@ -227,10 +227,15 @@ async fn reuse(
     match kept.upstream.relist(connect_timeout).await {
         Ok(tools) => {
             debug!(server = %plan.server, tools = tools.len(), "the server's tools listed again on its session");
+            let offerings = if plan.wanted().any() {
+                selected_only(kept.upstream.relist_offerings(connect_timeout).await, plan)
+            } else {
+                kept.offerings.clone()
+            };
             Some((
                 kept.upstream.clone(),
                 allowed_only(tools, &plan.allowed),
-                kept.offerings.clone(),
+                offerings,
             ))
         }
         Err(error) => {

@@ -15,7 +15,9 @@ use crate::composition::{ComposedTool, Composition};
 use crate::fetch::Fetcher;
 use crate::knowledge;
 use crate::limits::Limits;
-use crate::upstream::{CallTraffic, Forwarded, Offerings, ToolListChanges, Upstream};
+use crate::upstream::{
+    CallTraffic, Forwarded, Offerings, ResourceUpdated, Upstream, UpstreamChanges,
+};
 
 /// One upstream session of a composition, with what it listed and what it was opened for.
 #[derive(Debug)]
@@ -42,13 +44,13 @@ pub struct Composed {
     pub(super) fetcher: Fetcher,
     pub(super) limits: Limits,
     pub(super) capabilities: Vec<RoutedCapability>,
-    pub(super) changes: ToolListChanges,
+    pub(super) changes: UpstreamChanges,
 }
 
 impl Composed {
     /// A composition with nothing in it yet, fetching skills with `fetcher` and noting its
     /// upstreams' list changes on `changes`.
-    pub(super) fn empty(fetcher: Fetcher, limits: Limits, changes: ToolListChanges) -> Self {
+    pub(super) fn empty(fetcher: Fetcher, limits: Limits, changes: UpstreamChanges) -> Self {
         Self {
             composition: Composition::default(),
             upstreams: Vec::new(),
@@ -215,6 +217,28 @@ impl Composed {
             }
         }
         Ok(result)
+    }
+
+    /// `resources/subscribe` or `resources/unsubscribe` (`method`) of a composed resource, or
+    /// of a URI a composed template produces.
+    pub async fn subscription(&self, method: &str, params: Value) -> Result<Value, OfferingError> {
+        let (route, params) = self.resolved(params)?;
+        self.forward(&route, method, params).await
+    }
+
+    /// A receiver of the resource updates this composition's upstreams pass on from now on
+    /// (shared with the compositions composed from it, like [`Self::upstream_changes`]).
+    pub fn resource_updates(&self) -> tokio::sync::broadcast::Receiver<ResourceUpdated> {
+        self.changes.resource_updates()
+    }
+
+    /// The URIs the assistant knows an updated resource by in this composition: every composed
+    /// resource of that upstream session with that URI, and the URI under every composed
+    /// template of it that produces it. Empty when this composition does not offer it.
+    pub fn shown_uris(&self, update: &ResourceUpdated) -> Vec<String> {
+        self.offered.shown(update.uri.as_str(), |index| {
+            self.upstreams[index].upstream.id == update.upstream
+        })
     }
 
     /// `completion/complete` for a composed prompt or template; a reference to anything else is

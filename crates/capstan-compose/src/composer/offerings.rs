@@ -57,6 +57,29 @@ impl Offered {
         })
     }
 
+    /// The URIs a caller knows upstream URI `uri` by, among the routes whose upstream
+    /// `is_upstream` accepts: composed resources with that URI, and the URI under each composed
+    /// template that produces it.
+    pub(super) fn shown(&self, uri: &str, is_upstream: impl Fn(usize) -> bool) -> Vec<String> {
+        let mut shown: Vec<String> = self
+            .resources
+            .iter()
+            .filter(|(_, route)| route.upstream == uri && is_upstream(route.index))
+            .map(|(composed, _)| composed.clone())
+            .collect();
+        shown.extend(
+            self.templates
+                .iter()
+                .filter(|(_, route)| {
+                    is_upstream(route.index) && template_matches(&route.upstream, uri)
+                })
+                .map(|(_, route)| format!("{}{uri}", route.prefix)),
+        );
+        shown.sort();
+        shown.dedup();
+        shown
+    }
+
     /// The route of a completion's reference: a composed prompt (`ref/prompt`), or a composed
     /// template or resource (`ref/resource`).
     pub(super) fn reference(&self, reference: &Value) -> Option<Route> {

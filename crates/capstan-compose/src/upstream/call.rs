@@ -10,8 +10,7 @@
 //! and keeping its client alive only to send the DELETE cost most of a session's memory; it
 //! applies the same limits rmcp does.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
@@ -23,6 +22,7 @@ use thiserror::Error;
 use tracing::debug;
 
 use super::Forwarded;
+use super::changes::{ResourceUpdated, UpstreamChanges, is_list_changed, updated_uri};
 use super::error::CallError;
 use super::pooled::DrainOnDrop;
 use super::relay::{CallTraffic, Relayed};
@@ -40,63 +40,7 @@ pub(crate) struct DirectCalls {
     pub(crate) next_id: AtomicU64,
     /// Where a `notifications/tools/list_changed` from the server is noted, for a server that
     /// advertises `tools.listChanged`.
-    pub(crate) changes: Option<ToolListChanges>,
-}
-
-/// Notes that an upstream's tool list changed. A composition holds one channel its
-/// upstreams share, which the sidecar follows to compose again (`Composed::upstream_changes`);
-/// each upstream's own handle also marks that upstream as stale, so composing again re-lists
-/// only the upstreams that said their list changed.
-#[derive(Clone, Debug)]
-pub struct ToolListChanges {
-    counter: Arc<tokio::sync::watch::Sender<u64>>,
-    stale: Arc<AtomicBool>,
-}
-
-impl Default for ToolListChanges {
-    fn default() -> Self {
-        Self {
-            counter: Arc::new(tokio::sync::watch::channel(0).0),
-            stale: Arc::default(),
-        }
-    }
-}
-
-impl ToolListChanges {
-    /// Notes one change.
-    pub(crate) fn note(&self) {
-        self.stale.store(true, Ordering::Release);
-        self.counter
-            .send_modify(|changes| *changes = changes.wrapping_add(1));
-    }
-
-    /// A receiver whose value moves with every change noted from now on.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.counter.subscribe()
-    }
-
-    /// A handle for one upstream: the same channel, a stale mark of its own.
-    pub(crate) fn for_upstream(&self) -> Self {
-        Self {
-            counter: self.counter.clone(),
-            stale: Arc::default(),
-        }
-    }
-
-    /// Whether a change was noted since the last call (the mark is cleared).
-    pub(crate) fn take_stale(&self) -> bool {
-        self.stale.swap(false, Ordering::AcqRel)
-    }
-
-    /// Whether `other` notes on the same channel.
-    pub fn same_channel(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.counter, &other.counter)
-    }
-}
-
-/// Whether a JSON-RPC message is `notifications/tools/list_changed`.
-fn is_list_changed(message: &Value) -> bool {
-    message.get("id").is_none() && message["method"] == "notifications/tools/list_changed"
+    pub(crate) changes: Option<UpstreamChanges>,
 }
 
 impl DirectCalls {
@@ -471,14 +415,16 @@ impl DirectCalls {
 
 impl DirectCalls {
     /// Follows the server's standalone stream (GET on the session) for as long as it is
-    /// polled, noting each `notifications/tools/list_changed` in `changes`; other messages are
-    /// read and dropped. A stream that ends or fails is opened again after a pause that grows
+    /// polled, noting each list change in `changes` and passing on each
+    /// `notifications/resources/updated` (as coming from upstream `upstream`); other messages
+    /// are read and dropped. A stream that ends or fails is opened again after a pause that grows
     /// to [`LISTEN_MAX_PAUSE`]; a server that offers no stream (405) is not asked again. Each
     /// connection reads at most [`LISTEN_MAX_BYTES`], so a server cannot make the sidecar
     /// buffer without bound.
     pub(crate) fn listen(
         &self,
-        changes: ToolListChanges,
+        changes: UpstreamChanges,
+        upstream: u64,
     ) -> impl Future<Output = ()> + Send + 'static {
         let request = self
             .http
@@ -508,9 +454,15 @@ impl DirectCalls {
                             let message = event
                                 .data
                                 .and_then(|data| serde_json::from_str::<Value>(&data).ok());
-                            if message.as_ref().is_some_and(is_list_changed) {
-                                debug!(%server, "the server's tool list changed");
+                            let Some(message) = message else { continue };
+                            if is_list_changed(&message) {
+                                debug!(%server, "a list of the server's changed");
                                 changes.note();
+                            } else if let Some(uri) = updated_uri(&message) {
+                                changes.updated(ResourceUpdated {
+                                    upstream,
+                                    uri: uri.to_owned(),
+                                });
                             }
                         }
                     }

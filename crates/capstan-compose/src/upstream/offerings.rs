@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 
 use super::{CallError, Connector, Link, Upstream, relay};
 use crate::composition::UpstreamStage;
+
+/// The most pages one re-list reads: far more items than any selector names.
+const MAX_LIST_PAGES: usize = 100;
 use crate::error_chain::chain_text;
 
 /// Which of a server's offerings besides tools a composition asks for: only the kinds its
@@ -24,6 +27,13 @@ pub struct Wanted {
     pub prompts: bool,
     /// Resources and resource templates (`resourceSelector`).
     pub resources: bool,
+}
+
+impl Wanted {
+    /// Whether anything besides tools is asked for.
+    pub fn any(self) -> bool {
+        self.prompts || self.resources
+    }
 }
 
 /// What a server offers besides tools, as it listed them when its session opened.
@@ -114,6 +124,80 @@ impl Connector {
 }
 
 impl Upstream {
+    /// Its prompts, resources and templates listed again on its session (the kinds it was
+    /// opened for), after it said a list changed; a kind that cannot be listed is named in
+    /// `Offerings::failures`, as when it opened.
+    pub async fn relist_offerings(&self, timeout: Duration) -> Offerings {
+        let mut offerings = Offerings::default();
+        if self.wanted.prompts {
+            match self.list_all("prompts/list", "prompts", timeout).await {
+                Ok(prompts) => offerings.prompts = prompts,
+                Err(message) => offerings.failures.push((
+                    UpstreamStage::ListPrompts,
+                    format!("listing its prompts: {message}"),
+                )),
+            }
+        }
+        if self.wanted.resources {
+            match self.list_all("resources/list", "resources", timeout).await {
+                Ok(resources) => offerings.resources = resources,
+                Err(message) => offerings.failures.push((
+                    UpstreamStage::ListResources,
+                    format!("listing its resources: {message}"),
+                )),
+            }
+            match self
+                .list_all("resources/templates/list", "resourceTemplates", timeout)
+                .await
+            {
+                Ok(templates) => offerings.templates = templates,
+                Err(message) => offerings.failures.push((
+                    UpstreamStage::ListResources,
+                    format!("listing its resource templates: {message}"),
+                )),
+            }
+        }
+        offerings
+    }
+
+    /// Every page of a list (`method`, its items under `items`), each item as `T`; an item
+    /// that is not one is skipped (a valid sibling is not lost for it). A server without the
+    /// method lists nothing.
+    async fn list_all<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        items: &str,
+        timeout: Duration,
+    ) -> Result<Vec<T>, String> {
+        let mut listed = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = cursor.map_or_else(|| json!({}), |cursor| json!({ "cursor": cursor }));
+            let page = match self.forward(method, params, timeout).await {
+                Ok(page) => page,
+                Err(Forwarded::Refused(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
+                    return Ok(listed);
+                }
+                Err(Forwarded::Refused(error)) => return Err(error.message.to_string()),
+                Err(Forwarded::Failed(error)) => return Err(error.to_string()),
+            };
+            listed.extend(
+                page[items]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|item| serde_json::from_value::<T>(item.clone()).ok()),
+            );
+            match page["nextCursor"].as_str() {
+                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+                _ => return Ok(listed),
+            }
+        }
+        Err(format!(
+            "{method} went on for more than {MAX_LIST_PAGES} pages"
+        ))
+    }
+
     /// Forwards one request of the caller's (`prompts/get`, `resources/read`,
     /// `completion/complete`, `resources/subscribe` and the like) with `params` as the composer
     /// rewrote them, and returns the provider's `result` as it is. What the request names was

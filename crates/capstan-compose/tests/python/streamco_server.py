@@ -6,7 +6,9 @@ Usage: streamco_server.py PORT
 
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp import types
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.prompts import Prompt
 
 server = MCPServer("streamco-python")
 
@@ -94,6 +96,47 @@ async def complete(ref, argument, context):
         names = ["orders", "clicks", "orders-eu"]
         return Completion(values=[n for n in names if n.startswith(argument.value)])
     return None
+
+
+# resources/subscribe and unsubscribe (the high-level server has no decorator for them): the
+# URIs subscribed to, which `touch` reports.
+subscribed: set[str] = set()
+
+
+async def on_subscribe(ctx, params) -> types.EmptyResult:
+    subscribed.add(str(params.uri))
+    return types.EmptyResult()
+
+
+async def on_unsubscribe(ctx, params) -> types.EmptyResult:
+    subscribed.discard(str(params.uri))
+    return types.EmptyResult()
+
+
+server._lowlevel_server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, on_subscribe)
+server._lowlevel_server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, on_unsubscribe)
+
+
+@server.tool()
+async def touch(uris: list[str], ctx: Context) -> dict:
+    """Says each of `uris` was updated (on the session's standalone stream); reports what is
+    subscribed."""
+    for uri in uris:
+        await ctx.request_context.session.send_resource_updated(uri)
+    return {"subscribed": sorted(subscribed)}
+
+
+@server.tool()
+async def add_prompt(ctx: Context) -> str:
+    """Adds the prompt `escalate` and says the prompt list changed."""
+    server.add_prompt(Prompt.from_function(escalate, name="escalate"))
+    await ctx.request_context.session.send_prompt_list_changed()
+    return "added"
+
+
+def escalate(stream: str) -> str:
+    """Escalate a stream's incident."""
+    return f"Escalate {stream}."
 
 
 if __name__ == "__main__":

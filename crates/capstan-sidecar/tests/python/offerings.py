@@ -8,7 +8,11 @@ revision) or `2026-07-28`; OPS: a JSON list of operations, each one of
   {"op": "prompts"} | {"op": "resources"} | {"op": "templates"} | {"op": "tools"}
   {"op": "get", "name": N, "arguments": {...}} | {"op": "read", "uri": U}
   {"op": "complete", "prompt": N, "argument": A, "value": V}
-  {"op": "call", "name": N}
+  {"op": "call", "name": N, "arguments": {...}}
+  {"op": "subscribe", "uri": U} | {"op": "unsubscribe", "uri": U}
+  {"op": "until", "count": C, "seconds": S} (until C notifications came, for at most S seconds)
+The report's last entry holds the notifications the client received:
+{"notifications": [{"method": M, "uri": U}, ...]}.
 """
 
 import asyncio
@@ -16,6 +20,7 @@ import json
 import sys
 import warnings
 
+import anyio
 import httpx2
 from mcp import Client, types
 from mcp.shared.exceptions import MCPError
@@ -26,7 +31,7 @@ def dump(result) -> dict:
     return result.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-async def run(client: Client, op: dict) -> dict:
+async def run(client: Client, op: dict, notifications: list) -> dict:
     kind = op["op"]
     if kind == "prompts":
         return dump(await client.list_prompts())
@@ -44,7 +49,18 @@ async def run(client: Client, op: dict) -> dict:
         reference = types.PromptReference(type="ref/prompt", name=op["prompt"])
         return dump(await client.complete(reference, {"name": op["argument"], "value": op["value"]}))
     if kind == "call":
-        return dump(await client.call_tool(op["name"], {}))
+        return dump(await client.call_tool(op["name"], op.get("arguments", {})))
+    if kind == "subscribe":
+        await client.subscribe_resource(op["uri"])
+        return {}
+    if kind == "unsubscribe":
+        await client.unsubscribe_resource(op["uri"])
+        return {}
+    if kind == "until":
+        with anyio.move_on_after(op["seconds"]):
+            while len(notifications) < op["count"]:
+                await asyncio.sleep(0.05)
+        return {"received": len(notifications)}
     raise ValueError(f"unknown op {kind}")
 
 
@@ -58,15 +74,26 @@ async def main(target: str, project: str, mode: str, ops: str) -> None:
         http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=target), headers=headers, timeout=30)
         url = "http://localhost/mcp"
     report: list = []
+    notifications: list = []
+
+    async def on_message(message) -> None:
+        method = getattr(message, "method", None)
+        if isinstance(method, str) and method.startswith("notifications/"):
+            params = getattr(message, "params", None)
+            uri = getattr(params, "uri", None)
+            notifications.append({"method": method, **({"uri": str(uri)} if uri else {})})
+
     async with http:
         transport = streamable_http_client(url, http_client=http)
         options = {"mode": "legacy"} if mode == "legacy" else {}
+        options["message_handler"] = on_message
         async with Client(transport, **options) as client:
             for op in json.loads(ops):
                 try:
-                    report.append({"ok": await run(client, op)})
+                    report.append({"ok": await run(client, op, notifications)})
                 except MCPError as error:
                     report.append({"error": error.error.model_dump(exclude_none=True, mode="json")})
+    report.append({"notifications": notifications})
     print(json.dumps(report))
 
 
