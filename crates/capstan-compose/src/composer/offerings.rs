@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 
+use capstan_api::patterns::is_capstan_uri;
 use serde_json::Value;
 
 /// Where a composed prompt name or resource URI leads.
@@ -47,7 +48,16 @@ impl Offered {
         if let Some(route) = self.resources.get(uri) {
             return Some(route.clone());
         }
-        self.templates.iter().find_map(|(_, route)| {
+        // Templates under a prefix first: the prefix names the binding and server outright.
+        // A template shown as listed is the provider's own and may match anything (`{+u}`), so
+        // it comes after them and never takes a URI of the sidecar's scheme: no provider can
+        // capture the reads meant for another binding's server.
+        let prefixed = self.templates.iter().filter(|(_, r)| !r.prefix.is_empty());
+        let as_listed = self
+            .templates
+            .iter()
+            .filter(|(_, r)| r.prefix.is_empty() && !is_capstan_uri(uri));
+        prefixed.chain(as_listed).find_map(|(_, route)| {
             let upstream = uri.strip_prefix(route.prefix.as_str())?;
             template_matches(&route.upstream, upstream).then(|| Route {
                 index: route.index,
@@ -160,8 +170,49 @@ fn matches_from(parts: &[Part], uri: &str) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
-    use super::template_matches;
+    use super::{Offered, Route, template_matches};
+
+    fn route(index: usize, upstream: &str, prefix: &str) -> Route {
+        Route {
+            index,
+            upstream: upstream.to_owned(),
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_template_shown_as_listed_should_never_capture_another_bindings_uris() {
+        let prefix = "capstan://docs-binding/docs/";
+        let offered = Offered {
+            templates: vec![
+                // Earlier in document order, and matching anything.
+                ("{+anything}".to_owned(), route(0, "{+anything}", "")),
+                (
+                    format!("{prefix}file:///{{+path}}"),
+                    route(1, "file:///{+path}", prefix),
+                ),
+            ],
+            ..Offered::default()
+        };
+        let read = offered
+            .resolve("capstan://docs-binding/docs/file:///guide.md")
+            .unwrap();
+        assert_eq!(
+            (read.index, read.upstream.as_str()),
+            (1, "file:///guide.md")
+        );
+        // A URI of the sidecar's scheme that no prefixed template produces goes nowhere.
+        assert!(
+            offered
+                .resolve("capstan://other-binding/x/file:///guide.md")
+                .is_none()
+        );
+        // Its own URIs still reach it.
+        let own = offered.resolve("test://anything/at/all").unwrap();
+        assert_eq!(own.index, 0);
+    }
 
     #[test]
     fn a_uri_should_match_the_templates_that_produce_it_and_no_other() {
