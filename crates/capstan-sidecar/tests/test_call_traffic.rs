@@ -10,8 +10,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use capstan_testkit::PythonServer;
 use common::*;
 use serde_json::{Value, json};
@@ -30,24 +28,11 @@ const ALLOWED: [&str; 5] = [
 /// Runs `tests/python/traffic.py` against `target` (a socket path or a URL) and reads its
 /// report; with `answers`, the client declares elicitation and answers "go".
 fn traffic(target: &str, answers: bool) -> Value {
-    let output = Command::new(python())
-        .arg(repo_root().join("crates/capstan-sidecar/tests/python/traffic.py"))
-        .args([target, "demo-project", "caller-token"])
-        .args(answers.then_some("answers"))
-        .output()
-        .expect("running the Python SDK client");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
+    let mut args = vec![target, "demo-project", "caller-token"];
+    if answers {
+        args.push("answers");
+    }
+    python_report("traffic.py", &args)
 }
 
 /// The client's reports against the chatty server directly and through a sidecar serving it

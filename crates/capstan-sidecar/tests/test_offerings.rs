@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use capstan_testkit::PythonServer;
 use common::*;
 use serde_json::{Value, json};
@@ -21,18 +19,11 @@ const PREFIX: &str = "capstan://streamco-binding/streamco/";
 
 /// Runs `tests/python/offerings.py` against `target` in `mode` and reads its report.
 fn offerings(target: &str, mode: &str, ops: &Value) -> Vec<Value> {
-    let output = Command::new(python())
-        .arg(repo_root().join("crates/capstan-sidecar/tests/python/offerings.py"))
-        .args([target, "demo-project", mode, &ops.to_string()])
-        .output()
-        .expect("running the Python SDK client");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let report = python_report(
+        "offerings.py",
+        &[target, "demo-project", mode, &ops.to_string()],
     );
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)))
+    serde_json::from_value(report).unwrap()
 }
 
 /// The server's count of the reads it answered, by URI.

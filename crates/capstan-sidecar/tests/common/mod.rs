@@ -572,3 +572,30 @@ pub fn rss_kib(pid: u32) -> f64 {
 }
 
 pub use capstan_testkit::cpu_seconds;
+
+/// Runs a Python SDK client script of `tests/python/` with `args` and reads the one JSON
+/// report it prints; a script that fails, or prints anything else, fails the test with its
+/// output.
+pub fn python_report(script: &str, args: &[&str]) -> serde_json::Value {
+    let output = std::process::Command::new(python())
+        .arg(
+            repo_root()
+                .join("crates/capstan-sidecar/tests/python")
+                .join(script),
+        )
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    assert!(
+        output.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{script}: {e}: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
