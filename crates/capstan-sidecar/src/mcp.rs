@@ -234,8 +234,15 @@ impl ServerHandler for SessionHandler {
         &self,
         _requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        // Tool list changes are the only notifications a task has.
-        Some(SubscriptionFilter::builder().tools_list_changed().build())
+        // List changes of tools, prompts and resources (subscriptions to resources are of the
+        // session revisions only: docs/mcp-surface.md).
+        Some(
+            SubscriptionFilter::builder()
+                .tools_list_changed()
+                .prompts_list_changed()
+                .resources_list_changed()
+                .build(),
+        )
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {

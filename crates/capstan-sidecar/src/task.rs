@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use capstan_compose::Document;
 use rmcp::RoleServer;
-use rmcp::service::{Peer, SubscriptionSink};
+use rmcp::service::{Peer, SubscriptionSendError, SubscriptionSink};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
@@ -83,6 +83,14 @@ pub struct Task {
     asks: OnceLock<capstan_compose::ClientAsks>,
     /// The resources the session subscribed to, by the URIs it knows them by.
     subscriptions: Mutex<BTreeSet<String>>,
+}
+
+/// Which list a listen stream is told changed.
+#[derive(Clone, Copy)]
+enum ListChanged {
+    Tools,
+    Prompts,
+    Resources,
 }
 
 /// The most resources one session may subscribe to at once: a template can name unboundedly
@@ -256,14 +264,25 @@ impl Task {
         {
             warn!(project = %self.identity.project, %error, "notifications/tools/list_changed could not be sent");
         }
-        let sinks: Vec<(u64, SubscriptionSink)> = match self.listeners.lock() {
-            Ok(listeners) => listeners.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        };
+        self.tell_listeners(ListChanged::Tools).await;
+    }
+
+    /// Tells every open `subscriptions/listen` stream that asked for it that a list changed;
+    /// a stream that did not ask is skipped, a stream that is gone is dropped.
+    async fn tell_listeners(&self, changed: ListChanged) {
+        let sinks: Vec<(u64, SubscriptionSink)> = lock(&self.listeners).clone();
         for (id, sink) in sinks {
-            if let Err(error) = sink.notify_tool_list_changed().await {
-                debug!(project = %self.identity.project, %error, "a listen stream is gone");
-                self.forget_listener(id);
+            let sent = match changed {
+                ListChanged::Tools => sink.notify_tool_list_changed().await,
+                ListChanged::Prompts => sink.notify_prompt_list_changed().await,
+                ListChanged::Resources => sink.notify_resource_list_changed().await,
+            };
+            match sent {
+                Ok(()) | Err(SubscriptionSendError::NotificationNotAccepted(_)) => {}
+                Err(error) => {
+                    debug!(project = %self.identity.project, %error, "a listen stream is gone");
+                    self.forget_listener(id);
+                }
             }
         }
     }
@@ -301,14 +320,22 @@ impl Task {
         }
     }
 
-    /// Tells the session's client that its prompts or its resources changed.
+    /// Tells the task's client that its prompts or its resources changed: through the
+    /// session's peer, and on every open `subscriptions/listen` stream that asked for it.
     pub async fn notify_offerings_changed(&self, prompts: bool, resources: bool) {
-        let Some(peer) = self.peer.get() else { return };
-        if prompts && let Err(error) = peer.notify_prompt_list_changed().await {
-            debug!(project = %self.identity.project, %error, "notifications/prompts/list_changed could not be sent");
+        if let Some(peer) = self.peer.get() {
+            if prompts && let Err(error) = peer.notify_prompt_list_changed().await {
+                debug!(project = %self.identity.project, %error, "notifications/prompts/list_changed could not be sent");
+            }
+            if resources && let Err(error) = peer.notify_resource_list_changed().await {
+                debug!(project = %self.identity.project, %error, "notifications/resources/list_changed could not be sent");
+            }
         }
-        if resources && let Err(error) = peer.notify_resource_list_changed().await {
-            debug!(project = %self.identity.project, %error, "notifications/resources/list_changed could not be sent");
+        if prompts {
+            self.tell_listeners(ListChanged::Prompts).await;
+        }
+        if resources {
+            self.tell_listeners(ListChanged::Resources).await;
         }
     }
 

@@ -268,3 +268,32 @@ fn a_sessions_subscriptions_and_prompt_changes_should_reach_it_and_nothing_else(
         ])
     );
 }
+
+#[test]
+fn a_listen_stream_should_be_told_when_the_prompts_change() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut document = binding_document("streamco-binding", "streamco", &endpoint, &["add_prompt"]);
+    document["metadata"]["namespace"] = json!("demo-project");
+    let entry = &mut document["spec"]["tools"]["mcpServers"][0];
+    entry["promptSelector"] = json!({"include": ["triage", "escalate"]});
+    // The server declares no `listChanged`; it is followed on its standalone stream because
+    // it sends updates of the resources its binding selects (`resources.subscribe`).
+    entry["resourceSelector"] = json!({"include": ["streamco://runbooks/lag"]});
+    let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+    let report = offerings(
+        sidecar.socket.to_str().unwrap(),
+        "2026-07-28",
+        &json!([
+            {"op": "prompts"},
+            {"op": "listen", "call": "streamco__add_prompt", "seconds": 10},
+            {"op": "prompts"},
+        ]),
+    );
+    assert_eq!(names(&report[0], "prompts", "name"), ["streamco__triage"]);
+    assert_eq!(report[1]["ok"]["event"], "PromptsListChanged", "{report:?}");
+    assert_eq!(
+        names(&report[2], "prompts", "name"),
+        ["streamco__triage", "streamco__escalate"]
+    );
+}

@@ -11,6 +11,8 @@ revision) or `2026-07-28`; OPS: a JSON list of operations, each one of
   {"op": "call", "name": N, "arguments": {...}}
   {"op": "subscribe", "uri": U} | {"op": "unsubscribe", "uri": U}
   {"op": "until", "count": C, "seconds": S} (until C notifications came, for at most S seconds)
+  {"op": "listen", "call": N, "seconds": S} (2026-07-28: a listen stream for prompt and resource
+  list changes; calls tool N; the first event within S seconds, by its type's name)
 The report's last entry holds the notifications the client received:
 {"notifications": [{"method": M, "uri": U}, ...]}.
 """
@@ -56,6 +58,14 @@ async def run(client: Client, op: dict, notifications: list) -> dict:
     if kind == "unsubscribe":
         await client.unsubscribe_resource(op["uri"])
         return {}
+    if kind == "listen":
+        async with client.listen(prompts_list_changed=True, resources_list_changed=True) as sub:
+            await client.call_tool(op["call"], {})
+            event = None
+            with anyio.move_on_after(op["seconds"]):
+                async for event in sub:
+                    break
+            return {"event": type(event).__name__ if event is not None else None}
     if kind == "until":
         with anyio.move_on_after(op["seconds"]):
             while len(notifications) < op["count"]:
