@@ -40,6 +40,16 @@ use crate::error_chain::{chain_text, find_in_chain};
 use crate::fetch::{ClientError, guarded_client_builder};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};
 
+/// What of `wanted` the server declared it offers: only those kinds are listed and followed.
+fn declared(client: &RunningService<RoleClient, ClientConfig>, wanted: Wanted) -> Wanted {
+    let info = client.peer_info();
+    let capabilities = info.as_ref().map(|info| &info.capabilities);
+    Wanted {
+        prompts: wanted.prompts && capabilities.is_some_and(|c| c.prompts.is_some()),
+        resources: wanted.resources && capabilities.is_some_and(|c| c.resources.is_some()),
+    }
+}
+
 /// The next [`Upstream::id`].
 static NEXT_UPSTREAM_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -60,7 +70,8 @@ pub struct Upstream {
     /// This session among every upstream session the process opened: what a resource update
     /// names it by.
     pub id: u64,
-    /// What its composition asked of it besides tools (re-listed with its tools).
+    /// What its composition asked of it besides tools and the server declared (listed when
+    /// the session opens, re-listed with its tools).
     wanted: Wanted,
     /// The `mcpServers[].name` entry.
     pub server: String,
@@ -163,7 +174,7 @@ impl Connector {
         let pooled = PooledClient::new(self.http.clone());
         let client = self.open(&pooled, endpoint, &url).await?;
         let (client, tools) = self.list(client, endpoint).await?;
-        let offerings = self.list_offerings(&client, wanted).await;
+        let wanted = declared(&client, wanted);
         let logging = client
             .peer_info()
             .is_some_and(|info| info.capabilities.logging.is_some());
@@ -186,6 +197,8 @@ impl Connector {
             changes: changes.clone(),
             logging,
         };
+        // Listed on the session Capstan now holds, as a re-list after a change is.
+        let offerings = upstream.list_offerings(self.timeout).await;
         Ok((upstream, tools, offerings))
     }
 

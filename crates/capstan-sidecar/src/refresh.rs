@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_compose::ResourceUpdated;
+use capstan_compose::{Composition, ResourceUpdated};
+use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use tokio::sync::{broadcast, watch};
 use tracing::{debug, info};
 
@@ -179,27 +180,19 @@ fn followed(served: &Served) -> (watch::Receiver<u64>, broadcast::Receiver<Resou
 /// Whether the prompts, and the resources or templates, `fresh` lists differ from what
 /// `served` listed.
 fn offerings_changed(served: &Served, fresh: &Served) -> (bool, bool) {
+    fn prompts(c: &Composition) -> Vec<&Prompt> {
+        c.prompts.iter().map(|p| &p.prompt).collect()
+    }
+    fn resources(c: &Composition) -> Vec<(&Option<Resource>, &Option<ResourceTemplate>)> {
+        c.resources
+            .iter()
+            .map(|r| (&r.resource, &r.resource_template))
+            .collect()
+    }
     let (old, new) = (
         &served.composed().composition,
         &fresh.composed().composition,
     );
-    let prompts = |c: &capstan_compose::Composition| -> Vec<serde_json::Value> {
-        c.prompts
-            .iter()
-            .map(|p| serde_json::to_value(&p.prompt).unwrap_or_default())
-            .collect()
-    };
-    let resources = |c: &capstan_compose::Composition| -> Vec<serde_json::Value> {
-        c.resources
-            .iter()
-            .map(|r| {
-                serde_json::json!([
-                    serde_json::to_value(&r.resource).unwrap_or_default(),
-                    serde_json::to_value(&r.resource_template).unwrap_or_default()
-                ])
-            })
-            .collect()
-    };
     (
         prompts(old) != prompts(new),
         resources(old) != resources(new),

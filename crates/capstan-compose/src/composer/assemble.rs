@@ -112,18 +112,10 @@ impl<'a> Assembly<'a> {
     /// selected prompt the server does not list is reported missing. A server whose prompts
     /// could not be listed reports that instead.
     fn offer_prompts(&mut self, plan: &ServerPlan, index: usize, offerings: &Offerings) {
-        let listing_failed = offerings
-            .failures
-            .iter()
-            .any(|(stage, _)| *stage == UpstreamStage::ListPrompts);
         let binding = self.documents[plan.doc].binding.clone();
         for wanted in &plan.prompts {
             let Some(listed) = offerings.prompts.iter().find(|p| &p.name == wanted) else {
-                if !listing_failed {
-                    self.outcomes[plan.doc]
-                        .missing_offerings
-                        .push(format!("{}/{wanted}", plan.server));
-                }
+                self.missing(plan, offerings, UpstreamStage::ListPrompts, wanted);
                 continue;
             };
             let name = match plan.prompt_naming {
@@ -158,10 +150,6 @@ impl<'a> Assembly<'a> {
     /// composed URIs (`composer/offerings.rs`), first wins by URI; a selected URI the server
     /// lists as neither is reported missing.
     fn offer_resources(&mut self, plan: &ServerPlan, index: usize, offerings: &Offerings) {
-        let listing_failed = offerings
-            .failures
-            .iter()
-            .any(|(stage, _)| *stage == UpstreamStage::ListResources);
         let binding = self.documents[plan.doc].binding.clone();
         let prefix = match plan.resource_uris {
             ResourceUris::Capstan => capstan_prefix(&binding, &plan.server),
@@ -174,11 +162,7 @@ impl<'a> Assembly<'a> {
                 .iter()
                 .find(|t| &t.uri_template == wanted);
             if resource.is_none() && template.is_none() {
-                if !listing_failed {
-                    self.outcomes[plan.doc]
-                        .missing_offerings
-                        .push(format!("{}/{wanted}", plan.server));
-                }
+                self.missing(plan, offerings, UpstreamStage::ListResources, wanted);
                 continue;
             }
             let uri = format!("{prefix}{wanted}");
@@ -222,6 +206,26 @@ impl<'a> Assembly<'a> {
                 });
             }
             self.outcomes[plan.doc].resources.push(uri);
+        }
+    }
+
+    /// Reports a selected prompt or resource the server did not list — unless listing that
+    /// kind failed (`stage`), which the binding reports instead.
+    fn missing(
+        &mut self,
+        plan: &ServerPlan,
+        offerings: &Offerings,
+        stage: UpstreamStage,
+        wanted: &str,
+    ) {
+        if offerings
+            .failures
+            .iter()
+            .all(|(failed, _)| *failed != stage)
+        {
+            self.outcomes[plan.doc]
+                .missing_offerings
+                .push(format!("{}/{wanted}", plan.server));
         }
     }
 

@@ -77,6 +77,12 @@ fn allowed_only(tools: Vec<Tool>, allowed: &BTreeSet<String>) -> Arc<Vec<Tool>> 
 /// What a composition keeps of an upstream's prompts, resources and templates: those its
 /// selectors name, and the kinds it could not list.
 fn selected_only(offerings: Offerings, plan: &ServerPlan) -> Arc<Offerings> {
+    // Most servers are asked for nothing besides tools: they share one empty value rather
+    // than holding an allocation each, per session.
+    static NOTHING: std::sync::LazyLock<Arc<Offerings>> = std::sync::LazyLock::new(Arc::default);
+    if !plan.wanted().any() {
+        return NOTHING.clone();
+    }
     let prompt = |name: &str| plan.prompts.iter().any(|p| p == name);
     let resource = |uri: &str| plan.resources.iter().any(|r| r == uri);
     Arc::new(Offerings {
@@ -228,7 +234,7 @@ async fn reuse(
         Ok(tools) => {
             debug!(server = %plan.server, tools = tools.len(), "the server's tools listed again on its session");
             let offerings = if plan.wanted().any() {
-                selected_only(kept.upstream.relist_offerings(connect_timeout).await, plan)
+                selected_only(kept.upstream.list_offerings(connect_timeout).await, plan)
             } else {
                 kept.offerings.clone()
             };

@@ -12,12 +12,11 @@ use rmcp::model::{
 use rmcp::service::{RunningService, ServiceError};
 use serde_json::{Value, json};
 
-use super::{CallError, Connector, Link, Upstream, relay};
+use super::{CallError, Link, Upstream, relay};
 use crate::composition::UpstreamStage;
 
 /// The most pages one re-list reads: far more items than any selector names.
 const MAX_LIST_PAGES: usize = 100;
-use crate::error_chain::chain_text;
 
 /// Which of a server's offerings besides tools a composition asks for: only the kinds its
 /// binding selects are listed (a binding that selects none costs no request).
@@ -59,105 +58,55 @@ pub enum Forwarded {
     Failed(CallError),
 }
 
-impl Connector {
-    /// The prompts, resources and resource templates the server offers, of the kinds `wanted`
-    /// asks for and the server declared; a kind that cannot be listed is named in
+impl Upstream {
+    /// Its prompts, resources and templates listed on its session — the kinds its binding
+    /// selects and the server declared (`Upstream::wanted`) — when the session opens and again
+    /// after it said a list changed; a kind that cannot be listed is named in
     /// `Offerings::failures` (the tools are served all the same).
-    pub(super) async fn list_offerings(
-        &self,
-        client: &RunningService<RoleClient, ClientConfig>,
-        wanted: Wanted,
-    ) -> Offerings {
-        let info = client.peer_info();
-        let declared = info.as_ref().map(|info| &info.capabilities);
-        let prompts = wanted.prompts && declared.is_some_and(|c| c.prompts.is_some());
-        let resources = wanted.resources && declared.is_some_and(|c| c.resources.is_some());
-        let timeout = self.timeout;
+    pub async fn list_offerings(&self, timeout: Duration) -> Offerings {
         let mut offerings = Offerings::default();
-        let failed =
-            |stage: UpstreamStage, kind: &str, listed: Result<Result<(), ServiceError>, _>| {
-                let message = match listed {
-                    Ok(Ok(())) => return None,
-                    Ok(Err(error)) => chain_text(&error),
-                    Err(_) => format!("no answer within {timeout:?}"),
-                };
-                Some((stage, format!("listing its {kind}: {message}")))
-            };
-        if prompts {
-            let listed = tokio::time::timeout(timeout, async {
-                offerings.prompts = client.list_all_prompts().await?;
-                Ok(())
-            })
-            .await;
-            offerings
-                .failures
-                .extend(failed(UpstreamStage::ListPrompts, "prompts", listed));
+        let failures = &mut offerings.failures;
+        if self.wanted.prompts {
+            offerings.prompts = self
+                .list_kind(
+                    ("prompts/list", "prompts"),
+                    UpstreamStage::ListPrompts,
+                    timeout,
+                    failures,
+                )
+                .await;
         }
-        if resources {
-            let listed = tokio::time::timeout(timeout, async {
-                offerings.resources = client.list_all_resources().await?;
-                Ok(())
-            })
-            .await;
-            offerings
-                .failures
-                .extend(failed(UpstreamStage::ListResources, "resources", listed));
-            let listed = tokio::time::timeout(timeout, async {
-                match client.list_all_resource_templates().await {
-                    Ok(templates) => offerings.templates = templates,
-                    // A server with resources but no templates may not know the method.
-                    Err(ServiceError::McpError(data))
-                        if data.code == ErrorCode::METHOD_NOT_FOUND => {}
-                    Err(error) => return Err(error),
-                }
-                Ok(())
-            })
-            .await;
-            offerings.failures.extend(failed(
-                UpstreamStage::ListResources,
-                "resource templates",
-                listed,
-            ));
+        if self.wanted.resources {
+            let stage = UpstreamStage::ListResources;
+            offerings.resources = self
+                .list_kind(("resources/list", "resources"), stage, timeout, failures)
+                .await;
+            offerings.templates = self
+                .list_kind(
+                    ("resources/templates/list", "resourceTemplates"),
+                    stage,
+                    timeout,
+                    failures,
+                )
+                .await;
         }
         offerings
     }
-}
 
-impl Upstream {
-    /// Its prompts, resources and templates listed again on its session (the kinds it was
-    /// opened for), after it said a list changed; a kind that cannot be listed is named in
-    /// `Offerings::failures`, as when it opened.
-    pub async fn relist_offerings(&self, timeout: Duration) -> Offerings {
-        let mut offerings = Offerings::default();
-        if self.wanted.prompts {
-            match self.list_all("prompts/list", "prompts", timeout).await {
-                Ok(prompts) => offerings.prompts = prompts,
-                Err(message) => offerings.failures.push((
-                    UpstreamStage::ListPrompts,
-                    format!("listing its prompts: {message}"),
-                )),
-            }
-        }
-        if self.wanted.resources {
-            match self.list_all("resources/list", "resources", timeout).await {
-                Ok(resources) => offerings.resources = resources,
-                Err(message) => offerings.failures.push((
-                    UpstreamStage::ListResources,
-                    format!("listing its resources: {message}"),
-                )),
-            }
-            match self
-                .list_all("resources/templates/list", "resourceTemplates", timeout)
-                .await
-            {
-                Ok(templates) => offerings.templates = templates,
-                Err(message) => offerings.failures.push((
-                    UpstreamStage::ListResources,
-                    format!("listing its resource templates: {message}"),
-                )),
-            }
-        }
-        offerings
+    /// One kind's list (`method`, `items`), or nothing with the failure noted at `stage`.
+    async fn list_kind<T: serde::de::DeserializeOwned>(
+        &self,
+        (method, items): (&str, &str),
+        stage: UpstreamStage,
+        timeout: Duration,
+        failures: &mut Vec<(UpstreamStage, String)>,
+    ) -> Vec<T> {
+        self.list_all(method, items, timeout)
+            .await
+            .unwrap_or_else(|message| {
+                failures.push((stage, format!("{method}: {message}")));
+                Vec::new()
+            })
     }
 
     /// Every page of a list (`method`, its items under `items`), each item as `T`; an item

@@ -23,7 +23,7 @@ import sys
 import warnings
 
 import anyio
-import httpx2
+from http_target import http_target
 from mcp import Client, types
 from mcp.shared.exceptions import MCPError
 from mcp.client.streamable_http import streamable_http_client
@@ -76,13 +76,7 @@ async def run(client: Client, op: dict, notifications: list) -> dict:
 
 async def main(target: str, project: str, mode: str, ops: str) -> None:
     warnings.simplefilter("ignore")
-    headers = {"X-Capstan-Project": project}
-    if target.startswith("http"):
-        http = httpx2.AsyncClient(headers=headers, timeout=30)
-        url = target
-    else:
-        http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=target), headers=headers, timeout=30)
-        url = "http://localhost/mcp"
+    http, url = http_target(target, project)
     report: list = []
     notifications: list = []
 

@@ -13,7 +13,7 @@ import json
 import sys
 import warnings
 
-import httpx2
+from http_target import http_target
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 
@@ -25,15 +25,7 @@ async def answer_go(context, params) -> types.ElicitResult:
 async def main(target: str, project: str, token: str, answers: str = "") -> None:
     # logging is deprecated as of 2026-07-28; these are session-revision calls.
     warnings.simplefilter("ignore")
-    headers = {"X-Capstan-Project": project}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    if target.startswith("http"):
-        http = httpx2.AsyncClient(headers=headers, timeout=30)
-        url = target
-    else:
-        http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=target), headers=headers, timeout=30)
-        url = "http://localhost/mcp"
+    http, url = http_target(target, project, token)
     logs: list = []
 
     async def on_log(params) -> None:
