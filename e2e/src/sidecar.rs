@@ -217,25 +217,44 @@ impl SidecarProcess {
         tool: &str,
         arguments: &Value,
     ) -> (u16, String) {
-        let body = json!({
-            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {
-                "name": tool,
-                "arguments": arguments,
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                },
-            },
-        })
-        .to_string();
+        self.sessionless_request(
+            project,
+            token,
+            "tools/call",
+            json!({"name": tool, "arguments": arguments}),
+        )
+    }
+
+    /// Any request without a session (2026-07-28) as `token`, its `_meta` and headers
+    /// (`Mcp-Method`, and `Mcp-Name` from `params.name` or `params.uri`) as a client sends
+    /// them: (status, body).
+    pub fn sessionless_request(
+        &self,
+        project: &str,
+        token: Option<&str>,
+        method: &str,
+        mut params: Value,
+    ) -> (u16, String) {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        let name = match method {
+            "tools/call" | "prompts/get" => params["name"].as_str().map(str::to_owned),
+            "resources/read" => params["uri"].as_str().map(str::to_owned),
+            _ => None,
+        };
+        let body =
+            json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
         let authorization = token.map(|t| format!("Bearer {t}"));
         let mut headers = vec![
             (PROJECT_HEADER, project),
             ("mcp-protocol-version", "2026-07-28"),
-            ("mcp-method", "tools/call"),
-            ("mcp-name", tool),
+            ("mcp-method", method),
         ];
+        if let Some(name) = &name {
+            headers.push(("mcp-name", name));
+        }
         if let Some(authorization) = &authorization {
             headers.push(("authorization", authorization));
         }

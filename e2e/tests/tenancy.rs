@@ -385,6 +385,7 @@ fn other_plane(env: &Env) -> Outcome {
             status == 403 && id.is_none() && refusal_is(&body, "forbidden", &not_admitted(ACME)),
             || format!("bob on acme: {status} {body}"),
         )?;
+        offerings_refused(&world.sidecar, BOB, "bob")?;
         check(configmap_lists(&env.plane, "bob") == 0, || {
             "bob's refused session read acme".into()
         })
@@ -409,6 +410,19 @@ fn garbage_token(env: &Env) -> Outcome {
             status == 403 && refusal_is(&body, "forbidden", &not_admitted(ACME)),
             || format!("a garbage token without a session: {status} {body}"),
         )?;
+        offerings_refused(&world.sidecar, GARBAGE, "a garbage token")?;
+        // Nor may it borrow alice's session for them (nor subscribe in it).
+        let session = world.sidecar.session(ACME, Some(ALICE))?;
+        let subscribe = ("resources/subscribe", json!({"uri": "capstan://b/s/x://y"}));
+        for (method, params) in offering_requests().into_iter().chain([subscribe]) {
+            let (status, body) =
+                request_in_session(&world.sidecar, &session.id, GARBAGE, method, params);
+            check(
+                status == 403 && refusal_is(&body, "forbidden", "this session belongs to another"),
+                || format!("a garbage token's {method} in alice's session: {status} {body}"),
+            )?;
+        }
+        session.end();
         // The plane was asked and said 401; nothing else came with the token.
         let events = env.plane.audit_events().unwrap_or_default();
         let since: Vec<&Value> = events[before..]
@@ -426,6 +440,45 @@ fn garbage_token(env: &Env) -> Outcome {
             || format!("401s on acme since: {since:?}"),
         )
     })
+}
+
+/// The requests of the surface besides tools: each passes the same caller check as
+/// `tools/call`.
+fn offering_requests() -> [(&'static str, Value); 6] {
+    [
+        ("prompts/list", json!({})),
+        ("prompts/get", json!({"name": "triage"})),
+        ("resources/list", json!({})),
+        ("resources/templates/list", json!({})),
+        (
+            "resources/read",
+            json!({"uri": "capstan://b/s/streamco://runbooks/lag"}),
+        ),
+        (
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "triage"},
+                   "argument": {"name": "stream", "value": "o"}}),
+        ),
+    ]
+}
+
+/// Every request of [`offering_requests`] without a session as `token` is refused by the
+/// caller check (403, the plane's "no"), while alice's `prompts/list` is answered — so the
+/// refusal is the caller's, not the method's.
+fn offerings_refused(sidecar: &SidecarProcess, token: &str, who: &str) -> Outcome {
+    let (status, body) = sidecar.sessionless_request(ACME, Some(ALICE), "prompts/list", json!({}));
+    check(
+        status == 200 && rpc_result(&body).is_some_and(|r| r["prompts"].is_array()),
+        || format!("alice's prompts/list: {status} {body}"),
+    )?;
+    for (method, params) in offering_requests() {
+        let (status, body) = sidecar.sessionless_request(ACME, Some(token), method, params);
+        check(
+            status == 403 && refusal_is(&body, "forbidden", &not_admitted(ACME)),
+            || format!("{who}'s {method}: {status} {body}"),
+        )?;
+    }
+    Ok(())
 }
 
 /// Finding: two admitted callers on the 2026-07-28 path were never shown to act each as
@@ -576,6 +629,7 @@ fn revoked(env: &Env) -> Outcome {
             status == 403 && refusal_is(&body, "forbidden", &not_admitted(ACME)),
             || format!("carol without a session: {status} {body}"),
         )?;
+        offerings_refused(sidecar, CAROL, "carol revoked")?;
         let streamed = streaming.join().map_err(|_| "the stream reader panicked")?;
         check(streamed.is_ok(), || {
             format!("carol's stream after the revocation: {streamed:?}")
@@ -599,6 +653,23 @@ fn revoked(env: &Env) -> Outcome {
 
 /// One `tools/call` of `resources_list` in session `id` as `token`: (status, body).
 fn in_session(sidecar: &SidecarProcess, id: &str, token: &str) -> (u16, String) {
+    request_in_session(
+        sidecar,
+        id,
+        token,
+        "tools/call",
+        json!({"name": "resources_list", "arguments": list_args()}),
+    )
+}
+
+/// One request in session `id` as `token`: (status, body).
+fn request_in_session(
+    sidecar: &SidecarProcess,
+    id: &str,
+    token: &str,
+    method: &str,
+    params: Value,
+) -> (u16, String) {
     let authorization = format!("Bearer {token}");
     let (status, _, body) = sidecar.request(
         "POST",
@@ -609,11 +680,7 @@ fn in_session(sidecar: &SidecarProcess, id: &str, token: &str) -> (u16, String) 
             ("mcp-protocol-version", "2025-11-25"),
             ("authorization", &authorization),
         ],
-        Some(
-            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                    "params": {"name": "resources_list", "arguments": list_args()}})
-            .to_string(),
-        ),
+        Some(&json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).to_string()),
     );
     (status, body)
 }

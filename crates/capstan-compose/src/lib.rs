@@ -53,7 +53,7 @@ pub use source::{
 pub use tool_error::{ErrorKind, ToolError};
 pub use upstream::{
     CallError, CallTraffic, CallerSide, ClientAsks, ConnectError, Forwarded, Offerings,
-    RELAY_CAPACITY, ResourceUpdated, ToCaller, UpstreamChanges, Wanted,
+    RELAY_CAPACITY, ResourceUpdated, ToCaller, Updated, UpstreamChanges, Wanted,
 };
 
 /// Installs the process-wide TLS crypto provider (ring, the one kube uses) unless one is

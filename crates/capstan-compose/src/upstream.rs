@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use tracing::debug;
 
 use self::call::DirectCalls;
-pub use self::changes::{ResourceUpdated, UpstreamChanges};
+pub use self::changes::{ResourceUpdated, Updated, UpstreamChanges};
 pub use self::error::{CallError, ConnectError};
 pub use self::offerings::{Forwarded, Offerings, Wanted};
 use self::pooled::PooledClient;

@@ -7,9 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_compose::{Composition, ResourceUpdated};
+use std::collections::BTreeSet;
+
+use capstan_compose::{Composition, Updated};
 use rmcp::model::{Prompt, Resource, ResourceTemplate};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::feeds::{ProjectFeeds, SETTLE};
@@ -56,15 +58,13 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
                     Ok(()) => Woke::Upstream,
                     Err(_) => Woke::Resubscribe,
                 },
-                update = updates.recv() => match update {
-                    Ok(update) => {
+                updated = updates.changed() => match updated {
+                    Ok(()) => {
                         let Some(task) = weak.upgrade() else { return };
-                        tell_subscribers(&task, &update).await;
+                        tell_subscribers(&task).await;
                         continue;
                     }
-                    // Updates missed while behind: the next ones still come.
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => Woke::Resubscribe,
+                    Err(_) => Woke::Resubscribe,
                 },
             };
             if matches!(woke, Woke::Resubscribe) {
@@ -145,9 +145,19 @@ fn requalify(
     }
 }
 
-/// Tells the session of an update of a resource it subscribed to, by the URIs it knows it by.
-async fn tell_subscribers(task: &Task, update: &ResourceUpdated) {
-    let uris = task.served().composed().shown_uris(update);
+/// Tells the session of the updates of resources it subscribed to, by the URIs it knows them
+/// by, each once however often its provider repeated it; when more were noted than could be
+/// held, of every resource it subscribed to (an update only says "read it again").
+async fn tell_subscribers(task: &Task) {
+    let served = task.served();
+    let composed = served.composed();
+    let uris: BTreeSet<String> = match composed.take_resource_updates() {
+        Updated::Resources(updates) => updates
+            .iter()
+            .flat_map(|update| composed.shown_uris(update))
+            .collect(),
+        Updated::Any => task.subscriptions(),
+    };
     task.notify_resource_updated(uris).await;
 }
 
@@ -169,12 +179,12 @@ fn upstream_changes(served: &Served) -> watch::Receiver<u64> {
     changes
 }
 
-/// The list changes and resource updates of what `served` composed.
-fn followed(served: &Served) -> (watch::Receiver<u64>, broadcast::Receiver<ResourceUpdated>) {
-    (
-        upstream_changes(served),
-        served.composed().resource_updates(),
-    )
+/// The list changes and resource updates of what `served` composed (updates noted before
+/// this receiver was made are taken at once).
+fn followed(served: &Served) -> (watch::Receiver<u64>, watch::Receiver<u64>) {
+    let mut updates = served.composed().resource_updates();
+    updates.mark_changed();
+    (upstream_changes(served), updates)
 }
 
 /// Whether the prompts, and the resources or templates, `fresh` lists differ from what

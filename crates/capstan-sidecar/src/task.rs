@@ -303,8 +303,13 @@ impl Task {
         lock(&self.subscriptions).remove(uri);
     }
 
+    /// The URIs the session subscribed to.
+    pub fn subscriptions(&self) -> BTreeSet<String> {
+        lock(&self.subscriptions).clone()
+    }
+
     /// Tells the session's client of an update of each of `uris` it subscribed to.
-    pub async fn notify_resource_updated(&self, uris: Vec<String>) {
+    pub async fn notify_resource_updated(&self, uris: BTreeSet<String>) {
         let Some(peer) = self.peer.get() else { return };
         let subscribed: Vec<String> = {
             let subscriptions = lock(&self.subscriptions);

@@ -297,3 +297,128 @@ fn a_listen_stream_should_be_told_when_the_prompts_change() {
         ["streamco__triage", "streamco__escalate"]
     );
 }
+
+/// The Python server and a sidecar with one binding selecting its two resources and its
+/// `touch` tool.
+fn touching() -> (PythonServer, Sidecar) {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut document = binding_document("streamco-binding", "streamco", &endpoint, &["touch"]);
+    document["metadata"]["namespace"] = json!("demo-project");
+    document["spec"]["tools"]["mcpServers"][0]["resourceSelector"] =
+        json!({"include": ["streamco://runbooks/lag", "streamco://streams/{name}"]});
+    let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+    (server, sidecar)
+}
+
+/// A URI of the server's template `streamco://streams/{name}`.
+fn stream(name: &str) -> String {
+    format!("streamco://streams/{name}")
+}
+
+/// The URIs of the updates a client was told of, in order.
+fn updated(notifications: &Value) -> Vec<String> {
+    notifications
+        .as_array()
+        .unwrap_or_else(|| panic!("{notifications}"))
+        .iter()
+        .filter(|n| n["method"] == "notifications/resources/updated")
+        .map(|n| n["uri"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_sessions_resource_updates_should_never_reach_another_callers_session() {
+    let (_server, sidecar) = touching();
+    let shown = |uri: &str| format!("{PREFIX}{uri}");
+    // Two callers of one project, each in a session of its own. The server is careless: it
+    // tells every session that ever subscribed of every update, subscribed or not. The last
+    // URI of each session sorts after the others, so once it is told, all before it were.
+    let report = offerings(
+        sidecar.socket.to_str().unwrap(),
+        "legacy",
+        &json!([
+            {"client": "a", "op": "subscribe", "uri": shown(&stream("orders"))},
+            {"client": "a", "op": "subscribe", "uri": shown(&stream("zz-a"))},
+            {"client": "b", "op": "subscribe", "uri": shown(&stream("clicks"))},
+            {"client": "b", "op": "subscribe", "uri": shown(&stream("zz-b"))},
+            {"client": "a", "op": "call", "name": "streamco__touch", "arguments": {
+                "everyone": true,
+                "uris": [stream("orders"), stream("clicks"), "streamco://runbooks/lag",
+                         stream("zz-a"), stream("zz-b")]}},
+            {"client": "a", "op": "until", "uri": shown(&stream("zz-a")), "seconds": 10},
+            {"client": "b", "op": "until", "uri": shown(&stream("zz-b")), "seconds": 10},
+        ]),
+    );
+    let peers = &report.last().unwrap()["peers"];
+    assert_eq!(
+        updated(&peers["a"]),
+        [shown(&stream("orders")), shown(&stream("zz-a"))],
+        "{report:?}"
+    );
+    assert_eq!(
+        updated(&peers["b"]),
+        [shown(&stream("clicks")), shown(&stream("zz-b"))],
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_flood_of_updates_should_lose_no_subscribed_resource_and_tell_nothing_else() {
+    let (_server, sidecar) = touching();
+    let shown = |name: &str| format!("{PREFIX}{}", stream(name));
+    // A client slow to read its notifications; 3,000 updates of one subscribed URI, one of
+    // another in their midst, 3,000 more; then 600 distinct URIs nobody subscribed to (more
+    // than the sidecar holds apart) and a last one.
+    let first = json!({"op": "call", "name": "streamco__touch", "arguments": {
+        "uris": [stream("orders"), stream("clicks"), stream("orders"), stream("zz")],
+        "times": [3_000, 1, 3_000, 1]}});
+    let second: Vec<String> = (0..600)
+        .map(|n| stream(&format!("s{n}")))
+        .chain([stream("last")])
+        .collect();
+    let report = offerings(
+        sidecar.socket.to_str().unwrap(),
+        "legacy",
+        &json!([
+            {"op": "subscribe", "uri": shown("orders")},
+            {"op": "subscribe", "uri": shown("clicks")},
+            {"op": "subscribe", "uri": shown("zz")},
+            {"op": "slow", "seconds": 0.005},
+            first,
+            {"op": "until", "uri": shown("zz"), "seconds": 30},
+            {"op": "unsubscribe", "uri": shown("zz")},
+            {"op": "subscribe", "uri": shown("last")},
+            {"op": "call", "name": "streamco__touch", "arguments": {"uris": second}},
+            {"op": "until", "uri": shown("last"), "seconds": 30},
+            {"op": "call", "name": "streamco__touch", "arguments": {"uris": []}},
+        ]),
+    );
+    let told = updated(&report.last().unwrap()["notifications"]);
+    let first_round = report[5]["ok"]["received"].as_u64().unwrap() as usize;
+    let count = |uris: &[String], name: &str| uris.iter().filter(|u| **u == shown(name)).count();
+    eprintln!(
+        "a flood of 6,002 updates was told as {first_round}; 601 more as {}",
+        told.len() - first_round
+    );
+    // The first round: each subscribed URI told, the one in the flood's midst exactly once,
+    // the repeated one at least once and never more often than the server said it.
+    assert_eq!(count(&told[..first_round], "clicks"), 1, "{told:?}");
+    assert_eq!(count(&told[..first_round], "zz"), 1, "{told:?}");
+    let orders = count(&told[..first_round], "orders");
+    assert!((1..=6_000).contains(&orders), "{orders}");
+    // The second: the last URI told, and never a URI the session did not subscribe to then.
+    let subscribed = [shown("orders"), shown("clicks"), shown("last")];
+    assert!(told[first_round..].contains(&shown("last")), "{told:?}");
+    for uri in &told {
+        assert!(
+            subscribed.contains(uri) || *uri == shown("zz"),
+            "told of {uri}, never subscribed"
+        );
+    }
+    // The session still answers.
+    assert!(
+        report[10]["ok"]["content"][0]["text"].is_string(),
+        "{report:?}"
+    );
+}

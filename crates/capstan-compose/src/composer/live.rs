@@ -226,10 +226,16 @@ impl Composed {
         self.forward(&route, method, params).await
     }
 
-    /// A receiver of the resource updates this composition's upstreams pass on from now on
-    /// (shared with the compositions composed from it, like [`Self::upstream_changes`]).
-    pub fn resource_updates(&self) -> tokio::sync::broadcast::Receiver<ResourceUpdated> {
+    /// A receiver that moves when this composition's upstreams pass on a resource update
+    /// (shared with the compositions composed from it, like [`Self::upstream_changes`]); the
+    /// updates themselves are taken with [`Self::take_resource_updates`].
+    pub fn resource_updates(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.resource_updates()
+    }
+
+    /// The resource updates passed on since the last call, coalesced (`Updated`).
+    pub fn take_resource_updates(&self) -> crate::Updated {
+        self.changes.take_updates()
     }
 
     /// The URIs the assistant knows an updated resource by in this composition: every composed

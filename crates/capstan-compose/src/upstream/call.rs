@@ -418,7 +418,8 @@ impl DirectCalls {
     /// polled, noting each list change in `changes` and passing on each
     /// `notifications/resources/updated` (as coming from upstream `upstream`); other messages
     /// are read and dropped. A stream that ends or fails is opened again after a pause that grows
-    /// to [`LISTEN_MAX_PAUSE`]; a server that offers no stream (405) is not asked again. Each
+    /// to [`LISTEN_MAX_PAUSE`], and what the server said in between counts as missed (its lists
+    /// re-read, every subscription told); a server that offers no stream (405) is not asked again. Each
     /// connection reads at most [`LISTEN_MAX_BYTES`], so a server cannot make the sidecar
     /// buffer without bound.
     pub(crate) fn listen(
@@ -435,6 +436,9 @@ impl DirectCalls {
         let server = self.server.clone();
         async move {
             let mut pause = LISTEN_FIRST_PAUSE;
+            // Whether a stream was open before: what the server said between that stream's end
+            // and this one's start was not heard, so reopening notes it as missed.
+            let mut reopened = false;
             loop {
                 let Some(request) = request.try_clone() else {
                     return;
@@ -448,6 +452,10 @@ impl DirectCalls {
                     }
                     Ok(response) if response.status().is_success() => {
                         pause = LISTEN_FIRST_PAUSE;
+                        if std::mem::replace(&mut reopened, true) {
+                            debug!(%server, "the standalone stream was reopened; what it said meanwhile was missed");
+                            changes.missed();
+                        }
                         let bytes = limited_bytes(response, LISTEN_MAX_BYTES);
                         let mut events = std::pin::pin!(SseStream::from_bytes_stream(bytes));
                         while let Some(Ok(event)) = events.next().await {

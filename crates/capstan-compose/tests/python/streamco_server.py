@@ -99,12 +99,15 @@ async def complete(ref, argument, context):
 
 
 # resources/subscribe and unsubscribe (the high-level server has no decorator for them): the
-# URIs subscribed to, which `touch` reports.
+# URIs subscribed to, which `touch` reports, and every session that ever subscribed (which
+# `touch` with `everyone` tells, subscribed or not: a careless server).
 subscribed: set[str] = set()
+sessions: dict[str, object] = {}
 
 
 async def on_subscribe(ctx, params) -> types.EmptyResult:
     subscribed.add(str(params.uri))
+    sessions[ctx.request.headers.get("mcp-session-id", "")] = ctx.session
     return types.EmptyResult()
 
 
@@ -118,11 +121,17 @@ server._lowlevel_server.add_request_handler("resources/unsubscribe", types.Unsub
 
 
 @server.tool()
-async def touch(uris: list[str], ctx: Context) -> dict:
-    """Says each of `uris` was updated (on the session's standalone stream); reports what is
-    subscribed."""
-    for uri in uris:
-        await ctx.request_context.session.send_resource_updated(uri)
+async def touch(
+    uris: list[str], ctx: Context, everyone: bool = False, times: list[int] | None = None
+) -> dict:
+    """Says each of `uris` was updated, in order, `times[i]` times each (once by default), on
+    the standalone stream of the session, or with `everyone` of every session that ever
+    subscribed; reports what is subscribed."""
+    told = list(sessions.values()) if everyone else [ctx.request_context.session]
+    for i, uri in enumerate(uris):
+        for _ in range(times[i] if times else 1):
+            for session in told:
+                await session.send_resource_updated(uri)
     return {"subscribed": sorted(subscribed)}
 
 

@@ -96,7 +96,11 @@ impl Sidecar {
             .env("CAPABILITY_MCP_ENDPOINT_HOSTS", hosts.join(","))
             .env("CAPABILITY_FETCH_HOSTS", hosts.join(","))
             .env("CAPSTAN_METERING_SINK", metering)
-            .env("CAPSTAN_LOG", "warn")
+            // `CAPSTAN_TEST_LOG=capstan_sidecar=debug cargo test … -- --nocapture` shows more.
+            .env(
+                "CAPSTAN_LOG",
+                std::env::var("CAPSTAN_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .env("CAPSTAN_LOG_FORMAT", "text");
         for (k, v) in env {
             command.env(k, v);

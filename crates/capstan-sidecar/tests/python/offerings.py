@@ -11,16 +11,20 @@ revision) or `2026-07-28`; OPS: a JSON list of operations, each one of
   {"op": "call", "name": N, "arguments": {...}}
   {"op": "subscribe", "uri": U} | {"op": "unsubscribe", "uri": U}
   {"op": "until", "count": C, "seconds": S} (until C notifications came, for at most S seconds)
+  {"op": "until", "uri": U, "seconds": S} (until an update of U came, for at most S seconds)
+  {"op": "slow", "seconds": S} (from now on, the client takes S seconds over each notification)
   {"op": "listen", "call": N, "seconds": S} (2026-07-28: a listen stream for prompt and resource
   list changes; calls tool N; the first event within S seconds, by its type's name)
-The report's last entry holds the notifications the client received:
-{"notifications": [{"method": M, "uri": U}, ...]}.
+An op with `"client": NAME` runs in a second session of its own, opened at its first op with
+the token `token-of-NAME` and kept to the end. The report's last entry holds the notifications
+each client received: {"notifications": [{"method": M, "uri": U}, ...], "peers": {NAME: [...]}}.
 """
 
 import asyncio
 import json
 import sys
 import warnings
+from contextlib import AsyncExitStack
 
 import anyio
 from http_target import http_target
@@ -67,8 +71,13 @@ async def run(client: Client, op: dict, notifications: list) -> dict:
                     break
             return {"event": type(event).__name__ if event is not None else None}
     if kind == "until":
+        def done() -> bool:
+            if "uri" in op:
+                return any(n.get("uri") == op["uri"] for n in notifications)
+            return len(notifications) >= op["count"]
+
         with anyio.move_on_after(op["seconds"]):
-            while len(notifications) < op["count"]:
+            while not done():
                 await asyncio.sleep(0.05)
         return {"received": len(notifications)}
     raise ValueError(f"unknown op {kind}")
@@ -76,28 +85,48 @@ async def run(client: Client, op: dict, notifications: list) -> dict:
 
 async def main(target: str, project: str, mode: str, ops: str) -> None:
     warnings.simplefilter("ignore")
-    http, url = http_target(target, project)
     report: list = []
-    notifications: list = []
+    notifications: dict[str, list] = {}
+    clients: dict[str, Client] = {}
+    delays: dict[str, float] = {}
 
-    async def on_message(message) -> None:
-        method = getattr(message, "method", None)
-        if isinstance(method, str) and method.startswith("notifications/"):
-            params = getattr(message, "params", None)
-            uri = getattr(params, "uri", None)
-            notifications.append({"method": method, **({"uri": str(uri)} if uri else {})})
+    async with AsyncExitStack() as stack:
 
-    async with http:
-        transport = streamable_http_client(url, http_client=http)
-        options = {"mode": "legacy"} if mode == "legacy" else {}
-        options["message_handler"] = on_message
-        async with Client(transport, **options) as client:
-            for op in json.loads(ops):
-                try:
-                    report.append({"ok": await run(client, op, notifications)})
-                except MCPError as error:
-                    report.append({"error": error.error.model_dump(exclude_none=True, mode="json")})
-    report.append({"notifications": notifications})
+        async def client_named(name: str) -> Client:
+            if name in clients:
+                return clients[name]
+            received: list = notifications.setdefault(name, [])
+
+            async def on_message(message) -> None:
+                method = getattr(message, "method", None)
+                if isinstance(method, str) and method.startswith("notifications/"):
+                    await asyncio.sleep(delays.get(name, 0))
+                    params = getattr(message, "params", None)
+                    uri = getattr(params, "uri", None)
+                    received.append({"method": method, **({"uri": str(uri)} if uri else {})})
+
+            token = "" if name == "main" else f"token-of-{name}"
+            http, url = http_target(target, project, token)
+            await stack.enter_async_context(http)
+            transport = streamable_http_client(url, http_client=http)
+            options = {"mode": "legacy"} if mode == "legacy" else {}
+            options["message_handler"] = on_message
+            clients[name] = await stack.enter_async_context(Client(transport, **options))
+            return clients[name]
+
+        for op in json.loads(ops):
+            name = op.get("client", "main")
+            client = await client_named(name)
+            if op["op"] == "slow":
+                delays[name] = op["seconds"]
+                report.append({"ok": {}})
+                continue
+            try:
+                report.append({"ok": await run(client, op, notifications[name])})
+            except MCPError as error:
+                report.append({"error": error.error.model_dump(exclude_none=True, mode="json")})
+    peers = {name: received for name, received in notifications.items() if name != "main"}
+    report.append({"notifications": notifications.get("main", []), "peers": peers})
     print(json.dumps(report))
 
 
