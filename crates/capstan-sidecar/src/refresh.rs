@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use capstan_compose::{Composition, Updated};
 use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use tokio::sync::watch;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::feeds::{ProjectFeeds, SETTLE};
 use crate::project_composer::{ComposedProject, ProjectComposer};
@@ -102,10 +102,12 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
             if !fresh.composed().shares_changes_with(served.composed()) {
                 (upstream, updates) = followed(&fresh);
             }
+            let subscribed = subscribed_upstreams(&task, &served);
             drop(served);
             // The composition replaced closes its upstream sessions once the calls running on
             // it have finished.
             drop(task.replace(fresh));
+            resubscribe(&task, subscribed).await;
             tell_list_changes(&task, changed, (prompts, resources), metrics).await;
         }
     });
@@ -142,6 +144,40 @@ fn requalify(
     {
         task.replace(served.requalified(snapshot));
         metrics.session_refresh("requalified");
+    }
+}
+
+/// The session's subscriptions, each with the upstream session it reaches in `served`.
+fn subscribed_upstreams(task: &Task, served: &Served) -> Vec<(String, Option<u64>)> {
+    let composed = served.composed();
+    task.subscriptions()
+        .into_iter()
+        .map(|uri| {
+            let upstream = composed.resource_upstream(&uri);
+            (uri, upstream)
+        })
+        .collect()
+}
+
+/// Carries the session's subscriptions over to the composition it serves now: each resource
+/// reached on another upstream session than before (a binding changed, its server's session
+/// was opened again) is subscribed to there. A resource no longer offered stays subscribed in
+/// the session, and is subscribed to again should a later composition offer it.
+async fn resubscribe(task: &Task, subscribed: Vec<(String, Option<u64>)>) {
+    let served = task.served();
+    for (uri, before) in subscribed {
+        let now = served.composed().resource_upstream(&uri);
+        if now.is_none() || now == before {
+            continue;
+        }
+        let params = serde_json::json!({ "uri": uri });
+        if let Err(error) = served
+            .composed()
+            .subscription("resources/subscribe", params)
+            .await
+        {
+            warn!(project = %task.identity().project, %uri, %error, "a subscription could not be carried to the server's new session");
+        }
     }
 }
 

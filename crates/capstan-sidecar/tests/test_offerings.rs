@@ -422,3 +422,58 @@ fn a_flood_of_updates_should_lose_no_subscribed_resource_and_tell_nothing_else()
         "{report:?}"
     );
 }
+
+#[test]
+fn a_subscription_should_follow_its_resource_to_the_servers_new_session() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let documents = |tools: &[&str]| {
+        let mut document = binding_document("streamco-binding", "streamco", &endpoint, tools);
+        document["metadata"]["namespace"] = json!("demo-project");
+        document["spec"]["tools"]["mcpServers"][0]["resourceSelector"] =
+            json!({"include": ["streamco://streams/{name}"]});
+        json!([document])
+    };
+    let sidecar = Sidecar::start(
+        &documents(&["touch"]),
+        &[server.address.to_string()],
+        &[("CAPSTAN_REFRESH_SECONDS", "1")],
+    );
+    let shown = |name: &str| format!("{PREFIX}{}", stream(name));
+    let touch = |name: &str| json!({"op": "call", "name": "streamco__touch", "arguments": {"uris": [stream(name)]}});
+    // The binding changes under the subscription (another tool allowed): the sidecar opens
+    // the server's session again. The server's own record of what the calling session
+    // subscribed to is the oracle.
+    let report = offerings(
+        sidecar.socket.to_str().unwrap(),
+        "legacy",
+        &json!([
+            {"op": "subscribe", "uri": shown("orders")},
+            touch("orders"),
+            {"op": "write", "path": sidecar.fixture_path(), "json": documents(&["touch", "reads_seen"])},
+            {"op": "until", "method": "notifications/tools/list_changed", "seconds": 20},
+            touch("orders"),
+            {"op": "until", "count": 3, "seconds": 10},
+        ]),
+    );
+    let touched = |answer: &Value| -> Value {
+        let text = answer["ok"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{answer}"));
+        serde_json::from_str::<Value>(text).unwrap()
+    };
+    let (before, after) = (touched(&report[1]), touched(&report[4]));
+    assert_eq!(before["mine"], json!([stream("orders")]), "{report:?}");
+    assert_eq!(
+        report.last().unwrap()["notifications"],
+        json!([
+            {"method": "notifications/resources/updated", "uri": shown("orders")},
+            {"method": "notifications/tools/list_changed"},
+            {"method": "notifications/resources/updated", "uri": shown("orders")},
+        ]),
+        "{report:?}"
+    );
+    // The server's session is another, and it holds the subscription.
+    assert_ne!(before["session"], after["session"], "{report:?}");
+    assert_eq!(after["mine"], json!([stream("orders")]), "{report:?}");
+}

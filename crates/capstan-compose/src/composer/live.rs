@@ -226,6 +226,13 @@ impl Composed {
         self.forward(&route, method, params).await
     }
 
+    /// The upstream session (`Upstream::id`) a resource URI, as the assistant names it,
+    /// reaches in this composition; `None` when it offers no such resource.
+    pub fn resource_upstream(&self, uri: &str) -> Option<u64> {
+        let route = self.offered.resolve(uri)?;
+        Some(self.upstreams[route.index].upstream.id)
+    }
+
     /// A receiver that moves when this composition's upstreams pass on a resource update
     /// (shared with the compositions composed from it, like [`Self::upstream_changes`]); the
     /// updates themselves are taken with [`Self::take_resource_updates`].

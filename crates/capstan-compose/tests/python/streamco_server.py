@@ -105,14 +105,24 @@ subscribed: set[str] = set()
 sessions: dict[str, object] = {}
 
 
+# The URIs each session subscribed to, by its id.
+by_session: dict[str, set[str]] = {}
+
+
+def session_id(request) -> str:
+    return request.headers.get("mcp-session-id", "") if request is not None else ""
+
+
 async def on_subscribe(ctx, params) -> types.EmptyResult:
     subscribed.add(str(params.uri))
-    sessions[ctx.request.headers.get("mcp-session-id", "")] = ctx.session
+    sessions[session_id(ctx.request)] = ctx.session
+    by_session.setdefault(session_id(ctx.request), set()).add(str(params.uri))
     return types.EmptyResult()
 
 
 async def on_unsubscribe(ctx, params) -> types.EmptyResult:
     subscribed.discard(str(params.uri))
+    by_session.get(session_id(ctx.request), set()).discard(str(params.uri))
     return types.EmptyResult()
 
 
@@ -126,13 +136,15 @@ async def touch(
 ) -> dict:
     """Says each of `uris` was updated, in order, `times[i]` times each (once by default), on
     the standalone stream of the session, or with `everyone` of every session that ever
-    subscribed; reports what is subscribed."""
+    subscribed; reports what is subscribed, by any session and by the calling one (its id)."""
     told = list(sessions.values()) if everyone else [ctx.request_context.session]
     for i, uri in enumerate(uris):
         for _ in range(times[i] if times else 1):
             for session in told:
                 await session.send_resource_updated(uri)
-    return {"subscribed": sorted(subscribed)}
+    session = session_id(ctx.request_context.request)
+    mine = by_session.get(session, set())
+    return {"subscribed": sorted(subscribed), "mine": sorted(mine), "session": session}
 
 
 @server.tool()

@@ -279,6 +279,11 @@ impl Sidecar {
     }
 
     /// Rewrites the fixture (the fixture source reads it at every read).
+    /// The fixture file the sidecar reads its documents from.
+    pub fn fixture_path(&self) -> PathBuf {
+        self.dir.join("documents.json")
+    }
+
     pub fn write_fixture(&self, documents: &Value) {
         std::fs::write(
             self.dir.join("documents.json"),

@@ -12,7 +12,9 @@ revision) or `2026-07-28`; OPS: a JSON list of operations, each one of
   {"op": "subscribe", "uri": U} | {"op": "unsubscribe", "uri": U}
   {"op": "until", "count": C, "seconds": S} (until C notifications came, for at most S seconds)
   {"op": "until", "uri": U, "seconds": S} (until an update of U came, for at most S seconds)
+  {"op": "until", "method": M, "seconds": S} (until a notification M came, for at most S seconds)
   {"op": "slow", "seconds": S} (from now on, the client takes S seconds over each notification)
+  {"op": "write", "path": P, "json": J} (replaces file P with J, atomically: a sidecar's fixture)
   {"op": "listen", "call": N, "seconds": S} (2026-07-28: a listen stream for prompt and resource
   list changes; calls tool N; the first event within S seconds, by its type's name)
 An op with `"client": NAME` runs in a second session of its own, opened at its first op with
@@ -22,6 +24,7 @@ each client received: {"notifications": [{"method": M, "uri": U}, ...], "peers":
 
 import asyncio
 import json
+import os
 import sys
 import warnings
 from contextlib import AsyncExitStack
@@ -70,10 +73,17 @@ async def run(client: Client, op: dict, notifications: list) -> dict:
                 async for event in sub:
                     break
             return {"event": type(event).__name__ if event is not None else None}
+    if kind == "write":
+        with open(op["path"] + ".new", "w") as file:
+            json.dump(op["json"], file)
+        os.replace(op["path"] + ".new", op["path"])
+        return {}
     if kind == "until":
         def done() -> bool:
             if "uri" in op:
                 return any(n.get("uri") == op["uri"] for n in notifications)
+            if "method" in op:
+                return any(n["method"] == op["method"] for n in notifications)
             return len(notifications) >= op["count"]
 
         with anyio.move_on_after(op["seconds"]):
