@@ -232,15 +232,19 @@ impl ServerHandler for SessionHandler {
 
     fn accepted_subscription_filter(
         &self,
-        _requested: &SubscriptionFilter,
+        requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        // List changes of tools, prompts and resources (subscriptions to resources are of the
-        // session revisions only: docs/mcp-surface.md).
+        // List changes of tools, prompts and resources, and updates of the first
+        // MAX_SUBSCRIPTIONS resources asked for. The acknowledgement goes out before the
+        // caller's task is known, so a URI its composition does not offer is acknowledged and
+        // hears nothing until a composition offers it (docs/mcp-surface.md).
+        let uris = requested.resource_subscriptions.iter().flatten();
         Some(
             SubscriptionFilter::builder()
                 .tools_list_changed()
                 .prompts_list_changed()
                 .resources_list_changed()
+                .resource_subscriptions(uris.take(MAX_SUBSCRIPTIONS).cloned())
                 .build(),
         )
     }
@@ -250,11 +254,20 @@ impl ServerHandler for SessionHandler {
         let task = self.task(subscription.request_context()).await?;
         let mut ended = task.ended();
         let _listening = task.listen(subscription.sink().clone());
+        let uris = subscription
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        let first = task.hold(&uris);
+        task.subscribe_upstream("resources/subscribe", first).await;
         tokio::select! {
             () = subscription.cancelled() => {}
             // The task ended (time limit, shutdown): the stream closes gracefully.
             _ = ended.changed() => {}
         }
+        let last = task.release(&uris);
+        task.subscribe_upstream("resources/unsubscribe", last).await;
         Ok(())
     }
 

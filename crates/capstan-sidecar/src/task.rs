@@ -7,7 +7,7 @@ mod call;
 mod in_flight;
 mod served;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
@@ -81,16 +81,19 @@ pub struct Task {
     in_flight: InFlight,
     /// What the caller can be asked, read from its `initialize` once.
     asks: OnceLock<capstan_compose::ClientAsks>,
-    /// The resources the session subscribed to, by the URIs it knows them by.
-    subscriptions: Mutex<BTreeSet<String>>,
+    /// The resources the task's client subscribed to, by the URIs it knows them by: in a
+    /// session once each (`resources/subscribe`), without one by how many of its open listen
+    /// streams hold it.
+    subscriptions: Mutex<BTreeMap<String, usize>>,
 }
 
-/// Which list a listen stream is told changed.
-#[derive(Clone, Copy)]
-enum ListChanged {
+/// What a listen stream is told: a list changed, or a resource was updated.
+#[derive(Clone)]
+enum Told {
     Tools,
     Prompts,
     Resources,
+    Updated(String),
 }
 
 /// The most resources one session may subscribe to at once: a template can name unboundedly
@@ -185,7 +188,7 @@ impl Task {
             log_level: Mutex::default(),
             in_flight: InFlight::default(),
             asks: OnceLock::new(),
-            subscriptions: Mutex::new(BTreeSet::new()),
+            subscriptions: Mutex::new(BTreeMap::new()),
         });
         task.touch();
         if let Some(limit) = max_duration {
@@ -264,18 +267,19 @@ impl Task {
         {
             warn!(project = %self.identity.project, %error, "notifications/tools/list_changed could not be sent");
         }
-        self.tell_listeners(ListChanged::Tools).await;
+        self.tell_listeners(Told::Tools).await;
     }
 
     /// Tells every open `subscriptions/listen` stream that asked for it that a list changed;
     /// a stream that did not ask is skipped, a stream that is gone is dropped.
-    async fn tell_listeners(&self, changed: ListChanged) {
+    async fn tell_listeners(&self, told: Told) {
         let sinks: Vec<(u64, SubscriptionSink)> = lock(&self.listeners).clone();
         for (id, sink) in sinks {
-            let sent = match changed {
-                ListChanged::Tools => sink.notify_tool_list_changed().await,
-                ListChanged::Prompts => sink.notify_prompt_list_changed().await,
-                ListChanged::Resources => sink.notify_resource_list_changed().await,
+            let sent = match &told {
+                Told::Tools => sink.notify_tool_list_changed().await,
+                Told::Prompts => sink.notify_prompt_list_changed().await,
+                Told::Resources => sink.notify_resource_list_changed().await,
+                Told::Updated(uri) => sink.notify_resource_updated(uri.clone()).await,
             };
             match sent {
                 Ok(()) | Err(SubscriptionSendError::NotificationNotAccepted(_)) => {}
@@ -291,10 +295,10 @@ impl Task {
     /// holds [`MAX_SUBSCRIPTIONS`] others.
     pub fn subscribe(&self, uri: &str) -> bool {
         let mut subscriptions = lock(&self.subscriptions);
-        if subscriptions.len() >= MAX_SUBSCRIPTIONS && !subscriptions.contains(uri) {
+        if subscriptions.len() >= MAX_SUBSCRIPTIONS && !subscriptions.contains_key(uri) {
             return false;
         }
-        subscriptions.insert(uri.to_owned());
+        subscriptions.insert(uri.to_owned(), 1);
         true
     }
 
@@ -303,25 +307,76 @@ impl Task {
         lock(&self.subscriptions).remove(uri);
     }
 
-    /// The URIs the session subscribed to.
-    pub fn subscriptions(&self) -> BTreeSet<String> {
-        lock(&self.subscriptions).clone()
+    /// A listen stream holds `uris` (within [`MAX_SUBSCRIPTIONS`] in all): those no other
+    /// stream held, to subscribe to upstream.
+    pub fn hold(&self, uris: &[String]) -> Vec<String> {
+        let mut subscriptions = lock(&self.subscriptions);
+        let mut first = Vec::new();
+        for uri in uris {
+            if let Some(holders) = subscriptions.get_mut(uri) {
+                *holders += 1;
+            } else if subscriptions.len() < MAX_SUBSCRIPTIONS {
+                subscriptions.insert(uri.clone(), 1);
+                first.push(uri.clone());
+            }
+        }
+        first
     }
 
-    /// Tells the session's client of an update of each of `uris` it subscribed to.
+    /// A listen stream lets go of `uris`: those no stream holds any more, to unsubscribe from
+    /// upstream.
+    pub fn release(&self, uris: &[String]) -> Vec<String> {
+        let mut subscriptions = lock(&self.subscriptions);
+        let mut last = Vec::new();
+        for uri in uris {
+            if let Some(holders) = subscriptions.get_mut(uri) {
+                *holders -= 1;
+                if *holders == 0 {
+                    subscriptions.remove(uri);
+                    last.push(uri.clone());
+                }
+            }
+        }
+        last
+    }
+
+    /// Subscribes to (or unsubscribes from, `method`) each of `uris` the composition offers,
+    /// at its upstream; a failure is logged (a listen stream stays open).
+    pub async fn subscribe_upstream(&self, method: &str, uris: Vec<String>) {
+        let served = self.served();
+        for uri in uris {
+            if served.composed().resource_upstream(&uri).is_none() {
+                continue;
+            }
+            let params = serde_json::json!({ "uri": uri });
+            if let Err(error) = served.composed().subscription(method, params).await {
+                debug!(project = %self.identity.project, %uri, %error, "{method} for a listen stream failed");
+            }
+        }
+    }
+
+    /// The URIs the task's client subscribed to.
+    pub fn subscriptions(&self) -> BTreeSet<String> {
+        lock(&self.subscriptions).keys().cloned().collect()
+    }
+
+    /// Tells the task's client of an update of each of `uris` it subscribed to: through the
+    /// session's peer, and on every open listen stream that holds it.
     pub async fn notify_resource_updated(&self, uris: BTreeSet<String>) {
-        let Some(peer) = self.peer.get() else { return };
         let subscribed: Vec<String> = {
             let subscriptions = lock(&self.subscriptions);
             uris.into_iter()
-                .filter(|uri| subscriptions.contains(uri))
+                .filter(|uri| subscriptions.contains_key(uri))
                 .collect()
         };
         for uri in subscribed {
-            let update = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
-            if let Err(error) = peer.notify_resource_updated(update).await {
-                debug!(project = %self.identity.project, %error, "notifications/resources/updated could not be sent");
+            if let Some(peer) = self.peer.get() {
+                let update = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
+                if let Err(error) = peer.notify_resource_updated(update).await {
+                    debug!(project = %self.identity.project, %error, "notifications/resources/updated could not be sent");
+                }
             }
+            self.tell_listeners(Told::Updated(uri)).await;
         }
     }
 
@@ -337,10 +392,10 @@ impl Task {
             }
         }
         if prompts {
-            self.tell_listeners(ListChanged::Prompts).await;
+            self.tell_listeners(Told::Prompts).await;
         }
         if resources {
-            self.tell_listeners(ListChanged::Resources).await;
+            self.tell_listeners(Told::Resources).await;
         }
     }
 

@@ -477,3 +477,45 @@ fn a_subscription_should_follow_its_resource_to_the_servers_new_session() {
     assert_ne!(before["session"], after["session"], "{report:?}");
     assert_eq!(after["mine"], json!([stream("orders")]), "{report:?}");
 }
+
+#[test]
+fn a_listen_stream_should_hear_updates_of_the_resources_it_names_and_no_others() {
+    let (_server, sidecar) = touching();
+    let shown = |name: &str| format!("{PREFIX}{}", stream(name));
+    // A 2026-07-28 caller (no session) listens for one resource; the careless server says
+    // three were updated. The server's record of what the caller's upstream session holds is
+    // the oracle for the subscription, while the stream is open and after it closed.
+    let report = offerings(
+        sidecar.socket.to_str().unwrap(),
+        "2026-07-28",
+        &json!([
+            {"op": "listen", "subscriptions": [shown("orders")], "seconds": 3, "events": 2,
+             "call": "streamco__touch",
+             "arguments": {"uris": [stream("clicks"), "streamco://runbooks/lag", stream("orders")]},
+             "then": {"until": {"contains": "orders"}, "seconds": 10, "name": "streamco__touch",
+                      "arguments": {"uris": []}}},
+            {"op": "call", "until": {"lacks": "orders"}, "seconds": 10, "name": "streamco__touch",
+             "arguments": {"uris": []}},
+        ]),
+    );
+    let listened = &report[0]["ok"];
+    assert_eq!(listened["honored"], json!([shown("orders")]), "{report:?}");
+    // Told of its resource alone (in 3 s waiting for a second event), not the two others.
+    assert_eq!(
+        listened["events"],
+        json!([{"type": "ResourceUpdated", "uri": shown("orders")}]),
+        "{report:?}"
+    );
+    let mine = |answer: &Value| -> Value {
+        let text = answer["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{answer}"));
+        serde_json::from_str::<Value>(text).unwrap()["mine"].clone()
+    };
+    assert_eq!(
+        mine(&listened["then"]),
+        json!([stream("orders")]),
+        "{report:?}"
+    );
+    assert_eq!(mine(&report[1]["ok"]), json!([]), "{report:?}");
+}

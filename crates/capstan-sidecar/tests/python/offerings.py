@@ -8,15 +8,19 @@ revision) or `2026-07-28`; OPS: a JSON list of operations, each one of
   {"op": "prompts"} | {"op": "resources"} | {"op": "templates"} | {"op": "tools"}
   {"op": "get", "name": N, "arguments": {...}} | {"op": "read", "uri": U}
   {"op": "complete", "prompt": N, "argument": A, "value": V}
-  {"op": "call", "name": N, "arguments": {...}}
+  {"op": "call", "name": N, "arguments": {...}, "until": {"contains"|"lacks": S}, "seconds": T}
+  (with `until`, called again until its text contains or lacks S)
   {"op": "subscribe", "uri": U} | {"op": "unsubscribe", "uri": U}
   {"op": "until", "count": C, "seconds": S} (until C notifications came, for at most S seconds)
   {"op": "until", "uri": U, "seconds": S} (until an update of U came, for at most S seconds)
   {"op": "until", "method": M, "seconds": S} (until a notification M came, for at most S seconds)
   {"op": "slow", "seconds": S} (from now on, the client takes S seconds over each notification)
   {"op": "write", "path": P, "json": J} (replaces file P with J, atomically: a sidecar's fixture)
-  {"op": "listen", "call": N, "seconds": S} (2026-07-28: a listen stream for prompt and resource
-  list changes; calls tool N; the first event within S seconds, by its type's name)
+  {"op": "listen", "call": N, "arguments": {...}, "subscriptions": [U...], "events": K,
+   "seconds": S, "then": CALL} (2026-07-28: a listen stream for prompt and resource list
+  changes and updates of the URIs U; calls tool N; the first K events within S seconds, by
+  their type's name (the first as "event"), the URIs the server honored, and the result of
+  the call op CALL made while the stream is still open)
 An op with `"client": NAME` runs in a second session of its own, opened at its first op with
 the token `token-of-NAME` and kept to the end. The report's last entry holds the notifications
 each client received: {"notifications": [{"method": M, "uri": U}, ...], "peers": {NAME: [...]}}.
@@ -58,7 +62,7 @@ async def run(client: Client, op: dict, notifications: list) -> dict:
         reference = types.PromptReference(type="ref/prompt", name=op["prompt"])
         return dump(await client.complete(reference, {"name": op["argument"], "value": op["value"]}))
     if kind == "call":
-        return dump(await client.call_tool(op["name"], op.get("arguments", {})))
+        return await call(client, op)
     if kind == "subscribe":
         await client.subscribe_resource(op["uri"])
         return {}
@@ -66,13 +70,29 @@ async def run(client: Client, op: dict, notifications: list) -> dict:
         await client.unsubscribe_resource(op["uri"])
         return {}
     if kind == "listen":
-        async with client.listen(prompts_list_changed=True, resources_list_changed=True) as sub:
-            await client.call_tool(op["call"], {})
-            event = None
+        listen = client.listen(
+            prompts_list_changed=True,
+            resources_list_changed=True,
+            resource_subscriptions=op.get("subscriptions", ()),
+        )
+        async with listen as sub:
+            await client.call_tool(op["call"], op.get("arguments", {}))
+            events: list = []
             with anyio.move_on_after(op["seconds"]):
                 async for event in sub:
-                    break
-            return {"event": type(event).__name__ if event is not None else None}
+                    uri = getattr(event, "uri", None)
+                    events.append({"type": type(event).__name__, **({"uri": uri} if uri else {})})
+                    if len(events) >= op.get("events", 1):
+                        break
+            honored = sub.honored.resource_subscriptions if sub.honored else None
+            report = {
+                "event": events[0]["type"] if events else None,
+                "events": events,
+                "honored": list(honored or []),
+            }
+            if "then" in op:
+                report["then"] = await call(client, op["then"])
+            return report
     if kind == "write":
         with open(op["path"] + ".new", "w") as file:
             json.dump(op["json"], file)
@@ -91,6 +111,20 @@ async def run(client: Client, op: dict, notifications: list) -> dict:
                 await asyncio.sleep(0.05)
         return {"received": len(notifications)}
     raise ValueError(f"unknown op {kind}")
+
+
+async def call(client: Client, op: dict) -> dict:
+    """Calls tool `name`; with `until` ({"contains": S} or {"lacks": S}), again every 0.1 s
+    until its first text does, for at most `seconds`."""
+    until = op.get("until")
+    with anyio.move_on_after(op.get("seconds", 10)):
+        while True:
+            result = dump(await client.call_tool(op["name"], op.get("arguments", {})))
+            text = (result.get("content") or [{}])[0].get("text", "")
+            if until is None or ("contains" in until) == (until.get("contains", until.get("lacks")) in text):
+                return result
+            await asyncio.sleep(0.1)
+    return result
 
 
 async def main(target: str, project: str, mode: str, ops: str) -> None:
