@@ -288,7 +288,7 @@ fn example_binding(name: &str) -> CapabilityBinding {
 /// Files in the invalid corpus. Every one becomes a case here (one object each, or the list
 /// trial for `mixed-list`); a file added, removed or left unread fails the suite instead of
 /// shrinking it.
-const CORPUS_FILES: usize = 81;
+const CORPUS_FILES: usize = 83;
 
 /// The one corpus file that is a List: applied as a List, its valid items must be admitted.
 const LIST_CASE: &str = "mixed-list";
@@ -361,6 +361,11 @@ const ADMISSION_PATHS: &[(&str, &str, &str)] = &[
         "doc-pin-not-included",
         "spec.tools.mcpServers[0].toolSelector.pins.streams_delete",
         "spec.tools.mcpServers[0].toolSelector.pins",
+    ),
+    (
+        "doc-resource-pin-not-included",
+        "spec.tools.mcpServers[0].resourceSelector.pins.file:///secret/keys",
+        "spec.tools.mcpServers[0].resourceSelector.pins",
     ),
     (
         "doc-unprefixed-built-in",

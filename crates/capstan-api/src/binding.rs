@@ -316,6 +316,14 @@ pub enum ResourceUris {
 
 /// The prompt allow-list of one MCP server.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.pins) || self.pins.all(t, has(self.include) && t in self.include)",
+        "message": "every pins key must also be in include",
+        "fieldPath": ".pins",
+        "reason": "FieldValueInvalid"
+    }
+]))]
 pub struct PromptSelector {
     /// Exact prompt names the assistant may list and get. Enforced on `prompts/list`,
     /// `prompts/get` and `completion/complete`.
@@ -323,10 +331,26 @@ pub struct PromptSelector {
     #[schemars(length(max = 128), inner(length(min = 1, max = 128)))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub include: Vec<String>,
+
+    /// Reviewed prompt definitions: prompt name → `sha256:<64 hex digits>`, the digest of the
+    /// prompt as the server lists it (name, description, arguments; docs/pins.md). A pinned
+    /// prompt is offered only while its listing has that digest. Every key must be in
+    /// `include`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "pins_schema")]
+    pub pins: BTreeMap<String, String>,
 }
 
 /// The resource allow-list of one MCP server.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.pins) || self.pins.all(t, has(self.include) && t in self.include)",
+        "message": "every pins key must also be in include",
+        "fieldPath": ".pins",
+        "reason": "FieldValueInvalid"
+    }
+]))]
 pub struct ResourceSelector {
     /// Exact resource URIs and URI templates, as the server lists them, that the assistant may
     /// list, read and subscribe to; a read of a URI a listed template produces is allowed.
@@ -336,6 +360,14 @@ pub struct ResourceSelector {
     #[schemars(length(max = 128), inner(length(min = 1, max = MAX_URL_LEN)))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub include: Vec<String>,
+
+    /// Reviewed resource and template definitions: URI or URI template → `sha256:<64 hex
+    /// digits>`, the digest of the entry as the server lists it (URI or template, name,
+    /// description, MIME type; docs/pins.md). A pinned entry is offered only while its listing
+    /// has that digest; what a read returns is not covered. Every key must be in `include`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "pins_schema")]
+    pub pins: BTreeMap<String, String>,
 }
 
 /// The tool allow-list of one MCP server.
@@ -366,7 +398,8 @@ pub struct ToolSelector {
     pub pins: BTreeMap<String, String>,
 }
 
-/// The schema of `toolSelector.pins`: a map of tool names to digests, bounded like `include`.
+/// The schema of every selector's `pins`: a map of names (or URIs) to digests, bounded like
+/// `include`.
 fn pins_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",

@@ -118,16 +118,31 @@ fn server(index: usize) -> impl Strategy<Value = McpServer> {
                 },
                 tool_selector: (!include.is_empty()).then(|| ToolSelector {
                     pins: pin
+                        .clone()
                         .map(|hex| (pick.get(&include).clone(), format!("sha256:{hex}")))
                         .into_iter()
                         .collect(),
                     include,
                 }),
                 prompt_selector: index.is_multiple_of(2).then(|| PromptSelector {
+                    pins: pin
+                        .clone()
+                        .map(|hex| (format!("summarize-{index}"), format!("sha256:{hex}")))
+                        .into_iter()
+                        .collect(),
                     include: vec![format!("summarize-{index}")],
                 }),
                 prompt_names: (index % 3 == 2).then_some(Naming::Unprefixed),
                 resource_selector: (index % 2 == 1).then(|| ResourceSelector {
+                    pins: pin
+                        .map(|hex| {
+                            (
+                                format!("test://items/{{id}}/{index}"),
+                                format!("sha256:{hex}"),
+                            )
+                        })
+                        .into_iter()
+                        .collect(),
                     include: vec![
                         format!("file:///docs/{index}.md"),
                         format!("test://items/{{id}}/{index}"),

@@ -223,34 +223,34 @@ pub fn render(bindings: &[Value]) -> String {
         servers.retain(|s| seen.insert(*s));
         for server in servers {
             let _ = writeln!(out, "# binding {name}, server {server}");
-            let _ = writeln!(out, "toolSelector:\n  pins:");
-            for definition in definitions.iter().filter(|d| d["server"] == server) {
-                let tool = definition["tool"].as_str().unwrap_or("?");
-                let digest = definition["digest"].as_str().unwrap_or("?");
-                let note = match definition["pinned"].as_str() {
-                    None => "not pinned yet".to_owned(),
-                    Some(pinned) if pinned == digest => "pinned, matches".to_owned(),
-                    Some(pinned) => format!(
-                        "CHANGED since pinned {pinned}: withheld; review the definition below \
-                         before pasting"
-                    ),
-                };
-                let _ = writeln!(out, "    {tool}: {digest}  # {note}");
-            }
-            for tool in missing
-                .iter()
-                .filter_map(|m| m.as_str()?.strip_prefix(&format!("{server}/")))
-            {
-                let _ = writeln!(
-                    out,
-                    "    # {tool}: not listed by the server, nothing to pin"
-                );
+            let of = |kind: &'static str| {
+                definitions
+                    .iter()
+                    .filter(move |d| d["server"] == server && kind_of(d) == kind)
+            };
+            for (kind, selector) in [
+                ("tool", "toolSelector"),
+                ("prompt", "promptSelector"),
+                ("resource", "resourceSelector"),
+            ] {
+                // The tools' block is always printed: missing tools are noted under it.
+                if kind != "tool" && of(kind).next().is_none() {
+                    continue;
+                }
+                let _ = writeln!(out, "{selector}:\n  pins:");
+                for definition in of(kind) {
+                    write_definition(&mut out, definition);
+                }
+                if kind == "tool" {
+                    write_missing(&mut out, missing, server);
+                }
             }
             for mismatch in mismatches.iter().filter(|m| m["server"] == server) {
                 let _ = writeln!(
                     out,
-                    "# {} as the server lists it now:",
-                    mismatch["tool"].as_str().unwrap_or("?")
+                    "# {} {} as the server lists it now:",
+                    kind_of(mismatch),
+                    mismatch["name"].as_str().unwrap_or("?")
                 );
                 let listed = serde_json::to_string_pretty(&mismatch["listed"]).unwrap_or_default();
                 for line in listed.lines() {
@@ -260,6 +260,46 @@ pub fn render(bindings: &[Value]) -> String {
         }
     }
     out
+}
+
+/// A definition's kind (`tool` when the sidecar says none: an older one).
+fn kind_of(definition: &Value) -> &str {
+    definition["kind"].as_str().unwrap_or("tool")
+}
+
+/// One `<name>: <digest>  # note` line; a name a YAML key cannot hold bare (a URI) quoted.
+fn write_definition(out: &mut String, definition: &Value) {
+    let name = definition["name"].as_str().unwrap_or("?");
+    let key = if name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+    {
+        name.to_owned()
+    } else {
+        Value::from(name).to_string()
+    };
+    let digest = definition["digest"].as_str().unwrap_or("?");
+    let note = match definition["pinned"].as_str() {
+        None => "not pinned yet".to_owned(),
+        Some(pinned) if pinned == digest => "pinned, matches".to_owned(),
+        Some(pinned) => format!(
+            "CHANGED since pinned {pinned}: withheld; review the definition below before pasting"
+        ),
+    };
+    let _ = writeln!(out, "    {key}: {digest}  # {note}");
+}
+
+/// The allowed tools of `server` it did not list.
+fn write_missing(out: &mut String, missing: &[Value], server: &str) {
+    for tool in missing
+        .iter()
+        .filter_map(|m| m.as_str()?.strip_prefix(&format!("{server}/")))
+    {
+        let _ = writeln!(
+            out,
+            "    # {tool}: not listed by the server, nothing to pin"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -274,11 +314,15 @@ mod tests {
         let bindings = vec![json!({
             "binding": "streamco-binding",
             "definitions": [
-                {"server": "streamco", "tool": "streams_get", "digest": a, "pinned": b},
-                {"server": "streamco", "tool": "streams_list", "digest": b, "pinned": b},
-                {"server": "streamco", "tool": "pipeline_diagnose", "digest": a}
+                {"kind": "tool", "server": "streamco", "name": "streams_get", "digest": a, "pinned": b},
+                {"kind": "tool", "server": "streamco", "name": "streams_list", "digest": b, "pinned": b},
+                {"kind": "tool", "server": "streamco", "name": "pipeline_diagnose", "digest": a},
+                {"kind": "prompt", "server": "streamco", "name": "triage", "digest": b},
+                {"kind": "resource", "server": "streamco", "name": "streamco://runbooks/lag",
+                 "digest": a, "pinned": a}
             ],
-            "pinMismatches": [{"server": "streamco", "tool": "streams_get", "pinned": b, "live": a,
+            "pinMismatches": [{"kind": "tool", "server": "streamco", "name": "streams_get",
+                               "pinned": b, "live": a,
                                "listed": {"name": "streams_get", "description": "new"}}],
             "missing": ["streamco/streams_gone"],
             "refused": [],
@@ -292,7 +336,11 @@ mod tests {
              \x20   streams_list: {b}  # pinned, matches\n\
              \x20   pipeline_diagnose: {a}  # not pinned yet\n\
              \x20   # streams_gone: not listed by the server, nothing to pin\n\
-             # streams_get as the server lists it now:\n\
+             promptSelector:\n  pins:\n\
+             \x20   triage: {b}  # not pinned yet\n\
+             resourceSelector:\n  pins:\n\
+             \x20   \"streamco://runbooks/lag\": {a}  # pinned, matches\n\
+             # tool streams_get as the server lists it now:\n\
              #   {{\n\
              #     \"description\": \"new\",\n\
              #     \"name\": \"streams_get\"\n\

@@ -7,7 +7,7 @@ use rmcp::model::{JsonObject, Prompt, Resource, ResourceTemplate, ToolAnnotation
 use serde::Serialize;
 
 use crate::capabilities::CapabilitySummary;
-use crate::pins::{PinMismatch, ToolDefinition};
+use crate::pins::{ListedDefinition, PinMismatch};
 
 /// A tool in the composed set.
 #[derive(Clone, Debug, Serialize)]
@@ -135,7 +135,7 @@ pub struct BindingOutcome {
     /// The live definition digest of every allowed tool the servers list, with its pin: what
     /// `capstanctl pins` prints.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub definitions: Vec<ToolDefinition>,
+    pub definitions: Vec<ListedDefinition>,
     /// Tool names won by an earlier binding.
     pub collisions: Vec<Collision>,
     /// Prompts exposed, by composed name.

@@ -40,7 +40,8 @@ pub use names::{
     MAX_TOOL_NAME, composed_name, composed_name_as, full_name, full_name_as, sanitize, shortened,
 };
 pub use pins::{
-    PINNED_MEMBERS, PinMismatch, ToolDefinition, covered_definition, definition_digest,
+    ListedDefinition, Offering, PINNED_MEMBERS, PinMismatch, Pinned, covered_definition,
+    definition_digest, offering_definition,
 };
 pub use source::cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
 pub use source::crd_list::CrdSource;

@@ -1,15 +1,20 @@
-//! Pinned tool definitions: the digest of a tool's definition as its server lists it, which a
-//! binding's `toolSelector.pins` compares against (docs/pins.md).
+//! Pinned definitions: the digest of a tool's, prompt's or resource's definition as its server
+//! lists it, which a binding's `toolSelector.pins`, `promptSelector.pins` or
+//! `resourceSelector.pins` compares against (docs/pins.md).
 //!
-//! The digest covers what the assistant is shown of a provider tool — its name, description,
-//! input schema and annotations — and nothing else: a server changing any of them cannot
-//! reach an assistant until someone re-pins, while a change the assistant never sees (an
-//! output schema, icons, `_meta`) does not withhold the tool.
+//! The digest covers what the assistant is shown of a listing — a tool's name, description,
+//! input schema and annotations; a prompt's name, description and arguments; a resource's or
+//! template's URI, name, description and MIME type — and nothing else: a server changing any
+//! of them cannot reach an assistant until someone re-pins, while a change the assistant never
+//! sees (an output schema, icons, `_meta`) does not withhold it. What a call, a `prompts/get`
+//! or a read returns is an answer, not a definition: not covered.
 
 use std::fmt::Write as _;
 
 use canon_json::CanonJsonSerialize as _;
-use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{
+    JsonObject, Prompt, PromptArgument, Resource, ResourceTemplate, Tool, ToolAnnotations,
+};
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
@@ -23,9 +28,61 @@ pub const PINNED_MEMBERS: [&str; 4] = ["name", "description", "inputSchema", "an
 /// defines them: `title`, `readOnlyHint`, `destructiveHint`, `idempotentHint`,
 /// `openWorldHint`). Canonical JSON makes key order and whitespace irrelevant.
 pub fn definition_digest(tool: &Tool) -> String {
-    // Canonicalizing fails only on numbers JSON cannot carry, which a parsed schema never
+    digest_of(&Covered::of(tool))
+}
+
+/// The part of `tool`'s definition the digest covers, as JSON: what a reviewer reads when a
+/// pin no longer matches.
+pub fn covered_definition(tool: &Tool) -> Value {
+    serde_json::to_value(Covered::of(tool)).unwrap_or(Value::Null)
+}
+
+/// What a listed prompt, resource or template is pinned by: its digest (as
+/// [`definition_digest`], over `{name, description, arguments}` of a prompt, `{uri, name,
+/// description, mimeType}` of a resource, `{uriTemplate, name, description, mimeType}` of a
+/// template) and the covered part as JSON.
+pub fn offering_definition(listed: Offering<'_>) -> (String, Value) {
+    let covered = match listed {
+        Offering::Prompt(prompt) => serde_json::to_value(CoveredPrompt {
+            name: &prompt.name,
+            description: prompt.description.as_deref(),
+            arguments: prompt.arguments.as_ref(),
+        }),
+        Offering::Resource(resource) => serde_json::to_value(CoveredResource {
+            uri: Some(&resource.uri),
+            uri_template: None,
+            name: &resource.name,
+            description: resource.description.as_deref(),
+            mime_type: resource.mime_type.as_deref(),
+        }),
+        Offering::Template(template) => serde_json::to_value(CoveredResource {
+            uri: None,
+            uri_template: Some(&template.uri_template),
+            name: &template.name,
+            description: template.description.as_deref(),
+            mime_type: template.mime_type.as_deref(),
+        }),
+    }
+    .unwrap_or(Value::Null);
+    (digest_of(&covered), covered)
+}
+
+/// A listed prompt, resource or template, for [`offering_definition`].
+#[derive(Clone, Copy)]
+pub enum Offering<'a> {
+    /// A prompt as `prompts/list` gave it.
+    Prompt(&'a Prompt),
+    /// A resource as `resources/list` gave it.
+    Resource(&'a Resource),
+    /// A template as `resources/templates/list` gave it.
+    Template(&'a ResourceTemplate),
+}
+
+/// `sha256:` and the lower-case hex SHA-256 of `covered`'s RFC 8785 form.
+fn digest_of<T: Serialize>(covered: &T) -> String {
+    // Canonicalizing fails only on numbers JSON cannot carry, which a parsed listing never
     // holds; an empty input would still yield a digest no pin matches.
-    let canonical = Covered::of(tool).to_canon_json_vec().unwrap_or_default();
+    let canonical = covered.to_canon_json_vec().unwrap_or_default();
     let digest = Sha256::digest(&canonical);
     let mut text = String::with_capacity(7 + 64);
     text.push_str("sha256:");
@@ -33,12 +90,6 @@ pub fn definition_digest(tool: &Tool) -> String {
         let _ = write!(text, "{byte:02x}");
     }
     text
-}
-
-/// The part of `tool`'s definition the digest covers, as JSON: what a reviewer reads when a
-/// pin no longer matches.
-pub fn covered_definition(tool: &Tool) -> Value {
-    serde_json::to_value(Covered::of(tool)).unwrap_or(Value::Null)
 }
 
 /// The members of a listed tool the digest covers, borrowed (no schema is copied to hash it).
@@ -64,14 +115,65 @@ impl<'a> Covered<'a> {
     }
 }
 
-/// A pinned tool whose live definition differs from its pin: withheld from the composition.
+#[derive(Serialize)]
+struct CoveredPrompt<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arguments: Option<&'a Vec<PromptArgument>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CoveredResource<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uri: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uri_template: Option<&'a str>,
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mime_type: Option<&'a str>,
+}
+
+/// What a pin is of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Pinned {
+    /// `toolSelector.pins`.
+    #[default]
+    Tool,
+    /// `promptSelector.pins`.
+    Prompt,
+    /// `resourceSelector.pins` (a resource or a template).
+    Resource,
+}
+
+impl Pinned {
+    /// The word for it in messages.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Tool => "tool",
+            Self::Prompt => "prompt",
+            Self::Resource => "resource",
+        }
+    }
+}
+
+/// A pinned tool, prompt or resource whose live definition differs from its pin: withheld
+/// from the composition.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PinMismatch {
+    /// A tool, a prompt, or a resource (or template).
+    pub kind: Pinned,
     /// The `mcpServers[].name` entry.
     pub server: String,
-    /// The upstream's own name for the tool.
-    pub tool: String,
+    /// The upstream's own name for it: a tool's or prompt's name, a resource's URI or a
+    /// template's URI template (the key of the selector's `pins`).
+    pub name: String,
     /// The digest the binding pins.
     pub pinned: String,
     /// The digest of the definition the server lists now.
@@ -85,22 +187,28 @@ impl std::fmt::Display for PinMismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "tool {}/{} does not match its pin (pinned {}, listed {}): withheld until its new \
+            "{} {}/{} does not match its pin (pinned {}, listed {}): withheld until its new \
              definition is reviewed and re-pinned (capstanctl pins)",
-            self.server, self.tool, self.pinned, self.live
+            self.kind.word(),
+            self.server,
+            self.name,
+            self.pinned,
+            self.live
         )
     }
 }
 
-/// The live digest of one allowed tool the server lists, and its pin if it has one: what
-/// `capstanctl pins` prints to paste into a binding after review.
+/// The live digest of one allowed tool, prompt or resource the server lists, and its pin if it
+/// has one: what `capstanctl pins` prints to paste into a binding after review.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ToolDefinition {
+pub struct ListedDefinition {
+    /// A tool, a prompt, or a resource (or template).
+    pub kind: Pinned,
     /// The `mcpServers[].name` entry.
     pub server: String,
-    /// The upstream's own name for the tool.
-    pub tool: String,
+    /// The upstream's own name for it (the key of the selector's `pins`).
+    pub name: String,
     /// The digest of the definition the server lists now.
     pub digest: String,
     /// The digest the binding pins, if any.
@@ -178,6 +286,35 @@ mod tests {
         assert_eq!(
             definition_digest(&listed),
             expected(r#"{"description":"d","inputSchema":{"type":"object"},"name":"t"}"#)
+        );
+    }
+
+    #[test]
+    fn a_prompts_and_a_templates_digest_should_cover_what_the_assistant_is_shown() {
+        let prompt: Prompt = serde_json::from_value(json!({
+            "name": "triage", "title": "Triage", "description": "Triage a stream.",
+            "arguments": [{"name": "stream", "required": true}], "icons": []
+        }))
+        .unwrap();
+        let (digest, covered) = offering_definition(Offering::Prompt(&prompt));
+        assert_eq!(
+            digest,
+            expected(
+                r#"{"arguments":[{"name":"stream","required":true}],"description":"Triage a stream.","name":"triage"}"#
+            )
+        );
+        assert_eq!(covered["name"], "triage");
+        let template: ResourceTemplate = serde_json::from_value(json!({
+            "uriTemplate": "s://streams/{name}", "name": "stream", "title": "A stream",
+            "mimeType": "text/plain"
+        }))
+        .unwrap();
+        let (digest, _) = offering_definition(Offering::Template(&template));
+        assert_eq!(
+            digest,
+            expected(
+                r#"{"mimeType":"text/plain","name":"stream","uriTemplate":"s://streams/{name}"}"#
+            )
         );
     }
 

@@ -857,7 +857,7 @@ async fn a_tool_whose_pin_does_not_match_should_be_neither_exposed_nor_routed() 
         outcome
             .definitions
             .iter()
-            .any(|d| d.tool == "docs_search" && d.digest == reviewed)
+            .any(|d| d.name == "docs_search" && d.digest == reviewed)
     );
     assert!(composed.capability("cap__web_search").is_some());
     composed.close().await;

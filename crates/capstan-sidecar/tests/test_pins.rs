@@ -10,7 +10,7 @@ mod common;
 
 use std::process::Output;
 
-use capstan_testkit::pin_oracle;
+use capstan_testkit::{pin_oracle, pin_oracle_of};
 use common::*;
 use serde_json::{Value, json};
 
@@ -198,7 +198,7 @@ async fn capstanctl_pins_should_dial_a_binding_files_endpoints_itself() {
         .iter()
         .map(|d| {
             (
-                d["tool"].as_str().unwrap().to_owned(),
+                d["name"].as_str().unwrap().to_owned(),
                 d["digest"].as_str().unwrap().to_owned(),
             )
         })
@@ -220,4 +220,109 @@ async fn capstanctl_pins_should_dial_a_binding_files_endpoints_itself() {
         "{text}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `tests/python/offerings.py` against `target` (a session revision) and reads its report.
+fn offerings(target: &str, ops: &Value) -> Vec<Value> {
+    let args = [target, "demo-project", "legacy", &ops.to_string()];
+    serde_json::from_value(python_report("offerings.py", &args)).unwrap()
+}
+
+#[test]
+fn prompts_and_resources_whose_listing_does_not_match_their_pin_should_be_withheld() {
+    let server = capstan_testkit::PythonServer::start_script(
+        "crates/capstan-compose/tests/python/streamco_server.py",
+    );
+    let endpoint = format!("http://{}/mcp", server.address);
+    // The oracle: the listings as the server gives them to an independent client, pinned by a
+    // digest the code under test did not compute.
+    let direct = offerings(
+        &endpoint,
+        &json!([{"op": "prompts"}, {"op": "resources"}, {"op": "templates"}]),
+    );
+    let listed = |i: usize, items: &str, key: &str, value: &str| -> Value {
+        direct[i]["ok"][items]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|item| item[key] == value)
+            .unwrap_or_else(|| panic!("{value} in {direct:?}"))
+            .clone()
+    };
+    let triage = pin_oracle_of(
+        &listed(0, "prompts", "name", "triage"),
+        &["name", "description", "arguments"],
+    );
+    let lag = pin_oracle_of(
+        &listed(1, "resources", "uri", "streamco://runbooks/lag"),
+        &["uri", "name", "description", "mimeType"],
+    );
+    let stale = format!("sha256:{}", "0".repeat(64));
+    let mut document = binding_document("streamco-binding", "streamco", &endpoint, &[]);
+    document["metadata"]["namespace"] = json!("demo-project");
+    let entry = &mut document["spec"]["tools"]["mcpServers"][0];
+    entry["promptSelector"] = json!({"include": ["triage", "internal_notes"],
+        "pins": {"triage": triage, "internal_notes": stale}});
+    entry["resourceSelector"] = json!({
+        "include": ["streamco://runbooks/lag", "streamco://streams/{name}"],
+        "pins": {"streamco://runbooks/lag": lag, "streamco://streams/{name}": stale}});
+    let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+    let prefix = "capstan://streamco-binding/streamco/";
+    let through = offerings(
+        sidecar.socket.to_str().unwrap(),
+        &json!([
+            {"op": "prompts"}, {"op": "resources"}, {"op": "templates"},
+            {"op": "get", "name": "streamco__internal_notes"},
+            {"op": "read", "uri": format!("{prefix}streamco://streams/orders")},
+            {"op": "read", "uri": format!("{prefix}streamco://runbooks/lag")},
+        ]),
+    );
+    let names = |i: usize, items: &str, key: &str| -> Vec<Value> {
+        through[i]["ok"][items]
+            .as_array()
+            .unwrap_or_else(|| panic!("{through:?}"))
+            .iter()
+            .map(|item| item[key].clone())
+            .collect()
+    };
+    // What matches its pin is offered; what does not is neither listed nor reached.
+    assert_eq!(names(0, "prompts", "name"), [json!("streamco__triage")]);
+    assert_eq!(
+        names(1, "resources", "uri"),
+        [json!(format!("{prefix}streamco://runbooks/lag"))]
+    );
+    assert_eq!(
+        names(2, "resourceTemplates", "uriTemplate"),
+        Vec::<Value>::new()
+    );
+    assert_eq!(through[3]["error"]["code"], -32602, "{through:?}");
+    assert_eq!(through[4]["error"]["code"], -32602, "{through:?}");
+    assert!(through[5]["ok"]["contents"].is_array(), "{through:?}");
+
+    // The binding names each withheld entry with both digests, and capstanctl prints the
+    // digests to re-pin after review.
+    let (text, output) = pins_of(&sidecar);
+    assert!(output.status.success(), "{output:?}");
+    let template = pin_oracle_of(
+        &listed(
+            2,
+            "resourceTemplates",
+            "uriTemplate",
+            "streamco://streams/{name}",
+        ),
+        &["uriTemplate", "name", "description", "mimeType"],
+    );
+    let notes = pin_oracle_of(
+        &listed(0, "prompts", "name", "internal_notes"),
+        &["name", "description", "arguments"],
+    );
+    for expected in [
+        format!("    triage: {triage}  # pinned, matches"),
+        format!("    internal_notes: {notes}  # CHANGED since pinned {stale}"),
+        format!("    \"streamco://runbooks/lag\": {lag}  # pinned, matches"),
+        format!("    \"streamco://streams/{{name}}\": {template}  # CHANGED since pinned {stale}"),
+        "# prompt internal_notes as the server lists it now:".to_owned(),
+    ] {
+        assert!(text.contains(&expected), "{expected}\nin\n{text}");
+    }
 }

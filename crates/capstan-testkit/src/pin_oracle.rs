@@ -7,10 +7,17 @@ use serde_json::Value;
 /// and no whitespace — RFC 8785's form for the strings, integers and booleans the demo tools
 /// use — and hashed with SHA-256: `sha256:<hex>`. docs/pins.md defines the digest.
 pub fn pin_oracle(tool: &Value) -> String {
+    pin_oracle_of(tool, &["name", "description", "inputSchema", "annotations"])
+}
+
+/// The pin of any listed definition (raw JSON) over `members` (those present), as
+/// [`pin_oracle`]: a prompt's `name`, `description`, `arguments`; a resource's `uri`, `name`,
+/// `description`, `mimeType`; a template's `uriTemplate`, `name`, `description`, `mimeType`.
+pub fn pin_oracle_of(listed: &Value, members: &[&str]) -> String {
     use sha2::Digest as _;
     let mut covered = serde_json::Map::new();
-    for member in ["name", "description", "inputSchema", "annotations"] {
-        if let Some(value) = tool.get(member) {
+    for &member in members {
+        if let Some(value) = listed.get(member) {
             covered.insert(member.to_owned(), value.clone());
         }
     }

@@ -239,7 +239,8 @@ fn check_capabilities(at: &str, allow_list: &AllowList, server: &Value, out: &mu
     }
 }
 
-/// `promptSelector.include` and `resourceSelector.include` are sets; with `resourceUris:
+/// `promptSelector.include` and `resourceSelector.include` are sets, and each `pins` key is in
+/// its `include`; with `resourceUris:
 /// AsListed` no entry may take the `capstan:` scheme, which the sidecar's own URIs use.
 fn check_other_selectors(at: &str, server: &Value, out: &mut Vec<FieldError>) {
     for selector in ["promptSelector", "resourceSelector"] {
@@ -252,6 +253,21 @@ fn check_other_selectors(at: &str, server: &Value, out: &mut Vec<FieldError>) {
             }),
             out,
         );
+        let pins = server
+            .get(selector)
+            .and_then(|s| s.get("pins"))
+            .and_then(Value::as_object);
+        for key in pins.into_iter().flat_map(|pins| pins.keys()) {
+            if !include.iter().any(|entry| entry.as_str() == Some(key)) {
+                out.push(FieldError::new(
+                    format!("{at}.{selector}.pins.{key}"),
+                    format!(
+                        "\"{key}\" is not in {at}.{selector}.include; a pin for an entry the \
+                         allow-list does not admit would pin nothing"
+                    ),
+                ));
+            }
+        }
     }
     if text(server, "resourceUris") != Some("AsListed") {
         return;

@@ -20,7 +20,10 @@ use crate::composition::{
 };
 use crate::knowledge::{self, KnowledgeItem};
 use crate::names::{full_name_as, shortened};
-use crate::pins::{PinMismatch, ToolDefinition, covered_definition, definition_digest};
+use crate::pins::{
+    ListedDefinition, Offering, PinMismatch, Pinned, covered_definition, definition_digest,
+    offering_definition,
+};
 use crate::source::snapshot::Document;
 use crate::upstream::{ConnectError, Offerings};
 
@@ -118,6 +121,10 @@ impl<'a> Assembly<'a> {
                 self.missing(plan, offerings, UpstreamStage::ListPrompts, wanted);
                 continue;
             };
+            let (digest, covered) = offering_definition(Offering::Prompt(listed));
+            if !self.pin_holds(plan, Pinned::Prompt, wanted, digest, || covered) {
+                continue;
+            }
             let name = match plan.prompt_naming {
                 Naming::Prefixed => format!("{}__{wanted}", plan.server),
                 Naming::Unprefixed => wanted.clone(),
@@ -161,8 +168,16 @@ impl<'a> Assembly<'a> {
                 .templates
                 .iter()
                 .find(|t| &t.uri_template == wanted);
-            if resource.is_none() && template.is_none() {
-                self.missing(plan, offerings, UpstreamStage::ListResources, wanted);
+            let listed = match (resource, template) {
+                (Some(resource), _) => Offering::Resource(resource),
+                (None, Some(template)) => Offering::Template(template),
+                (None, None) => {
+                    self.missing(plan, offerings, UpstreamStage::ListResources, wanted);
+                    continue;
+                }
+            };
+            let (digest, covered) = offering_definition(listed);
+            if !self.pin_holds(plan, Pinned::Resource, wanted, digest, || covered) {
                 continue;
             }
             let uri = format!("{prefix}{wanted}");
@@ -206,6 +221,47 @@ impl<'a> Assembly<'a> {
                 });
             }
             self.outcomes[plan.doc].resources.push(uri);
+        }
+    }
+
+    /// Records the digest of an allowed tool, prompt or resource as listed; false (reported,
+    /// to be withheld: never claimed, never routed) when its selector pins another digest.
+    /// `covered` (what a reviewer reads) is made only for a mismatch.
+    fn pin_holds(
+        &mut self,
+        plan: &ServerPlan,
+        kind: Pinned,
+        name: &str,
+        digest: String,
+        covered: impl FnOnce() -> serde_json::Value,
+    ) -> bool {
+        let pins = match kind {
+            Pinned::Tool => &plan.pins,
+            Pinned::Prompt => &plan.prompt_pins,
+            Pinned::Resource => &plan.resource_pins,
+        };
+        let pinned = pins.get(name).cloned();
+        let outcome = &mut self.outcomes[plan.doc];
+        outcome.definitions.push(ListedDefinition {
+            kind,
+            server: plan.server.clone(),
+            name: name.to_owned(),
+            digest: digest.clone(),
+            pinned: pinned.clone(),
+        });
+        match pinned {
+            Some(pinned) if pinned != digest => {
+                outcome.pin_mismatches.push(PinMismatch {
+                    kind,
+                    server: plan.server.clone(),
+                    name: name.to_owned(),
+                    pinned,
+                    live: digest,
+                    listed: covered(),
+                });
+                false
+            }
+            _ => true,
         }
     }
 
@@ -272,30 +328,16 @@ impl<'a> Assembly<'a> {
     /// then composed unless its pin moved, it takes a `project` argument or its name is taken;
     /// routed but not listed when quarantined.
     fn offer_tool(&mut self, plan: &ServerPlan, index: usize, tool: &str, listed: &Tool) {
-        let document = &self.documents[plan.doc];
-        let outcome = &mut self.outcomes[plan.doc];
-        let digest = definition_digest(listed);
-        let pinned = plan.pins.get(tool).cloned();
-        outcome.definitions.push(ToolDefinition {
-            server: plan.server.clone(),
-            tool: tool.to_owned(),
-            digest: digest.clone(),
-            pinned: pinned.clone(),
-        });
         // A pinned tool whose definition moved is neither listed nor routed: to the
         // assistant it does not exist until someone reviews it and re-pins.
-        if let Some(pinned) = pinned
-            && pinned != digest
-        {
-            outcome.pin_mismatches.push(PinMismatch {
-                server: plan.server.clone(),
-                tool: tool.to_owned(),
-                pinned,
-                live: digest,
-                listed: covered_definition(listed),
-            });
+        let digest = definition_digest(listed);
+        if !self.pin_holds(plan, Pinned::Tool, tool, digest, || {
+            covered_definition(listed)
+        }) {
             return;
         }
+        let document = &self.documents[plan.doc];
+        let outcome = &mut self.outcomes[plan.doc];
         if super::takes_project(&listed.input_schema) {
             outcome
                 .project_arguments

@@ -32,13 +32,15 @@ pub(super) struct ServerPlan {
     /// excludes them), never called directly, so quarantine cannot be bypassed by the tool's
     /// namespaced name.
     pub quarantined: BTreeSet<String>,
-    /// The prompts of its `promptSelector`, in order, and how they are named.
+    /// The prompts of its `promptSelector`, in order, how they are named, and its pins.
     pub prompts: Vec<String>,
     pub prompt_naming: Naming,
-    /// The resources and templates of its `resourceSelector`, in order, and how their URIs
-    /// are shown.
+    pub prompt_pins: BTreeMap<String, String>,
+    /// The resources and templates of its `resourceSelector`, in order, how their URIs are
+    /// shown, and its pins.
     pub resources: Vec<String>,
     pub resource_uris: ResourceUris,
+    pub resource_pins: BTreeMap<String, String>,
     /// The session key ([`connection_key`]).
     pub key: [u8; 32],
 }
@@ -195,12 +197,22 @@ fn plan(doc: usize, server: &McpServer, key: [u8; 32]) -> ServerPlan {
             .flat_map(|s| s.include.iter().cloned())
             .collect(),
         prompt_naming: server.prompt_names.unwrap_or_default(),
+        prompt_pins: server
+            .prompt_selector
+            .as_ref()
+            .map(|s| s.pins.clone())
+            .unwrap_or_default(),
         resources: server
             .resource_selector
             .iter()
             .flat_map(|s| s.include.iter().cloned())
             .collect(),
         resource_uris: server.resource_uris.unwrap_or_default(),
+        resource_pins: server
+            .resource_selector
+            .as_ref()
+            .map(|s| s.pins.clone())
+            .unwrap_or_default(),
         mutating: server.mutating.iter().cloned().collect(),
         quarantined: server
             .capabilities
