@@ -8,12 +8,14 @@ mod assemble;
 mod connect;
 mod live;
 mod offerings;
+mod skill_files;
 
 use rmcp::model::{ErrorData, JsonObject};
 use thiserror::Error;
 
 use self::assemble::Assembly;
 pub use self::live::Composed;
+pub use self::skill_files::{SKILLS_URI_PREFIX, SkillFile, skill_uri};
 use crate::fetch::{ClientError, FetchError, Fetcher};
 use crate::guard::{EndpointGuard, PatternError};
 use crate::knowledge;

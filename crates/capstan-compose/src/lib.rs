@@ -23,7 +23,10 @@ mod upstream;
 pub use capabilities::{
     CapabilitySummary, MAX_INTENT_LEN, RoutedCapability, capability_tool, routed_capabilities,
 };
-pub use composer::{Composed, Composer, OfferingError, SetupError, SkillError, ToolCallError};
+pub use composer::{
+    Composed, Composer, OfferingError, SKILLS_URI_PREFIX, SetupError, SkillError, SkillFile,
+    ToolCallError, skill_uri,
+};
 pub use composition::{
     BUILT_IN, BindingOutcome, Collision, ComposedPrompt, ComposedResource, ComposedTool,
     Composition, SkillSummary, UpstreamFailure, UpstreamStage,

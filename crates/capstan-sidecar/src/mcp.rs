@@ -19,16 +19,19 @@ use futures::stream::FuturesUnordered;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
     CompleteResult, DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-    Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ResultType, ServerCapabilities, ServerConfig, ServerRequest, SubscribeRequestParams,
-    SubscriptionFilter, UnsubscribeRequestParams,
+    GetSkillRequestParams, GetSkillResult, Implementation, InitializeRequestParams,
+    InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListSkillsResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType,
+    ServerCapabilities, ServerConfig, ServerRequest, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, RequestContext, ServiceError, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::{OnceCell, oneshot};
+
+mod skills;
 use tracing::info;
 
 use crate::identity::Identity;
@@ -138,6 +141,7 @@ impl ServerHandler for SessionHandler {
         // prompts, resources, completions: what the task's bindings select, forwarded to the
         // provider that offers it (`composer/offerings.rs` in capstan-compose); their list
         // changes and the updates of subscribed resources reach the session (`refresh.rs`).
+        // skills: the bindings' skills through the MCP skills extension (`mcp/skills.rs`).
         let capabilities = ServerCapabilities::builder()
             .enable_logging()
             .enable_tools()
@@ -148,6 +152,7 @@ impl ServerHandler for SessionHandler {
             .enable_resources_list_changed()
             .enable_resources_subscribe()
             .enable_completions()
+            .enable_skills()
             .build();
         ServerConfig::new(capabilities).with_server_info(Implementation::new(
             "capstan-sidecar",
@@ -342,14 +347,32 @@ impl ServerHandler for SessionHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let task = self.task(&context).await?;
-        let result = task
-            .served()
-            .composed()
-            .read_resource(params(&request)?)
-            .await;
+        let served = task.served();
+        if let Some(read) = skills::read(served.composed(), &request.uri).await {
+            return read.map(ReadResourceResponse::Complete);
+        }
+        let result = served.composed().read_resource(params(&request)?).await;
         let mut result = answer::<ReadResourceResult>(result, "resources/read")?;
         result.result_type.get_or_insert(ResultType::COMPLETE);
         Ok(ReadResourceResponse::Complete(result))
+    }
+
+    async fn list_skills(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListSkillsResult, McpError> {
+        let task = self.task(&context).await?;
+        Ok(skills::list(task.served().composed()).await)
+    }
+
+    async fn get_skill(
+        &self,
+        request: GetSkillRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetSkillResult, McpError> {
+        let task = self.task(&context).await?;
+        skills::get(task.served().composed(), &request.uri).await
     }
 
     #[allow(deprecated)]

@@ -45,6 +45,8 @@ pub struct Composed {
     pub(super) limits: Limits,
     pub(super) capabilities: Vec<RoutedCapability>,
     pub(super) changes: UpstreamChanges,
+    /// The skills as `SKILL.md` files, once listed or read (`skill_files.rs`).
+    pub(super) skill_files: tokio::sync::OnceCell<Vec<super::SkillFile>>,
 }
 
 impl Composed {
@@ -60,6 +62,7 @@ impl Composed {
             limits,
             capabilities: Vec::new(),
             changes,
+            skill_files: tokio::sync::OnceCell::new(),
         }
     }
 

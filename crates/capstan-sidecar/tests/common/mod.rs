@@ -497,6 +497,11 @@ pub fn python_sdk_client(sidecar: &Sidecar, mode: &str) -> Output {
 /// Runs the TypeScript SDK client script `tests/node/<script>` against `sidecar` (a copy in
 /// the SDK's directory: ES modules find packages next to the script).
 pub fn typescript_sdk_client(sidecar: &Sidecar, script: &str) -> Output {
+    typescript_sdk_script(sidecar, script, &SDK_CLIENT_ARGS)
+}
+
+/// Runs `tests/node/<script>` with the sidecar's socket and `args`.
+pub fn typescript_sdk_script(sidecar: &Sidecar, script: &str, args: &[&str]) -> Output {
     let dir = node_dir();
     let copy = dir.join(format!(
         "sidecar-{}-{}-{script}",
@@ -513,7 +518,7 @@ pub fn typescript_sdk_client(sidecar: &Sidecar, script: &str) -> Output {
     let output = Command::new("node")
         .arg(&copy)
         .arg(&sidecar.socket)
-        .args(SDK_CLIENT_ARGS)
+        .args(args)
         .output()
         .expect("running the TypeScript SDK client");
     let _ = std::fs::remove_file(&copy);

@@ -1,0 +1,78 @@
+//! Capstan's skills through the MCP skills extension (SEP-2640): `skills/list`, `skills/get`
+//! and each skill's `SKILL.md` through `resources/read` (docs/mcp-surface.md "Skills"), beside
+//! `load_skill` for clients that do not speak it. A skill's file carries its digest and size;
+//! a skill whose body could not be fetched is listed as `dynamic` (read it to see why), and a
+//! skill whose name the extension does not admit (upper case, `_`) is left to `load_skill`.
+
+use capstan_compose::{Composed, SkillFile};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    CacheScope, GetSkillResult, ListSkillsResult, ReadResourceResult, ResourceContents, ResultType,
+    Skill, SkillFrontmatter, SkillResource, SkillResources,
+};
+use serde_json::json;
+
+use super::LIST_TTL_MS;
+
+/// `skill`'s entry: its `SKILL.md` with digest and size, or `dynamic` when the body could not
+/// be fetched; `None` when the extension does not admit its name.
+fn entry(file: &SkillFile) -> Option<Skill> {
+    let resources = match &file.text {
+        Ok(text) => SkillResources::Files(vec![SkillResource::from_bytes(
+            file.uri.as_str(),
+            text.as_bytes(),
+        )]),
+        Err(_) => SkillResources::Dynamic,
+    };
+    let frontmatter = SkillFrontmatter::new(file.name.as_str(), file.description.as_str());
+    let skill = Skill::new(file.uri.as_str(), frontmatter, resources);
+    skill.validate().is_ok().then_some(skill)
+}
+
+/// `skills/list`: every skill of the composition the extension admits.
+pub(super) async fn list(composed: &Composed) -> ListSkillsResult {
+    let skills = composed.skill_files().await.iter().filter_map(entry);
+    ListSkillsResult::with_all_items(skills.collect())
+        .with_ttl_ms(LIST_TTL_MS)
+        .with_cache_scope(CacheScope::Private)
+}
+
+/// `skills/get`: the entry of the skill whose `SKILL.md` is `uri`; -32602 naming it otherwise.
+pub(super) async fn get(composed: &Composed, uri: &str) -> Result<GetSkillResult, McpError> {
+    match composed.skill_file(uri).await.and_then(entry) {
+        Some(skill) => Ok(GetSkillResult::new(skill)
+            .with_ttl_ms(LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private)),
+        None => Err(unknown(uri)),
+    }
+}
+
+/// `resources/read` of a skill's `SKILL.md`: the bytes its digest covers; `None` when `uri`
+/// is not one of the composition's skills (the read goes to the providers' resources).
+pub(super) async fn read(
+    composed: &Composed,
+    uri: &str,
+) -> Option<Result<ReadResourceResult, McpError>> {
+    let file = composed.skill_file(uri).await?;
+    Some(match &file.text {
+        Ok(text) => {
+            let contents =
+                ResourceContents::text(text.as_str(), uri).with_mime_type("text/markdown");
+            let mut result = ReadResourceResult::new(vec![contents]);
+            result.result_type.get_or_insert(ResultType::COMPLETE);
+            Ok(result)
+        }
+        Err(error) => Err(McpError::internal_error(
+            format!("skill {}: {error}", file.name),
+            Some(json!({"uri": uri, "kind": "upstream_unavailable", "retryable": true})),
+        )),
+    })
+}
+
+/// An unknown skill, as an unknown resource is answered.
+fn unknown(uri: &str) -> McpError {
+    McpError::invalid_params(
+        format!("no skill with the URI {uri} is available to this assistant"),
+        Some(json!({ "uri": uri })),
+    )
+}
