@@ -102,9 +102,15 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
     });
     tokio::select! {
         biased;
-        answer = &mut call => match answer {
-            Some(answer) => json_answer(&answer_message(&id, answer)),
-            None => no_answer(),
+        answer = &mut call => match (answer, relayed.try_recv()) {
+            // Messages the provider sent just before its answer were queued while the call
+            // finished: they go first, on a stream (found losing a progress notification).
+            (answer, Ok(first)) => {
+                let ended: PendingCall = Box::pin(std::future::ready(answer));
+                streamed(&asking, id, first, relayed, ended)
+            }
+            (Some(answer), Err(_)) => json_answer(&answer_message(&id, answer)),
+            (None, Err(_)) => no_answer(),
         },
         Some(first) = relayed.recv() => streamed(&asking, id, first, relayed, call),
     }

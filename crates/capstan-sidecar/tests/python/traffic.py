@@ -46,7 +46,7 @@ async def main(target: str, project: str, token: str, answers: str = "") -> None
             except Exception as error:  # a server without logging refuses it
                 report["setLevel"] = str(error)
 
-            async def call(name: str, arguments: dict) -> dict:
+            async def call(name: str, arguments: dict, progress_expected: int = 0, logs_expected: int = 0) -> dict:
                 progress: list = []
 
                 async def on_progress(value: float, total: float | None, message: str | None) -> None:
@@ -54,7 +54,14 @@ async def main(target: str, project: str, token: str, answers: str = "") -> None
 
                 logs.clear()
                 result = await client.call_tool(prefix + name, arguments, progress_callback=on_progress)
-                await asyncio.sleep(0.2)  # notifications sent just before the result
+                # Notifications sent just before the result may be handled after it: wait for
+                # those expected (at most 10 s, however loaded the machine), then a little for
+                # any that should not come.
+                for _ in range(200):
+                    if len(progress) >= progress_expected and len(logs) >= logs_expected:
+                        break
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(0.2)
                 texts = [c.text for c in result.content if getattr(c, "text", None)]
                 return {
                     "answer": json.loads(texts[0]) if texts and texts[0].startswith("{") else texts,
@@ -63,11 +70,11 @@ async def main(target: str, project: str, token: str, answers: str = "") -> None
                     "logs": list(logs),
                 }
 
-            report["count"] = await call("count_steps", {"steps": 3})
+            report["count"] = await call("count_steps", {"steps": 3}, progress_expected=3, logs_expected=3)
             report["ask"] = await call("ask_user", {})
             answer = report["count"]["answer"]
             seen = answer.get("token") if isinstance(answer, dict) else ""
-            report["leak"] = await call("leak_progress", {"token": str(seen)})
+            report["leak"] = await call("leak_progress", {"token": str(seen)}, progress_expected=1)
 
             async def cancelled_count() -> int:
                 result = await client.call_tool(prefix + "cancelled_calls", {})
