@@ -49,6 +49,10 @@ fn main() -> ExitCode {
                 pinned_tool,
             ),
             trial(
+                "a_prompt_whose_listing_differs_from_its_pin_should_be_named_until_re_pinned",
+                pinned_prompt,
+            ),
+            trial(
                 "the_younger_of_two_colliding_bindings_should_lose_naming_the_older",
                 collision,
             ),
@@ -345,6 +349,40 @@ fn pinned_tool(env: &Env) -> Outcome {
             || format!("status {shown}"),
         )?;
         cleanup(env, &["pinned"]).await;
+        Ok(())
+    })
+}
+
+/// A prompt pinned to a digest its server does not list (`promptSelector.pins`): the binding
+/// is degraded naming the prompt and both digests; pinned to the listed digest, it composes.
+fn pinned_prompt(env: &Env) -> Outcome {
+    let server =
+        PythonServer::start_script("crates/capstan-compose/tests/python/streamco_server.py");
+    let host = server.address.to_string();
+    let _controller = controller(env, "pinned-prompt", std::slice::from_ref(&host), 2, 10)?;
+    env.runtime.block_on(async {
+        let stale = format!("sha256:{}", "0".repeat(64));
+        let endpoint = format!("http://{host}/mcp");
+        let mut pinned = spec("pinned-prompt", "streamco", &endpoint, &["reads_seen"]);
+        pinned["tools"]["mcpServers"][0]["promptSelector"] =
+            json!({"include": ["triage"], "pins": {"triage": stale}});
+        apply(&env.client, BINDING, "pinned-prompt", pinned.clone()).await?;
+        let found = composed(env, "pinned-prompt", ("False", "CompositionDegraded")).await?;
+        let prefix =
+            format!("prompt streamco/triage does not match its pin (pinned {stale}, listed ");
+        let listed = found
+            .message
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.split_once(')'))
+            .map(|(digest, _)| digest.to_owned());
+        let Some(listed) = listed.filter(|d| d.len() == 71 && d.starts_with("sha256:")) else {
+            return Err(format!("the degraded message: {}", found.message).into());
+        };
+        // Re-pinned to what the server lists: a new generation, composed.
+        pinned["tools"]["mcpServers"][0]["promptSelector"]["pins"] = json!({"triage": listed});
+        apply(&env.client, BINDING, "pinned-prompt", pinned).await?;
+        composed(env, "pinned-prompt", ("True", "Composed")).await?;
+        cleanup(env, &["pinned-prompt"]).await;
         Ok(())
     })
 }
