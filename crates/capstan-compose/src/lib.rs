@@ -44,7 +44,7 @@ pub use names::{
 };
 pub use pins::{
     ListedDefinition, Offering, PINNED_MEMBERS, PinMismatch, Pinned, covered_definition,
-    definition_digest, offering_definition,
+    covered_offering, definition_digest, offering_digest,
 };
 pub use source::cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
 pub use source::crd_list::CrdSource;

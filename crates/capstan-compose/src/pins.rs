@@ -37,37 +37,21 @@ pub fn covered_definition(tool: &Tool) -> Value {
     serde_json::to_value(Covered::of(tool)).unwrap_or(Value::Null)
 }
 
-/// What a listed prompt, resource or template is pinned by: its digest (as
-/// [`definition_digest`], over `{name, description, arguments}` of a prompt, `{uri, name,
-/// description, mimeType}` of a resource, `{uriTemplate, name, description, mimeType}` of a
-/// template) and the covered part as JSON.
-pub fn offering_definition(listed: Offering<'_>) -> (String, Value) {
-    let covered = match listed {
-        Offering::Prompt(prompt) => serde_json::to_value(CoveredPrompt {
-            name: &prompt.name,
-            description: prompt.description.as_deref(),
-            arguments: prompt.arguments.as_ref(),
-        }),
-        Offering::Resource(resource) => serde_json::to_value(CoveredResource {
-            uri: Some(&resource.uri),
-            uri_template: None,
-            name: &resource.name,
-            description: resource.description.as_deref(),
-            mime_type: resource.mime_type.as_deref(),
-        }),
-        Offering::Template(template) => serde_json::to_value(CoveredResource {
-            uri: None,
-            uri_template: Some(&template.uri_template),
-            name: &template.name,
-            description: template.description.as_deref(),
-            mime_type: template.mime_type.as_deref(),
-        }),
-    }
-    .unwrap_or(Value::Null);
-    (digest_of(&covered), covered)
+/// The digest of a listed prompt, resource or template as `promptSelector.pins` and
+/// `resourceSelector.pins` hold it (as [`definition_digest`], over `{name, description,
+/// arguments}` of a prompt, `{uri, name, description, mimeType}` of a resource,
+/// `{uriTemplate, name, description, mimeType}` of a template).
+pub fn offering_digest(listed: Offering<'_>) -> String {
+    digest_of(&CoveredOffering::of(listed))
 }
 
-/// A listed prompt, resource or template, for [`offering_definition`].
+/// The part of a listed prompt, resource or template the digest covers, as JSON: what a
+/// reviewer reads when a pin no longer matches.
+pub fn covered_offering(listed: Offering<'_>) -> Value {
+    serde_json::to_value(CoveredOffering::of(listed)).unwrap_or(Value::Null)
+}
+
+/// A listed prompt, resource or template, for [`offering_digest`].
 #[derive(Clone, Copy)]
 pub enum Offering<'a> {
     /// A prompt as `prompts/list` gave it.
@@ -111,6 +95,40 @@ impl<'a> Covered<'a> {
             description: tool.description.as_deref(),
             input_schema: tool.input_schema.as_ref(),
             annotations: tool.annotations.as_ref(),
+        }
+    }
+}
+
+/// The members of a listed prompt, resource or template the digest covers, borrowed.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum CoveredOffering<'a> {
+    Prompt(CoveredPrompt<'a>),
+    Resource(CoveredResource<'a>),
+}
+
+impl<'a> CoveredOffering<'a> {
+    fn of(listed: Offering<'a>) -> Self {
+        match listed {
+            Offering::Prompt(prompt) => Self::Prompt(CoveredPrompt {
+                name: &prompt.name,
+                description: prompt.description.as_deref(),
+                arguments: prompt.arguments.as_ref(),
+            }),
+            Offering::Resource(resource) => Self::Resource(CoveredResource {
+                uri: Some(&resource.uri),
+                uri_template: None,
+                name: &resource.name,
+                description: resource.description.as_deref(),
+                mime_type: resource.mime_type.as_deref(),
+            }),
+            Offering::Template(template) => Self::Resource(CoveredResource {
+                uri: None,
+                uri_template: Some(&template.uri_template),
+                name: &template.name,
+                description: template.description.as_deref(),
+                mime_type: template.mime_type.as_deref(),
+            }),
         }
     }
 }
@@ -296,7 +314,10 @@ mod tests {
             "arguments": [{"name": "stream", "required": true}], "icons": []
         }))
         .unwrap();
-        let (digest, covered) = offering_definition(Offering::Prompt(&prompt));
+        let (digest, covered) = (
+            offering_digest(Offering::Prompt(&prompt)),
+            covered_offering(Offering::Prompt(&prompt)),
+        );
         assert_eq!(
             digest,
             expected(
@@ -309,7 +330,7 @@ mod tests {
             "mimeType": "text/plain"
         }))
         .unwrap();
-        let (digest, _) = offering_definition(Offering::Template(&template));
+        let digest = offering_digest(Offering::Template(&template));
         assert_eq!(
             digest,
             expected(

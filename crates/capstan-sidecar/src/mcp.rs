@@ -30,14 +30,14 @@ use rmcp::service::{Peer, RequestContext, ServiceError, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::{OnceCell, oneshot};
-
-mod skills;
 use tracing::info;
 
 use crate::identity::Identity;
 use crate::middleware::CallerTask;
 use crate::task::{ANOTHER_CALLER, MAX_SUBSCRIPTIONS, Task};
 use crate::tasks::{Admitted, TaskStarter, Tasks};
+
+mod skills;
 
 /// The protocol revisions served: 2026-07-28 (without sessions) and every session-based one.
 pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[

@@ -4,15 +4,14 @@
 //! client is sent `notifications/tools/list_changed`. A tool that left then reads as unknown;
 //! a call already running finishes on the composition it started with.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::collections::BTreeSet;
 
 use capstan_compose::{Composition, Updated};
 use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::feeds::{ProjectFeeds, SETTLE};
 use crate::project_composer::{ComposedProject, ProjectComposer};
@@ -165,20 +164,17 @@ fn subscribed_upstreams(task: &Task, served: &Served) -> Vec<(String, Option<u64
 /// the session, and is subscribed to again should a later composition offer it.
 async fn resubscribe(task: &Task, subscribed: Vec<(String, Option<u64>)>) {
     let served = task.served();
-    for (uri, before) in subscribed {
-        let now = served.composed().resource_upstream(&uri);
-        if now.is_none() || now == before {
-            continue;
-        }
-        let params = serde_json::json!({ "uri": uri });
-        if let Err(error) = served
-            .composed()
-            .subscription("resources/subscribe", params)
-            .await
-        {
-            warn!(project = %task.identity().project, %uri, %error, "a subscription could not be carried to the server's new session");
-        }
-    }
+    let composed = served.composed();
+    let moved = subscribed
+        .into_iter()
+        .filter(|(uri, before)| {
+            let now = composed.resource_upstream(uri);
+            now.is_some() && now != *before
+        })
+        .map(|(uri, _)| uri)
+        .collect();
+    drop(served);
+    task.subscribe_upstream("resources/subscribe", moved).await;
 }
 
 /// Tells the session of the updates of resources it subscribed to, by the URIs it knows them

@@ -231,15 +231,12 @@ impl Task {
     pub async fn set_log_level(&self, level: Value) {
         let served = self.served();
         served.composed().set_log_level(&level).await;
-        *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(level);
+        *lock(&self.log_level) = Some(level);
     }
 
     /// The level the client asked for, if it did.
     pub fn log_level(&self) -> Option<Value> {
-        self.log_level
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.log_level).clone()
     }
 
     /// Ends the upstream sessions of what the session serves (later calls to provider tools
@@ -340,17 +337,18 @@ impl Task {
         last
     }
 
-    /// Subscribes to (or unsubscribes from, `method`) each of `uris` the composition offers,
-    /// at its upstream; a failure is logged (a listen stream stays open).
+    /// Subscribes to (or unsubscribes from, `method`) each of `uris` at its upstream, those
+    /// the composition offers; a failure is logged, never the caller's error (a listen stream
+    /// stays open; a carried subscription is best effort).
     pub async fn subscribe_upstream(&self, method: &str, uris: Vec<String>) {
         let served = self.served();
         for uri in uris {
-            if served.composed().resource_upstream(&uri).is_none() {
-                continue;
-            }
             let params = serde_json::json!({ "uri": uri });
-            if let Err(error) = served.composed().subscription(method, params).await {
-                debug!(project = %self.identity.project, %uri, %error, "{method} for a listen stream failed");
+            match served.composed().subscription(method, params).await {
+                Ok(_) | Err(capstan_compose::OfferingError::UnknownResource { .. }) => {}
+                Err(error) => {
+                    warn!(project = %self.identity.project, %uri, %error, "{method} at the provider failed");
+                }
             }
         }
     }
@@ -423,19 +421,12 @@ impl Task {
     /// stream keeps a task is the task registry's rule (`tasks.rs`), never forever.
     pub fn listen(&self, sink: SubscriptionSink) -> Listening<'_> {
         let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
-        match self.listeners.lock() {
-            Ok(mut listeners) => listeners.push((id, sink)),
-            Err(poisoned) => poisoned.into_inner().push((id, sink)),
-        }
+        lock(&self.listeners).push((id, sink));
         Listening { task: self, id }
     }
 
     fn forget_listener(&self, id: u64) {
-        let mut listeners = match self.listeners.lock() {
-            Ok(listeners) => listeners,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        listeners.retain(|(kept, _)| *kept != id);
+        lock(&self.listeners).retain(|(kept, _)| *kept != id);
     }
 
     /// A receiver that changes when the task is shut down (time limit, sidecar shutdown) and

@@ -21,8 +21,8 @@ use crate::composition::{
 use crate::knowledge::{self, KnowledgeItem};
 use crate::names::{full_name_as, shortened};
 use crate::pins::{
-    ListedDefinition, Offering, PinMismatch, Pinned, covered_definition, definition_digest,
-    offering_definition,
+    ListedDefinition, Offering, PinMismatch, Pinned, covered_definition, covered_offering,
+    definition_digest, offering_digest,
 };
 use crate::source::snapshot::Document;
 use crate::upstream::{ConnectError, Offerings};
@@ -121,8 +121,10 @@ impl<'a> Assembly<'a> {
                 self.missing(plan, offerings, UpstreamStage::ListPrompts, wanted);
                 continue;
             };
-            let (digest, covered) = offering_definition(Offering::Prompt(listed));
-            if !self.pin_holds(plan, Pinned::Prompt, wanted, digest, || covered) {
+            let offering = Offering::Prompt(listed);
+            let digest = offering_digest(offering);
+            let covered = || covered_offering(offering);
+            if !self.pin_holds(plan, Pinned::Prompt, wanted, digest, covered) {
                 continue;
             }
             let name = match plan.prompt_naming {
@@ -176,8 +178,9 @@ impl<'a> Assembly<'a> {
                     continue;
                 }
             };
-            let (digest, covered) = offering_definition(listed);
-            if !self.pin_holds(plan, Pinned::Resource, wanted, digest, || covered) {
+            let digest = offering_digest(listed);
+            let covered = || covered_offering(listed);
+            if !self.pin_holds(plan, Pinned::Resource, wanted, digest, covered) {
                 continue;
             }
             let uri = format!("{prefix}{wanted}");

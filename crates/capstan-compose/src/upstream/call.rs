@@ -38,8 +38,8 @@ pub(crate) struct DirectCalls {
     pub(crate) session: String,
     pub(crate) version: String,
     pub(crate) next_id: AtomicU64,
-    /// Where a `notifications/tools/list_changed` from the server is noted, for a server that
-    /// advertises `tools.listChanged`.
+    /// Where the server's list changes (on a call's stream, or its standalone stream) are
+    /// noted, for a server followed for them.
     pub(crate) changes: Option<UpstreamChanges>,
 }
 

@@ -63,9 +63,16 @@ const WAITING_MAX: usize = 256;
 const WAITING_MAX_BYTES: usize = 256 * 1024;
 
 impl Updates {
+    /// What waits, whole even if a holder panicked (only whole values are written).
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn note(&self, update: ResourceUpdated) {
         {
-            let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            let mut waiting = self.waiting();
             if !waiting.overflowed && !waiting.updates.contains(&update) {
                 let bytes = waiting.bytes + update.uri.len();
                 if waiting.updates.len() >= WAITING_MAX || bytes > WAITING_MAX_BYTES {
@@ -85,7 +92,7 @@ impl Updates {
 
     /// Anything may have been updated (what was said was not all heard).
     fn any(&self) {
-        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = Waiting {
+        *self.waiting() = Waiting {
             overflowed: true,
             ..Waiting::default()
         };
@@ -94,7 +101,7 @@ impl Updates {
     }
 
     fn take(&self) -> Updated {
-        let taken = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|p| p.into_inner()));
+        let taken = std::mem::take(&mut *self.waiting());
         if taken.overflowed {
             Updated::Any
         } else {
