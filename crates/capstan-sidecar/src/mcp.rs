@@ -333,7 +333,7 @@ impl ServerHandler for SessionHandler {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let task = self.task(&context).await?;
+        let task = self.task(&context).await?.live()?;
         let result = task.served().composed().get_prompt(params(&request)?).await;
         let mut result = answer::<GetPromptResult>(result, "prompts/get")?;
         // As for a tool's result (`call_tool`): rmcp takes it out for a session revision.
@@ -346,7 +346,7 @@ impl ServerHandler for SessionHandler {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let task = self.task(&context).await?;
+        let task = self.task(&context).await?.live()?;
         let served = task.served();
         if let Some(read) = skills::read(served.composed(), &request.uri).await {
             return read.map(ReadResourceResponse::Complete);
@@ -381,7 +381,7 @@ impl ServerHandler for SessionHandler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let task = self.task(&context).await?;
+        let task = self.task(&context).await?.live()?;
         if is_sessionless(&context) {
             return Err(McpError::invalid_request(
                 "resources/subscribe needs a session; in 2026-07-28 use subscriptions/listen",
@@ -429,7 +429,7 @@ impl ServerHandler for SessionHandler {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
-        let task = self.task(&context).await?;
+        let task = self.task(&context).await?.live()?;
         let result = task.served().composed().complete(params(&request)?).await;
         let mut result = answer::<CompleteResult>(result, "completion/complete")?;
         result.result_type.get_or_insert(ResultType::COMPLETE);

@@ -8,7 +8,7 @@ mod in_flight;
 mod served;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -55,7 +55,8 @@ pub struct Task {
     /// while calls already running finish on the one they started with.
     served: RwLock<Arc<Served>>,
     max_duration: Option<Duration>,
-    expired: AtomicBool,
+    /// Set once, when the time limit passes; calls running then are cut (`task/call.rs`).
+    expired: tokio::sync::watch::Sender<bool>,
     /// Milliseconds since `TaskContext::clock` at the session's last request.
     last_used: AtomicU64,
     /// Calls running now.
@@ -176,7 +177,7 @@ impl Task {
             identity,
             served: RwLock::new(Arc::new(served)),
             max_duration,
-            expired: AtomicBool::new(false),
+            expired: tokio::sync::watch::channel(false).0,
             last_used: AtomicU64::new(0),
             busy: AtomicUsize::new(0),
             _permit: permit,
@@ -196,7 +197,7 @@ impl Task {
             tokio::spawn(async move {
                 tokio::time::sleep(limit).await;
                 if let Some(task) = weak.upgrade() {
-                    task.expired.store(true, Ordering::Release);
+                    task.expired.send_replace(true);
                     task.shutdown();
                     info!(project = %task.identity.project, ?limit, "task time limit reached; upstreams closed");
                 }
@@ -248,7 +249,13 @@ impl Task {
 
     /// Whether the task's time limit has passed (its upstream sessions are closed).
     pub fn expired(&self) -> bool {
-        self.expired.load(Ordering::Acquire)
+        *self.expired.borrow()
+    }
+
+    /// Completes when the task's time limit passes (never, for a task without one).
+    pub async fn until_expired(&self) {
+        // The task holds the sender, so the channel cannot close while `self` is borrowed.
+        let _ = self.expired.subscribe().wait_for(|expired| *expired).await;
     }
 
     /// Keeps the session's MCP peer, through which list changes are sent (once).

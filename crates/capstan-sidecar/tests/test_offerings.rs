@@ -519,3 +519,50 @@ fn a_listen_stream_should_hear_updates_of_the_resources_it_names_and_no_others()
     );
     assert_eq!(mine(&report[1]["ok"]), json!([]), "{report:?}");
 }
+
+#[test]
+fn past_the_time_limit_forwarded_requests_should_be_refused_naming_it_and_reach_no_provider() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut documents = documents(&endpoint);
+    documents[0]["spec"]["authority"]["maxTaskDurationSeconds"] = json!(1);
+    let sidecar = Sidecar::start(&documents, &[server.address.to_string()], &[]);
+    let lag = format!("{PREFIX}streamco://runbooks/lag");
+    let report = offerings(
+        sidecar.socket.to_str().unwrap(),
+        "legacy",
+        &json!([
+            {"op": "read", "uri": lag},
+            // The tool error that says the limit has passed (its upstream sessions closed).
+            {"op": "call", "name": "streamco__reads_seen", "until": {"contains": "time limit"}, "seconds": 10},
+            {"op": "read", "uri": lag},
+            {"op": "get", "name": "streamco__triage", "arguments": {"stream": "orders"}},
+            {"op": "complete", "prompt": "streamco__triage", "argument": "stream", "value": "ord"},
+            {"op": "subscribe", "uri": lag},
+        ]),
+    );
+    assert!(report[0]["ok"]["contents"].is_array(), "{report:?}");
+    assert!(
+        report[1]["ok"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|text| text.contains("time limit")),
+        "{report:?}"
+    );
+    for refused in &report[2..6] {
+        let error = &refused["error"];
+        assert_eq!(error["code"], -32600, "{refused}");
+        assert_eq!(error["data"]["kind"], "rejected", "{refused}");
+        assert_eq!(error["data"]["retryable"], false, "{refused}");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("time limit (1s")),
+            "{refused}"
+        );
+    }
+    // The server answered the one read before the limit, no other.
+    assert_eq!(
+        reads_seen(&endpoint, "reads_seen"),
+        json!({"streamco://runbooks/lag": 1})
+    );
+}

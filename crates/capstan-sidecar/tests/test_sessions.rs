@@ -163,6 +163,46 @@ async fn max_task_duration_should_end_the_task() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_call_running_at_the_time_limit_should_be_cut_for_the_limit_not_blamed_on_the_provider() {
+    let provider = DemoProvider::start(&["hang-calls"]);
+    let mut documents = streamco(&provider);
+    documents["items"][0]["spec"]["authority"]["maxTaskDurationSeconds"] = json!(1);
+    let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
+    let session = sidecar.session("demo-project", None).await;
+    let cancelled_before = cancellations(&provider).await;
+    // The provider never answers: only the time limit can end this call.
+    let result = session
+        .call_tool(call("streamco__streams_list", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    let error = result.structured_content.unwrap()["error"].clone();
+    assert_eq!(error["kind"], "rejected", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("time limit (1s") && message.contains("while the call ran"),
+        "{error}"
+    );
+    // The provider was told the call is abandoned.
+    eventually("the provider is told the call was cancelled", || async {
+        (cancellations(&provider).await > cancelled_before).then_some(())
+    })
+    .await;
+    session.cancel().await.unwrap();
+}
+
+/// How many `notifications/cancelled` the provider received.
+async fn cancellations(provider: &DemoProvider) -> usize {
+    provider
+        .requests()
+        .await
+        .iter()
+        .flat_map(|r| r["rpc"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["method"] == "notifications/cancelled")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_upstream_dying_mid_session_should_fail_only_its_tools() {
     let mut doomed = DemoProvider::start(&[]);
     let healthy = DemoProvider::start(&[]);

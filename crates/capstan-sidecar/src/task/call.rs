@@ -3,6 +3,7 @@
 //! capability or a provider tool. Every call is counted once under its outcome
 //! (`Task::refuse` for every refusal); calls that reach a provider are traced and metered.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use capstan_compose::{
@@ -83,6 +84,20 @@ impl Task {
         error.into_result()
     }
 
+    /// The task, if it may still reach its providers. Past its time limit its upstream
+    /// sessions are closed, so a forwarded request is refused naming the limit, not failed as
+    /// the provider's fault.
+    pub fn live(self: Arc<Self>) -> Result<Arc<Self>, McpError> {
+        if !self.expired() {
+            return Ok(self);
+        }
+        let error = self.time_limit_passed();
+        Err(McpError::invalid_request(
+            error.message,
+            Some(serde_json::json!({ "kind": error.kind.as_str(), "retryable": false })),
+        ))
+    }
+
     fn time_limit_passed(&self) -> ToolError {
         let limit = self.max_duration.unwrap_or_default();
         ToolError::new(
@@ -90,6 +105,19 @@ impl Task {
             format!(
                 "this task's time limit ({}s, the smallest maxTaskDurationSeconds of its \
                  bindings) has passed; start a new session",
+                limit.as_secs()
+            ),
+        )
+    }
+
+    fn cut_at_time_limit(&self) -> ToolError {
+        let limit = self.max_duration.unwrap_or_default();
+        ToolError::new(
+            ErrorKind::Rejected,
+            format!(
+                "this task's time limit ({}s, the smallest maxTaskDurationSeconds of its \
+                 bindings) passed while the call ran: it was cancelled at the provider, which \
+                 may have acted on it already; start a new session",
                 limit.as_secs()
             ),
         )
@@ -256,17 +284,22 @@ impl Task {
             Value::Object(map) => Some(map),
             _ => None,
         };
-        let result = match served
+        let called = served
             .composed()
             .call_tool_with(&tool.name, arguments, traffic)
-            .instrument(span.clone())
-            .await
-        {
-            Ok(result) => Ok(result),
-            Err(ToolCallError::Upstream(error)) => Err(ToolError::from(error)),
-            Err(error @ ToolCallError::Unknown { .. }) => {
-                Err(ToolError::new(ErrorKind::Forbidden, error.to_string()))
-            }
+            .instrument(span.clone());
+        // The time limit ends the task's upstream sessions; a call running then is cut here
+        // (dropping it cancels it at the provider) rather than failing as the provider's fault.
+        let result = tokio::select! {
+            biased;
+            () = self.until_expired() => Err(self.cut_at_time_limit()),
+            called = called => match called {
+                Ok(result) => Ok(result),
+                Err(ToolCallError::Upstream(error)) => Err(ToolError::from(error)),
+                Err(error @ ToolCallError::Unknown { .. }) => {
+                    Err(ToolError::new(ErrorKind::Forbidden, error.to_string()))
+                }
+            },
         };
         let outcome = match &result {
             Ok(r) if r.is_error == Some(true) => "tool_error",
