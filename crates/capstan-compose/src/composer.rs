@@ -21,7 +21,7 @@ use crate::guard::{EndpointGuard, PatternError};
 use crate::knowledge;
 use crate::limits::Limits;
 use crate::source::snapshot::Document;
-use crate::upstream::{CallError, Connector};
+use crate::upstream::{CallError, CallerRevision, Connector};
 
 /// Why a `load_skill` produced no body.
 #[derive(Debug, Error)]
@@ -164,32 +164,38 @@ impl Composer {
     /// and knowledge fetched concurrently; the result depends only on the inputs and what the
     /// servers answer, never on which answered first.
     pub async fn compose(&self, documents: &[Document]) -> Composed {
-        self.compose_reusing(documents, None).await
+        self.compose_reusing(documents, None, CallerRevision::default())
+            .await
     }
 
     /// Composes `documents` again for the task that holds `previous`: an upstream session of
     /// `previous` whose binding is unchanged (the same name and spec) is kept — re-listed on
     /// its own session if the server said its list changed — and only the others are opened.
     /// A binding edited, added or removed reopens (or closes) its own servers' sessions only,
-    /// and a provider's list change costs one `tools/list` at that provider.
+    /// and a provider's list change costs one `tools/list` at that provider. The task's
+    /// upstreams are opened for a caller of `revision` — those of `previous` (the task's
+    /// caller's) when there is one.
     pub async fn compose_reusing(
         &self,
         documents: &[Document],
         previous: Option<&Composed>,
+        revision: CallerRevision,
     ) -> Composed {
         let changes = previous.map(|p| p.changes.clone()).unwrap_or_default();
+        let revision = previous.map_or(revision, |p| p.revision);
         let servers = connect::connect_all(
             &self.connector,
             self.limits.connect_timeout,
             documents,
             previous,
             &changes,
+            revision,
         );
         let knowledge = knowledge::fetch_all(&self.fetcher, documents, &self.limits);
         let (servers, knowledge) = futures::join!(servers, knowledge);
         let mut assembly = Assembly::new(
             documents,
-            Composed::empty(self.fetcher.clone(), self.limits.clone(), changes),
+            Composed::empty(self.fetcher.clone(), self.limits.clone(), changes, revision),
         );
         for server in servers {
             assembly.add_server(server);

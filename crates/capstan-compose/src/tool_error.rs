@@ -114,6 +114,7 @@ impl From<CallError> for ToolError {
         let kind = match &error {
             CallError::NotAllowed { .. } => ErrorKind::Forbidden,
             CallError::InvalidInput { .. } => ErrorKind::InvalidInput,
+            CallError::Refused { .. } => ErrorKind::Rejected,
             CallError::Unavailable { .. } => ErrorKind::UpstreamUnavailable,
             CallError::Malformed { .. } => ErrorKind::UpstreamMalformed,
         };

@@ -32,7 +32,7 @@ use capstan_api::wire::{MCP_METHOD, MCP_PROTOCOL_VERSION};
 use capstan_compose::{RELAY_CAPACITY, ToCaller};
 use futures::StreamExt;
 use rmcp::ErrorData as McpError;
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, ServerResult};
 use serde_json::{Value, json};
 
 use crate::identity::Identity;
@@ -152,7 +152,7 @@ fn intercepted(request: &Request) -> Intercepted {
 
 /// A call being served (`None`: the caller cancelled it), owned so that it can move into a
 /// streamed answer.
-type PendingCall = Pin<Box<dyn Future<Output = Option<Result<CallToolResult, McpError>>> + Send>>;
+type PendingCall = Pin<Box<dyn Future<Output = Option<Result<CallToolResponse, McpError>>> + Send>>;
 
 /// The reply to a request the caller cancelled: the spec sends it no answer, so an event
 /// stream that ends without one.
@@ -161,9 +161,12 @@ fn no_answer() -> Response {
 }
 
 /// The JSON-RPC answer to request `id`.
-fn answer_message(id: &Value, answer: Result<CallToolResult, McpError>) -> Value {
+fn answer_message(id: &Value, answer: Result<CallToolResponse, McpError>) -> Value {
     match answer {
-        Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+        // A tool result, or (2026-07-28) an `input_required` result as the provider gave it.
+        Ok(response) => {
+            json!({ "jsonrpc": "2.0", "id": id, "result": ServerResult::from(response) })
+        }
         Err(error) => json!({ "jsonrpc": "2.0", "id": id, "error": error }),
     }
 }
@@ -237,7 +240,7 @@ fn to_caller_message(task: &Task, message: ToCaller) -> Value {
 }
 
 /// A spawned call, stopped when its stream is dropped before the answer.
-struct AbortOnDrop(tokio::task::JoinHandle<Option<Result<CallToolResult, McpError>>>);
+struct AbortOnDrop(tokio::task::JoinHandle<Option<Result<CallToolResponse, McpError>>>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
-use capstan_compose::Composed;
+use capstan_compose::{CallerRevision, Composed};
 use capstan_platform::BaseTools;
 use serde_json::{Value, json};
 
@@ -76,7 +76,10 @@ pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts
     };
     let body = cell
         .get_or_init(|| async {
-            let project = inspection.composer.compose(&identity).await;
+            let project = inspection
+                .composer
+                .compose(&identity, CallerRevision::default())
+                .await;
             let body =
                 composition_view(&identity.project, &project.composed, project.base.as_ref());
             project.composed.close().await;

@@ -13,12 +13,12 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use capstan_compose::{ErrorKind, OfferingError, RELAY_CAPACITY, ToCaller, ToolError};
+use capstan_compose::{CallerRevision, ClientAsks, RELAY_CAPACITY, ToCaller};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
-    CompleteResult, DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
     GetSkillRequestParams, GetSkillResult, Implementation, InitializeRequestParams,
     InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListSkillsResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
@@ -37,7 +37,10 @@ use crate::middleware::CallerTask;
 use crate::task::{ANOTHER_CALLER, MAX_SUBSCRIPTIONS, Task};
 use crate::tasks::{Admitted, TaskStarter, Tasks};
 
+mod forwarded;
 mod skills;
+
+use self::forwarded::{answer, params};
 
 /// The protocol revisions served: 2026-07-28 (without sessions) and every session-based one.
 pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
@@ -182,8 +185,10 @@ impl ServerHandler for SessionHandler {
             ));
         }
         let mut result = self.negotiate_initialize(&request)?;
+        let asks = ClientAsks::from_capabilities(&json!(request.capabilities));
         context.peer.set_peer_info(request);
-        let project = self.starter.compose(&identity).await;
+        let revision = CallerRevision::Sessions(asks);
+        let project = self.starter.compose(&identity, revision).await;
         let instructions = &project.composed.composition.instructions;
         if !instructions.is_empty() {
             result.instructions = Some(instructions.clone());
@@ -468,11 +473,15 @@ impl ServerHandler for SessionHandler {
         let Some(answer) = relaying(call, relayed, &context).await else {
             return Err(McpError::invalid_request("the call was cancelled", None));
         };
-        let mut result = answer?;
         // A provider's answer of a session revision has no `resultType`, which 2026-07-28
         // requires; rmcp takes it out again for a peer of a session revision.
-        result.result_type.get_or_insert(ResultType::COMPLETE);
-        Ok(CallToolResponse::Complete(result))
+        Ok(match answer? {
+            CallToolResponse::Complete(mut result) => {
+                result.result_type.get_or_insert(ResultType::COMPLETE);
+                CallToolResponse::Complete(result)
+            }
+            asked => asked,
+        })
     }
 }
 
@@ -508,57 +517,15 @@ cached_list!(
     ListResourceTemplatesResult
 );
 
-/// A request's parameters as JSON, to be rewritten for the provider.
-fn params(request: &impl serde::Serialize) -> Result<Value, McpError> {
-    serde_json::to_value(request).map_err(|e| McpError::invalid_params(e.to_string(), None))
-}
-
-/// The provider's answer to a forwarded request, typed; a refusal goes to the caller as the
-/// spec's error: an unknown name or URI is -32602 naming it (`data.name` / `data.uri`), the
-/// provider's own error passes as it is, a provider that failed is an internal error with
-/// Capstan's error kind.
-fn answer<T: serde::de::DeserializeOwned>(
-    result: Result<Value, OfferingError>,
-    method: &str,
-) -> Result<T, McpError> {
-    let value = result.map_err(|error| {
-        let message = error.to_string();
-        match error {
-            OfferingError::UnknownPrompt { name } | OfferingError::UnknownReference { name } => {
-                McpError::invalid_params(message, Some(json!({ "name": name })))
-            }
-            OfferingError::UnknownResource { uri } => {
-                McpError::invalid_params(message, Some(json!({ "uri": uri })))
-            }
-            OfferingError::Refused(error) => error,
-            OfferingError::Upstream(error) => {
-                let error = ToolError::from(error);
-                McpError::internal_error(
-                    message,
-                    Some(
-                        json!({ "kind": error.kind.as_str(), "retryable": error.kind.retryable() }),
-                    ),
-                )
-            }
-        }
-    })?;
-    serde_json::from_value::<T>(value).map_err(|e| {
-        McpError::internal_error(
-            format!("the provider's answer to {method} is malformed: {e}"),
-            Some(json!({ "kind": ErrorKind::UpstreamMalformed.as_str(), "retryable": false })),
-        )
-    })
-}
-
 /// Runs `call`, sending what the provider says about it to the caller through the session's
 /// peer as it comes; `None` when the caller cancelled it (rmcp cancels the request's token;
 /// dropping the call gives it up at the provider too, `upstream/call.rs`). A question of the
 /// provider's is asked alongside, so that the call's own time limit still applies.
 async fn relaying(
-    call: impl Future<Output = Result<CallToolResult, McpError>>,
+    call: impl Future<Output = Result<CallToolResponse, McpError>>,
     mut relayed: tokio::sync::mpsc::Receiver<ToCaller>,
     context: &RequestContext<RoleServer>,
-) -> Option<Result<CallToolResult, McpError>> {
+) -> Option<Result<CallToolResponse, McpError>> {
     tokio::pin!(call);
     let mut asking = FuturesUnordered::new();
     let answer = loop {

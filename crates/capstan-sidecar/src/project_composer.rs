@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use capstan_compose::{Composed, Composer, ControlPlane, ProjectDocuments, Snapshot};
+use capstan_compose::{
+    CallerRevision, Composed, Composer, ControlPlane, ProjectDocuments, Snapshot,
+};
 use capstan_platform::{BaseTools, ChangePath, ProjectApi};
 use tracing::warn;
 
@@ -73,14 +75,15 @@ impl ProjectComposer {
         &self.documents
     }
 
-    /// Composes the project of `identity`. The caller's token plays no part in composing
-    /// provider tools (it is never forwarded to a provider); the base platform tools act with
-    /// it on the project's own control plane, and without it they are not composed — there is
-    /// no fallback to reading as the sidecar.
-    pub async fn compose(&self, identity: &Identity) -> ComposedProject {
+    /// Composes the project of `identity`, a caller of `revision` (its upstreams are opened
+    /// in that revision where the server offers it). The caller's token plays no part in
+    /// composing provider tools (it is never forwarded to a provider); the base platform tools
+    /// act with it on the project's own control plane, and without it they are not composed —
+    /// there is no fallback to reading as the sidecar.
+    pub async fn compose(&self, identity: &Identity, revision: CallerRevision) -> ComposedProject {
         let (snapshot, outcome) = self.documents.read(&identity.project).await;
         self.context.metrics.source_read(outcome.label());
-        self.compose_snapshot(identity, snapshot, None).await
+        self.compose_with(identity, snapshot, None, revision).await
     }
 
     /// Composes `snapshot` (already read) for `identity`, as [`ProjectComposer::compose`]
@@ -93,11 +96,28 @@ impl ProjectComposer {
         snapshot: Arc<Snapshot>,
         previous: Option<&Served>,
     ) -> ComposedProject {
+        // A composition after the first keeps the revisions of the task's first.
+        let revision = CallerRevision::default();
+        self.compose_with(identity, snapshot, previous, revision)
+            .await
+    }
+
+    async fn compose_with(
+        &self,
+        identity: &Identity,
+        snapshot: Arc<Snapshot>,
+        previous: Option<&Served>,
+        revision: CallerRevision,
+    ) -> ComposedProject {
         let metrics = &self.context.metrics;
         let started = Instant::now();
         let composed = self
             .composer
-            .compose_reusing(&snapshot.documents, previous.map(Served::composed))
+            .compose_reusing(
+                &snapshot.documents,
+                previous.map(Served::composed),
+                revision,
+            )
             .await;
         let base = match previous {
             Some(previous) => previous.base().cloned(),

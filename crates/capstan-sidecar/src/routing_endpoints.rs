@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
-use capstan_compose::{Composed, Snapshot};
+use capstan_compose::{CallerRevision, Composed, Snapshot};
 use capstan_route::{Catalog, Requirements, RouteRequest};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -128,7 +128,10 @@ pub async fn routes(State(inspection): State<Arc<Inspection>>, parts: Parts) -> 
     };
     let body = cell
         .get_or_init(|| async {
-            let project = inspection.composer.compose(&identity).await;
+            let project = inspection
+                .composer
+                .compose(&identity, CallerRevision::default())
+                .await;
             let body = routes_view(
                 &identity.project,
                 &capability,

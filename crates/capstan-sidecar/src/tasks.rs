@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use capstan_compose::CallerRevision;
 use rmcp::service::Peer;
 use rmcp::{ErrorData as McpError, RoleServer};
 use tokio::sync::OnceCell;
@@ -69,9 +70,9 @@ impl TaskStarter {
         Arc::new(Self { composer, feeds })
     }
 
-    /// Composes the project of `identity`.
-    pub async fn compose(&self, identity: &Identity) -> ComposedProject {
-        self.composer.compose(identity).await
+    /// Composes the project of `identity`, a caller of `revision`.
+    pub async fn compose(&self, identity: &Identity, revision: CallerRevision) -> ComposedProject {
+        self.composer.compose(identity, revision).await
     }
 
     /// Starts the task of `identity` serving `project` in `place`, telling its client of list
@@ -310,7 +311,7 @@ impl Tasks {
                         .admit(identity)
                         .map_err(|full| McpError::internal_error(full.to_string(), None))?,
                 };
-                let project = starter.compose(identity).await;
+                let project = starter.compose(identity, CallerRevision::Stateless).await;
                 let task = starter.start(identity.clone(), project, Some(place), None);
                 info!(project = %identity.project, tools = task.served().tools().len(), "task without a session started");
                 Ok::<_, McpError>(task)

@@ -17,9 +17,11 @@ use serde_json::{Value, json};
 const SERVER: &str = "crates/capstan-sidecar/tests/python/chatty_server.py";
 
 /// The server's tools, every one allowed.
-const ALLOWED: [&str; 5] = [
+const ALLOWED: [&str; 7] = [
     "count_steps",
     "ask_user",
+    "confirm",
+    "confirm_calls",
     "leak_progress",
     "wait_for_cancel",
     "cancelled_calls",
@@ -112,4 +114,70 @@ fn a_providers_question_should_reach_a_client_that_can_answer_and_its_answer_the
         through["ask"]["answer"], direct["ask"]["answer"],
         "{through}"
     );
+}
+
+/// Runs `tests/python/input_required.py` against `target` in `mode` (`legacy` or
+/// `2026-07-28`); with `answers`, the client declares elicitation and answers "go".
+fn input_required(target: &str, mode: &str, answers: bool) -> Value {
+    let mut args = vec![target, "demo-project", mode];
+    if answers {
+        args.push("answers");
+    }
+    python_report("input_required.py", &args)
+}
+
+#[test]
+fn a_providers_question_should_reach_the_caller_in_its_own_revision_and_the_answer_the_provider() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut document = binding_document("chatty-binding", "chatty", &endpoint, &ALLOWED);
+    document["metadata"]["namespace"] = json!("demo-project");
+    let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+    let socket = sidecar.socket.to_str().unwrap();
+    let answered = json!([{"type": "text", "text": "{\"answer\": \"go: Proceed?\"}"}]);
+
+    // The oracle: the same client against the server directly. In 2026-07-28 the server
+    // answers `input_required` and the client calls again with its answer and the server's
+    // request state (two requests, one a retry); in a session revision it asks mid-call.
+    let direct = input_required(&endpoint, "2026-07-28", true);
+    assert_eq!(direct["result"]["content"], answered, "{direct}");
+    assert_eq!(
+        direct["server"],
+        json!({"count": 1 + 1, "retries": 1}),
+        "{direct}"
+    );
+
+    // Through Capstan, a 2026-07-28 caller: the result passed to it, its retry to the
+    // provider (which checks its own request state), the same answer.
+    let through = input_required(socket, "2026-07-28", true);
+    assert_eq!(through["result"]["content"], answered, "{through}");
+    assert_eq!(
+        through["server"],
+        json!({"count": 2 + 2, "retries": 2}),
+        "{through}"
+    );
+
+    // A session-revision caller through Capstan is asked mid-call: one request, no retry.
+    let legacy = input_required(socket, "legacy", true);
+    assert_eq!(legacy["result"]["content"], answered, "{legacy}");
+    assert_eq!(
+        legacy["server"],
+        json!({"count": 5, "retries": 2}),
+        "{legacy}"
+    );
+
+    // A 2026-07-28 caller that declared no elicitation: the provider sees no such capability
+    // (Capstan's own are never offered in its place) and refuses, as it does directly.
+    let direct = input_required(&endpoint, "2026-07-28", false);
+    assert_eq!(direct["error"]["code"], -32021, "{direct}");
+    let through = input_required(socket, "2026-07-28", false);
+    let error = &through["result"]["structuredContent"]["error"];
+    assert_eq!(error["kind"], "rejected", "{through}");
+    assert_eq!(error["retryable"], false, "{through}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("did not declare the form elicitation capability"),
+        "{through}"
+    );
+    assert_eq!(through["server"]["retries"], 2, "{through}");
 }

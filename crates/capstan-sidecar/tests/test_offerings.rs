@@ -482,9 +482,10 @@ fn a_subscription_should_follow_its_resource_to_the_servers_new_session() {
 fn a_listen_stream_should_hear_updates_of_the_resources_it_names_and_no_others() {
     let (_server, sidecar) = touching();
     let shown = |name: &str| format!("{PREFIX}{}", stream(name));
-    // A 2026-07-28 caller (no session) listens for one resource; the careless server says
-    // three were updated. The server's record of what the caller's upstream session holds is
-    // the oracle for the subscription, while the stream is open and after it closed.
+    // A 2026-07-28 caller (no session) listens for one resource; the server says three were
+    // updated. Its upstream is spoken to in 2026-07-28 too: the server's record of what its
+    // open listen streams name is the oracle for the subscription, while the caller's stream
+    // is open and after it closed.
     let report = offerings(
         sidecar.socket.to_str().unwrap(),
         "2026-07-28",
@@ -510,7 +511,7 @@ fn a_listen_stream_should_hear_updates_of_the_resources_it_names_and_no_others()
         let text = answer["content"][0]["text"]
             .as_str()
             .unwrap_or_else(|| panic!("{answer}"));
-        serde_json::from_str::<Value>(text).unwrap()["mine"].clone()
+        serde_json::from_str::<Value>(text).unwrap()["listening"].clone()
     };
     assert_eq!(
         mine(&listened["then"]),

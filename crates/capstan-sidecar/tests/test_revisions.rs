@@ -154,20 +154,18 @@ async fn a_2026_07_28_request_that_fails_a_check_should_never_reach_a_tool() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_without_a_session_should_be_kept_per_token_and_end_after_its_ttl() {
     let provider = DemoProvider::start(&[]);
+    let address = free_address();
     let sidecar = Sidecar::start(
         &streamco(&provider),
         &[provider.host()],
-        &[("CAPSTAN_SESSIONLESS_TTL_SECONDS", "2")],
+        &[
+            ("CAPSTAN_SESSIONLESS_TTL_SECONDS", "2"),
+            ("CAPSTAN_METRICS_ADDRESS", &address),
+        ],
     );
-    let initializes = || async {
-        provider
-            .requests()
-            .await
-            .iter()
-            .flat_map(|r| r["rpc"].as_array().cloned().unwrap_or_default())
-            .filter(|m| m["method"] == "initialize")
-            .count()
-    };
+    // A task of a 2026-07-28 caller speaks 2026-07-28 to the provider, which offers it: each
+    // composition opens it with one `server/discover` (and never `initialize`).
+    let discovers = || provider_requests(&provider, "server/discover");
     let list = |token: &str, id: u64| {
         let authorization = format!("Bearer {token}");
         let (status, body) = post(
@@ -185,21 +183,21 @@ async fn a_task_without_a_session_should_be_kept_per_token_and_end_after_its_ttl
     assert_eq!(list("a", 1), 4);
     assert_eq!(list("a", 2), 4);
     // One composition for token a: one upstream session.
-    assert_eq!(initializes().await, 1);
+    assert_eq!(discovers().await, 1);
     // Another token is another caller: never served a's task, composed for itself.
     assert_eq!(list("b", 3), 4);
-    assert_eq!(initializes().await, 2);
-    // Unused past its TTL, a task ends and its upstream session closes.
+    assert_eq!(discovers().await, 2);
+    assert_eq!(provider_requests(&provider, "initialize").await, 0);
+    // Unused past its TTL, a task ends and gives up its place.
     eventually("both tasks end after their TTL", || async {
-        (upstream_deletes(&provider).await >= 2).then_some(())
+        metrics(&address)
+            .await
+            .contains("capstan_sidecar_places_held 0")
+            .then_some(())
     })
     .await;
     assert_eq!(list("a", 4), 4);
-    assert_eq!(
-        initializes().await,
-        3,
-        "the next request composes a new task"
-    );
+    assert_eq!(discovers().await, 3, "the next request composes a new task");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -207,7 +205,12 @@ async fn max_task_duration_should_end_a_task_without_a_session_and_the_next_call
     let provider = DemoProvider::start(&[]);
     let mut documents = streamco(&provider);
     documents["items"][0]["spec"]["authority"] = json!({"maxTaskDurationSeconds": 1});
-    let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
+    let address = free_address();
+    let sidecar = Sidecar::start(
+        &documents,
+        &[provider.host()],
+        &[("CAPSTAN_METRICS_ADDRESS", &address)],
+    );
     let headers = [
         (PROJECT_HEADER, "demo-project"),
         ("authorization", "Bearer t"),
@@ -219,16 +222,22 @@ async fn max_task_duration_should_end_a_task_without_a_session_and_the_next_call
         (status, message(&body)["result"]["isError"].clone()),
         (200, json!(false))
     );
-    // The time limit ends the task: its upstream session closes.
+    assert_eq!(provider_requests(&provider, "server/discover").await, 1);
+    // The time limit ends the task: it gives up its place.
     eventually("the task ends at its time limit", || async {
-        (upstream_deletes(&provider).await >= 1).then_some(())
+        metrics(&address)
+            .await
+            .contains("capstan_sidecar_places_held 0")
+            .then_some(())
     })
     .await;
-    // Without a session there is nothing to start again by hand: the next call is a new task.
+    // Without a session there is nothing to start again by hand: the next call is a new task,
+    // composed anew (its upstream opened again).
     let (status, body) = post(&sidecar, &headers, &call_get_body(2));
     assert_eq!(status, 200, "{body}");
     assert_eq!(message(&body)["result"]["isError"], false, "{body}");
     assert_eq!(provider.tool_calls().await, ["streams_get", "streams_get"]);
+    assert_eq!(provider_requests(&provider, "server/discover").await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -309,4 +318,15 @@ async fn a_task_without_a_session_should_take_a_place_under_the_session_cap() {
             .map(|tools| tools.len())
     })
     .await;
+}
+
+/// How many JSON-RPC messages of `method` the provider received.
+async fn provider_requests(provider: &DemoProvider, method: &str) -> usize {
+    provider
+        .requests()
+        .await
+        .iter()
+        .flat_map(|r| r["rpc"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["method"] == method)
+        .count()
 }

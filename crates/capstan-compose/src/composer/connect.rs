@@ -13,7 +13,9 @@ use tracing::debug;
 
 use super::live::{Composed, Connected};
 use crate::source::snapshot::Document;
-use crate::upstream::{ConnectError, Connector, Offerings, Upstream, UpstreamChanges, Wanted};
+use crate::upstream::{
+    CallerRevision, ConnectError, Connector, Offerings, Upstream, UpstreamChanges, Wanted,
+};
 
 /// What one `mcpServers[]` entry of a document asks of the composition.
 pub(super) struct ServerPlan {
@@ -126,6 +128,7 @@ pub(super) async fn connect_all(
     documents: &[Document],
     previous: Option<&Composed>,
     changes: &UpstreamChanges,
+    revision: CallerRevision,
 ) -> Vec<ServerResult> {
     let kept: HashMap<[u8; 32], &Connected> = previous
         .map(|p| p.upstreams.iter().map(|c| (c.key, c)).collect())
@@ -158,6 +161,7 @@ pub(super) async fn connect_all(
                         plan.allowed.clone(),
                         plan.wanted(),
                         &changes.for_upstream(),
+                        revision,
                     )
                     .await
                     .map(|(upstream, tools, offerings)| {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rmcp::model::{CallToolResult, JsonObject, Tool};
+use rmcp::model::{CallToolResponse, CallToolResult, JsonObject, Tool};
 use serde_json::Value;
 
 use super::OfferingError;
@@ -16,7 +16,7 @@ use crate::fetch::Fetcher;
 use crate::knowledge;
 use crate::limits::Limits;
 use crate::upstream::{
-    CallTraffic, Forwarded, Offerings, ResourceUpdated, Upstream, UpstreamChanges,
+    CallError, CallTraffic, Forwarded, Offerings, ResourceUpdated, Upstream, UpstreamChanges,
 };
 
 /// One upstream session of a composition, with what it listed and what it was opened for.
@@ -47,12 +47,19 @@ pub struct Composed {
     pub(super) changes: UpstreamChanges,
     /// The skills as `SKILL.md` files, once listed or read (`skill_files.rs`).
     pub(super) skill_files: tokio::sync::OnceCell<Vec<super::SkillFile>>,
+    /// The revisions its upstreams were opened for (kept by later compositions of the task).
+    pub(super) revision: crate::CallerRevision,
 }
 
 impl Composed {
     /// A composition with nothing in it yet, fetching skills with `fetcher` and noting its
     /// upstreams' list changes on `changes`.
-    pub(super) fn empty(fetcher: Fetcher, limits: Limits, changes: UpstreamChanges) -> Self {
+    pub(super) fn empty(
+        fetcher: Fetcher,
+        limits: Limits,
+        changes: UpstreamChanges,
+        revision: crate::CallerRevision,
+    ) -> Self {
         Self {
             composition: Composition::default(),
             upstreams: Vec::new(),
@@ -63,6 +70,7 @@ impl Composed {
             capabilities: Vec::new(),
             changes,
             skill_files: tokio::sync::OnceCell::new(),
+            revision,
         }
     }
 
@@ -102,14 +110,27 @@ impl Composed {
         self.capabilities().find(|c| c.tool.name == name)
     }
 
-    /// Calls a composed tool by its composed name.
+    /// Calls a composed tool by its composed name, for a caller that cannot be asked anything
+    /// (a provider's `input_required` result is its error).
     pub async fn call_tool(
         &self,
         name: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, ToolCallError> {
-        self.call_tool_with(name, arguments, &CallTraffic::default())
-            .await
+        match self
+            .call_tool_with(name, arguments, &CallTraffic::default())
+            .await?
+        {
+            CallToolResponse::Complete(result) => Ok(result),
+            _ => Err(ToolCallError::Upstream(CallError::Malformed {
+                server: self
+                    .routes
+                    .get(name)
+                    .map(|(index, _)| self.upstreams[*index].upstream.server.clone())
+                    .unwrap_or_default(),
+                message: "it asked for input, which this caller cannot give".into(),
+            })),
+        }
     }
 
     /// [`Self::call_tool`] carrying the caller's `_meta`, the provider's messages about the
@@ -119,7 +140,7 @@ impl Composed {
         name: &str,
         arguments: Option<JsonObject>,
         traffic: &CallTraffic,
-    ) -> Result<CallToolResult, ToolCallError> {
+    ) -> Result<CallToolResponse, ToolCallError> {
         let Some((index, tool)) = self.routes.get(name) else {
             return Err(ToolCallError::Unknown {
                 name: name.to_owned(),

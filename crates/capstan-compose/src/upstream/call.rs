@@ -1,6 +1,7 @@
 //! `tools/call` (and a re-list with `tools/list`) straight to the upstream: one POST in the
-//! caller's own task on the session rmcp opened, the answer read as JSON or from the SSE
-//! stream up to the response with this request's id.
+//! caller's own task — on the session rmcp opened, or self-contained in 2026-07-28
+//! (`upstream/revision.rs`) —, the answer read as JSON or from the SSE stream up to the
+//! response with this request's id.
 //!
 //! rmcp's client routes every request through its service loop, its transport worker and a task
 //! per response stream, and back; the sidecar benchmark's profile was dominated by those task
@@ -10,37 +11,73 @@
 //! and keeping its client alive only to send the DELETE cost most of a session's memory; it
 //! applies the same limits rmcp does.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use futures::StreamExt;
-use rmcp::model::{CallToolResult, ErrorCode, ErrorData, JsonObject, ListToolsResult, Tool};
+use rmcp::model::{
+    CallToolResponse, CallToolResult, ErrorCode, ErrorData, InputRequiredResult, JsonObject,
+    ListToolsResult, Tool,
+};
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 use thiserror::Error;
 use tracing::debug;
 
 use super::Forwarded;
-use super::changes::{ResourceUpdated, UpstreamChanges, is_list_changed, updated_uri};
+use super::changes::{UpstreamChanges, is_list_changed};
 use super::error::CallError;
 use super::pooled::DrainOnDrop;
 use super::relay::{CallTraffic, Relayed};
+use super::revision::{ParamHeader, Revision, Subscribed, param_headers};
 use crate::error_chain::chain_text;
 
-/// What a tool call needs to go straight to the server: the shared HTTP client, the endpoint,
-/// and the session rmcp negotiated.
+/// Where direct requests go and how they are addressed; cheap to clone into a task of its own.
+#[derive(Clone, Debug)]
+pub(crate) struct Target {
+    pub(crate) http: reqwest::Client,
+    pub(crate) url: String,
+    pub(crate) revision: Arc<Revision>,
+}
+
+impl Target {
+    /// A POST of `message`, with the headers of its revision (`headed`: the argument headers of
+    /// the tool it calls).
+    pub(crate) fn post(
+        &self,
+        message: &Value,
+        headed: Option<&[ParamHeader]>,
+    ) -> reqwest::RequestBuilder {
+        let request = self
+            .http
+            .post(&self.url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json, text/event-stream");
+        self.revision
+            .headers(request, message, headed)
+            .body(serde_json::to_vec(message).unwrap_or_default())
+    }
+}
+
+/// What a tool call needs to go straight to the server: where it goes, how it is addressed,
+/// and what the revision keeps per upstream.
 pub(crate) struct DirectCalls {
     /// The `mcpServers[].name` entry, for errors.
     pub(crate) server: String,
-    pub(crate) http: reqwest::Client,
-    pub(crate) url: String,
-    pub(crate) session: String,
-    pub(crate) version: String,
+    pub(crate) target: Target,
     pub(crate) next_id: AtomicU64,
     /// Where the server's list changes (on a call's stream, or its standalone stream) are
     /// noted, for a server followed for them.
     pub(crate) changes: Option<UpstreamChanges>,
+    /// The argument headers of the server's tools that have any (2026-07-28), by tool.
+    pub(crate) headed: RwLock<BTreeMap<String, Vec<ParamHeader>>>,
+    /// The resources the task's sessions subscribed to (2026-07-28: named on the listen
+    /// stream, `upstream/listen.rs`).
+    pub(crate) subscribed: Subscribed,
+    /// The log level the caller asked for (2026-07-28: sent on every request).
+    pub(crate) log_level: Mutex<Option<Value>>,
 }
 
 impl DirectCalls {
@@ -61,39 +98,91 @@ impl DirectCalls {
         tool: &str,
         arguments: Option<JsonObject>,
         traffic: &CallTraffic,
-    ) -> Result<CallToolResult, CallError> {
+    ) -> Result<CallToolResponse, CallError> {
         let id = self.next_request_id();
         let mut params = json!({ "name": tool, "arguments": arguments.unwrap_or_default() });
         if let Some(meta) = traffic.upstream_meta(&id) {
             params["_meta"] = meta;
         }
+        if let Some(responses) = &traffic.input_responses {
+            params["inputResponses"] = json!(responses);
+        }
+        if let Some(state) = &traffic.request_state {
+            params["requestState"] = json!(state);
+        }
+        self.stamp(&mut params, traffic.caller_capabilities());
         // A call given up before its answer (the caller cancelled it, or its time ran out) is
-        // cancelled at the provider too.
-        let abandoned = Abandoned {
+        // cancelled at the provider too: told in a session revision, its stream closed in
+        // 2026-07-28 (`answer_in_stream`).
+        let abandoned = (!self.target.revision.is_stateless()).then_some(Abandoned {
             calls: self,
             id: &id,
-        };
+        });
         let answer = self
             .request_as(&id, "tools/call", params, Some(tool), traffic)
             .await;
         std::mem::forget(abandoned);
         let result = answer?;
-        serde_json::from_value::<CallToolResult>(result).map_err(|_| CallError::Malformed {
-            server: self.server.clone(),
-            message: "the answer to tools/call is not a tool result".into(),
-        })
+        // 2026-07-28: the provider asks the caller something first (an `input_required` result,
+        // passed on as it is; its `requestState` is never read here).
+        if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+            return serde_json::from_value::<InputRequiredResult>(result)
+                .map(CallToolResponse::InputRequired)
+                .map_err(|e| {
+                    self.malformed(format!("an input_required result that is not one: {e}"))
+                });
+        }
+        serde_json::from_value::<CallToolResult>(result)
+            .map(CallToolResponse::Complete)
+            .map_err(|_| CallError::Malformed {
+                server: self.server.clone(),
+                message: "the answer to tools/call is not a tool result".into(),
+            })
     }
 
-    /// `logging/setLevel` on the session.
+    /// `logging/setLevel` on the session; in 2026-07-28, the level every request carries.
     pub(crate) async fn set_log_level(&self, params: Value) -> Result<(), CallError> {
+        if self.target.revision.is_stateless() {
+            *lock(&self.log_level) = params.get("level").cloned();
+            return Ok(());
+        }
         self.request("logging/setLevel", params, None)
             .await
             .map(drop)
     }
 
+    /// The client context and log level on a 2026-07-28 request's `_meta` (nothing in a
+    /// session revision).
+    fn stamp(&self, params: &mut Value, caller_capabilities: Option<&Value>) {
+        let level = lock(&self.log_level).clone();
+        self.target
+            .revision
+            .stamp(params, caller_capabilities, level.as_ref());
+    }
+
     /// One request of the caller's on the session: the provider's `result`, or its error
     /// answer as it gave it.
-    pub(crate) async fn forward(&self, method: &str, params: Value) -> Result<Value, Forwarded> {
+    pub(crate) async fn forward(
+        &self,
+        method: &str,
+        mut params: Value,
+    ) -> Result<Value, Forwarded> {
+        if self.target.revision.is_stateless()
+            && let Some(subscribed) = match method {
+                "resources/subscribe" => Some(true),
+                "resources/unsubscribe" => Some(false),
+                _ => None,
+            }
+        {
+            // No such request in 2026-07-28: the URI is named on the listen stream instead.
+            let uri = params
+                .get("uri")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            self.subscribed.set(uri, subscribed);
+            return Ok(json!({}));
+        }
+        self.stamp(&mut params, None);
         let id = self.next_request_id();
         let response = self
             .send(&id, method, params)
@@ -129,6 +218,8 @@ impl DirectCalls {
                 Some(cursor) => json!({ "cursor": cursor }),
                 None => json!({}),
             };
+            let mut params = params;
+            self.stamp(&mut params, None);
             let result = self.request("tools/list", params, None).await?;
             let page = serde_json::from_value::<ListToolsResult>(result).map_err(|_| {
                 CallError::Malformed {
@@ -139,7 +230,10 @@ impl DirectCalls {
             tools.extend(page.tools);
             match page.next_cursor {
                 Some(next) if !next.is_empty() => cursor = Some(next),
-                _ => return Ok(tools),
+                _ => {
+                    self.headed_by(&tools);
+                    return Ok(tools);
+                }
             }
         }
         Err(CallError::Malformed {
@@ -161,8 +255,15 @@ impl DirectCalls {
             .await
     }
 
+    /// Keeps the argument headers of `tools` (the server's whole list) for its calls.
+    pub(crate) fn headed_by(&self, tools: &[Tool]) {
+        if self.target.revision.is_stateless() {
+            *self.headed.write().unwrap_or_else(|p| p.into_inner()) = param_headers(tools);
+        }
+    }
+
     /// The next request id on the session; a call's minted progress token is the same string.
-    fn next_request_id(&self) -> String {
+    pub(crate) fn next_request_id(&self) -> String {
         format!("capstan-{}", self.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
@@ -194,8 +295,17 @@ impl DirectCalls {
             "method": method,
             "params": params,
         });
-        let response = self
-            .post(&request)
+        let post = {
+            let headed = self.headed.read().unwrap_or_else(|p| p.into_inner());
+            let tool = (method == "tools/call")
+                .then(|| request["params"]["name"].as_str())
+                .flatten();
+            self.target.post(
+                &request,
+                tool.and_then(|t| headed.get(t)).map(Vec::as_slice),
+            )
+        };
+        let response = post
             .send()
             .await
             .map_err(|error| self.unavailable(chain_text(&error)))?;
@@ -255,7 +365,11 @@ impl DirectCalls {
         traffic: &CallTraffic,
     ) -> Result<Value, CallError> {
         let bytes = limited_bytes(response, MAX_ANSWER_BYTES);
+        // Given up before its answer, a 2026-07-28 request's stream is closed: that is how the
+        // revision cancels a request. Otherwise it is read to its end for the connection's sake.
+        let stateless = self.target.revision.is_stateless();
         let mut events = DrainOnDrop::new(SseStream::from_bytes_stream(bytes).boxed());
+        events.drain(!stateless);
         loop {
             let Some(event) = events.next().await else {
                 return Err(self.malformed("the response stream ended without an answer".into()));
@@ -267,6 +381,7 @@ impl DirectCalls {
             let message = serde_json::from_str::<Value>(&data)
                 .map_err(|e| self.malformed(format!("an event is not JSON: {e}")))?;
             if message.get("id").and_then(Value::as_str) == Some(id) {
+                events.drain(true);
                 return Ok(message);
             }
             if is_list_changed(&message) {
@@ -283,26 +398,18 @@ impl DirectCalls {
 
     /// POSTs a JSON-RPC response to a request of the provider's on the session. The provider
     /// answers 202; a failure only means the provider waits for its own timeout, which is not
-    /// this call's error.
+    /// this call's error. Without a session there is nowhere to answer (a 2026-07-28 server
+    /// asks through an `input_required` result instead).
     async fn post_answer(&self, answer: &Value) {
-        self.posting(answer).await;
-    }
-
-    /// A POST of `message` on the session.
-    fn post(&self, message: &Value) -> reqwest::RequestBuilder {
-        self.http
-            .post(&self.url)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::ACCEPT, "application/json, text/event-stream")
-            .header(MCP_SESSION_ID, &self.session)
-            .header(MCP_PROTOCOL_VERSION, &self.version)
-            .body(serde_json::to_vec(message).unwrap_or_default())
+        if !self.target.revision.is_stateless() {
+            self.posting(answer).await;
+        }
     }
 
     /// POSTs `message` (a response or a notification: the provider answers 202) on the session,
     /// owning what it needs (for a task of its own). Undelivered is only logged.
     fn posting(&self, message: &Value) -> impl Future<Output = ()> + Send + 'static {
-        let request = self.post(message).timeout(END_TIMEOUT);
+        let request = self.target.post(message, None).timeout(END_TIMEOUT);
         let server = self.server.clone();
         async move {
             match request.send().await {
@@ -337,6 +444,12 @@ impl DirectCalls {
                     CallError::InvalidInput {
                         server: self.server.clone(),
                         tool: tool.to_owned(),
+                        message,
+                    }
+                }
+                _ if code == i64::from(ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY.0) => {
+                    CallError::Refused {
+                        server: self.server.clone(),
                         message,
                     }
                 }
@@ -396,108 +509,24 @@ impl DirectCalls {
         self.ending().await;
     }
 
-    /// The DELETE ending the session, owning what it needs (for a task of its own).
+    /// The DELETE ending the session, owning what it needs (for a task of its own); without a
+    /// session (2026-07-28) there is nothing to end.
     pub(crate) fn ending(&self) -> impl Future<Output = ()> + Send + 'static {
-        let request = self
-            .http
-            .delete(&self.url)
-            .header(MCP_SESSION_ID, &self.session)
-            .header(MCP_PROTOCOL_VERSION, &self.version)
-            .timeout(END_TIMEOUT);
+        let target = &self.target;
+        let request = (!target.revision.is_stateless()).then(|| {
+            let request = target.http.delete(&target.url).timeout(END_TIMEOUT);
+            target.revision.headers(request, &Value::Null, None)
+        });
         async move {
             // Read to the end, so that the connection goes back to the pool.
-            if let Ok(response) = request.send().await {
+            if let Some(request) = request
+                && let Ok(response) = request.send().await
+            {
                 let _ = response.bytes().await;
             }
         }
     }
 }
-
-impl DirectCalls {
-    /// Follows the server's standalone stream (GET on the session) for as long as it is
-    /// polled, noting each list change in `changes` and passing on each
-    /// `notifications/resources/updated` (as coming from upstream `upstream`); other messages
-    /// are read and dropped. A stream that ends or fails is opened again after a pause that grows
-    /// to [`LISTEN_MAX_PAUSE`], and what the server said in between counts as missed (its lists
-    /// re-read, every subscription told); a server that offers no stream (405) is not asked again. Each
-    /// connection reads at most [`LISTEN_MAX_BYTES`], so a server cannot make the sidecar
-    /// buffer without bound.
-    pub(crate) fn listen(
-        &self,
-        changes: UpstreamChanges,
-        upstream: u64,
-    ) -> impl Future<Output = ()> + Send + 'static {
-        let request = self
-            .http
-            .get(&self.url)
-            .header(http::header::ACCEPT, "text/event-stream")
-            .header(MCP_SESSION_ID, &self.session)
-            .header(MCP_PROTOCOL_VERSION, &self.version);
-        let server = self.server.clone();
-        async move {
-            let mut pause = LISTEN_FIRST_PAUSE;
-            // Whether a stream was open before: what the server said between that stream's end
-            // and this one's start was not heard, so reopening notes it as missed.
-            let mut reopened = false;
-            loop {
-                let Some(request) = request.try_clone() else {
-                    return;
-                };
-                match request.send().await {
-                    Ok(response)
-                        if response.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED =>
-                    {
-                        debug!(%server, "the server offers no standalone stream");
-                        return;
-                    }
-                    Ok(response) if response.status().is_success() => {
-                        pause = LISTEN_FIRST_PAUSE;
-                        if std::mem::replace(&mut reopened, true) {
-                            debug!(%server, "the standalone stream was reopened; what it said meanwhile was missed");
-                            changes.missed();
-                        }
-                        let bytes = limited_bytes(response, LISTEN_MAX_BYTES);
-                        let mut events = std::pin::pin!(SseStream::from_bytes_stream(bytes));
-                        while let Some(Ok(event)) = events.next().await {
-                            let message = event
-                                .data
-                                .and_then(|data| serde_json::from_str::<Value>(&data).ok());
-                            let Some(message) = message else { continue };
-                            if is_list_changed(&message) {
-                                debug!(%server, "a list of the server's changed");
-                                changes.note();
-                            } else if let Some(uri) = updated_uri(&message) {
-                                changes.updated(ResourceUpdated {
-                                    upstream,
-                                    uri: uri.to_owned(),
-                                });
-                            }
-                        }
-                    }
-                    Ok(response) => {
-                        debug!(%server, status = %response.status(), "the standalone stream was refused");
-                    }
-                    Err(error) => {
-                        debug!(%server, error = %chain_text(&error), "the standalone stream failed");
-                    }
-                }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(LISTEN_MAX_PAUSE);
-            }
-        }
-    }
-}
-
-/// The first pause before a standalone stream is opened again.
-const LISTEN_FIRST_PAUSE: Duration = Duration::from_millis(500);
-
-/// The longest pause between attempts at a standalone stream. 30 s: a server restarting is
-/// followed again soon after, and one refusing streams is asked twice a minute at most.
-const LISTEN_MAX_PAUSE: Duration = Duration::from_secs(30);
-
-/// The most one standalone stream connection is read before it is opened again. 1 MiB: list
-/// changes are a few dozen bytes each; anything larger is not what the sidecar listens for.
-const LISTEN_MAX_BYTES: usize = 1024 * 1024;
 
 /// The most pages one re-list reads.
 const MAX_LIST_PAGES: usize = 100;
@@ -510,7 +539,7 @@ const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
 /// Why an answer could not be read.
 #[derive(Debug, Error)]
-enum ReadError {
+pub(crate) enum ReadError {
     #[error(transparent)]
     Http(#[from] reqwest::Error),
     #[error("the answer exceeds {0} bytes")]
@@ -518,7 +547,7 @@ enum ReadError {
 }
 
 /// The body of `response` as a stream that fails once more than `limit` bytes have come.
-fn limited_bytes(
+pub(crate) fn limited_bytes(
     response: reqwest::Response,
     limit: usize,
 ) -> impl futures::Stream<Item = Result<bytes::Bytes, ReadError>> + Send + 'static {
@@ -542,4 +571,11 @@ async fn read_limited(mut response: reqwest::Response, limit: usize) -> Result<V
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// `mutex` locked; only whole values are written under it, so a poisoned one holds a whole value.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

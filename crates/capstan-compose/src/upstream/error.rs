@@ -51,6 +51,15 @@ pub enum CallError {
         /// The upstream's message.
         message: String,
     },
+    /// The upstream refused the call for a reason the caller must fix: a capability its client
+    /// did not declare (-32021, 2026-07-28).
+    #[error("{server} refused the call: {message}")]
+    Refused {
+        /// The MCP server entry.
+        server: String,
+        /// The upstream's message.
+        message: String,
+    },
     /// The upstream cannot be reached or did not answer in time.
     #[error("{server} is unavailable: {message}")]
     Unavailable {

@@ -245,12 +245,23 @@ impl StreamableHttpClient for PooledClient {
 /// (within [`DRAIN_LIMIT`]) so that its connection can be reused.
 pub struct DrainOnDrop<S: Stream + Send + Unpin + 'static> {
     inner: Option<S>,
+    /// Whether a drop reads it to the end (else it is closed: how a 2026-07-28 request is
+    /// cancelled).
+    drain: bool,
 }
 
 impl<S: Stream + Send + Unpin + 'static> DrainOnDrop<S> {
     /// Wraps `inner`.
     pub fn new(inner: S) -> Self {
-        Self { inner: Some(inner) }
+        Self {
+            inner: Some(inner),
+            drain: true,
+        }
+    }
+
+    /// Whether dropping it from now on reads it to its end (`true`) or closes it.
+    pub fn drain(&mut self, drain: bool) {
+        self.drain = drain;
     }
 }
 
@@ -272,7 +283,7 @@ impl<S: Stream + Send + Unpin + 'static> Stream for DrainOnDrop<S> {
 
 impl<S: Stream + Send + Unpin + 'static> Drop for DrainOnDrop<S> {
     fn drop(&mut self) {
-        let Some(mut inner) = self.inner.take() else {
+        let Some(mut inner) = self.inner.take().filter(|_| self.drain) else {
             return;
         };
         // Outside a runtime (a test tearing down) the connection is simply closed.

@@ -13,7 +13,9 @@
 //! id —, and is answered at once with -32601 otherwise: nothing waits for an answer that would
 //! never come.
 
-use rmcp::model::{ProgressToken, RequestMetaObject, ServerNotification, ServerRequest};
+use rmcp::model::{
+    InputResponses, ProgressToken, RequestMetaObject, ServerNotification, ServerRequest,
+};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -119,6 +121,12 @@ pub struct CallTraffic {
     pub caller: Option<CallerSide>,
     /// What the caller can be asked.
     pub asks: ClientAsks,
+    /// A 2026-07-28 caller's answers to the provider's `input_required` result, sent with the
+    /// call again (`inputResponses`).
+    pub input_responses: Option<InputResponses>,
+    /// The provider's `requestState` the caller sends back with them: opaque to Capstan, never
+    /// read, only carried.
+    pub request_state: Option<String>,
 }
 
 impl CallTraffic {
@@ -128,7 +136,41 @@ impl CallTraffic {
         caller: Option<CallerSide>,
         asks: ClientAsks,
     ) -> Self {
-        Self { meta, caller, asks }
+        Self {
+            meta,
+            caller,
+            asks,
+            input_responses: None,
+            request_state: None,
+        }
+    }
+
+    /// The same traffic, carrying a retry's `inputResponses` and `requestState`.
+    #[must_use]
+    pub fn retrying(
+        mut self,
+        input_responses: Option<InputResponses>,
+        request_state: Option<String>,
+    ) -> Self {
+        self.input_responses = input_responses;
+        self.request_state = request_state;
+        self
+    }
+
+    /// Whether the caller can take an `input_required` result: a 2026-07-28 caller (its
+    /// request carries its capabilities). A session-revision caller is asked mid-call instead.
+    pub fn takes_input(&self) -> bool {
+        self.caller_capabilities().is_some()
+    }
+
+    /// The capabilities a 2026-07-28 caller declared on this request (its `_meta`), if it did:
+    /// what a provider in that revision may ask of it.
+    pub(crate) fn caller_capabilities(&self) -> Option<&Value> {
+        self.meta
+            .as_ref()?
+            .0
+            .0
+            .get(super::revision::CLIENT_CAPABILITIES)
     }
 
     /// The caller's progress token, if it asked for progress.

@@ -9,6 +9,7 @@ import sys
 from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts import Prompt
+from mcp.server.subscriptions import ListenHandler
 
 server = MCPServer("streamco-python")
 
@@ -129,6 +130,25 @@ async def on_unsubscribe(ctx, params) -> types.EmptyResult:
 server._lowlevel_server.add_request_handler("resources/subscribe", types.SubscribeRequestParams, on_subscribe)
 server._lowlevel_server.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, on_unsubscribe)
 
+# 2026-07-28 clients have no session: they name the resources they want told of on their
+# `subscriptions/listen` streams. The URIs each open stream names, by its request id.
+listening: dict[str, list[str]] = {}
+serve_listen = ListenHandler(server._subscriptions)
+
+
+async def on_listen(ctx, params):
+    key = str(ctx.request_id)
+    listening[key] = list(params.notifications.resource_subscriptions or [])
+    try:
+        return await serve_listen(ctx, params)
+    finally:
+        listening.pop(key, None)
+
+
+server._lowlevel_server.add_request_handler(
+    "subscriptions/listen", types.SubscriptionsListenRequestParams, on_listen
+)
+
 
 @server.tool()
 async def touch(
@@ -136,15 +156,18 @@ async def touch(
 ) -> dict:
     """Says each of `uris` was updated, in order, `times[i]` times each (once by default), on
     the standalone stream of the session, or with `everyone` of every session that ever
-    subscribed; reports what is subscribed, by any session and by the calling one (its id)."""
-    told = list(sessions.values()) if everyone else [ctx.request_context.session]
+    subscribed — and to the 2026-07-28 listen streams naming it; reports what is subscribed,
+    by any session, by the calling one (its id), and by the open listen streams."""
+    session = session_id(ctx.request_context.request)
+    told = list(sessions.values()) if everyone else [ctx.request_context.session] if session else []
     for i, uri in enumerate(uris):
         for _ in range(times[i] if times else 1):
-            for session in told:
-                await session.send_resource_updated(uri)
-    session = session_id(ctx.request_context.request)
+            for session_told in told:
+                await session_told.send_resource_updated(uri)
+            await ctx.notify_resource_updated(uri)
     mine = by_session.get(session, set())
-    return {"subscribed": sorted(subscribed), "mine": sorted(mine), "session": session}
+    streams = sorted({uri for uris in listening.values() for uri in uris})
+    return {"subscribed": sorted(subscribed), "mine": sorted(mine), "session": session, "listening": streams}
 
 
 @server.tool()
@@ -152,6 +175,7 @@ async def add_prompt(ctx: Context) -> str:
     """Adds the prompt `escalate` and says the prompt list changed."""
     server.add_prompt(Prompt.from_function(escalate, name="escalate"))
     await ctx.request_context.session.send_prompt_list_changed()
+    await ctx.notify_prompts_changed()
     return "added"
 
 

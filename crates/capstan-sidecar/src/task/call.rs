@@ -13,7 +13,9 @@ use capstan_compose::{
 use capstan_platform::BaseTools;
 use capstan_route::{Decision, Taken};
 use rmcp::ErrorData as McpError;
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
+};
 use serde_json::Value;
 use tracing::{Instrument, info, info_span, warn};
 
@@ -29,44 +31,51 @@ impl Task {
     /// back as tool results; only an unknown tool is a protocol error. A call that reaches a
     /// provider carries the caller's `_meta`, and the provider's progress, log messages and
     /// questions about it go to `caller_side` (the caller's stream; `upstream/relay.rs` in
-    /// capstan-compose).
+    /// capstan-compose). A 2026-07-28 provider's `input_required` result reaches a 2026-07-28
+    /// caller as it is, and its retry (`inputResponses`, `requestState`) the same provider.
     pub async fn call(
         &self,
         caller: Option<&Identity>,
         request: CallToolRequestParams,
         caller_side: Option<CallerSide>,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         let _busy = Busy::new(self);
         if !self.owned_by(caller) {
-            return Ok(self.refuse(ToolError::new(ErrorKind::Forbidden, ANOTHER_CALLER)));
+            let error = ToolError::new(ErrorKind::Forbidden, ANOTHER_CALLER);
+            return Ok(self.refuse(error).into());
         }
         if self.expired() {
-            return Ok(self.refuse(self.time_limit_passed()));
+            return Ok(self.refuse(self.time_limit_passed()).into());
         }
         let CallToolRequestParams {
             name,
             arguments,
             meta,
+            input_responses,
+            request_state,
             ..
         } = request;
-        let traffic = CallTraffic::new(meta, caller_side, self.client_asks());
+        let traffic = CallTraffic::new(meta, caller_side, self.client_asks())
+            .retrying(input_responses, request_state);
         // The call runs on what the session serves as it starts, to its end.
         let served = self.served();
         let composed = served.composed();
         if name == LOAD_SKILL && !composed.composition.skills.is_empty() {
             let arguments = Value::Object(arguments.unwrap_or_default());
-            return Ok(match load_skill(composed, &arguments).await {
+            let result = match load_skill(composed, &arguments).await {
                 Ok(result) => {
                     self.context.metrics.tool_call("ok");
                     result
                 }
                 Err(error) => self.refuse(error),
-            });
+            };
+            return Ok(result.into());
         }
         if let Some(base) = served.base()
             && base.has(&name)
         {
-            return Ok(self.call_base_tool(&served, base, &name, arguments).await);
+            let result = self.call_base_tool(&served, base, &name, arguments).await;
+            return Ok(result.into());
         }
         if let Some(routed) = composed.capability(&name) {
             return Ok(self
@@ -131,11 +140,11 @@ impl Task {
         routed: &RoutedCapability,
         arguments: Option<JsonObject>,
         traffic: &CallTraffic,
-    ) -> CallToolResult {
+    ) -> CallToolResponse {
         let capability = routed.spec.capability_id.as_str();
         let (taken, arguments) = match routing_arguments(served, routed, arguments) {
             Ok(split) => split,
-            Err(error) => return self.refuse(error),
+            Err(error) => return self.refuse(error).into(),
         };
         let digest = taken
             .intent
@@ -143,17 +152,16 @@ impl Task {
             .map(|intent| self.context.decisions.intent_digest(intent));
         let decision = match decide(routed, served.snapshot(), &taken.route, &taken.requirements) {
             Ok(decision) => decision,
-            Err(why) => return self.route_refused(capability, why, digest),
+            Err(why) => return self.route_refused(capability, why, digest).into(),
         };
         self.record_decision(capability, &decision, digest);
         let Some(tool) = decision
             .selected()
             .and_then(|winner| served.composed().tool(&winner.tool))
         else {
-            return self.refuse(
-                ToolError::new(ErrorKind::Rejected, no_eligible_provider(&decision))
-                    .with_code("no_eligible_provider"),
-            );
+            let error = ToolError::new(ErrorKind::Rejected, no_eligible_provider(&decision))
+                .with_code("no_eligible_provider");
+            return self.refuse(error).into();
         };
         self.forward(served, tool, arguments, Some(capability), traffic)
             .await
@@ -244,7 +252,7 @@ impl Task {
         name: &str,
         arguments: Option<JsonObject>,
         traffic: &CallTraffic,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         let Some(tool) = served.composed().tool(name) else {
             return Err(McpError::invalid_params(
                 format!(
@@ -256,7 +264,7 @@ impl Task {
         let arguments = Value::Object(arguments.unwrap_or_default());
         if let Err(error) = served.validate(name, &arguments) {
             self.meter(tool, error.kind.as_str(), Instant::now(), None);
-            return Ok(self.refuse(error));
+            return Ok(self.refuse(error).into());
         }
         Ok(self.forward(served, tool, arguments, None, traffic).await)
     }
@@ -270,7 +278,7 @@ impl Task {
         arguments: Value,
         capability: Option<&str>,
         traffic: &CallTraffic,
-    ) -> CallToolResult {
+    ) -> CallToolResponse {
         let span = info_span!(
             "tool_call",
             tool.name = %tool.name,
@@ -294,7 +302,18 @@ impl Task {
             biased;
             () = self.until_expired() => Err(self.cut_at_time_limit()),
             called = called => match called {
-                Ok(result) => Ok(result),
+                Ok(CallToolResponse::Complete(result)) => Ok(CallToolResponse::Complete(result)),
+                // Only a 2026-07-28 caller can answer a question this way; a session-revision
+                // caller is asked mid-call (and its requests declare no capability upstream).
+                Ok(asked) if traffic.takes_input() => Ok(asked),
+                Ok(_) => Err(ToolError::new(
+                    ErrorKind::UpstreamMalformed,
+                    format!(
+                        "{} asked for input (an input_required result), which this session's \
+                         client cannot be asked that way and did not offer",
+                        tool.service_name
+                    ),
+                )),
                 Err(ToolCallError::Upstream(error)) => Err(ToolError::from(error)),
                 Err(error @ ToolCallError::Unknown { .. }) => {
                     Err(ToolError::new(ErrorKind::Forbidden, error.to_string()))
@@ -302,14 +321,15 @@ impl Task {
             },
         };
         let outcome = match &result {
-            Ok(r) if r.is_error == Some(true) => "tool_error",
-            Ok(_) => "ok",
+            Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => "tool_error",
+            Ok(CallToolResponse::Complete(_)) => "ok",
+            Ok(_) => "input_required",
             Err(error) => error.kind.as_str(),
         };
         span.record("outcome", outcome);
         self.context.metrics.tool_call(outcome);
         self.meter(tool, outcome, started, capability);
-        result.unwrap_or_else(ToolError::into_result)
+        result.unwrap_or_else(|error| error.into_result().into())
     }
 
     fn meter(

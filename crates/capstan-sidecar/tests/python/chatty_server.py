@@ -7,12 +7,14 @@ Usage: chatty_server.py PORT
 
 import json
 import sys
+from typing import Annotated
 
 import anyio
 
 from pydantic import BaseModel
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.resolve import Elicit, Resolve
 
 server = MCPServer("chatty")
 
@@ -48,6 +50,34 @@ async def ask_user(ctx: Context) -> str:
         return json.dumps({"outcome": "error", "error": str(error), "code": code})
 
 
+def ask_to_proceed() -> Elicit[Answer]:
+    return Elicit("Proceed?", Answer)
+
+
+confirm_rounds = {"count": 0, "retries": 0}
+
+
+@server.tool()
+async def confirm(answer: Annotated[Answer, Resolve(ask_to_proceed)], ctx: Context) -> str:
+    """Asks the client whether to proceed — mid-call in a session revision, as an
+    `input_required` result answered by a retry in 2026-07-28 — and says what it was told."""
+    return json.dumps({"answer": answer.answer})
+
+
+@server.tool()
+async def confirm_calls() -> str:
+    """How many `confirm` requests arrived, and how many of them were retries."""
+    return json.dumps(confirm_rounds)
+
+
+async def count_confirm_rounds(ctx, params):
+    if params.name == "confirm":
+        confirm_rounds["count"] += 1
+        if params.input_responses:
+            confirm_rounds["retries"] += 1
+    return await calls.handler(ctx, params)
+
+
 @server.tool()
 async def leak_progress(token: str, ctx: Context) -> str:
     """Sends progress on `token` (another call's) on this call's stream, then its own."""
@@ -77,6 +107,9 @@ async def cancelled_calls() -> str:
     """How many calls of wait_for_cancel were cancelled."""
     return json.dumps(cancelled)
 
+
+calls = server._lowlevel_server.get_request_handler("tools/call")
+server._lowlevel_server.add_request_handler("tools/call", calls.params_type, count_confirm_rounds)
 
 if __name__ == "__main__":
     server.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[1]))

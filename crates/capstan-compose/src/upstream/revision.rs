@@ -1,0 +1,355 @@
+//! What a direct request (`upstream/call.rs`) carries for the revision the upstream speaks
+//! (docs/mcp-surface.md "Upstreams in their best revision"):
+//!
+//! - A session revision (up to 2025-11-25): the session rmcp opened goes on every request as
+//!   `Mcp-Session-Id`; the session ends with a DELETE; a call given up is cancelled with
+//!   `notifications/cancelled`; list changes arrive on the standalone GET stream.
+//! - 2026-07-28 (no sessions): every request is self-contained — its `_meta` carries the
+//!   client context (`io.modelcontextprotocol/protocolVersion`, `clientInfo`,
+//!   `clientCapabilities`) and the HTTP request the standard headers (`Mcp-Method`,
+//!   `Mcp-Name`, `Mcp-Param-*` for the arguments a tool's schema marks with `x-mcp-header`);
+//!   there is nothing to end; a call given up is cancelled by closing its stream; list changes
+//!   and resource updates arrive on a `subscriptions/listen` stream.
+//!
+//! The standard headers are hand-written: rmcp builds them only inside its own transport
+//! (crate-private), and the direct path exists to skip that transport.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use base64::Engine;
+use base64::prelude::BASE64_STANDARD;
+use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use rmcp::model::{JsonObject, Tool};
+use serde_json::{Map, Value};
+use tokio::sync::watch;
+
+/// `Mcp-Method`: the request's method.
+const MCP_METHOD: &str = "Mcp-Method";
+/// `Mcp-Name`: the tool, prompt or resource a request names.
+const MCP_NAME: &str = "Mcp-Name";
+/// The prefix of a tool argument's header.
+const MCP_PARAM_PREFIX: &str = "Mcp-Param-";
+/// A header value that cannot travel bare is sent as `=?base64?<value>?=`.
+const BASE64_PREFIX: &str = "=?base64?";
+const BASE64_SUFFIX: &str = "?=";
+
+/// The client context member naming the caller's capabilities.
+pub(crate) const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The request `_meta` member carrying the log level.
+const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// How requests to one upstream are addressed.
+#[derive(Debug)]
+pub(crate) enum Revision {
+    /// A revision with sessions: the session rmcp opened, and the revision it negotiated.
+    Session { id: String, version: String },
+    /// 2026-07-28 or later: no session; `context` is the client context every request's
+    /// `_meta` carries.
+    Stateless {
+        version: String,
+        context: Map<String, Value>,
+    },
+}
+
+impl Revision {
+    /// The client context of a request without a session in `version`, for a client declaring
+    /// `capabilities` (Capstan's own: the caller's replace them per call, `stamp`).
+    pub(crate) fn stateless(version: String, capabilities: Value) -> Self {
+        let mut context = Map::new();
+        context.insert(
+            "io.modelcontextprotocol/protocolVersion".into(),
+            Value::String(version.clone()),
+        );
+        context.insert(
+            "io.modelcontextprotocol/clientInfo".into(),
+            serde_json::json!({ "name": "capstan-sidecar", "version": env!("CARGO_PKG_VERSION") }),
+        );
+        context.insert(CLIENT_CAPABILITIES.into(), capabilities);
+        Self::Stateless { version, context }
+    }
+
+    /// The revision's name, as `MCP-Protocol-Version` carries it.
+    pub(crate) fn version(&self) -> &str {
+        match self {
+            Self::Session { version, .. } | Self::Stateless { version, .. } => version,
+        }
+    }
+
+    /// The session, in a revision that has one.
+    pub(crate) fn session(&self) -> Option<&str> {
+        match self {
+            Self::Session { id, .. } => Some(id),
+            Self::Stateless { .. } => None,
+        }
+    }
+
+    /// Whether requests are self-contained (no session).
+    pub(crate) fn is_stateless(&self) -> bool {
+        matches!(self, Self::Stateless { .. })
+    }
+
+    /// Adds the client context to `params._meta` of a request without a session; the caller's
+    /// own capabilities (`caller_capabilities`, a 2026-07-28 caller's) replace Capstan's, so
+    /// that what the provider may ask of the caller is what the caller can answer, and the log
+    /// level asked for (`logging/setLevel` has no place in this revision) goes with it.
+    pub(crate) fn stamp(
+        &self,
+        params: &mut Value,
+        caller_capabilities: Option<&Value>,
+        log_level: Option<&Value>,
+    ) {
+        let Self::Stateless { context, .. } = self else {
+            return;
+        };
+        let Some(params) = params.as_object_mut() else {
+            return;
+        };
+        let meta = params
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        let Some(meta) = meta.as_object_mut() else {
+            return;
+        };
+        for (member, value) in context {
+            meta.insert(member.clone(), value.clone());
+        }
+        if let Some(capabilities) = caller_capabilities {
+            meta.insert(CLIENT_CAPABILITIES.into(), capabilities.clone());
+        }
+        if let Some(level) = log_level {
+            meta.insert(LOG_LEVEL.into(), level.clone());
+        }
+    }
+
+    /// The headers of `message` (a JSON-RPC message) on `request`: the session and revision,
+    /// and — without a session — the standard headers, those of a tool's arguments from
+    /// `headed` (the tool's `x-mcp-header` annotations).
+    pub(crate) fn headers(
+        &self,
+        mut request: reqwest::RequestBuilder,
+        message: &Value,
+        headed: Option<&[ParamHeader]>,
+    ) -> reqwest::RequestBuilder {
+        request = request.header(MCP_PROTOCOL_VERSION, self.version());
+        if let Some(session) = self.session() {
+            return request.header(MCP_SESSION_ID, session);
+        }
+        let Some(method) = message.get("method").and_then(Value::as_str) else {
+            return request;
+        };
+        request = request.header(MCP_METHOD, method);
+        let params = message.get("params");
+        let named = match method {
+            "tools/call" | "prompts/get" => "name",
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => "uri",
+            _ => "",
+        };
+        if let Some(name) = params
+            .and_then(|p| p.get(named))
+            .and_then(Value::as_str)
+            .filter(|_| !named.is_empty())
+        {
+            request = request.header(MCP_NAME, header_value(name));
+        }
+        let arguments = params.and_then(|p| p.get("arguments"));
+        for header in headed.unwrap_or_default() {
+            let value = header
+                .path
+                .iter()
+                .try_fold(arguments, |at, key| Some(at?.get(key)))
+                .flatten()
+                .and_then(primitive);
+            if let Some(value) = value {
+                request = request.header(
+                    format!("{MCP_PARAM_PREFIX}{}", header.name),
+                    header_value(&value),
+                );
+            }
+        }
+        request
+    }
+}
+
+/// The resources a 2026-07-28 upstream is asked to tell updates of (its listen stream's
+/// `resourceSubscriptions`): changed by `resources/subscribe` and `resources/unsubscribe` of
+/// the task's sessions, which reach no provider as requests in that revision.
+#[derive(Debug)]
+pub(crate) struct Subscribed(watch::Sender<BTreeSet<String>>);
+
+impl Default for Subscribed {
+    fn default() -> Self {
+        Self(watch::channel(BTreeSet::new()).0)
+    }
+}
+
+impl Subscribed {
+    /// Adds or removes `uri`; the listen stream is opened again only when the set changed.
+    pub(crate) fn set(&self, uri: &str, subscribed: bool) {
+        self.0.send_if_modified(|uris| {
+            if subscribed {
+                uris.insert(uri.to_owned())
+            } else {
+                uris.remove(uri)
+            }
+        });
+    }
+
+    pub(crate) fn watch(&self) -> watch::Receiver<BTreeSet<String>> {
+        self.0.subscribe()
+    }
+}
+
+/// A tool argument that travels as a header too (`x-mcp-header` on a property reached from
+/// the schema's root through `properties` alone).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ParamHeader {
+    /// The property names from the root to the argument.
+    pub(crate) path: Vec<String>,
+    /// The header's name after `Mcp-Param-`.
+    pub(crate) name: String,
+}
+
+/// The argument headers of each of `tools` that has any, by the tool's own name.
+pub(crate) fn param_headers(tools: &[Tool]) -> BTreeMap<String, Vec<ParamHeader>> {
+    tools
+        .iter()
+        .filter_map(|tool| {
+            let mut found = Vec::new();
+            collect(&tool.input_schema, &mut Vec::new(), &mut found);
+            (!found.is_empty()).then(|| (tool.name.to_string(), found))
+        })
+        .collect()
+}
+
+fn collect(schema: &JsonObject, path: &mut Vec<String>, found: &mut Vec<ParamHeader>) {
+    let Some(Value::Object(properties)) = schema.get("properties") else {
+        return;
+    };
+    for (name, property) in properties {
+        let Value::Object(property) = property else {
+            continue;
+        };
+        path.push(name.clone());
+        if let Some(Value::String(header)) = property.get("x-mcp-header")
+            && !header.is_empty()
+        {
+            found.push(ParamHeader {
+                path: path.clone(),
+                name: header.clone(),
+            });
+        }
+        collect(property, path, found);
+        path.pop();
+    }
+}
+
+/// A primitive argument as its header text; `None` for null, objects and arrays.
+fn primitive(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Bool(flag) => Some(flag.to_string()),
+        Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    }
+}
+
+/// `value` as a header value: bare when it can be, else Base64 between the markers (leading
+/// or trailing blanks, characters outside printable ASCII, or text that looks encoded).
+fn header_value(value: &str) -> String {
+    let blank_edge = value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']);
+    let unprintable = value.chars().any(|c| !(' '..='~').contains(&c));
+    let looks_encoded = value.starts_with(BASE64_PREFIX) && value.ends_with(BASE64_SUFFIX);
+    if blank_edge || unprintable || looks_encoded {
+        format!(
+            "{BASE64_PREFIX}{}{BASE64_SUFFIX}",
+            BASE64_STANDARD.encode(value)
+        )
+    } else {
+        value.to_owned()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_header_value_should_travel_bare_only_when_it_survives_as_one() {
+        assert_eq!(header_value("streams_list"), "streams_list");
+        assert_eq!(
+            header_value("streamco://runbooks/lag"),
+            "streamco://runbooks/lag"
+        );
+        // The oracle: Base64 of the UTF-8 bytes, computed by hand.
+        assert_eq!(header_value("é"), "=?base64?w6k=?=");
+        assert_eq!(header_value(" x"), "=?base64?IHg=?=");
+        assert_eq!(header_value("a\nb"), "=?base64?YQpi?=");
+        assert_eq!(header_value("=?base64?x?="), "=?base64?PT9iYXNlNjQ/eD89?=");
+    }
+
+    #[test]
+    fn argument_headers_should_follow_properties_only_and_keep_their_path() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"},
+                "target": {"type": "object", "properties": {
+                    "id": {"type": "integer", "x-mcp-header": "TargetId"}
+                }},
+                "items": {"type": "array", "items": {"type": "string", "x-mcp-header": "Nope"}},
+                "plain": {"type": "string"}
+            }
+        });
+        let tool = Tool::new(
+            "t",
+            "",
+            std::sync::Arc::new(schema.as_object().unwrap().clone()),
+        );
+        let headers = param_headers(&[tool]);
+        assert_eq!(
+            headers["t"],
+            [
+                ParamHeader {
+                    path: vec!["region".into()],
+                    name: "Region".into()
+                },
+                ParamHeader {
+                    path: vec!["target".into(), "id".into()],
+                    name: "TargetId".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stateless_request_should_carry_the_context_and_the_callers_capabilities() {
+        let revision = Revision::stateless("2026-07-28".into(), json!({}));
+        let mut params = json!({"name": "t", "_meta": {"progressToken": "capstan-1"}});
+        revision.stamp(
+            &mut params,
+            Some(&json!({"elicitation": {}})),
+            Some(&json!("debug")),
+        );
+        let meta = &params["_meta"];
+        assert_eq!(meta["progressToken"], "capstan-1");
+        assert_eq!(
+            meta["io.modelcontextprotocol/protocolVersion"],
+            "2026-07-28"
+        );
+        assert_eq!(meta[CLIENT_CAPABILITIES], json!({"elicitation": {}}));
+        assert_eq!(
+            meta["io.modelcontextprotocol/clientInfo"]["name"],
+            "capstan-sidecar"
+        );
+        assert_eq!(meta[LOG_LEVEL], "debug");
+        let session = Revision::Session {
+            id: "s".into(),
+            version: "2025-11-25".into(),
+        };
+        let mut untouched = json!({"name": "t"});
+        session.stamp(&mut untouched, None, Some(&json!("debug")));
+        assert_eq!(untouched, json!({"name": "t"}));
+    }
+}
