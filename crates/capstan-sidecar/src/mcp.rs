@@ -40,7 +40,7 @@ use crate::tasks::{Admitted, TaskStarter, Tasks};
 mod forwarded;
 mod skills;
 
-use self::forwarded::{answer, params};
+use self::forwarded::{answer, params, response};
 
 /// The protocol revisions served: 2026-07-28 (without sessions) and every session-based one.
 pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
@@ -340,10 +340,7 @@ impl ServerHandler for SessionHandler {
     ) -> Result<GetPromptResponse, McpError> {
         let task = self.task(&context).await?.live()?;
         let result = task.served().composed().get_prompt(params(&request)?).await;
-        let mut result = answer::<GetPromptResult>(result, "prompts/get")?;
-        // As for a tool's result (`call_tool`): rmcp takes it out for a session revision.
-        result.result_type.get_or_insert(ResultType::COMPLETE);
-        Ok(GetPromptResponse::Complete(result))
+        response::<GetPromptResult, _>(result, "prompts/get", is_sessionless(&context))
     }
 
     async fn read_resource(
@@ -357,9 +354,7 @@ impl ServerHandler for SessionHandler {
             return read.map(ReadResourceResponse::Complete);
         }
         let result = served.composed().read_resource(params(&request)?).await;
-        let mut result = answer::<ReadResourceResult>(result, "resources/read")?;
-        result.result_type.get_or_insert(ResultType::COMPLETE);
-        Ok(ReadResourceResponse::Complete(result))
+        response::<ReadResourceResult, _>(result, "resources/read", is_sessionless(&context))
     }
 
     async fn list_skills(

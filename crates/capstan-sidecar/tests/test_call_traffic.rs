@@ -132,6 +132,7 @@ fn a_providers_question_should_reach_the_caller_in_its_own_revision_and_the_answ
     let endpoint = format!("http://{}/mcp", server.address);
     let mut document = binding_document("chatty-binding", "chatty", &endpoint, &ALLOWED);
     document["metadata"]["namespace"] = json!("demo-project");
+    document["spec"]["tools"]["mcpServers"][0]["promptSelector"] = json!({"include": ["approve"]});
     let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
     let socket = sidecar.socket.to_str().unwrap();
     let answered = json!([{"type": "text", "text": "{\"answer\": \"go: Proceed?\"}"}]);
@@ -146,6 +147,10 @@ fn a_providers_question_should_reach_the_caller_in_its_own_revision_and_the_answ
         json!({"count": 1 + 1, "retries": 1}),
         "{direct}"
     );
+    // The `approve` prompt asks the same way; the server reads its own request state back.
+    let approved = json!([{"role": "user", "content": {"type": "text",
+        "text": "approved: go: Approve? (state approve-1)"}}]);
+    assert_eq!(direct["prompt"]["messages"], approved, "{direct}");
 
     // Through Capstan, a 2026-07-28 caller: the result passed to it, its retry to the
     // provider (which checks its own request state), the same answer.
@@ -156,6 +161,7 @@ fn a_providers_question_should_reach_the_caller_in_its_own_revision_and_the_answ
         json!({"count": 2 + 2, "retries": 2}),
         "{through}"
     );
+    assert_eq!(through["prompt"]["messages"], approved, "{through}");
 
     // A session-revision caller through Capstan is asked mid-call: one request, no retry.
     let legacy = input_required(socket, "legacy", true);
@@ -163,6 +169,13 @@ fn a_providers_question_should_reach_the_caller_in_its_own_revision_and_the_answ
     assert_eq!(
         legacy["server"],
         json!({"count": 5, "retries": 2}),
+        "{legacy}"
+    );
+    // The prompt asks only in 2026-07-28 (in a session revision the server itself refuses
+    // its own answer): its error reaches a session's client as the server gave it.
+    assert_eq!(
+        legacy["prompt_error"],
+        json!({"code": -32603, "message": "Handler returned an invalid result"}),
         "{legacy}"
     );
 

@@ -166,6 +166,7 @@ impl DirectCalls {
         &self,
         method: &str,
         mut params: Value,
+        caller_capabilities: Option<&Value>,
     ) -> Result<Value, Forwarded> {
         if self.target.revision.is_stateless()
             && let Some(subscribed) = match method {
@@ -182,7 +183,7 @@ impl DirectCalls {
             self.subscribed.set(uri, subscribed);
             return Ok(json!({}));
         }
-        self.stamp(&mut params, None);
+        self.stamp(&mut params, caller_capabilities);
         let id = self.next_request_id();
         let response = self
             .send(&id, method, params)

@@ -157,6 +157,11 @@ impl Upstream {
         mut params: Value,
         timeout: Duration,
     ) -> Result<Value, Forwarded> {
+        // A 2026-07-28 caller's capabilities go to a provider of that revision in their place
+        // (what it may ask in an `input_required` result); nothing else of its connection does.
+        let capabilities = params
+            .pointer("/_meta/io.modelcontextprotocol~1clientCapabilities")
+            .cloned();
         relay::forwardable_meta(&mut params);
         let unavailable = |message: String| {
             Forwarded::Failed(CallError::Unavailable {
@@ -169,7 +174,8 @@ impl Upstream {
                 return Err(unavailable("the session with the server has ended".into()));
             }
             Link::Direct(direct) => {
-                tokio::time::timeout(timeout, direct.forward(method, params)).await
+                let forwarded = direct.forward(method, params, capabilities.as_ref());
+                tokio::time::timeout(timeout, forwarded).await
             }
             Link::Rmcp(client) => {
                 tokio::time::timeout(timeout, self.forward_rmcp(client, method, params)).await

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, Resolve
+from mcp_types import InputRequiredResult
 
 server = MCPServer("chatty")
 
@@ -106,6 +107,25 @@ async def wait_for_cancel() -> str:
 async def cancelled_calls() -> str:
     """How many calls of wait_for_cancel were cancelled."""
     return json.dumps(cancelled)
+
+
+@server.prompt()
+def approve(ctx: Context):
+    """Asks the client to approve first (2026-07-28: an `input_required` result, its answer read
+    on the retry with the server's own request state)."""
+    responses = ctx.input_responses
+    if not responses:
+        return InputRequiredResult.model_validate({
+            "resultType": "input_required",
+            "inputRequests": {"ok": {"method": "elicitation/create", "params": {
+                "mode": "form", "message": "Approve?",
+                "requestedSchema": {"type": "object", "properties": {"answer": {"type": "string"}},
+                                    "required": ["answer"]}}}},
+            "requestState": "approve-1",
+        })
+    answered = responses["ok"]
+    content = answered.get("content") if isinstance(answered, dict) else answered.content
+    return f"approved: {content['answer']} (state {ctx.request_state})"
 
 
 calls = server._lowlevel_server.get_request_handler("tools/call")

@@ -1,8 +1,9 @@
 """An independent MCP client (the Python `mcp` SDK) that calls the chatty server's `confirm`
 tool, which asks the client whether to proceed: in a session revision as a request mid-call,
 in 2026-07-28 as an `input_required` result the client answers by calling again with
-`inputResponses` and the server's `requestState`. Then it asks the server how many `confirm`
-requests reached it, and how many were such retries.
+`inputResponses` and the server's `requestState`. Then it gets the server's `approve` prompt,
+which asks the same way in 2026-07-28, and asks the server how many `confirm` requests reached
+it, and how many were such retries.
 
 Usage: input_required.py URL_OR_SOCKET PROJECT MODE [ANSWERS]
 MODE: `legacy` or `2026-07-28`. With ANSWERS (any value) the client declares elicitation and
@@ -43,6 +44,12 @@ async def main(target: str, project: str, mode: str, answers: str = "") -> None:
                 report["result"] = dumped
             except MCPError as error:
                 report["error"] = error.error.model_dump(exclude_none=True, mode="json")
+            prompt = "approve" if target.startswith("http") else "chatty__approve"
+            try:
+                got = await client.get_prompt(prompt)
+                report["prompt"] = got.model_dump(by_alias=True, exclude_none=True, mode="json")
+            except MCPError as error:
+                report["prompt_error"] = error.error.model_dump(exclude_none=True, mode="json")
             seen = await client.call_tool(counts, {})
             report["server"] = json.loads(seen.content[0].text)
     print(json.dumps(report))
