@@ -47,6 +47,10 @@ pub struct TaskContext {
     pub decisions: Arc<DecisionLog>,
 }
 
+/// How many questions of routed calls' providers a task remembers for their retries: far more
+/// than a caller answers at once.
+pub(crate) const ROUTED_QUESTIONS: usize = 64;
+
 /// A task: what the session serves now, and who it is for.
 pub struct Task {
     context: TaskContext,
@@ -86,6 +90,10 @@ pub struct Task {
     /// session once each (`resources/subscribe`), without one by how many of its open listen
     /// streams hold it.
     subscriptions: Mutex<BTreeMap<String, usize>>,
+    /// The questions providers of routed calls asked (`input_required`), by the digest of
+    /// their `requestState`, with the tool that asked: a retry goes back to it, never through
+    /// routing again (`task/call.rs`). The newest [`ROUTED_QUESTIONS`].
+    routed_questions: Mutex<std::collections::VecDeque<([u8; 32], String)>>,
 }
 
 /// What a listen stream is told: a list changed, or a resource was updated.
@@ -190,6 +198,7 @@ impl Task {
             in_flight: InFlight::default(),
             asks: OnceLock::new(),
             subscriptions: Mutex::new(BTreeMap::new()),
+            routed_questions: Mutex::default(),
         });
         task.touch();
         if let Some(limit) = max_duration {

@@ -194,3 +194,105 @@ fn a_providers_question_should_reach_the_caller_in_its_own_revision_and_the_answ
     );
     assert_eq!(through["server"]["retries"], 2, "{through}");
 }
+
+/// Found attacking the `input_required` pass-through as a hostile caller: a routed call's retry
+/// was routed again, so it could carry one provider's `requestState` and the caller's answers
+/// to another provider of the capability. The retry goes back to the provider that asked; a
+/// state no provider of the task gave is refused and reaches none.
+#[test]
+fn a_routed_calls_retry_should_go_back_to_the_provider_that_asked_and_a_foreign_state_nowhere() {
+    let asker = PythonServer::start_script(SERVER);
+    let other = PythonServer::start_script(SERVER);
+    let document = |binding: &str, server: &str, at: &PythonServer| {
+        let endpoint = format!("http://{}/mcp", at.address);
+        let tools = ["create_issue", "confirm_calls"];
+        let mut document = binding_document(binding, server, &endpoint, &tools);
+        document["metadata"]["namespace"] = json!("demo-project");
+        document["spec"]["tools"]["mcpServers"][0]["capabilities"] =
+            json!([{"capabilityId": "cap.issue.create", "tool": "create_issue"}]);
+        document
+    };
+    let documents = json!([
+        document("asker-binding", "asker", &asker),
+        document("other-binding", "other", &other)
+    ]);
+    let hosts = [asker.address.to_string(), other.address.to_string()];
+    let sidecar = Sidecar::start(&documents, &hosts, &[]);
+    let call = |id: u64, params: Value| -> Value {
+        let mut params = params;
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+            "io.modelcontextprotocol/clientInfo": {"name": "curl", "version": "1"},
+        });
+        let name = params["name"].as_str().unwrap().to_owned();
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let headers = [
+            ("mcp-protocol-version", "2026-07-28"),
+            (PROJECT_HEADER, "demo-project"),
+            ("authorization", "Bearer t"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", name.as_str()),
+        ];
+        let (status, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(&body.to_string()));
+        assert_eq!(status, 200, "{body}");
+        let message = body
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .find_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+            .or_else(|| serde_json::from_str(&body).ok())
+            .unwrap_or_else(|| panic!("{body}"));
+        message["result"].clone()
+    };
+    let counts = |id: u64, server: &str| -> Value {
+        let result = call(
+            id,
+            json!({"name": format!("{server}__confirm_calls"), "arguments": {}}),
+        );
+        serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
+    };
+
+    // The first call goes to the asker, which asks.
+    let asked = call(
+        1,
+        json!({"name": "cap__issue_create",
+               "arguments": {"title": "t", "route": {"only": ["asker-binding"]}}}),
+    );
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    let state = asked["requestState"].as_str().unwrap().to_owned();
+    let key = asked["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let responses = json!({key: {"action": "accept", "content": {"answer": "go"}}});
+
+    // A forged state reaches no provider.
+    let forged = call(
+        2,
+        json!({"name": "cap__issue_create", "arguments": {"title": "t"},
+               "inputResponses": responses, "requestState": "forged"}),
+    );
+    assert_eq!(forged["isError"], true, "{forged}");
+    let error = &forged["structuredContent"]["error"];
+    assert_eq!(error["kind"], "rejected", "{forged}");
+    assert_eq!(error["field"], "requestState", "{forged}");
+    assert_eq!(counts(3, "asker"), json!({"count": 1, "retries": 0}));
+    assert_eq!(counts(4, "other"), json!({"count": 0, "retries": 0}));
+
+    // The retry, routed as the caller now asks (to the other provider), goes back to the asker.
+    let answered = call(
+        5,
+        json!({"name": "cap__issue_create",
+               "arguments": {"title": "t", "route": {"only": ["other-binding"]}},
+               "inputResponses": responses, "requestState": state}),
+    );
+    assert_eq!(
+        answered["content"][0]["text"], "{\"title\": \"t\", \"answer\": \"go\"}",
+        "{answered}"
+    );
+    assert_eq!(counts(6, "asker"), json!({"count": 2, "retries": 1}));
+    assert_eq!(counts(7, "other"), json!({"count": 0, "retries": 0}));
+}

@@ -19,7 +19,9 @@ use rmcp::model::{
 use serde_json::Value;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, Served, Task};
+use sha2::{Digest as _, Sha256};
+
+use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, ROUTED_QUESTIONS, Served, Task};
 use crate::decisions::DecisionRecord;
 use crate::identity::Identity;
 use crate::metering::ToolInvocation;
@@ -146,6 +148,26 @@ impl Task {
             Ok(split) => split,
             Err(error) => return self.refuse(error).into(),
         };
+        // A retry answering a provider's question goes back to the provider that asked, not
+        // through routing again: another provider must never see one provider's state or the
+        // caller's answers to it.
+        if let Some(state) = &traffic.request_state {
+            let Some(tool) = self
+                .asked_by(state)
+                .and_then(|asker| served.composed().tool(&asker))
+            else {
+                return self.refuse(ToolError::new(
+                    ErrorKind::Rejected,
+                    format!(
+                        "this requestState was not given by a provider of {capability} in this \
+                         task; call again without inputResponses and requestState"
+                    ),
+                ).at("requestState")).into();
+            };
+            return self
+                .forward(served, tool, arguments, Some(capability), traffic)
+                .await;
+        }
         let digest = taken
             .intent
             .as_deref()
@@ -163,8 +185,42 @@ impl Task {
                 .with_code("no_eligible_provider");
             return self.refuse(error).into();
         };
-        self.forward(served, tool, arguments, Some(capability), traffic)
-            .await
+        let answer = self
+            .forward(served, tool, arguments, Some(capability), traffic)
+            .await;
+        if let CallToolResponse::InputRequired(asked) = &answer
+            && let Some(state) = &asked.request_state
+        {
+            self.remember_question(state, &tool.name);
+        }
+        answer
+    }
+
+    /// The tool whose provider gave `state` with a question, in a routed call of this task.
+    fn asked_by(&self, state: &str) -> Option<String> {
+        let digest: [u8; 32] = Sha256::digest(state.as_bytes()).into();
+        let questions = self
+            .routed_questions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        questions
+            .iter()
+            .find(|(asked, _)| *asked == digest)
+            .map(|(_, tool)| tool.clone())
+    }
+
+    /// Notes that `tool`'s provider asked a question with `state` (the newest
+    /// [`ROUTED_QUESTIONS`] are kept).
+    fn remember_question(&self, state: &str, tool: &str) {
+        let digest: [u8; 32] = Sha256::digest(state.as_bytes()).into();
+        let mut questions = self
+            .routed_questions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if questions.len() >= ROUTED_QUESTIONS {
+            questions.pop_front();
+        }
+        questions.push_back((digest, tool.to_owned()));
     }
 
     /// A route refused before any candidate was looked at: counted, logged and recorded.

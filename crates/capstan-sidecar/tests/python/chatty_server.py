@@ -66,13 +66,19 @@ async def confirm(answer: Annotated[Answer, Resolve(ask_to_proceed)], ctx: Conte
 
 
 @server.tool()
+async def create_issue(title: str, answer: Annotated[Answer, Resolve(ask_to_proceed)]) -> str:
+    """Creates an issue once the client says to proceed (a provider of `cap.issue.create`)."""
+    return json.dumps({"title": title, "answer": answer.answer})
+
+
+@server.tool()
 async def confirm_calls() -> str:
-    """How many `confirm` requests arrived, and how many of them were retries."""
+    """How many `confirm` and `create_issue` requests arrived, and how many were retries."""
     return json.dumps(confirm_rounds)
 
 
 async def count_confirm_rounds(ctx, params):
-    if params.name == "confirm":
+    if params.name in ("confirm", "create_issue"):
         confirm_rounds["count"] += 1
         if params.input_responses:
             confirm_rounds["retries"] += 1
