@@ -296,3 +296,22 @@ fn a_routed_calls_retry_should_go_back_to_the_provider_that_asked_and_a_foreign_
     assert_eq!(counts(6, "asker"), json!({"count": 2, "retries": 1}));
     assert_eq!(counts(7, "other"), json!({"count": 0, "retries": 0}));
 }
+
+#[test]
+fn a_callers_per_request_log_level_should_reach_its_provider_in_2026_07_28() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut document = binding_document("chatty-binding", "chatty", &endpoint, &ALLOWED);
+    document["metadata"]["namespace"] = json!("demo-project");
+    let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+    let socket = sidecar.socket.to_str().unwrap();
+    let steps = json!(["step 1 of 3", "step 2 of 3", "step 3 of 3"]);
+    // The provider logs each step at `info` and sends what the request's level lets through:
+    // the oracle is the same client directly.
+    for (level, expected) in [("info", steps.clone()), ("error", json!([]))] {
+        let direct = python_report("levels.py", &[&endpoint, "demo-project", level]);
+        assert_eq!(direct["logs"], expected, "directly at {level}");
+        let through = python_report("levels.py", &[socket, "demo-project", level]);
+        assert_eq!(through["logs"], expected, "through Capstan at {level}");
+    }
+}
