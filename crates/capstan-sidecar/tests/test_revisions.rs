@@ -165,7 +165,7 @@ async fn a_task_without_a_session_should_be_kept_per_token_and_end_after_its_ttl
     );
     // A task of a 2026-07-28 caller speaks 2026-07-28 to the provider, which offers it: each
     // composition opens it with one `server/discover` (and never `initialize`).
-    let discovers = || provider_requests(&provider, "server/discover");
+    let discovers = || provider_messages(&provider, "server/discover");
     let list = |token: &str, id: u64| {
         let authorization = format!("Bearer {token}");
         let (status, body) = post(
@@ -187,7 +187,7 @@ async fn a_task_without_a_session_should_be_kept_per_token_and_end_after_its_ttl
     // Another token is another caller: never served a's task, composed for itself.
     assert_eq!(list("b", 3), 4);
     assert_eq!(discovers().await, 2);
-    assert_eq!(provider_requests(&provider, "initialize").await, 0);
+    assert_eq!(provider_messages(&provider, "initialize").await, 0);
     // Unused past its TTL, a task ends and gives up its place.
     eventually("both tasks end after their TTL", || async {
         metrics(&address)
@@ -222,7 +222,7 @@ async fn max_task_duration_should_end_a_task_without_a_session_and_the_next_call
         (status, message(&body)["result"]["isError"].clone()),
         (200, json!(false))
     );
-    assert_eq!(provider_requests(&provider, "server/discover").await, 1);
+    assert_eq!(provider_messages(&provider, "server/discover").await, 1);
     // The time limit ends the task: it gives up its place.
     eventually("the task ends at its time limit", || async {
         metrics(&address)
@@ -237,7 +237,7 @@ async fn max_task_duration_should_end_a_task_without_a_session_and_the_next_call
     assert_eq!(status, 200, "{body}");
     assert_eq!(message(&body)["result"]["isError"], false, "{body}");
     assert_eq!(provider.tool_calls().await, ["streams_get", "streams_get"]);
-    assert_eq!(provider_requests(&provider, "server/discover").await, 2);
+    assert_eq!(provider_messages(&provider, "server/discover").await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -318,15 +318,4 @@ async fn a_task_without_a_session_should_take_a_place_under_the_session_cap() {
             .map(|tools| tools.len())
     })
     .await;
-}
-
-/// How many JSON-RPC messages of `method` the provider received.
-async fn provider_requests(provider: &DemoProvider, method: &str) -> usize {
-    provider
-        .requests()
-        .await
-        .iter()
-        .flat_map(|r| r["rpc"].as_array().cloned().unwrap_or_default())
-        .filter(|m| m["method"] == method)
-        .count()
 }

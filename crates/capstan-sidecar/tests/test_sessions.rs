@@ -169,7 +169,7 @@ async fn a_call_running_at_the_time_limit_should_be_cut_for_the_limit_not_blamed
     documents["items"][0]["spec"]["authority"]["maxTaskDurationSeconds"] = json!(1);
     let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
     let session = sidecar.session("demo-project", None).await;
-    let cancelled_before = cancellations(&provider).await;
+    let cancelled_before = provider_messages(&provider, "notifications/cancelled").await;
     // The provider never answers: only the time limit can end this call.
     let result = session
         .call_tool(call("streamco__streams_list", json!({})))
@@ -185,21 +185,11 @@ async fn a_call_running_at_the_time_limit_should_be_cut_for_the_limit_not_blamed
     );
     // The provider was told the call is abandoned.
     eventually("the provider is told the call was cancelled", || async {
-        (cancellations(&provider).await > cancelled_before).then_some(())
+        (provider_messages(&provider, "notifications/cancelled").await > cancelled_before)
+            .then_some(())
     })
     .await;
     session.cancel().await.unwrap();
-}
-
-/// How many `notifications/cancelled` the provider received.
-async fn cancellations(provider: &DemoProvider) -> usize {
-    provider
-        .requests()
-        .await
-        .iter()
-        .flat_map(|r| r["rpc"].as_array().cloned().unwrap_or_default())
-        .filter(|m| m["method"] == "notifications/cancelled")
-        .count()
 }
 
 #[tokio::test(flavor = "multi_thread")]

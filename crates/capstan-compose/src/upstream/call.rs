@@ -154,6 +154,9 @@ impl DirectCalls {
     /// The client context and log level on a 2026-07-28 request's `_meta` (nothing in a
     /// session revision).
     fn stamp(&self, params: &mut Value, caller_capabilities: Option<&Value>) {
+        if !self.target.revision.is_stateless() {
+            return;
+        }
         let level = lock(&self.log_level).clone();
         self.target
             .revision

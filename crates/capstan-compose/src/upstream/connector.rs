@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::RoleClient;
-use rmcp::model::{ClientCapabilities, ClientConfig, ErrorCode, ErrorData, ProtocolVersion, Tool};
+use rmcp::model::{ClientConfig, ErrorCode, ErrorData, ProtocolVersion, Tool};
 use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -54,27 +54,6 @@ impl Default for CallerRevision {
     fn default() -> Self {
         Self::Sessions(ClientAsks::default())
     }
-}
-
-/// The client capabilities of an upstream session opened for a caller who can be asked `asks`.
-fn capabilities(asks: ClientAsks) -> ClientCapabilities {
-    let mut declared = json!({});
-    if asks.sampling {
-        declared["sampling"] = json!({});
-    }
-    if asks.roots {
-        declared["roots"] = json!({});
-    }
-    if asks.elicitation_form || asks.elicitation_url {
-        declared["elicitation"] = json!({});
-        if asks.elicitation_form {
-            declared["elicitation"]["form"] = json!({});
-        }
-        if asks.elicitation_url {
-            declared["elicitation"]["url"] = json!({});
-        }
-    }
-    serde_json::from_value(declared).unwrap_or_default()
 }
 
 /// What an upstream's standalone stream is followed for.
@@ -190,7 +169,7 @@ impl Connector {
         };
         let mut config = ClientConfig::default();
         if let CallerRevision::Sessions(asks) = revision {
-            config.capabilities = capabilities(asks);
+            config.capabilities = asks.declared();
         }
         let serve = |lifecycle| config.clone().serve_with_lifecycle(transport(), lifecycle);
         let started = tokio::time::Instant::now();

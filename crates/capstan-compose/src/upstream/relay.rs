@@ -14,7 +14,8 @@
 //! never come.
 
 use rmcp::model::{
-    InputResponses, ProgressToken, RequestMetaObject, ServerNotification, ServerRequest,
+    ClientCapabilities, InputResponses, ProgressToken, RequestMetaObject, ServerNotification,
+    ServerRequest,
 };
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -95,6 +96,28 @@ impl ClientAsks {
             elicitation_url: declared("url"),
             roots: capabilities.get("roots").is_some_and(Value::is_object),
         }
+    }
+
+    /// The capabilities a client that can be asked this declares: what an upstream session
+    /// opened for the caller declares in its place (the inverse of `from_capabilities`).
+    pub(crate) fn declared(self) -> ClientCapabilities {
+        let mut declared = json!({});
+        if self.sampling {
+            declared["sampling"] = json!({});
+        }
+        if self.roots {
+            declared["roots"] = json!({});
+        }
+        if self.elicitation_form || self.elicitation_url {
+            declared["elicitation"] = json!({});
+            if self.elicitation_form {
+                declared["elicitation"]["form"] = json!({});
+            }
+            if self.elicitation_url {
+                declared["elicitation"]["url"] = json!({});
+            }
+        }
+        serde_json::from_value(declared).unwrap_or_default()
     }
 
     /// Whether the caller can be asked `request` (a JSON-RPC request of the provider's).
@@ -311,6 +334,20 @@ fn error_response(id: Value, code: i64, message: &str) -> Value {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_upstream_session_should_declare_exactly_what_its_caller_can_be_asked() {
+        for bits in 0u8..16 {
+            let asks = ClientAsks {
+                sampling: bits & 1 != 0,
+                elicitation_form: bits & 2 != 0,
+                elicitation_url: bits & 4 != 0,
+                roots: bits & 8 != 0,
+            };
+            let declared = serde_json::to_value(asks.declared()).unwrap();
+            assert_eq!(ClientAsks::from_capabilities(&declared), asks, "{declared}");
+        }
+    }
 
     fn traffic(meta: Value) -> (CallTraffic, tokio::sync::mpsc::Receiver<ToCaller>) {
         let (sink, receiver) = tokio::sync::mpsc::channel(RELAY_CAPACITY);

@@ -21,7 +21,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use sha2::{Digest as _, Sha256};
 
-use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, ROUTED_QUESTIONS, Served, Task};
+use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, ROUTED_QUESTIONS, Served, Task, lock};
 use crate::decisions::DecisionRecord;
 use crate::identity::Identity;
 use crate::metering::ToolInvocation;
@@ -47,7 +47,7 @@ impl Task {
             return Ok(self.refuse(error).into());
         }
         if self.expired() {
-            return Ok(self.refuse(self.time_limit_passed()).into());
+            return Ok(self.refuse(self.time_limit(false)).into());
         }
         let CallToolRequestParams {
             name,
@@ -102,34 +102,27 @@ impl Task {
         if !self.expired() {
             return Ok(self);
         }
-        let error = self.time_limit_passed();
+        let error = self.time_limit(false);
         Err(McpError::invalid_request(
             error.message,
             Some(serde_json::json!({ "kind": error.kind.as_str(), "retryable": false })),
         ))
     }
 
-    fn time_limit_passed(&self) -> ToolError {
-        let limit = self.max_duration.unwrap_or_default();
+    /// The refusal of a task past its time limit; `cut`: the limit passed while a call ran.
+    fn time_limit(&self, cut: bool) -> ToolError {
+        let limit = self.max_duration.unwrap_or_default().as_secs();
+        let when = if cut {
+            "passed while the call ran: it was cancelled at the provider, which may have acted \
+             on it already"
+        } else {
+            "has passed"
+        };
         ToolError::new(
             ErrorKind::Rejected,
             format!(
-                "this task's time limit ({}s, the smallest maxTaskDurationSeconds of its \
-                 bindings) has passed; start a new session",
-                limit.as_secs()
-            ),
-        )
-    }
-
-    fn cut_at_time_limit(&self) -> ToolError {
-        let limit = self.max_duration.unwrap_or_default();
-        ToolError::new(
-            ErrorKind::Rejected,
-            format!(
-                "this task's time limit ({}s, the smallest maxTaskDurationSeconds of its \
-                 bindings) passed while the call ran: it was cancelled at the provider, which \
-                 may have acted on it already; start a new session",
-                limit.as_secs()
+                "this task's time limit ({limit}s, the smallest maxTaskDurationSeconds of its \
+                 bindings) {when}; start a new session"
             ),
         )
     }
@@ -199,11 +192,7 @@ impl Task {
     /// The tool whose provider gave `state` with a question, in a routed call of this task.
     fn asked_by(&self, state: &str) -> Option<String> {
         let digest: [u8; 32] = Sha256::digest(state.as_bytes()).into();
-        let questions = self
-            .routed_questions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        questions
+        lock(&self.routed_questions)
             .iter()
             .find(|(asked, _)| *asked == digest)
             .map(|(_, tool)| tool.clone())
@@ -213,10 +202,7 @@ impl Task {
     /// [`ROUTED_QUESTIONS`] are kept).
     fn remember_question(&self, state: &str, tool: &str) {
         let digest: [u8; 32] = Sha256::digest(state.as_bytes()).into();
-        let mut questions = self
-            .routed_questions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut questions = lock(&self.routed_questions);
         if questions.len() >= ROUTED_QUESTIONS {
             questions.pop_front();
         }
@@ -356,7 +342,7 @@ impl Task {
         // (dropping it cancels it at the provider) rather than failing as the provider's fault.
         let result = tokio::select! {
             biased;
-            () = self.until_expired() => Err(self.cut_at_time_limit()),
+            () = self.until_expired() => Err(self.time_limit(true)),
             called = called => match called {
                 Ok(CallToolResponse::Complete(result)) => Ok(CallToolResponse::Complete(result)),
                 // Only a 2026-07-28 caller can answer a question this way; a session-revision

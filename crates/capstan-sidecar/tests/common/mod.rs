@@ -580,6 +580,17 @@ pub async fn upstream_deletes(provider: &DemoProvider) -> usize {
     provider.mcp_requests("DELETE").await
 }
 
+/// How many JSON-RPC messages of `method` the provider received.
+pub async fn provider_messages(provider: &DemoProvider, method: &str) -> usize {
+    provider
+        .requests()
+        .await
+        .iter()
+        .flat_map(|r| r["rpc"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["method"] == method)
+        .count()
+}
+
 /// The resident memory of process `pid`, in KiB (0 when it cannot be read).
 pub fn rss_kib(pid: u32) -> f64 {
     capstan_testkit::proc_status_kib(pid, "VmRSS:").unwrap_or(0.0)
