@@ -39,7 +39,7 @@ image: ## Build the OCI images (capstan-controller, capstan-sidecar) with builda
 	scripts/build-image --smoke --keep
 
 .PHONY: tools
-tools: ## Build (once) the pinned kube-apiserver, etcd, helm, the Python and TypeScript MCP SDKs and the MCP conformance suite into ~/.cache/capstan
+tools: ## Build (once) the pinned kube-apiserver, etcd, helm, the node's components, the Python and TypeScript MCP SDKs and the MCP conformance suite into ~/.cache/capstan
 	e2e/build-tools
 	e2e/python-env
 	e2e/node-env
@@ -56,13 +56,16 @@ test: lint tools ## Lint, then every test: unit, integration, e2e on a real apis
 e2e: tools ## Only the e2e suites (each starts and stops its own control plane)
 	$(CARGO) test -p capstan-e2e
 
+# NODE=1: a whole single-node cluster (kubelet, containerd, kube-proxy, CoreDNS) in network and
+# mount namespaces of its own; needs root and e2e/kubenode/packages. Run kubectl and helm in it
+# with `e2e/kubenode/node exec kubectl ...`.
 .PHONY: cluster-up
-cluster-up: tools ## Start a control plane for manual use; prints export lines to eval
-	@e2e/control-plane up
+cluster-up: tools ## Start a control plane for manual use (NODE=1: a whole node, as root); prints export lines to eval
+	@if [[ -n "$(NODE)" ]]; then e2e/kubenode/node up; else e2e/control-plane up; fi
 
 .PHONY: cluster-down
-cluster-down: ## Stop the control plane started by cluster-up and delete its state
-	@e2e/control-plane down
+cluster-down: ## Stop what cluster-up started (NODE=1 for the node) and delete its state
+	@if [[ -n "$(NODE)" ]]; then e2e/kubenode/node down; else e2e/control-plane down; fi
 
 # One build, one feature set: the binaries the benchmarks start and the benchmarks themselves.
 BENCHES := --bench parse --bench select --bench compose --bench plan_token --bench sidecar --bench base_tools --bench controller --bench fleet
