@@ -20,6 +20,7 @@ use kube::{Client, Config};
 use thiserror::Error;
 
 pub mod controller;
+pub mod kubenode;
 pub mod objects;
 pub mod sidecar;
 pub mod suite;
@@ -118,52 +119,22 @@ impl ControlPlane {
         }
         let output = run(&mut command)?;
         let stdout = String::from_utf8_lossy(&output.stdout);
-        let exported = |name: &'static str| {
-            stdout
-                .lines()
-                .find_map(|line| line.strip_prefix(&format!("export {name}=")).map(unquote))
-                .map(PathBuf::from)
-                .ok_or(HarnessError::MissingEnv(name))
-        };
         let plane = Self {
-            kubeconfig: exported("KUBECONFIG")?,
-            audit_log: exported("CAPSTAN_E2E_AUDIT_LOG")?,
+            kubeconfig: exported(&stdout, "KUBECONFIG")?,
+            audit_log: exported(&stdout, "CAPSTAN_E2E_AUDIT_LOG")?,
             state,
         };
-        plane.watch_over_this_process()?;
+        watch_over_this_process(
+            &repo_root().join("e2e/control-plane"),
+            "CAPSTAN_E2E_STATE",
+            &plane.state,
+        )?;
         Ok(plane)
     }
 
     /// Stops the control plane and removes its state.
     pub fn stop(&self) -> Result<(), HarnessError> {
         control_plane(&self.state, "down").map(drop)
-    }
-
-    /// Starts a detached watchdog that runs `control-plane down` once this process is gone, so
-    /// a test binary killed mid-run (or interrupted with Ctrl-C) leaves no servers behind.
-    fn watch_over_this_process(&self) -> Result<(), HarnessError> {
-        use std::os::unix::process::CommandExt;
-
-        let script = repo_root().join("e2e/control-plane");
-        let watch = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; exec \"$0\" down",
-            pid = std::process::id()
-        );
-        Command::new("bash")
-            .args(["-c", &watch])
-            .arg(&script)
-            .env("CAPSTAN_E2E_STATE", &self.state)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            // Its own process group: a Ctrl-C aimed at the test run must not stop the cleanup.
-            .process_group(0)
-            .spawn()
-            .map(drop)
-            .map_err(|source| HarnessError::Spawn {
-                command: "bash (watchdog)".into(),
-                source,
-            })
     }
 
     /// The state directory (certificates, logs); files a test writes here go away on `stop`.
@@ -233,30 +204,13 @@ impl ControlPlane {
 
     /// `kubectl` with `input` on its standard input.
     pub fn kubectl_with_input(&self, args: &[&str], input: Option<&str>) -> Output {
-        use std::io::Write;
-
         let mut command = Command::new("kubectl");
         command
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(args)
-            .current_dir(repo_root())
-            .stdin(if input.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().unwrap_or_else(|e| panic!("kubectl: {e}"));
-        if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-            stdin
-                .write_all(text.as_bytes())
-                .unwrap_or_else(|e| panic!("kubectl stdin: {e}"));
-        }
-        child
-            .wait_with_output()
-            .unwrap_or_else(|e| panic!("kubectl: {e}"))
+            .current_dir(repo_root());
+        output_with_input(&mut command, input)
     }
 
     /// Installs the committed CRDs (server-side apply) and waits until each is established.
@@ -394,6 +348,90 @@ fn control_plane(state: &Path, verb: &str) -> Result<Output, HarnessError> {
     run(Command::new(script)
         .arg(verb)
         .env("CAPSTAN_E2E_STATE", state))
+}
+
+/// A binary `e2e/build-tools` built (`helm`, `kubelet`, …), as it names it: an error when it
+/// is not built yet (`make tools` builds them all).
+pub fn built_tool(name: &str) -> Result<PathBuf, HarnessError> {
+    let output =
+        run(Command::new(repo_root().join("e2e/build-tools")).args(["--print-paths", name]))?;
+    let variable = format!("{}=", name.to_uppercase().replace('-', "_"));
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix(variable.as_str()))
+        .map(PathBuf::from)
+        .filter(|path| path.exists())
+        .ok_or_else(|| HarnessError::Command {
+            command: format!("e2e/build-tools --print-paths {name}"),
+            status: "the binary is not built".into(),
+            stderr: format!("{name} is not built; run `make tools`"),
+        })
+}
+
+/// Runs `command` to completion with `input` (if any) on its standard input, capturing its
+/// output; a command that cannot be started is a harness bug, and panics.
+pub fn output_with_input(command: &mut Command, input: Option<&str>) -> Output {
+    use std::io::Write;
+
+    command
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin
+            .write_all(text.as_bytes())
+            .unwrap_or_else(|e| panic!("{command:?} stdin: {e}"));
+    }
+    child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"))
+}
+
+/// The value of `export NAME=…` in what a script's `up` printed.
+fn exported(stdout: &str, name: &'static str) -> Result<PathBuf, HarnessError> {
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("export {name}=")).map(unquote))
+        .map(PathBuf::from)
+        .ok_or(HarnessError::MissingEnv(name))
+}
+
+/// Starts a detached watchdog that runs `script down` (with `variable` naming `state`) once
+/// this process is gone, so a test binary killed mid-run (or interrupted with Ctrl-C) leaves
+/// nothing running behind.
+fn watch_over_this_process(
+    script: &Path,
+    variable: &str,
+    state: &Path,
+) -> Result<(), HarnessError> {
+    use std::os::unix::process::CommandExt;
+
+    let watch = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; exec \"$0\" down",
+        pid = std::process::id()
+    );
+    Command::new("bash")
+        .args(["-c", &watch])
+        .arg(script)
+        .env(variable, state)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        // Its own process group: a Ctrl-C aimed at the test run must not stop the cleanup.
+        .process_group(0)
+        .spawn()
+        .map(drop)
+        .map_err(|source| HarnessError::Spawn {
+            command: format!("bash (watchdog of {})", script.display()),
+            source,
+        })
 }
 
 /// Removes the shell quoting `printf %q` adds to plain paths.

@@ -23,8 +23,11 @@ pub struct Env {
 /// A trial's result.
 pub type Outcome = Result<(), Failed>;
 
+/// A trial body against what a suite shares (`E`).
+pub type BodyOn<E> = Box<dyn FnOnce(&E) -> Outcome + Send>;
+
 /// A trial body.
-pub type Body = Box<dyn FnOnce(&Env) -> Outcome + Send>;
+pub type Body = BodyOn<Env>;
 
 /// Runs `trials` against a fresh control plane named `suite`: starts it, installs the CRDs
 /// given by `crds`, runs `setup`, runs the trials (one at a time when `sequential`), and
@@ -51,11 +54,7 @@ pub fn run_with(
         args.test_threads = Some(1);
     }
     if args.list {
-        let listed = trials
-            .into_iter()
-            .map(|(name, _)| Trial::test(name, || Ok(())))
-            .collect();
-        return libtest_mimic::run(&args, listed).exit_code();
+        return list_only(&args, trials);
     }
     let env = match start(suite, options) {
         Ok(env) => env,
@@ -70,6 +69,28 @@ pub fn run_with(
         return ExitCode::FAILURE;
     }
     let env = Arc::new(env);
+    let conclusion = run_against(&args, &env, trials);
+    if let Err(error) = env.plane.stop() {
+        eprintln!("{suite}: control-plane down: {error}");
+    }
+    conclusion.exit_code()
+}
+
+/// `--list`: the trials' names, with nothing started.
+pub(crate) fn list_only<E>(args: &Arguments, trials: Vec<(String, BodyOn<E>)>) -> ExitCode {
+    let listed = trials
+        .into_iter()
+        .map(|(name, _)| Trial::test(name, || Ok(())))
+        .collect();
+    libtest_mimic::run(args, listed).exit_code()
+}
+
+/// Runs `trials` against `env`.
+pub(crate) fn run_against<E: Send + Sync + 'static>(
+    args: &Arguments,
+    env: &Arc<E>,
+    trials: Vec<(String, BodyOn<E>)>,
+) -> libtest_mimic::Conclusion {
     let trials = trials
         .into_iter()
         .map(|(name, body)| {
@@ -77,11 +98,7 @@ pub fn run_with(
             Trial::test(name, move || body(&env))
         })
         .collect();
-    let conclusion = libtest_mimic::run(&args, trials);
-    if let Err(error) = env.plane.stop() {
-        eprintln!("{suite}: control-plane down: {error}");
-    }
-    conclusion.exit_code()
+    libtest_mimic::run(args, trials)
 }
 
 /// Runs `body` against a fresh control plane named `suite` on a new multi-threaded runtime,

@@ -894,16 +894,7 @@ fn writes_by(env: &Env, user: &str) -> usize {
 
 /// helm, as `e2e/build-tools` built it.
 fn helm_binary() -> Result<PathBuf, Failed> {
-    let output = Command::new(repo_root().join("e2e/build-tools"))
-        .args(["--print-paths", "helm"])
-        .output()
-        .map_err(|e| format!("e2e/build-tools: {e}"))?;
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .find_map(|line| line.strip_prefix("HELM="))
-        .map(PathBuf::from)
-        .filter(|path| path.exists())
-        .ok_or_else(|| format!("helm is not built; run `make tools`\n{}", printed(&output)).into())
+    capstan_e2e::built_tool("helm").map_err(|e| e.to_string().into())
 }
 
 /// helm against the test plane, with its own cache and config in the plane's state directory.

@@ -1,0 +1,436 @@
+//! Capstan on a real node (`e2e/kubenode/node`: kubelet, containerd, runc, kube-proxy,
+//! CoreDNS, a controller-manager and a scheduler beside the apiserver), installed as README
+//! "Install on a cluster" says: the images imported without a registry, both charts installed
+//! with Helm into a namespace enforcing the `restricted` Pod Security level, the controller
+//! rolled out, the demo provider behind a Service, `examples/assistant` applied, and the
+//! assistant calling through its sidecar's socket as another user. Then the faults a platform
+//! team meets first: the leader pod deleted, the sidecar killed, an upgrade rolled, the
+//! release uninstalled.
+//!
+//! What the kernel enforces is read from `/proc` (user, capabilities, seccomp, read-only root),
+//! who wrote a status from the apiserver's audit log (the pod a service-account token was
+//! bound to), and what reached the provider from the provider's own record of requests.
+//!
+//! Trials run in order and build on each other, as a user's steps do.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use capstan_e2e::kubenode::{Node, on_node, run_on_node};
+use capstan_e2e::suite::{Outcome, check};
+use capstan_e2e::{printed, repo_root};
+use libtest_mimic::Failed;
+use serde_json::{Value, json};
+
+mod node_steps;
+
+use node_steps::*;
+
+fn main() -> ExitCode {
+    run_on_node(
+        "node",
+        import_images,
+        vec![
+            on_node(
+                "the_charts_should_install_and_the_controller_roll_out_restricted",
+                install_and_roll_out,
+            ),
+            on_node(
+                "the_demo_provider_should_serve_behind_its_service",
+                deploy_provider,
+            ),
+            on_node(
+                "a_binding_should_be_accepted_and_composed_by_the_controller_pod",
+                binding_accepted_and_composed,
+            ),
+            on_node(
+                "the_assistant_should_compose_and_call_through_the_socket_as_another_user",
+                assistant_calls,
+            ),
+            on_node(
+                "a_caller_without_rights_should_be_refused_at_the_socket",
+                caller_refused,
+            ),
+            on_node(
+                "deleting_the_leader_pod_should_hand_the_lease_and_the_writes_to_a_synced_replica",
+                leader_deleted,
+            ),
+            on_node(
+                "a_killed_sidecar_should_be_restarted_and_serve_the_assistant_again",
+                sidecar_killed,
+            ),
+            on_node(
+                "the_disruption_budget_should_refuse_evicting_the_last_ready_replica",
+                budget_refuses_eviction,
+            ),
+            on_node(
+                "helm_upgrade_should_roll_the_controller_with_a_ready_replica_throughout",
+                upgrade_rolls,
+            ),
+            on_node(
+                "helm_uninstall_should_keep_the_crds_and_every_binding",
+                uninstall_keeps_crds,
+            ),
+        ],
+    )
+}
+
+/// The images the trials run, built from this build's binaries and imported into the node's
+/// containerd: the product's two (scripts/build-image, as `make image` does), the demo
+/// provider's and an assistant's (e2e/kubenode/image).
+fn import_images(node: &Node) -> Result<(), String> {
+    let binaries = capstan_testkit::binary("capstan-controller")
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let out = node.state_dir().join("images");
+    let built = Command::new(repo_root().join("scripts/build-image"))
+        .arg("--binaries")
+        .arg(&binaries)
+        .arg("--out")
+        .arg(&out)
+        .env("CAPSTAN_BUILDAH_ROOT", node.state_dir().join("buildah"))
+        .output()
+        .map_err(|e| format!("scripts/build-image: {e}"))?;
+    if !built.status.success() {
+        return Err(format!("scripts/build-image: {}", printed(&built)));
+    }
+    let version = version();
+    for name in ["capstan-controller", "capstan-sidecar"] {
+        let archive = out.join(format!("{name}-{version}.tar"));
+        node.import(&archive, &format!("{name}:{version}"))
+            .map_err(|e| e.to_string())?;
+    }
+    let pause = capstan_e2e::built_tool("pause").map_err(|e| e.to_string())?;
+    test_image(
+        node,
+        PROVIDER_IMAGE,
+        "/usr/local/bin/demo-provider",
+        &[(binary("demo-provider"), "/usr/local/bin/demo-provider")],
+    )?;
+    test_image(
+        node,
+        ASSISTANT_IMAGE,
+        "/pause",
+        &[
+            (pause, "/pause"),
+            (binary("capstanctl"), "/usr/local/bin/capstanctl"),
+            (PathBuf::from("/bin/busybox"), "/bin/busybox"),
+        ],
+    )
+}
+
+fn test_image(
+    node: &Node,
+    name: &str,
+    entrypoint: &str,
+    files: &[(PathBuf, &str)],
+) -> Result<(), String> {
+    let archive = node
+        .state_dir()
+        .join("images")
+        .join(format!("{}.tar", name.replace([':', '/'], "-")));
+    let mut command = Command::new(repo_root().join("e2e/kubenode/image"));
+    command
+        .arg("--out")
+        .arg(&archive)
+        .args(["--name", name, "--entrypoint", entrypoint]);
+    for (source, dest) in files {
+        command.arg(format!("{}:{dest}", source.display()));
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("e2e/kubenode/image: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("e2e/kubenode/image {name}: {}", printed(&output)));
+    }
+    node.import(&archive, name).map_err(|e| e.to_string())
+}
+
+fn binary(name: &str) -> PathBuf {
+    capstan_testkit::binary(name)
+}
+
+/// README "Install on a cluster", step by step, in a namespace enforcing `restricted`.
+fn install_and_roll_out(node: &Node) -> Outcome {
+    restricted_namespace(node, RELEASE_NAMESPACE)?;
+    helm(
+        node,
+        &[
+            "install",
+            "capstan-crds",
+            "charts/capstan-crds",
+            "-n",
+            RELEASE_NAMESPACE,
+        ],
+    )?;
+    controller_release(node, "install", &[])?;
+    rollout(node, RELEASE_NAMESPACE, "capstan", 180)?;
+    let ready = ready_controller_pods(node)?;
+    check(ready.len() == 2, || {
+        format!("after rollout status, ready controller pods: {ready:?}, not 2")
+    })?;
+    // What the kernel enforces on each controller process, not what the manifest asks.
+    let processes = node.pod_processes("capstan-controller");
+    check(processes.len() == 2, || {
+        format!("controller processes on the node: {processes:?}, not 2")
+    })?;
+    for process in &processes {
+        check(
+            process.uids.iter().all(|&uid| uid == 65532)
+                && process.capabilities == "0000000000000000"
+                && process.seccomp == "2"
+                && process.no_new_privileges == "1"
+                && process.root_mount_options.split(',').any(|o| o == "ro"),
+            || {
+                format!(
+                    "a controller runs with {process:?}: want uid 65532, no capabilities, seccomp filter, no new privileges, read-only root"
+                )
+            },
+        )?;
+    }
+    let holder = lease_holder(node)?;
+    check(ready.contains(&holder), || {
+        format!("the Lease is held by {holder:?}, not one of the ready pods {ready:?}")
+    })
+}
+
+/// The demo provider as a user would run one: a Deployment and a Service in a namespace of
+/// its own, also enforcing `restricted`.
+fn deploy_provider(node: &Node) -> Outcome {
+    restricted_namespace(node, PROVIDER_NAMESPACE)?;
+    apply(node, &provider_objects())?;
+    rollout(node, PROVIDER_NAMESPACE, "demo-provider", 120)?;
+    // Ready is not yet routed: kube-proxy programs the Service once it sees the endpoint.
+    wait(
+        PATIENCE,
+        "the provider to answer through its Service",
+        || provider_requests(node).ok().filter(Value::is_array),
+    )
+    .map(drop)
+}
+
+/// The StreamCo binding, pointed at the provider's Service name: the controller pod accepts
+/// it and its probe (dialing through cluster DNS and the Service) writes Composed=True.
+fn binding_accepted_and_composed(node: &Node) -> Outcome {
+    let writes_before = status_writers(node, BINDING).len();
+    apply(node, &binding(BINDING))?;
+    let conditions = wait_for_conditions(node, BINDING, &["Accepted", "Composed"], PATIENCE)?;
+    let writers = status_writers(node, BINDING);
+    let holder = lease_holder(node)?;
+    check(
+        writers.len() > writes_before
+            && writers
+                .iter()
+                .all(|(user, pod)| user == CHART_ACCOUNT && pod == &holder),
+        || {
+            format!(
+                "status writes of {BINDING}: {writers:?}; want them all by {CHART_ACCOUNT} from the leader pod {holder} ({conditions})"
+            )
+        },
+    )
+}
+
+/// `examples/assistant` applied as README "Wire the sidecar" says (the image and allow-lists
+/// edited, the assistant container running as user 1001); from inside the assistant
+/// container, `capstanctl` composes and calls through the socket in the shared emptyDir.
+fn assistant_calls(node: &Node) -> Outcome {
+    deploy_assistant(node)?;
+    let id = exec_assistant(node, &["/bin/busybox", "id"])?;
+    check(id.contains("uid=1001") && id.contains("65532"), || {
+        format!("the assistant runs as {id:?}: want uid 1001 with group 65532 (fsGroup)")
+    })?;
+    // The native sidecar starts first: the assistant's very first request finds it serving.
+    let first = exec_assistant(node, &["/bin/busybox", "cat", "/first-ask/compose"])?;
+    eprintln!("the assistant's first request at start was answered:\n{first}");
+    let sidecars = node.pod_processes("capstan-sidecar");
+    check(
+        sidecars.len() == 1 && sidecars[0].uids.iter().all(|&uid| uid == 65532),
+        || format!("sidecar processes: {sidecars:?}; want one, as uid 65532"),
+    )?;
+    let token = person_token(node, PERSON)?;
+    let composed = capstanctl(node, &["compose", "--project", PROJECT, "--token", &token])?;
+    check(composed.contains("streamco__streams_list"), || {
+        format!("capstanctl compose in the assistant printed:\n{composed}")
+    })?;
+    one_call_reaches_the_provider(node, &token, "from the assistant")?;
+    let leaked = provider_requests(node)?.to_string().contains(&token);
+    check(!leaked, || {
+        "the person's token reached the provider in a request it recorded".into()
+    })
+}
+
+/// A token that may not list bindings gets the sidecar's refusal, and the provider sees
+/// nothing of it.
+fn caller_refused(node: &Node) -> Outcome {
+    let token = person_token(node, STRANGER)?;
+    let calls_before = provider_calls(node, "streams_list")?;
+    let refused = call_streams_list(node, &token);
+    let Err(message) = refused else {
+        return Err(format!("a caller without rights called: {refused:?}").into());
+    };
+    check(
+        message.contains("403") || message.contains("forbidden"),
+        || format!("the refusal does not say why: {message}"),
+    )?;
+    let calls_after = provider_calls(node, "streams_list")?;
+    check(calls_after == calls_before, || {
+        format!(
+            "the provider saw {} calls from a refused caller",
+            calls_after - calls_before
+        )
+    })
+}
+
+/// The leader pod deleted as `kubectl delete pod` does: it releases the Lease, and another
+/// replica — the standby, or the Deployment's replacement pod if it campaigns first — takes
+/// it within the lease duration and a few seconds, having synced its caches first (its
+/// `/readyz` answers 200 when it is first seen holding), and accepts a new binding.
+fn leader_deleted(node: &Node) -> Outcome {
+    let leader = lease_holder(node)?;
+    let standby = ready_controller_pods(node)?
+        .into_iter()
+        .find(|pod| pod != &leader)
+        .ok_or("no standby pod is ready")?;
+    let started = Instant::now();
+    kubectl(
+        node,
+        &[
+            "-n",
+            RELEASE_NAMESPACE,
+            "delete",
+            "pod",
+            &leader,
+            "--wait=false",
+        ],
+    )?;
+    let holder = wait(TAKEOVER, "another pod to hold the Lease", || {
+        lease_holder(node).ok().filter(|holder| holder != &leader)
+    })?;
+    let took_over = started.elapsed();
+    let readyz = controller_readyz(node, &holder)?;
+    check(readyz == 200, || {
+        format!(
+            "{holder} holds the Lease while its /readyz answers {readyz}: it campaigned before its caches synced"
+        )
+    })?;
+    apply(node, &binding(SECOND_BINDING))?;
+    wait_for_conditions(node, SECOND_BINDING, &["Accepted"], TAKEOVER)?;
+    let accepted = started.elapsed();
+    let writers = status_writers(node, SECOND_BINDING);
+    let which = if holder == standby {
+        "the standby"
+    } else {
+        "the replacement pod"
+    };
+    eprintln!(
+        "leader {leader} deleted: {which} {holder} held the Lease after {took_over:?}, a new binding was accepted after {accepted:?}"
+    );
+    check(
+        !writers.is_empty() && writers.iter().all(|(_, pod)| pod == &holder),
+        || format!("status writes of {SECOND_BINDING}: {writers:?}; want them all from {holder}"),
+    )?;
+    rollout(node, RELEASE_NAMESPACE, "capstan", 120).map(drop)
+}
+
+/// The sidecar's process killed on the machine: kubelet restarts the native sidecar and the
+/// assistant's next session calls through it.
+fn sidecar_killed(node: &Node) -> Outcome {
+    let restarts_before = sidecar_restarts(node)?;
+    // The native sidecar starts first: the assistant's very first request finds it serving.
+    let first = exec_assistant(node, &["/bin/busybox", "cat", "/first-ask/compose"])?;
+    eprintln!("the assistant's first request at start was answered:\n{first}");
+    let sidecars = node.pod_processes("capstan-sidecar");
+    let [sidecar] = sidecars.as_slice() else {
+        return Err(format!("sidecar processes: {sidecars:?}; want one").into());
+    };
+    let killed = Command::new("kill")
+        .args(["-KILL", &sidecar.pid.to_string()])
+        .status()
+        .map_err(|e| format!("kill: {e}"))?;
+    check(killed.success(), || {
+        format!("kill -KILL {} failed", sidecar.pid)
+    })?;
+    wait(PATIENCE, "kubelet to restart the sidecar", || {
+        let restarts = sidecar_restarts(node).ok()?;
+        let started = sidecar_started(node).ok()?;
+        (restarts > restarts_before && started).then_some(())
+    })?;
+    let token = person_token(node, PERSON)?;
+    // The socket is back when the sidecar is started; a call is one fresh session.
+    one_call_reaches_the_provider(node, &token, "after the restart")
+}
+
+/// Evictions (what `kubectl drain` sends) honour the chart's PodDisruptionBudget: one of two
+/// ready replicas may go, the last ready one may not.
+fn budget_refuses_eviction(node: &Node) -> Outcome {
+    let ready = ready_controller_pods(node)?;
+    let [first, second] = ready.as_slice() else {
+        return Err(format!("ready controller pods: {ready:?}, not 2").into());
+    };
+    evict(node, first).map_err(|e| format!("evicting the first of two ready pods: {e}"))?;
+    let refused = evict(node, second);
+    let Err(message) = refused else {
+        return Err(format!("evicting {second} with only it ready was allowed").into());
+    };
+    check(message.contains("disruption budget"), || {
+        format!("the second eviction failed for another reason: {message}")
+    })?;
+    rollout(node, RELEASE_NAMESPACE, "capstan", 120).map(drop)
+}
+
+/// `helm upgrade` changing a value rolls new pods; at no moment is no replica ready.
+fn upgrade_rolls(node: &Node) -> Outcome {
+    let pods_before = ready_controller_pods(node)?;
+    let watch = ReadyWatch::start(node);
+    let upgraded = controller_release(node, "upgrade", &["--set", "controller.logLevel=debug"])
+        .and_then(|_| rollout(node, RELEASE_NAMESPACE, "capstan", 180));
+    let seen = watch.stop();
+    upgraded?;
+    let pods_after = ready_controller_pods(node)?;
+    check(
+        pods_after.iter().all(|pod| !pods_before.contains(pod)),
+        || format!("pods before {pods_before:?}, after {pods_after:?}: the upgrade rolled nothing"),
+    )?;
+    check(
+        !seen.is_empty() && seen.iter().all(|&ready| ready >= 1),
+        || format!("ready replicas seen during the upgrade: {seen:?}"),
+    )
+}
+
+/// README "Upgrades": uninstalling both releases keeps the CRDs and every binding.
+fn uninstall_keeps_crds(node: &Node) -> Outcome {
+    helm(
+        node,
+        &["uninstall", "capstan", "-n", RELEASE_NAMESPACE, "--wait"],
+    )?;
+    helm(
+        node,
+        &["uninstall", "capstan-crds", "-n", RELEASE_NAMESPACE],
+    )?;
+    for crd in CRDS {
+        kubectl(node, &["get", "crd", crd])?;
+    }
+    for name in [BINDING, SECOND_BINDING] {
+        kubectl(node, &["get", "capabilitybinding", name])?;
+    }
+    let pods = controller_pods(node)?;
+    check(pods.is_empty(), || {
+        format!("controller pods left after uninstall: {pods:?}")
+    })
+}
+
+/// `helm install` or `helm upgrade` of the controller chart with the allow-lists a platform
+/// team sets for providers in the `providers` namespace, and `extra` values.
+fn controller_release(node: &Node, verb: &str, extra: &[&str]) -> Result<String, Failed> {
+    let allow_lists = json!({
+        "mcpEndpointHosts": ALLOWED_HOSTS,
+        "fetchHosts": ALLOWED_HOSTS,
+    });
+    let values = format!("allowLists={allow_lists}");
+    let mut args = vec![verb, "capstan", "charts/capstan", "-n", RELEASE_NAMESPACE];
+    args.extend(["--set-json", &values]);
+    args.extend(extra);
+    helm(node, &args)
+}
