@@ -71,7 +71,7 @@ fn main() -> ExitCode {
                 graceful_handover,
             ),
             trial(
-                "readyz_should_wait_for_the_first_sync",
+                "readyz_and_the_lease_should_wait_for_the_first_sync",
                 readiness_follows_the_first_sync,
             ),
             trial(
@@ -540,10 +540,11 @@ fn graceful_handover(env: &Env) -> Outcome {
     })
 }
 
-/// `/readyz` answers 503 until the controller's caches have synced, then 200. The controller
-/// runs as an account that may hold its Lease but not yet read bindings: its lists are
-/// refused (the audit log shows the 403s), it stays unready, and it becomes ready once the
-/// ClusterRole is bound.
+/// `/readyz` answers 503 until the controller's caches have synced, then 200, and only then
+/// does the replica campaign for its Lease. The controller runs as an account that may hold
+/// its Lease but not yet read bindings: its lists are refused (the audit log shows the 403s),
+/// it stays unready and never writes the Lease, and once the ClusterRole is bound it becomes
+/// ready and takes the Lease.
 fn readiness_follows_the_first_sync(env: &Env) -> Outcome {
     let account = "unsynced";
     let plane = &env.plane;
@@ -587,11 +588,35 @@ fn readiness_follows_the_first_sync(env: &Env) -> Outcome {
         check(unready == 503, || {
             format!("/readyz answered {unready} before the first sync")
         })?;
+        // Unsynced, it does not campaign: a replica that cannot write yet must not take the
+        // Lease from a warm standby (the node suite's deleted leader met a fresh pod winning).
+        let lease_writes = |events: &[serde_json::Value]| {
+            events
+                .iter()
+                .filter(|event| {
+                    event["user"]["username"] == user.as_str()
+                        && event["objectRef"]["resource"] == "leases"
+                        && matches!(event["verb"].as_str(), Some("create" | "patch" | "update"))
+                })
+                .count()
+        };
+        let before_sync = lease_writes(&plane.audit_events().unwrap_or_default());
+        check(before_sync == 0, || {
+            format!("the unsynced controller wrote its Lease {before_sync} times")
+        })?;
         bind_cluster_role(plane, account, CONTROLLER_ROLE).map_err(|e| e.to_string())?;
         eventually(
             PATIENCE,
             || async { (http_status(&controller.address, "/readyz") == 200).then_some(()) },
             || "/readyz answers 200 after the first sync".to_owned(),
+        )
+        .await?;
+        eventually(
+            PATIENCE,
+            || async {
+                (lease_writes(&plane.audit_events().unwrap_or_default()) > 0).then_some(())
+            },
+            || "the synced controller takes its Lease".to_owned(),
         )
         .await
     })

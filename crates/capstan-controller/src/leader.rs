@@ -8,6 +8,11 @@
 //! fresh manager takes a free lease at once. (A GET, not a watch, so the controller's Role
 //! needs no list or watch on Leases: get, create and patch are all it uses.)
 //!
+//! A replica campaigns only once its caches have synced: a pod that has just started must not
+//! win a released Lease from a warm standby and leave the writes waiting for its first list
+//! (found on a real node, docs/architecture.md "Leadership"). Either may still win once both
+//! are synced; both can then write at once.
+//!
 //! A lease that cannot be reached yet (its namespace missing, RBAC not bound) is retried with
 //! a log line naming it, as the caches retry CRDs that are not installed yet.
 
@@ -71,12 +76,17 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    /// Starts electing on `settings`' lease, in the background: until the lease can be reached
-    /// this replica is not leader, and each failed attempt is logged and retried.
-    pub fn start(client: Client, settings: LeaseSettings) -> Self {
+    /// Starts electing on `settings`' lease, in the background, once `synced` turns true (the
+    /// replica's caches have synced): until then, and until the lease can be reached, this
+    /// replica is not leader; each failed attempt is logged and retried.
+    pub fn start(client: Client, settings: LeaseSettings, synced: watch::Receiver<bool>) -> Self {
         let (tx, leader) = watch::channel(false);
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(elect(client, settings, tx, stopped));
+        let task = tokio::spawn(async move {
+            if campaign_when_synced(synced, stopped.clone()).await {
+                elect(client, settings, tx, stopped).await;
+            }
+        });
         Self { leader, stop, task }
     }
 
@@ -118,6 +128,17 @@ pub fn is_free(lease: &Lease) -> bool {
         .as_ref()
         .and_then(|spec| spec.holder_identity.as_deref())
         .is_none_or(str::is_empty)
+}
+
+/// Waits until the caches have synced (true) or leadership is given up first (false).
+async fn campaign_when_synced(
+    mut synced: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
+) -> bool {
+    tokio::select! {
+        _ = stop.wait_for(|stop| *stop) => false,
+        result = synced.wait_for(|synced| *synced) => result.is_ok(),
+    }
 }
 
 /// Why one manager's run ended.

@@ -91,6 +91,9 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let client = client(kubeconfig).await?;
     let shutdown = Shutdown::on_signal();
     let admin = AdminServer::start(listen_address, shutdown.clone()).await?;
+    // Turned true once both caches have synced: readiness, the qualifier loop and the
+    // election wait for it.
+    let (synced_tx, synced) = watch::channel(false);
     let leadership = start_leader_election(
         client.clone(),
         LeaseSettings {
@@ -101,6 +104,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             grace_seconds: lease_grace_seconds,
             field_manager: format!("{FIELD_MANAGER}-lease"),
         },
+        synced,
     );
     let (probe, probed) = composed_probe(
         probe_interval_seconds,
@@ -126,7 +130,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         reconcile_concurrency,
         status_writes_in_flight,
     };
-    run_controllers(ctx, settings, queue_rx, probed, &admin.readiness, shutdown).await;
+    let readiness = Ready {
+        readiness: admin.readiness.clone(),
+        synced: synced_tx,
+    };
+    run_controllers(ctx, settings, queue_rx, probed, readiness, shutdown).await;
     // The loops have stopped: release the lease so the standby takes over at once instead of
     // after the lease expires.
     leadership.stop().await;
@@ -171,10 +179,14 @@ impl AdminServer {
 
 /// Starts leader election in the background: only the holder writes; the standby keeps its
 /// caches warm.
-fn start_leader_election(client: Client, settings: LeaseSettings) -> Leadership {
+fn start_leader_election(
+    client: Client,
+    settings: LeaseSettings,
+    synced: watch::Receiver<bool>,
+) -> Leadership {
     let identity = settings.identity.clone();
     let lease = format!("{}/{}", settings.namespace, settings.name);
-    let leadership = Leadership::start(client, settings);
+    let leadership = Leadership::start(client, settings, synced);
     info!(%identity, %lease, "leader election started");
     leadership
 }
@@ -221,7 +233,7 @@ async fn run_controllers(
     settings: ControllerSettings,
     queue: StatusReceiver<ObjectKey, DesiredStatus>,
     probed: Option<ProbedNames>,
-    readiness: &Readiness,
+    readiness: Ready,
     shutdown: Shutdown,
 ) {
     let stop = shutdown.requested().boxed().shared();
@@ -249,7 +261,7 @@ async fn run_controllers(
         settings.status_writes_in_flight,
     );
     let worker = tokio::spawn(writer.run(queue));
-    let synced = spawn_readiness(readiness.clone(), bindings.synced, qualifiers.synced);
+    let synced = spawn_readiness(readiness, bindings.synced, qualifiers.synced);
     let leadership_log = tokio::spawn(log_leadership(ctx.leader.clone(), ctx.metrics.clone()));
     let qualifier_loop = tokio::spawn(run_qualifiers(
         qualifiers.events,
@@ -384,22 +396,31 @@ fn spawn_forgetter(
     })
 }
 
-/// Marks the replica ready once both caches have synced; the returned channel turns true then
-/// too, for the qualifier loop.
-fn spawn_readiness(
+/// What turns true when both caches have synced.
+struct Ready {
+    /// `/readyz`.
     readiness: Readiness,
+    /// The election and the qualifier loop.
+    synced: watch::Sender<bool>,
+}
+
+/// Marks the replica ready once both caches have synced, and sends `true` on its channel (the
+/// election campaigns from then on); returns a receiver of it, for the qualifier loop.
+fn spawn_readiness(
+    ready: Ready,
     mut bindings: watch::Receiver<bool>,
     mut qualifiers: watch::Receiver<bool>,
 ) -> watch::Receiver<bool> {
-    let (synced_tx, synced) = watch::channel(false);
+    let Ready { readiness, synced } = ready;
+    let receiver = synced.subscribe();
     tokio::spawn(async move {
         if bindings.wait_for(|s| *s).await.is_ok() && qualifiers.wait_for(|s| *s).await.is_ok() {
             readiness.set_ready();
-            let _ = synced_tx.send(true);
+            synced.send_replace(true);
             info!("caches synced; ready");
         }
     });
-    synced
+    receiver
 }
 
 /// Drops what the controller never reads before an object enters the cache: managed fields
