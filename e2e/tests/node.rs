@@ -61,6 +61,10 @@ fn main() -> ExitCode {
                 sidecar_killed,
             ),
             on_node(
+                "a_wedged_sidecar_should_be_restarted_by_its_liveness_probe",
+                sidecar_wedged,
+            ),
+            on_node(
                 "the_disruption_budget_should_refuse_evicting_the_last_ready_replica",
                 budget_refuses_eviction,
             ),
@@ -241,9 +245,13 @@ fn assistant_calls(node: &Node) -> Outcome {
     check(id.contains("uid=1001") && id.contains("65532"), || {
         format!("the assistant runs as {id:?}: want uid 1001 with group 65532 (fsGroup)")
     })?;
-    // The native sidecar starts first: the assistant's very first request finds it serving.
+    // The native sidecar starts first: the assistant's very first request, sent the moment
+    // it starts (without a token), is answered by the sidecar — refused for want of a token,
+    // not failed for want of a socket.
     let first = exec_assistant(node, &["/bin/busybox", "cat", "/first-ask/compose"])?;
-    eprintln!("the assistant's first request at start was answered:\n{first}");
+    check(first.contains("401 Unauthorized"), || {
+        format!("the assistant's first request at start got:\n{first}")
+    })?;
     let sidecars = node.pod_processes("capstan-sidecar");
     check(
         sidecars.len() == 1 && sidecars[0].uids.iter().all(|&uid| uid == 65532),
@@ -338,9 +346,6 @@ fn leader_deleted(node: &Node) -> Outcome {
 /// assistant's next session calls through it.
 fn sidecar_killed(node: &Node) -> Outcome {
     let restarts_before = sidecar_restarts(node)?;
-    // The native sidecar starts first: the assistant's very first request finds it serving.
-    let first = exec_assistant(node, &["/bin/busybox", "cat", "/first-ask/compose"])?;
-    eprintln!("the assistant's first request at start was answered:\n{first}");
     let sidecars = node.pod_processes("capstan-sidecar");
     let [sidecar] = sidecars.as_slice() else {
         return Err(format!("sidecar processes: {sidecars:?}; want one").into());
@@ -360,6 +365,30 @@ fn sidecar_killed(node: &Node) -> Outcome {
     let token = person_token(node, PERSON)?;
     // The socket is back when the sidecar is started; a call is one fresh session.
     one_call_reaches_the_provider(node, &token, "after the restart")
+}
+
+/// The sidecar's process stopped (SIGSTOP: alive, answering nothing, as a deadlocked process
+/// would be): its liveness probe fails, kubelet restarts it, and the assistant calls again.
+fn sidecar_wedged(node: &Node) -> Outcome {
+    let restarts_before = sidecar_restarts(node)?;
+    let sidecars = node.pod_processes("capstan-sidecar");
+    let [sidecar] = sidecars.as_slice() else {
+        return Err(format!("sidecar processes: {sidecars:?}; want one").into());
+    };
+    let stopped = Command::new("kill")
+        .args(["-STOP", &sidecar.pid.to_string()])
+        .status()
+        .map_err(|e| format!("kill: {e}"))?;
+    check(stopped.success(), || {
+        format!("kill -STOP {} failed", sidecar.pid)
+    })?;
+    wait(PATIENCE, "kubelet to restart the wedged sidecar", || {
+        let restarts = sidecar_restarts(node).ok()?;
+        let started = sidecar_started(node).ok()?;
+        (restarts > restarts_before && started).then_some(())
+    })?;
+    let token = person_token(node, PERSON)?;
+    one_call_reaches_the_provider(node, &token, "after the wedged sidecar was restarted")
 }
 
 /// Evictions (what `kubectl drain` sends) honour the chart's PodDisruptionBudget: one of two

@@ -29,12 +29,16 @@ Parameters:
                     /var/lib/capstan: the ledger of applied plan tokens (CAPSTAN_PLAN_LEDGER)
                     lives there, so a restarted sidecar still applies each earlier plan once
   logFormat         json (default) or text
+  metricsPort       the port of /metrics, /healthz and /readyz (default 9090): kubelet's
+                    probes ask it — startup and readiness /readyz (the bindings are listed),
+                    liveness /healthz (a wedged sidecar is restarted)
   resources         the container's resources (default below)
   native            false for a plain container (default true)
 The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.create) bound.
 */ -}}
 {{- define "capstan.sidecar" -}}
 {{- $socketDir := .socketDir | default "/var/run/capstan" -}}
+{{- $metricsPort := .metricsPort | default 9090 | int -}}
 {{- $resources := .resources | default (dict "requests" (dict "cpu" "50m" "memory" "64Mi") "limits" (dict "memory" "512Mi")) -}}
 - name: capstan-sidecar
   image: {{ required "capstan.sidecar: image is required" .image | quote }}
@@ -60,6 +64,34 @@ The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.
     value: /var/lib/capstan/plan-ledger
   - name: CAPSTAN_LOG_FORMAT
     value: {{ .logFormat | default "json" | quote }}
+  - name: CAPSTAN_METRICS_ADDRESS
+    value: {{ printf "0.0.0.0:%d" $metricsPort | quote }}
+  ports:
+  - name: capstan-metrics
+    containerPort: {{ $metricsPort }}
+    protocol: TCP
+  # A native sidecar's startup probe holds the assistant back until the sidecar serves what
+  # the cluster's bindings compose (/readyz: the bindings are listed).
+  startupProbe:
+    httpGet:
+      path: /readyz
+      port: capstan-metrics
+    periodSeconds: 1
+    failureThreshold: 120
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: capstan-metrics
+    periodSeconds: 5
+  # A sidecar that stops answering is restarted; the assistant's next session reaches the
+  # new one.
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: capstan-metrics
+    periodSeconds: 5
+    timeoutSeconds: 2
+    failureThreshold: 3
   volumeMounts:
   - name: {{ .volume | default "capstan-socket" }}
     mountPath: {{ $socketDir | quote }}
