@@ -29,7 +29,8 @@ pub fn on_node(
 
 /// Runs `trials` in order on a fresh node named `suite`: starts it, runs `setup`, runs the
 /// trials one at a time (they build on each other, as a user's steps do), and always stops
-/// it. `--list` lists without starting anything. A node that cannot start fails the suite.
+/// it. `--list` lists without starting anything. A node that cannot start fails the suite,
+/// and so does one that leaves the machine changed (a sysctl, a cgroup, a mount).
 pub fn run_on_node(
     suite: &str,
     setup: impl FnOnce(&Node) -> Result<(), String>,
@@ -40,6 +41,7 @@ pub fn run_on_node(
     if args.list {
         return list_only(&args, trials);
     }
+    let before = MachineState::read();
     let node = match Node::start(suite) {
         Ok(node) => Arc::new(node),
         Err(error) => {
@@ -55,8 +57,76 @@ pub fn run_on_node(
     let conclusion = run_against(&args, &node, trials);
     if let Err(error) = node.stop() {
         eprintln!("{suite}: node down: {error}");
+        return ExitCode::FAILURE;
+    }
+    let after = MachineState::read();
+    if after != before {
+        eprintln!(
+            "{suite}: the node left the machine changed:\nbefore {before:?}\nafter  {after:?}"
+        );
+        return ExitCode::FAILURE;
     }
     conclusion.exit_code()
+}
+
+/// What a node changes on the machine while it runs, and `down` must put back: the sysctls
+/// kubelet sets, cgroups, mounts and namespace files.
+#[derive(Debug, PartialEq)]
+struct MachineState {
+    sysctls: Vec<(&'static str, String)>,
+    cgroups: Vec<PathBuf>,
+    node_mounts: Vec<String>,
+}
+
+impl MachineState {
+    fn read() -> Self {
+        const SYSCTLS: [&str; 6] = [
+            "vm/overcommit_memory",
+            "vm/panic_on_oom",
+            "kernel/panic",
+            "kernel/panic_on_oops",
+            "kernel/keys/root_maxkeys",
+            "kernel/keys/root_maxbytes",
+        ];
+        let sysctls = SYSCTLS
+            .into_iter()
+            .map(|key| {
+                let value = std::fs::read_to_string(format!("/proc/sys/{key}")).unwrap_or_default();
+                (key, value.trim().to_owned())
+            })
+            .collect();
+        let mut cgroups = Vec::new();
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for entry in std::fs::read_dir(hierarchy.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("capstan-node-")
+                {
+                    cgroups.push(entry.path());
+                }
+            }
+        }
+        let node_mounts = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.contains("capstan-node"))
+            .map(str::to_owned)
+            .collect();
+        Self {
+            sysctls,
+            cgroups,
+            node_mounts,
+        }
+    }
 }
 
 /// A running node, owned by this process.
