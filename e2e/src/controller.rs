@@ -157,6 +157,39 @@ pub fn service_account_kubeconfig(
     Ok(kubeconfig)
 }
 
+/// A controller as the service account `identity` (the controller's RBAC), electing on a
+/// Lease of its own, probing bindings every `interval` seconds (cut at `deadline`) and
+/// dialing only `hosts`.
+pub fn probing_controller(
+    plane: &ControlPlane,
+    identity: &str,
+    hosts: &[String],
+    interval: u64,
+    deadline: u64,
+) -> Result<ControllerProcess, HarnessError> {
+    let kubeconfig = service_account_kubeconfig(plane, identity)?;
+    let hosts = hosts.join(",");
+    let (interval, deadline) = (interval.to_string(), deadline.to_string());
+    let lease = format!("capstan-e2e-{identity}");
+    ControllerProcess::start(
+        plane,
+        &kubeconfig,
+        identity,
+        &[
+            "--lease-name",
+            &lease,
+            "--mcp-endpoint-hosts",
+            &hosts,
+            "--fetch-hosts",
+            &hosts,
+            "--probe-interval-seconds",
+            &interval,
+            "--probe-deadline-seconds",
+            &deadline,
+        ],
+    )
+}
+
 /// A running controller process; stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct ControllerProcess {
     child: Option<Child>,

@@ -260,7 +260,8 @@ impl ControlPlane {
         use kube::CustomResourceExt;
 
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let mut crd = capstan_api::CapabilityBinding::crd();
+        // The committed CRD (its status default included), with the spec opened.
+        let [(_, mut crd), _] = capstan_api::crd::crds();
         let open = JSONSchemaProps {
             type_: Some("object".into()),
             x_kubernetes_preserve_unknown_fields: Some(true),

@@ -113,7 +113,7 @@ fn kubectl_accepts_examples(suite: &Suite) -> Outcome {
         .map(str::to_owned)
         .collect();
     check(
-        header == ["NAME", "ACCEPTED", "COMPOSED", "TOOLS", "AGE"],
+        header == ["NAME", "READY", "ACCEPTED", "COMPOSED", "TOOLS", "AGE"],
         || printed(&output),
     )?;
     check(stdout(&output).contains("streamco-binding"), || {
@@ -129,7 +129,15 @@ fn kubectl_accepts_examples(suite: &Suite) -> Outcome {
         .split_whitespace()
         .collect();
     check(
-        header == ["NAME", "CAPABILITY", "CONSTRAINT", "ACCEPTED", "AGE"],
+        header
+            == [
+                "NAME",
+                "CAPABILITY",
+                "CONSTRAINT",
+                "READY",
+                "ACCEPTED",
+                "AGE",
+            ],
         || printed(&output),
     )?;
     let row: Vec<&str> = table

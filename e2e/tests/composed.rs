@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use capstan_e2e::controller::{ControllerProcess, service_account_kubeconfig};
+use capstan_e2e::controller::{ControllerProcess, probing_controller};
 use capstan_e2e::objects::{ConditionView, apply, condition, delete, status, wait_condition};
 use capstan_e2e::printed;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
@@ -81,28 +81,8 @@ fn controller(
     interval: u64,
     deadline: u64,
 ) -> Result<ControllerProcess, libtest_mimic::Failed> {
-    let kubeconfig = service_account_kubeconfig(&env.plane, identity).map_err(|e| e.to_string())?;
-    let hosts = hosts.join(",");
-    let (interval, deadline) = (interval.to_string(), deadline.to_string());
-    let lease = format!("capstan-e2e-{identity}");
-    ControllerProcess::start(
-        &env.plane,
-        &kubeconfig,
-        identity,
-        &[
-            "--lease-name",
-            &lease,
-            "--mcp-endpoint-hosts",
-            &hosts,
-            "--fetch-hosts",
-            &hosts,
-            "--probe-interval-seconds",
-            &interval,
-            "--probe-deadline-seconds",
-            &deadline,
-        ],
-    )
-    .map_err(|e| e.to_string().into())
+    probing_controller(&env.plane, identity, hosts, interval, deadline)
+        .map_err(|e| e.to_string().into())
 }
 
 /// A binding's spec: one MCP server `server` at `endpoint` allowing `include`.
@@ -200,7 +180,8 @@ fn healthy_binding(env: &Env) -> Outcome {
             .map(str::to_owned)
             .collect();
         check(
-            row.get(1..4) == Some(&["True".to_owned(), "True".to_owned(), "2".to_owned()][..]),
+            // READY, ACCEPTED, COMPOSED, TOOLS
+            row.get(1..5) == Some(&["True", "True", "True", "2"].map(str::to_owned)[..]),
             || printed(&output),
         )?;
         // The probe closed what it opened: the provider saw the session end.

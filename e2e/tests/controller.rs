@@ -212,13 +212,19 @@ fn accepted_follows_validation(env: &Env) -> Outcome {
     let output = env
         .plane
         .kubectl(&["get", "capabilitybinding", "broken-binding"]);
-    check(
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .nth(1)
-            .is_some_and(|row| row.split_whitespace().nth(1) == Some("True")),
-        || printed(&output),
-    )
+    let table = String::from_utf8_lossy(&output.stdout);
+    let mut lines = table
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>());
+    let (header, row) = (
+        lines.next().unwrap_or_default(),
+        lines.next().unwrap_or_default(),
+    );
+    let accepted = header
+        .iter()
+        .position(|h| *h == "ACCEPTED")
+        .and_then(|i| row.get(i));
+    check(accepted == Some(&"True"), || printed(&output))
 }
 
 fn huge_binding_bounded_message(env: &Env) -> Outcome {

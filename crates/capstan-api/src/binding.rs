@@ -34,6 +34,12 @@ use crate::patterns::{
            holds it: MCP tools behind an allow-list, knowledge, and skills. Cluster-scoped: the \
            control plane is the tenancy boundary.",
     printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Accepted and composed (what `kubectl wait --for=condition=Ready` waits on)"
+    ),
+    printcolumn(
         name = "Accepted",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Accepted\")].status",

@@ -29,3 +29,29 @@ pub mod composed {
     /// False: the spec is not accepted, so nothing of it is composed.
     pub const NOT_ACCEPTED: &str = "NotAccepted";
 }
+
+/// `Ready`: the summary an operator or a GitOps tool waits on (`kubectl wait
+/// --for=condition=Ready`), derived from `Accepted` and `Composed`. When False its reason and
+/// message are those of the condition that keeps the object from being ready.
+pub mod ready {
+    /// The condition type.
+    pub const TYPE: &str = "Ready";
+    /// True: accepted, and composed (a binding) or taking effect (a qualifier); a binding with
+    /// the Composed probe off is ready once accepted.
+    pub const READY: &str = "Ready";
+}
+
+/// `Stalled`: present, and True, only while the controller can make no progress without a
+/// change — the spec is refused, or the Composed probe found the binding degraded (kstatus
+/// reads the object as `Failed`). Its reason and message are the refusing condition's.
+pub mod stalled {
+    /// The condition type.
+    pub const TYPE: &str = "Stalled";
+}
+
+/// `Reconciling`: present, and True, only while the current generation has not been fully
+/// evaluated — its Composed probe is pending (kstatus reads the object as `InProgress`).
+pub mod reconciling {
+    /// The condition type.
+    pub const TYPE: &str = "Reconciling";
+}

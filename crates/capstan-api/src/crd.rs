@@ -15,10 +15,16 @@ const HEADER: &str =
 /// Each CRD with the file name it is committed under in `config/crd/`.
 pub fn crds() -> [(&'static str, CustomResourceDefinition); 2] {
     [
-        ("capabilitybindings.yaml", CapabilityBinding::crd()),
+        (
+            "capabilitybindings.yaml",
+            with_unobserved_status(CapabilityBinding::crd()),
+        ),
         (
             "routequalifiers.yaml",
-            with_name_limit(RouteQualifier::crd(), MAX_QUALIFIER_NAME_LEN),
+            with_unobserved_status(with_name_limit(
+                RouteQualifier::crd(),
+                MAX_QUALIFIER_NAME_LEN,
+            )),
         ),
     ]
 }
@@ -46,6 +52,29 @@ fn with_name_limit(mut crd: CustomResourceDefinition, max: usize) -> CustomResou
             .properties
             .get_or_insert_default()
             .insert("metadata".into(), metadata);
+    }
+    crd
+}
+
+/// Defaults `status` to `{observedGeneration: 0}`: an object the controller has not written
+/// yet reads (from the apiserver, which applies schema defaults on every read) as not yet
+/// observed, so kstatus — what GitOps tools decide an apply's health with — reads it as
+/// InProgress, not Current, in the moment between its creation and the controller's first
+/// status write (docs/architecture.md "A CR becomes status").
+fn with_unobserved_status(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let roots = crd
+        .spec
+        .versions
+        .iter_mut()
+        .filter_map(|v| v.schema.as_mut()?.open_api_v3_schema.as_mut());
+    for root in roots {
+        if let Some(status) = root.properties.as_mut().and_then(|p| p.get_mut("status")) {
+            status.default = Some(
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSON(
+                    serde_json::json!({ "observedGeneration": 0 }),
+                ),
+            );
+        }
     }
     crd
 }

@@ -46,6 +46,12 @@ pub const MAX_CONSTRAINT_TARGETS: usize = 32;
         json_path = ".spec.constraint.kind"
     ),
     printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Accepted and taking effect"
+    ),
+    printcolumn(
         name = "Accepted",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Accepted\")].status"

@@ -69,8 +69,29 @@ fn printer_columns_should_be_the_documented_ones() {
             .map(|c| c.name.to_uppercase())
             .collect()
     };
-    assert_eq!(columns(0), ["ACCEPTED", "COMPOSED", "TOOLS", "AGE"]);
-    assert_eq!(columns(1), ["CAPABILITY", "CONSTRAINT", "ACCEPTED", "AGE"]);
+    assert_eq!(
+        columns(0),
+        ["READY", "ACCEPTED", "COMPOSED", "TOOLS", "AGE"]
+    );
+    assert_eq!(
+        columns(1),
+        ["CAPABILITY", "CONSTRAINT", "READY", "ACCEPTED", "AGE"]
+    );
+}
+
+#[test]
+fn an_unwritten_status_should_read_as_not_yet_observed() {
+    // kstatus reads an object without status.observedGeneration as Current; the schema
+    // default makes one the controller has not written yet read as generation 0.
+    for (file, crd) in crds() {
+        let schema =
+            serde_json::to_value(&crd.spec.versions[0].schema).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            schema["openAPIV3Schema"]["properties"]["status"]["default"],
+            serde_json::json!({"observedGeneration": 0}),
+            "{file}"
+        );
+    }
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod reconcile;
 mod run;
 pub mod status;
 pub mod status_queue;
+mod summary;
 mod writer;
 
 pub use config::{

@@ -24,6 +24,7 @@ use crate::status::{
     ConditionStatus, DesiredCondition, DesiredStatus, Kind, MAX_MESSAGE_LEN, ObjectKey,
     accepted_condition, bounded_message,
 };
+use crate::summary::with_summary;
 
 /// The `Accepted` condition of every qualifier, in input order, from `(name, spec)` pairs:
 /// validation errors first (`ValidationFailed`), then the set's verdicts for the valid ones
@@ -78,7 +79,8 @@ pub fn accepted_conditions(qualifiers: &[(String, Value)]) -> Vec<DesiredConditi
 }
 
 /// Evaluates every RouteQualifier together (a verdict depends on the whole set, deletions
-/// included) and sends each one's `Accepted` condition.
+/// included) and sends each one's `Accepted` condition with the summary it implies
+/// (`summary.rs`).
 pub async fn reconcile_qualifiers(
     qualifiers: &[Arc<CachedQualifier>],
     ctx: &Context,
@@ -92,7 +94,7 @@ pub async fn reconcile_qualifiers(
         ctx.metrics.reconciled(Kind::Qualifier, condition.reason);
         let status = DesiredStatus {
             generation: object.metadata.generation.unwrap_or_default(),
-            conditions: vec![condition],
+            conditions: with_summary(vec![condition], false),
             tools: None,
         };
         let key = ObjectKey {

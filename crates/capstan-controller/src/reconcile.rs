@@ -25,6 +25,7 @@ use crate::status::{
     accepted_condition, accepted_with_warnings,
 };
 use crate::status_queue::{Sent, StatusSender};
+use crate::summary::with_summary;
 use crate::writer::write_status;
 
 /// Errors of a reconcile.
@@ -134,8 +135,9 @@ fn spread(name: &str) -> u64 {
 }
 
 /// Reconciles one CapabilityBinding: validates its spec, starts a Composed probe when one is
-/// due, and sends the `Accepted` and `Composed` conditions together (server-side apply drops
-/// an owned condition left out).
+/// due, and sends the `Accepted` and `Composed` conditions together with the summary they
+/// imply (`summary.rs`: `Ready`, and `Stalled` or `Reconciling` while True; server-side apply
+/// drops an owned condition left out).
 #[instrument(skip_all, fields(name = %binding.name_any(), generation = binding.metadata.generation))]
 pub async fn reconcile_binding(
     binding: Arc<CachedBinding>,
@@ -178,7 +180,7 @@ pub async fn reconcile_binding(
     };
     let desired = DesiredStatus {
         generation,
-        conditions: vec![accepted, composed],
+        conditions: with_summary(vec![accepted, composed], ctx.probe.is_some()),
         tools,
     };
     let dropped = ctx

@@ -164,6 +164,14 @@ pub fn accepted_with_warnings(warnings: &[String]) -> DesiredCondition {
     condition
 }
 
+/// The summary condition types (`summary.rs`), some written only while True: a write that
+/// leaves one out removes it (server-side apply), which is a transition.
+const SUMMARY_TYPES: [&str; 3] = [
+    capstan_api::conditions::ready::TYPE,
+    capstan_api::conditions::stalled::TYPE,
+    capstan_api::conditions::reconciling::TYPE,
+];
+
 /// Whether writing `desired` changes anything a reader acts on (a condition's status, reason,
 /// message or generation, or the tool list), compared with `observed`.
 pub fn is_transition(observed: &ObservedStatus, desired: &DesiredStatus) -> bool {
@@ -186,11 +194,20 @@ pub fn is_transition(observed: &ObservedStatus, desired: &DesiredStatus) -> bool
                         || have.observed_generation != Some(desired.generation)
                 }
             });
+    // A summary condition written before and left out now (Stalled or Reconciling no longer
+    // True) is removed by the write.
+    let condition_removed = observed.conditions.iter().any(|have| {
+        SUMMARY_TYPES.contains(&have.type_.as_str())
+            && !desired
+                .conditions
+                .iter()
+                .any(|want| want.type_ == have.type_)
+    });
     let tools_changed = desired
         .tools
         .as_ref()
         .is_some_and(|tools| observed.tools.as_ref() != Some(tools));
-    condition_changed || tools_changed
+    condition_changed || condition_removed || tools_changed
 }
 
 /// The server-side apply body writing `desired` onto the status of the object `key`.
@@ -310,6 +327,24 @@ mod tests {
     fn the_same_status_written_later_should_not_be_a_transition() {
         let want = desired(1, accepted(ConditionStatus::True, "Validated"));
         assert!(!is_transition(&observed_after(&want, 10), &want.clone()));
+    }
+
+    #[test]
+    fn a_summary_condition_left_out_should_be_a_transition() {
+        // Stalled was True and written; the same Accepted without it must be written again,
+        // or the stale Stalled stays. Another manager's condition left out is not ours.
+        let mut stalled = desired(1, accepted(ConditionStatus::True, "Validated"));
+        stalled.conditions.push(DesiredCondition {
+            type_: "Stalled",
+            status: ConditionStatus::True,
+            reason: "CompositionDegraded",
+            message: String::new(),
+        });
+        let plain = desired(1, accepted(ConditionStatus::True, "Validated"));
+        assert!(is_transition(&observed_after(&stalled, 10), &plain));
+        let mut foreign = stalled.clone();
+        foreign.conditions[1].type_ = "SomeoneElses";
+        assert!(!is_transition(&observed_after(&foreign, 10), &plain));
     }
 
     #[test]
