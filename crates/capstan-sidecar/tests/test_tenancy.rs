@@ -357,7 +357,16 @@ async fn a_provider_announcing_changes_in_a_loop_should_cost_one_relist_a_second
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let seconds = flood.elapsed().as_secs_f64();
-    assert!(told >= 150, "the provider told {told} times");
+    // At most one composition a second per task, each one tools/list at the noisy provider.
+    let bound = 3 * (seconds.ceil() as usize + 2);
+    // The flood must be several times what the limit lets through, or the bound below proves
+    // nothing; how many notifications fit in 5 s depends on the machine's load (a loaded CI
+    // machine told 147, an idle one 174, against a floor of 150 before), so the floor is
+    // relative to the bound.
+    assert!(
+        told as usize >= 3 * bound,
+        "the provider told {told} times over {seconds:.1} s, under 3 × {bound}"
+    );
     // Quiet again: counts that stop moving.
     let mut after = opens_and_lists(&noisy, &quiet).await;
     for _ in 0..20 {
@@ -380,9 +389,7 @@ async fn a_provider_announcing_changes_in_a_loop_should_cost_one_relist_a_second
     assert_eq!(new(0), 0, "sessions opened at the noisy provider");
     assert_eq!(new(2), 0, "sessions opened at the quiet provider");
     assert_eq!(new(3), 0, "lists at the quiet provider");
-    // At most one composition a second per task, each one tools/list at the noisy provider;
-    // and the changes were followed (each task listed again at least once).
-    let bound = 3 * (seconds.ceil() as usize + 2);
+    // Within the bound, and the changes were followed (each task listed again at least once).
     assert!(
         (3..=bound).contains(&new(1)),
         "{} lists at the noisy provider over {seconds:.1} s (at most {bound})",
