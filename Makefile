@@ -59,8 +59,10 @@ e2e: tools ## Only the e2e suites (each starts and stops its own control plane)
 # NODE=1: a whole single-node cluster (kubelet, containerd, kube-proxy, CoreDNS) in network and
 # mount namespaces of its own; needs root and e2e/kubenode/packages. Run kubectl and helm in it
 # with `e2e/kubenode/node exec kubectl ...`.
+# No `tools` prerequisite: both scripts build what they start, and print only export lines, so
+# `eval "$(make -s cluster-up)"` evaluates nothing else.
 .PHONY: cluster-up
-cluster-up: tools ## Start a control plane for manual use (NODE=1: a whole node, as root); prints export lines to eval
+cluster-up: ## Start a control plane for manual use (NODE=1: a whole node, as root); prints export lines to eval
 	@if [[ -n "$(NODE)" ]]; then e2e/kubenode/node up; else e2e/control-plane up; fi
 
 .PHONY: cluster-down
