@@ -7,13 +7,13 @@
 //! The suite starts with an open CapabilityBinding schema, standing in for bindings an older,
 //! looser CRD admitted: runtime validation is what refuses those.
 
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use capstan_e2e::controller::{ControllerProcess, probing_controller};
 use capstan_e2e::objects::{apply, condition, delete, sample_binding_spec, wait_condition};
 use capstan_e2e::suite::{Env, Outcome, check, trial};
-use capstan_e2e::{HarnessError, built_tool};
+use capstan_e2e::{HarnessError, built_tool, output_with_input};
 use capstan_testkit::{DemoProvider, binding_document};
 use libtest_mimic::Failed;
 use serde_json::json;
@@ -72,26 +72,11 @@ fn apply_binding(env: &Env, name: &str, endpoint: &str, include: &[&str]) -> Out
 
 /// kstatus's verdict on the object: (status, message).
 fn kstatus(env: &Env, kind: &str, name: &str) -> Result<(String, String), Failed> {
-    use std::io::Write;
-
     let object = env
         .plane
         .kubectl_ok(&["get", kind, name, "-o", "json"], None)?;
     let binary = built_tool("kstatus").map_err(|e| e.to_string())?;
-    let mut child = Command::new(binary)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("kstatus: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(object.as_bytes())
-            .map_err(|e| format!("kstatus stdin: {e}"))?;
-    }
-    let output = child
-        .wait_with_output()
-        .map_err(|e| format!("kstatus: {e}"))?;
+    let output = output_with_input(&mut Command::new(binary), Some(&object));
     let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     // "<kind>/<name> <status> <message>"
     let mut fields = line.splitn(3, ' ');

@@ -345,50 +345,42 @@ fn leader_deleted(node: &Node) -> Outcome {
 /// The sidecar's process killed on the machine: kubelet restarts the native sidecar and the
 /// assistant's next session calls through it.
 fn sidecar_killed(node: &Node) -> Outcome {
-    let restarts_before = sidecar_restarts(node)?;
-    let sidecars = node.pod_processes("capstan-sidecar");
-    let [sidecar] = sidecars.as_slice() else {
-        return Err(format!("sidecar processes: {sidecars:?}; want one").into());
-    };
-    let killed = Command::new("kill")
-        .args(["-KILL", &sidecar.pid.to_string()])
-        .status()
-        .map_err(|e| format!("kill: {e}"))?;
-    check(killed.success(), || {
-        format!("kill -KILL {} failed", sidecar.pid)
-    })?;
-    wait(PATIENCE, "kubelet to restart the sidecar", || {
-        let restarts = sidecar_restarts(node).ok()?;
-        let started = sidecar_started(node).ok()?;
-        (restarts > restarts_before && started).then_some(())
-    })?;
-    let token = person_token(node, PERSON)?;
     // The socket is back when the sidecar is started; a call is one fresh session.
-    one_call_reaches_the_provider(node, &token, "after the restart")
+    signal_the_sidecar_and_call_again(node, "KILL", "after the restart")
 }
 
 /// The sidecar's process stopped (SIGSTOP: alive, answering nothing, as a deadlocked process
 /// would be): its liveness probe fails, kubelet restarts it, and the assistant calls again.
 fn sidecar_wedged(node: &Node) -> Outcome {
+    signal_the_sidecar_and_call_again(node, "STOP", "after the wedged sidecar was restarted")
+}
+
+/// Sends `signal` to the one sidecar process on the machine, waits for kubelet to have
+/// restarted the container (restart count up, started), and makes one call through it.
+fn signal_the_sidecar_and_call_again(node: &Node, signal: &str, when: &str) -> Outcome {
     let restarts_before = sidecar_restarts(node)?;
     let sidecars = node.pod_processes("capstan-sidecar");
     let [sidecar] = sidecars.as_slice() else {
         return Err(format!("sidecar processes: {sidecars:?}; want one").into());
     };
-    let stopped = Command::new("kill")
-        .args(["-STOP", &sidecar.pid.to_string()])
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), sidecar.pid.to_string()])
         .status()
         .map_err(|e| format!("kill: {e}"))?;
-    check(stopped.success(), || {
-        format!("kill -STOP {} failed", sidecar.pid)
+    check(sent.success(), || {
+        format!("kill -{signal} {} failed", sidecar.pid)
     })?;
-    wait(PATIENCE, "kubelet to restart the wedged sidecar", || {
-        let restarts = sidecar_restarts(node).ok()?;
-        let started = sidecar_started(node).ok()?;
-        (restarts > restarts_before && started).then_some(())
-    })?;
+    wait(
+        PATIENCE,
+        &format!("kubelet to restart the sidecar (SIG{signal})"),
+        || {
+            let restarts = sidecar_restarts(node).ok()?;
+            let started = sidecar_started(node).ok()?;
+            (restarts > restarts_before && started).then_some(())
+        },
+    )?;
     let token = person_token(node, PERSON)?;
-    one_call_reaches_the_provider(node, &token, "after the wedged sidecar was restarted")
+    one_call_reaches_the_provider(node, &token, when)
 }
 
 /// Evictions (what `kubectl drain` sends) honour the chart's PodDisruptionBudget: one of two
@@ -412,10 +404,10 @@ fn budget_refuses_eviction(node: &Node) -> Outcome {
 /// `helm upgrade` changing a value rolls new pods; at no moment is no replica ready.
 fn upgrade_rolls(node: &Node) -> Outcome {
     let pods_before = ready_controller_pods(node)?;
-    let watch = ReadyWatch::start(node);
-    let upgraded = controller_release(node, "upgrade", &["--set", "controller.logLevel=debug"])
-        .and_then(|_| rollout(node, RELEASE_NAMESPACE, "capstan", 180));
-    let seen = watch.stop();
+    let (upgraded, seen) = counting_ready_replicas(node, || {
+        controller_release(node, "upgrade", &["--set", "controller.logLevel=debug"])
+            .and_then(|_| rollout(node, RELEASE_NAMESPACE, "capstan", 180))
+    });
     upgraded?;
     let pods_after = ready_controller_pods(node)?;
     check(

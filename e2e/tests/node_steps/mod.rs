@@ -1,8 +1,6 @@
 //! The node suite's vocabulary: the objects a user applies, and what a user reads back.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use capstan_e2e::kubenode::Node;
@@ -182,17 +180,8 @@ pub fn controller_pods(node: &Node) -> Result<Vec<(String, bool)>, Failed> {
         .iter()
         .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
         .map(|pod| {
-            let ready = pod["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
-            (
-                pod["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                ready,
-            )
+            let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+            (name.to_owned(), is_ready(pod))
         })
         .collect())
 }
@@ -226,42 +215,47 @@ pub fn lease_holder(node: &Node) -> Result<String, Failed> {
 
 /// The HTTP status of a controller pod's `/readyz`, asked from the node as kubelet does.
 pub fn controller_readyz(node: &Node, pod: &str) -> Result<u16, Failed> {
-    let ip = kubectl(
-        node,
-        &[
-            "-n",
-            RELEASE_NAMESPACE,
-            "get",
-            "pod",
-            pod,
-            "-o",
-            "jsonpath={.status.podIP}",
-        ],
-    )?;
-    let output = node
-        .command("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--max-time",
-            "5",
-        ])
-        .arg(format!("http://{ip}:8080/readyz"))
-        .output()
-        .map_err(|e| format!("curl: {e}"))?;
-    String::from_utf8_lossy(&output.stdout)
-        .trim()
-        .parse()
-        .map_err(|e| {
-            format!(
-                "curl {pod}'s /readyz: {e}: {}",
-                capstan_e2e::printed(&output)
+    // A pod that has just started may not have its address in its status yet (kubelet reports
+    // it a moment later): wait for an answer, whatever it is — 000 from curl is no answer.
+    wait(
+        Duration::from_secs(15),
+        &format!("{pod}'s /readyz to answer"),
+        || {
+            let ip = kubectl(
+                node,
+                &[
+                    "-n",
+                    RELEASE_NAMESPACE,
+                    "get",
+                    "pod",
+                    pod,
+                    "-o",
+                    "jsonpath={.status.podIP}",
+                ],
             )
-            .into()
-        })
+            .ok()
+            .filter(|ip| !ip.is_empty())?;
+            let output = node
+                .command("curl")
+                .args([
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "--max-time",
+                    "5",
+                ])
+                .arg(format!("http://{ip}:8080/readyz"))
+                .output()
+                .ok()?;
+            let code: u16 = String::from_utf8_lossy(&output.stdout)
+                .trim()
+                .parse()
+                .ok()?;
+            (code != 0).then_some(code)
+        },
+    )
 }
 
 /// The demo provider as a Deployment (restricted: non-root, read-only root, no capabilities)
@@ -599,50 +593,25 @@ pub fn evict(node: &Node, pod: &str) -> Result<(), String> {
     .map(drop)
 }
 
-/// Counts ready controller replicas every 200 ms until stopped.
-pub struct ReadyWatch {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<usize>>,
-}
-
-impl ReadyWatch {
-    pub fn start(node: &Node) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let command = node.command("kubectl");
-        let program = command.get_program().to_owned();
-        let args: Vec<_> = command.get_args().map(ToOwned::to_owned).collect();
-        let envs: Vec<_> = command
-            .get_envs()
-            .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
-            .collect();
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
+/// Runs `act` while counting the ready controller replicas (every pod listed, terminating
+/// ones included) every 200 ms: its result, and the counts seen in order.
+pub fn counting_ready_replicas<T>(node: &Node, act: impl FnOnce() -> T) -> (T, Vec<usize>) {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
             let mut seen = Vec::new();
-            while !flag.load(Ordering::SeqCst) {
-                let output = std::process::Command::new(&program)
-                    .args(&args)
-                    .envs(envs.iter().map(|(k, v)| (k, v)))
-                    .args(CONTROLLER_PODS)
-                    .args(["-o", "json"])
-                    .output();
-                if let Some(list) = output
-                    .ok()
-                    .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
-                {
+            while !done.load(Ordering::SeqCst) {
+                if let Ok(list) = node.kubectl_json(&CONTROLLER_PODS) {
                     seen.push(ready_in(&list));
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
             seen
         });
-        Self { stop, thread }
-    }
-
-    /// The ready counts seen, in order.
-    pub fn stop(self) -> Vec<usize> {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().unwrap_or_default()
-    }
+        let result = act();
+        done.store(true, Ordering::SeqCst);
+        (result, watcher.join().unwrap_or_default())
+    })
 }
 
 fn ready_in(list: &Value) -> usize {
@@ -651,11 +620,14 @@ fn ready_in(list: &Value) -> usize {
         .map(Vec::as_slice)
         .unwrap_or_default()
         .iter()
-        .filter(|pod| {
-            pod["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
-        })
+        .filter(|pod| is_ready(pod))
         .count()
+}
+
+/// Whether a pod's Ready condition is True.
+fn is_ready(pod: &Value) -> bool {
+    pod["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
 }
