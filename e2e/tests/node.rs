@@ -269,23 +269,29 @@ fn assistant_calls(node: &Node) -> Outcome {
     })
 }
 
-/// A token that may not list bindings gets the sidecar's refusal, and the provider sees
-/// nothing of it.
+/// A token that may not list bindings, and a token that is no token at all, get the sidecar's
+/// refusal, and the provider sees nothing of either.
 fn caller_refused(node: &Node) -> Outcome {
-    let token = person_token(node, STRANGER)?;
+    let stranger = person_token(node, STRANGER)?;
+    // A token the apiserver does not know at all.
+    let garbage = "not-a-token".to_owned();
     let calls_before = provider_calls(node, "streams_list")?;
-    let refused = call_streams_list(node, &token);
-    let Err(message) = refused else {
-        return Err(format!("a caller without rights called: {refused:?}").into());
-    };
-    check(
-        message.contains("403") || message.contains("forbidden"),
-        || format!("the refusal does not say why: {message}"),
-    )?;
+    for (who, token) in [("mallory", &stranger), ("a garbage token", &garbage)] {
+        let refused = call_streams_list(node, token);
+        let Err(message) = refused else {
+            return Err(format!("{who} called: {refused:?}").into());
+        };
+        check(
+            ["401", "403", "forbidden"]
+                .iter()
+                .any(|why| message.contains(why)),
+            || format!("{who}: the refusal does not say why: {message}"),
+        )?;
+    }
     let calls_after = provider_calls(node, "streams_list")?;
     check(calls_after == calls_before, || {
         format!(
-            "the provider saw {} calls from a refused caller",
+            "the provider saw {} calls from refused callers",
             calls_after - calls_before
         )
     })
