@@ -3,9 +3,9 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
-use crate::{ControlPlane, HarnessError};
+use crate::{ControlPlane, HarnessError, spawn_logged};
 
 /// The namespace the controller's Lease and service accounts live in.
 pub const NAMESPACE: &str = "capstan-system";
@@ -208,6 +208,17 @@ impl ControllerProcess {
         name: &str,
         args: &[&str],
     ) -> Result<Self, HarnessError> {
+        Self::start_with_env(plane, kubeconfig, name, args, &[])
+    }
+
+    /// [`Self::start`] with extra environment `env`.
+    pub fn start_with_env(
+        plane: &ControlPlane,
+        kubeconfig: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self, HarnessError> {
         let binary = controller_binary();
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -218,11 +229,8 @@ impl ControllerProcess {
             .port();
         let address = format!("127.0.0.1:{port}");
         let log = plane.state_dir().join(format!("controller-{name}.log"));
-        let file = std::fs::File::create(&log).map_err(|source| HarnessError::Io {
-            path: log.clone(),
-            source,
-        })?;
-        let child = Command::new(&binary)
+        let mut command = Command::new(&binary);
+        command
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--listen-address", &address, "--identity", name])
@@ -240,14 +248,8 @@ impl ControllerProcess {
                 &["--log", "info,capstan_controller=debug"][..]
             })
             .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .map_err(|source| HarnessError::Spawn {
-                command: binary.display().to_string(),
-                source,
-            })?;
+            .envs(env.iter().copied());
+        let child = spawn_logged(&mut command, &log)?;
         Ok(Self {
             child: Some(child),
             log,

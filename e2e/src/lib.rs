@@ -7,7 +7,7 @@
 //! watchdog process stops the control plane if the test binary dies without tearing down.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
@@ -20,6 +20,7 @@ use kube::{Client, Config};
 use thiserror::Error;
 
 pub mod controller;
+pub mod jaeger;
 pub mod kubenode;
 pub mod objects;
 pub mod sidecar;
@@ -366,6 +367,24 @@ pub fn built_tool(name: &str) -> Result<PathBuf, HarnessError> {
             command: format!("e2e/build-tools --print-paths {name}"),
             status: "the binary is not built".into(),
             stderr: format!("{name} is not built; run `make tools`"),
+        })
+}
+
+/// Starts `command` in the background, its standard error (the log) written to the new file
+/// `log`, nothing on its standard input or output.
+pub fn spawn_logged(command: &mut Command, log: &Path) -> Result<Child, HarnessError> {
+    let file = std::fs::File::create(log).map_err(|source| HarnessError::Io {
+        path: log.to_owned(),
+        source,
+    })?;
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .map_err(|source| HarnessError::Spawn {
+            command: command.get_program().to_string_lossy().into_owned(),
+            source,
         })
 }
 

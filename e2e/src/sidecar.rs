@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::{ControlPlane, HarnessError};
+use crate::{ControlPlane, HarnessError, spawn_logged};
 
 /// The project header clients send.
 pub const PROJECT_HEADER: &str = "X-Capstan-Project";
@@ -61,10 +61,6 @@ impl SidecarProcess {
         let socket = dir.join("composer.sock");
         let metering = dir.join("metering.jsonl");
         let log = dir.join("sidecar.log");
-        let file = std::fs::File::create(&log).map_err(|source| HarnessError::Io {
-            path: log.clone(),
-            source,
-        })?;
         let binary = capstan_testkit::binary("capstan-sidecar");
         let mut command = Command::new(&binary);
         command
@@ -79,15 +75,7 @@ impl SidecarProcess {
         for (key, value) in env {
             command.env(key, value);
         }
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .map_err(|source| HarnessError::Spawn {
-                command: binary.display().to_string(),
-                source,
-            })?;
+        let child = spawn_logged(&mut command, &log)?;
         let mut sidecar = Self {
             child: Some(child),
             socket,

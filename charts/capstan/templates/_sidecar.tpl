@@ -32,6 +32,10 @@ Parameters:
   metricsPort       the port of /metrics, /healthz and /readyz (default 9090): kubelet's
                     probes ask it — startup and readiness /readyz (the bindings are listed),
                     liveness /healthz (a wedged sidecar is restarted)
+  tracing           traces over OTLP/HTTP (README "Observe"), off by default: a dict with
+                    `endpoint` (the collector's OTLP/HTTP URL), optional `sampler` and
+                    `samplerArg` (OTEL_TRACES_SAMPLER/_ARG) and `serviceName` (default
+                    capstan-sidecar)
   resources         the container's resources (default below)
   native            false for a plain container (default true)
 The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.create) bound.
@@ -66,6 +70,22 @@ The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.
     value: {{ .logFormat | default "json" | quote }}
   - name: CAPSTAN_METRICS_ADDRESS
     value: {{ printf "0.0.0.0:%d" $metricsPort | quote }}
+  {{- with .tracing }}
+  {{- if .endpoint }}
+  - name: OTEL_EXPORTER_OTLP_ENDPOINT
+    value: {{ .endpoint | quote }}
+  - name: OTEL_SERVICE_NAME
+    value: {{ .serviceName | default "capstan-sidecar" | quote }}
+  {{- if .sampler }}
+  - name: OTEL_TRACES_SAMPLER
+    value: {{ .sampler | quote }}
+  {{- end }}
+  {{- if .samplerArg }}
+  - name: OTEL_TRACES_SAMPLER_ARG
+    value: {{ .samplerArg | quote }}
+  {{- end }}
+  {{- end }}
+  {{- end }}
   ports:
   - name: capstan-metrics
     containerPort: {{ $metricsPort }}

@@ -12,6 +12,8 @@ mod skill_files;
 
 use rmcp::model::{ErrorData, JsonObject};
 use thiserror::Error;
+use tracing::field::Empty;
+use tracing::{Instrument as _, debug_span};
 
 use self::assemble::Assembly;
 pub use self::live::Composed;
@@ -176,6 +178,27 @@ impl Composer {
     /// upstreams are opened for a caller of `revision` — those of `previous` (the task's
     /// caller's) when there is one.
     pub async fn compose_reusing(
+        &self,
+        documents: &[Document],
+        previous: Option<&Composed>,
+        revision: CallerRevision,
+    ) -> Composed {
+        let span = debug_span!(
+            "capstan.compose",
+            otel.name = "compose",
+            capstan.documents = documents.len(),
+            capstan.recompose = previous.is_some(),
+            capstan.tools = Empty,
+        );
+        let composed = self
+            .assemble(documents, previous, revision)
+            .instrument(span.clone())
+            .await;
+        span.record("capstan.tools", composed.composition.tools.len());
+        composed
+    }
+
+    async fn assemble(
         &self,
         documents: &[Document],
         previous: Option<&Composed>,

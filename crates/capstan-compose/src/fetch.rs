@@ -44,6 +44,18 @@ pub enum FetchError {
     },
 }
 
+impl FetchError {
+    /// The failure's kind, as a span's `error.type` names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FetchError::Refused(_) => "refused",
+            FetchError::Transport { .. } => "transport",
+            FetchError::Status { .. } => "http_status",
+            FetchError::Timeout { .. } => "timeout",
+        }
+    }
+}
+
 /// A fetched body, cut at the cap.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fetched {

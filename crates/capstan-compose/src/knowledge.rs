@@ -4,6 +4,8 @@
 use std::fmt::Write as _;
 
 use capstan_api::binding::KnowledgeSourceType;
+use tracing::field::Empty;
+use tracing::{Instrument as _, Span, debug_span};
 
 use crate::composition::SkillSummary;
 use crate::fetch::{FetchError, Fetched, Fetcher};
@@ -33,21 +35,52 @@ pub async fn fetch_all(
             .knowledge
             .iter()
             .flat_map(|k| k.sources.iter().enumerate())
-            .map(move |(source, s)| async move {
-                KnowledgeItem {
-                    doc,
-                    source,
-                    result: fetcher
+            .map(move |(source, s)| {
+                let span = fetch_span(&d.binding, &s.url);
+                async move {
+                    let result = fetcher
                         .fetch(
                             &s.url,
                             limits.knowledge_timeout,
                             limits.knowledge_source_cap,
                         )
-                        .await,
+                        .instrument(span.clone())
+                        .await;
+                    if let Err(error) = &result {
+                        span.record("otel.status_code", "error");
+                        span.record("error.type", error.kind());
+                    }
+                    KnowledgeItem {
+                        doc,
+                        source,
+                        result,
+                    }
                 }
             })
     });
     futures::future::join_all(fetches).await
+}
+
+/// The span of one knowledge fetch: the binding and the host, never the URL's path or query
+/// (a signed URL carries its credential there) nor the text fetched.
+fn fetch_span(binding: &str, url: &str) -> Span {
+    let span = debug_span!(
+        "capstan.knowledge.fetch",
+        otel.name = "fetch knowledge",
+        otel.kind = "client",
+        otel.status_code = Empty,
+        capstan.binding = binding,
+        server.address = Empty,
+        error.type = Empty,
+    );
+    if !span.is_disabled()
+        && let Some(host) = url::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+    {
+        span.record("server.address", host);
+    }
+    span
 }
 
 fn kind_label(kind: &KnowledgeSourceType) -> String {

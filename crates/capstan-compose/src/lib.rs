@@ -18,6 +18,7 @@ mod names;
 mod pins;
 mod source;
 mod tool_error;
+pub mod trace_context;
 mod upstream;
 
 pub use capabilities::{

@@ -111,14 +111,20 @@ impl ToolError {
 
 impl From<CallError> for ToolError {
     fn from(error: CallError) -> Self {
-        let kind = match &error {
+        Self::new(error.kind(), error.to_string())
+    }
+}
+
+impl CallError {
+    /// The error kind a caller sees for this failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
             CallError::NotAllowed { .. } => ErrorKind::Forbidden,
             CallError::InvalidInput { .. } => ErrorKind::InvalidInput,
             CallError::Refused { .. } => ErrorKind::Rejected,
             CallError::Unavailable { .. } => ErrorKind::UpstreamUnavailable,
             CallError::Malformed { .. } => ErrorKind::UpstreamMalformed,
-        };
-        Self::new(kind, error.to_string())
+        }
     }
 }
 

@@ -6,9 +6,11 @@
 //! per session).
 
 mod call;
+mod call_span;
 mod changes;
 mod connector;
 mod error;
+mod limited;
 mod listen;
 mod offerings;
 mod pooled;

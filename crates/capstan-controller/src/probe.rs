@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use capstan_api::CapabilityBindingSpec;
 use capstan_compose::{Composer, Document};
 use tokio::sync::{Semaphore, mpsc};
-use tracing::info;
+use tracing::field::Empty;
+use tracing::{Instrument as _, debug_span, info};
 
 use crate::composed_condition::{Finding, Findings, OrderKey, Report};
 use crate::metrics::{Metrics, ProbeLabels};
@@ -179,6 +180,13 @@ impl Prober {
             binding: name.to_owned(),
             spec,
         };
+        let span = debug_span!(
+            "capstan.probe",
+            otel.name = "probe CapabilityBinding",
+            capstan.object.kind = "CapabilityBinding",
+            capstan.object.name = name,
+            capstan.probe.outcome = Empty,
+        );
         let probed = tokio::time::timeout(self.settings.deadline, async {
             let composed = self.composer.compose(std::slice::from_ref(&document)).await;
             let finding = composed
@@ -193,6 +201,7 @@ impl Prober {
             composed.close().await;
             finding
         })
+        .instrument(span.clone())
         .await;
         let (finding, outcome) = match probed {
             Ok(finding) if finding.reasons.is_empty() => (finding, "composed"),
@@ -208,6 +217,7 @@ impl Prober {
                 "timeout",
             ),
         };
+        span.record("capstan.probe.outcome", outcome);
         self.metrics.probes_in_flight.dec();
         self.metrics
             .probe_duration

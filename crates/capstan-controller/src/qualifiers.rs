@@ -15,7 +15,7 @@ use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use serde_json::Value;
 use tokio::sync::watch;
-use tracing::warn;
+use tracing::{instrument, warn};
 
 use crate::cached::CachedQualifier;
 use crate::leader::became_leader;
@@ -81,6 +81,11 @@ pub fn accepted_conditions(qualifiers: &[(String, Value)]) -> Vec<DesiredConditi
 /// Evaluates every RouteQualifier together (a verdict depends on the whole set, deletions
 /// included) and sends each one's `Accepted` condition with the summary it implies
 /// (`summary.rs`).
+#[instrument(skip_all, fields(
+    otel.name = "reconcile RouteQualifiers",
+    capstan.object.kind = "RouteQualifier",
+    capstan.objects = qualifiers.len(),
+))]
 pub async fn reconcile_qualifiers(
     qualifiers: &[Arc<CachedQualifier>],
     ctx: &Context,

@@ -138,7 +138,12 @@ fn spread(name: &str) -> u64 {
 /// due, and sends the `Accepted` and `Composed` conditions together with the summary they
 /// imply (`summary.rs`: `Ready`, and `Stalled` or `Reconciling` while True; server-side apply
 /// drops an owned condition left out).
-#[instrument(skip_all, fields(name = %binding.name_any(), generation = binding.metadata.generation))]
+#[instrument(skip_all, fields(
+    otel.name = "reconcile CapabilityBinding",
+    capstan.object.kind = "CapabilityBinding",
+    capstan.object.name = %binding.name_any(),
+    capstan.object.generation = binding.metadata.generation,
+))]
 pub async fn reconcile_binding(
     binding: Arc<CachedBinding>,
     ctx: Arc<Context>,

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capstan_compose::{Composer, Limits, SetupError};
-use capstan_process::{AdminError, LoggingError, Readiness, Shutdown, init_logging, serve_admin};
+use capstan_process::{
+    AdminError, Readiness, Shutdown, TelemetryError, init_telemetry, serve_admin,
+};
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt};
 use kube::api::Api;
@@ -37,9 +39,9 @@ use crate::writer::{FIELD_MANAGER, StatusWriter};
 /// Why the controller could not start or stopped with an error.
 #[derive(Debug, Error)]
 pub enum RunError {
-    /// The log settings.
+    /// The log or trace settings.
     #[error(transparent)]
-    Logging(#[from] LoggingError),
+    Telemetry(#[from] TelemetryError),
     /// The kubeconfig could not be read or built into a client.
     #[error("kubeconfig {path}: {message}")]
     Kubeconfig {
@@ -86,7 +88,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         log,
         log_format,
     } = config;
-    init_logging(&log, log_format)?;
+    // Before any TLS client is built: the probe's and the trace exporter's.
+    capstan_compose::install_crypto_provider();
+    // Held to the end: dropping it exports the spans still buffered.
+    let _telemetry = init_telemetry(&log, log_format, "capstan-controller")?;
 
     let client = client(kubeconfig).await?;
     let shutdown = Shutdown::on_signal();
@@ -208,7 +213,6 @@ fn composed_probe(
         info!("Composed probes are off (--probe-interval-seconds 0)");
         return Ok(None);
     }
-    capstan_compose::install_crypto_provider();
     let composer = Composer::from_allow_lists(mcp_endpoint_hosts, fetch_hosts, Limits::default())?;
     let settings = ProbeSettings {
         interval: Duration::from_secs(interval_seconds),

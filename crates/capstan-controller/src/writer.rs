@@ -18,7 +18,8 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
-use tracing::{debug, warn};
+use tracing::field::Empty;
+use tracing::{Instrument as _, Span, debug, debug_span, warn};
 
 use crate::cached::{CachedBinding, CachedQualifier};
 use crate::metrics::{Metrics, WriteOutcome};
@@ -56,6 +57,30 @@ pub async fn write_status(
         &Patch::Apply(&body),
     )
     .await
+}
+
+/// The span of one status write (its HTTP request is kube's span inside it).
+fn write_span(key: &ObjectKey, generation: i64) -> Span {
+    debug_span!(
+        "capstan.status.write",
+        otel.name = %format_args!("write status {}", key.kind.as_str()),
+        otel.status_code = Empty,
+        capstan.object.kind = key.kind.as_str(),
+        capstan.object.name = %key.name,
+        capstan.object.generation = generation,
+        error.type = Empty,
+    )
+}
+
+/// A failed write's kind, as a span's `error.type` names it: the apiserver's status code,
+/// `transport`, or `timeout`.
+fn failure_kind(answer: &Answer) -> Option<String> {
+    match answer {
+        Ok(Ok(_)) => None,
+        Ok(Err(kube::Error::Api(status))) => Some(status.code.to_string()),
+        Ok(Err(_)) => Some("transport".into()),
+        Err(_) => Some("timeout".into()),
+    }
 }
 
 /// What this worker last wrote for an object, until the cache shows it.
@@ -151,17 +176,26 @@ impl StatusWriter {
         };
         busy.insert(key.clone(), None);
         let (client, metrics) = (self.client.clone(), self.metrics.clone());
-        running.push(Box::pin(async move {
-            let answer = {
-                let _timer = metrics.time_write();
-                tokio::time::timeout(
-                    WRITE_TIMEOUT,
-                    write_status(&client, &key, &observed, &desired),
-                )
-                .await
-            };
-            (key, answer)
-        }));
+        let span = write_span(&key, desired.generation);
+        running.push(Box::pin(
+            async move {
+                let answer = {
+                    let _timer = metrics.time_write();
+                    tokio::time::timeout(
+                        WRITE_TIMEOUT,
+                        write_status(&client, &key, &observed, &desired),
+                    )
+                    .await
+                };
+                if let Some(kind) = failure_kind(&answer) {
+                    let span = Span::current();
+                    span.record("otel.status_code", "error");
+                    span.record("error.type", kind);
+                }
+                (key, answer)
+            }
+            .instrument(span),
+        ));
     }
 
     /// The status to compare against and write over, or why nothing is written.

@@ -1,6 +1,6 @@
-//! capstan-process: what Capstan's two binaries share as processes — one log format, signals
-//! and graceful shutdown, the admin HTTP server (`/metrics`, `/healthz`, `/readyz`), and the
-//! configuration reference rendered from their flags.
+//! capstan-process: what Capstan's two binaries share as processes — one log format and the
+//! trace exporter, signals and graceful shutdown, the admin HTTP server (`/metrics`,
+//! `/healthz`, `/readyz`), and the configuration reference rendered from their flags.
 //!
 //! A crate of its own rather than a module of `capstan-api` or `capstan-compose`: both
 //! binaries need it, and neither library should carry an HTTP server, a log subscriber and
@@ -11,8 +11,10 @@ mod admin;
 mod logging;
 mod reference;
 mod shutdown;
+mod telemetry;
 
 pub use admin::{AdminError, Readiness, serve_admin};
-pub use logging::{LogFormat, LoggingError, init_logging};
+pub use logging::LogFormat;
 pub use reference::{check_reference, reference_table, replace_section};
 pub use shutdown::Shutdown;
+pub use telemetry::{Telemetry, TelemetryError, init_telemetry};

@@ -1,7 +1,9 @@
 //! Logs: structured `tracing` events to stderr, one JSON object per line (fields at the top
-//! level, the same shape for every binary) or human-readable text.
+//! level, the same shape for every binary) or human-readable text. The layer is installed
+//! with the trace exporter, if any (`telemetry.rs`).
 
-use thiserror::Error;
+use tracing_subscriber::filter::ParseError;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -12,30 +14,17 @@ pub enum LogFormat {
     Text,
 }
 
-/// The log filter could not be read.
-#[derive(Debug, Error)]
-#[error("log filter {filter:?}: {source}")]
-pub struct LoggingError {
-    /// The filter as given.
-    pub filter: String,
-    /// Why it was refused.
-    #[source]
-    pub source: tracing_subscriber::filter::ParseError,
-}
-
-/// Installs the process's log subscriber: `filter` (e.g. `info` or
-/// `capstan_controller=debug,kube=info`) in `format`, to stderr (stdout may carry metering).
-pub fn init_logging(filter: &str, format: LogFormat) -> Result<(), LoggingError> {
-    let parsed = tracing_subscriber::EnvFilter::try_new(filter).map_err(|source| LoggingError {
-        filter: filter.to_owned(),
-        source,
-    })?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(parsed)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
-    Ok(())
+/// The log lines' layer: `filter` (e.g. `info` or `capstan_controller=debug,kube=info`) in
+/// `format`, to stderr (stdout may carry metering). The filter is the layer's own, so it
+/// decides what is logged, not which spans are exported.
+pub(crate) fn log_layer(
+    filter: &str,
+    format: LogFormat,
+) -> Result<Box<dyn Layer<Registry> + Send + Sync>, ParseError> {
+    let filter = EnvFilter::try_new(filter)?;
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    Ok(match format {
+        LogFormat::Json => layer.json().flatten_event(true).with_filter(filter).boxed(),
+        LogFormat::Text => layer.with_filter(filter).boxed(),
+    })
 }

@@ -34,10 +34,12 @@ use futures::StreamExt;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ServerResult};
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use crate::identity::Identity;
 use crate::mcp::SUPPORTED_VERSIONS;
 use crate::middleware::{Message, SessionTask};
+use crate::request_span;
 use crate::task::Task;
 
 /// The middleware: serves `tools/call` of a live session, stops one on the caller's
@@ -92,14 +94,19 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
     let (sink, mut relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
     let (tracked, cancelled) = task.track_call(&id);
     let asking = task.clone();
-    let mut call: PendingCall = Box::pin(async move {
-        let _tracked = tracked;
-        tokio::select! {
-            answer = task.call(caller.as_ref(), params, Some(sink)) => Some(answer),
-            // Dropping the call gives it up at the provider too (`upstream/call.rs`).
-            _ = cancelled => None,
+    // In the request's span even when it ends while its answer streams, after the middleware
+    // has returned.
+    let mut call: PendingCall = Box::pin(
+        async move {
+            let _tracked = tracked;
+            tokio::select! {
+                answer = task.call(caller.as_ref(), params, Some(sink)) => Some(answer),
+                // Dropping the call gives it up at the provider too (`upstream/call.rs`).
+                _ = cancelled => None,
+            }
         }
-    });
+        .instrument(tracing::Span::current()),
+    );
     tokio::select! {
         biased;
         answer = &mut call => match (answer, relayed.try_recv()) {
@@ -167,7 +174,10 @@ fn answer_message(id: &Value, answer: Result<CallToolResponse, McpError>) -> Val
         Ok(response) => {
             json!({ "jsonrpc": "2.0", "id": id, "result": ServerResult::from(response) })
         }
-        Err(error) => json!({ "jsonrpc": "2.0", "id": id, "error": error }),
+        Err(error) => {
+            request_span::failed(&error.code.0.to_string());
+            json!({ "jsonrpc": "2.0", "id": id, "error": error })
+        }
     }
 }
 

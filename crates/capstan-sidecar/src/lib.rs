@@ -21,6 +21,7 @@ mod middleware;
 mod project_composer;
 mod reaper;
 mod refresh;
+mod request_span;
 mod route_decision;
 mod routing_endpoints;
 mod run;

@@ -30,10 +30,11 @@ use rmcp::service::{Peer, RequestContext, ServiceError, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::{OnceCell, oneshot};
-use tracing::info;
+use tracing::{Instrument as _, info};
 
 use crate::identity::Identity;
 use crate::middleware::CallerTask;
+use crate::request_span::RequestSpan;
 use crate::task::{ANOTHER_CALLER, MAX_SUBSCRIPTIONS, Task};
 use crate::tasks::{Admitted, TaskStarter, Tasks};
 
@@ -126,6 +127,13 @@ fn parts(context: &RequestContext<RoleServer>) -> Option<&axum::http::request::P
     context.extensions.get::<axum::http::request::Parts>()
 }
 
+/// The request's span (`request_span.rs`): what a handler does, in a task of rmcp's, joins it.
+fn request_span_of(context: &RequestContext<RoleServer>) -> tracing::Span {
+    parts(context)
+        .and_then(|parts| parts.extensions.get::<RequestSpan>())
+        .map_or_else(tracing::Span::none, |RequestSpan(span)| span.clone())
+}
+
 /// The identity the identity middleware attached to the HTTP request.
 fn identity_of(context: &RequestContext<RoleServer>) -> Option<Identity> {
     parts(context)
@@ -172,72 +180,82 @@ impl ServerHandler for SessionHandler {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
-        let Some(identity) = identity_of(&context) else {
-            return Err(McpError::invalid_request(
-                "no caller identity on the request (project header and token)",
-                None,
-            ));
-        };
-        if self.task.get().is_some() {
-            return Err(McpError::invalid_request(
-                "the session is already initialized",
-                None,
-            ));
+        let span = request_span_of(&context);
+        async {
+            let Some(identity) = identity_of(&context) else {
+                return Err(McpError::invalid_request(
+                    "no caller identity on the request (project header and token)",
+                    None,
+                ));
+            };
+            if self.task.get().is_some() {
+                return Err(McpError::invalid_request(
+                    "the session is already initialized",
+                    None,
+                ));
+            }
+            let mut result = self.negotiate_initialize(&request)?;
+            let asks = ClientAsks::from_capabilities(&json!(request.capabilities));
+            context.peer.set_peer_info(request);
+            let revision = CallerRevision::Sessions(asks);
+            let project = self.starter.compose(&identity, revision).await;
+            let instructions = &project.composed.composition.instructions;
+            if !instructions.is_empty() {
+                result.instructions = Some(instructions.clone());
+            }
+            let admitted = parts(&context).and_then(|parts| parts.extensions.get::<Admitted>());
+            let task = self.starter.start(
+                identity,
+                project,
+                admitted.and_then(Admitted::take_place),
+                Some(context.peer.clone()),
+            );
+            if let Some(admitted) = admitted {
+                admitted.started(&task);
+            }
+            let degraded = task
+                .served()
+                .composed()
+                .composition
+                .bindings
+                .iter()
+                .filter(|b| b.degraded())
+                .count();
+            info!(
+                project = %task.identity().project,
+                tools = task.served().tools().len(),
+                degraded,
+                "session initialized"
+            );
+            let _ = self.task.set(task);
+            Ok(result)
         }
-        let mut result = self.negotiate_initialize(&request)?;
-        let asks = ClientAsks::from_capabilities(&json!(request.capabilities));
-        context.peer.set_peer_info(request);
-        let revision = CallerRevision::Sessions(asks);
-        let project = self.starter.compose(&identity, revision).await;
-        let instructions = &project.composed.composition.instructions;
-        if !instructions.is_empty() {
-            result.instructions = Some(instructions.clone());
-        }
-        let admitted = parts(&context).and_then(|parts| parts.extensions.get::<Admitted>());
-        let task = self.starter.start(
-            identity,
-            project,
-            admitted.and_then(Admitted::take_place),
-            Some(context.peer.clone()),
-        );
-        if let Some(admitted) = admitted {
-            admitted.started(&task);
-        }
-        let degraded = task
-            .served()
-            .composed()
-            .composition
-            .bindings
-            .iter()
-            .filter(|b| b.degraded())
-            .count();
-        info!(
-            project = %task.identity().project,
-            tools = task.served().tools().len(),
-            degraded,
-            "session initialized"
-        );
-        let _ = self.task.set(task);
-        Ok(result)
+        .instrument(span)
+        .await
     }
 
     async fn discover(
         &self,
         context: RequestContext<RoleServer>,
     ) -> Result<DiscoverResult, McpError> {
-        // The instructions are the caller's: discovering composes its task (reused by the
-        // requests that follow).
-        let task = self.task(&context).await?;
-        let mut info = self.get_info();
-        let served = task.served();
-        let instructions = &served.composed().composition.instructions;
-        if !instructions.is_empty() {
-            info.instructions = Some(instructions.clone());
+        let span = request_span_of(&context);
+        async {
+            // The instructions are the caller's: discovering composes its task (reused by the
+            // requests that follow).
+            let task = self.task(&context).await?;
+            let mut info = self.get_info();
+            let served = task.served();
+            let instructions = &served.composed().composition.instructions;
+            if !instructions.is_empty() {
+                info.instructions = Some(instructions.clone());
+            }
+            Ok(DiscoverResult::from_server_info(
+                self.supported_protocol_versions().into_owned(),
+                info,
+            ))
         }
-        Ok(DiscoverResult::from_server_info(
-            self.supported_protocol_versions().into_owned(),
-            info,
-        ))
+        .instrument(span)
+        .await
     }
 
     fn accepted_subscription_filter(
@@ -286,10 +304,15 @@ impl ServerHandler for SessionHandler {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let task = self.task(&context).await?;
-        Ok(cached(ListToolsResult::with_all_items(
-            task.served().tools().to_vec(),
-        )))
+        let span = request_span_of(&context);
+        async {
+            let task = self.task(&context).await?;
+            Ok(cached(ListToolsResult::with_all_items(
+                task.served().tools().to_vec(),
+            )))
+        }
+        .instrument(span)
+        .await
     }
 
     async fn list_prompts(
@@ -338,9 +361,14 @@ impl ServerHandler for SessionHandler {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let task = self.task(&context).await?.live()?;
-        let result = task.served().composed().get_prompt(params(&request)?).await;
-        response::<GetPromptResult, _>(result, "prompts/get", is_sessionless(&context))
+        let span = request_span_of(&context);
+        async {
+            let task = self.task(&context).await?.live()?;
+            let result = task.served().composed().get_prompt(params(&request)?).await;
+            response::<GetPromptResult, _>(result, "prompts/get", is_sessionless(&context))
+        }
+        .instrument(span)
+        .await
     }
 
     async fn read_resource(
@@ -348,13 +376,18 @@ impl ServerHandler for SessionHandler {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let task = self.task(&context).await?.live()?;
-        let served = task.served();
-        if let Some(read) = skills::read(served.composed(), &request.uri).await {
-            return read.map(ReadResourceResponse::Complete);
+        let span = request_span_of(&context);
+        async {
+            let task = self.task(&context).await?.live()?;
+            let served = task.served();
+            if let Some(read) = skills::read(served.composed(), &request.uri).await {
+                return read.map(ReadResourceResponse::Complete);
+            }
+            let result = served.composed().read_resource(params(&request)?).await;
+            response::<ReadResourceResult, _>(result, "resources/read", is_sessionless(&context))
         }
-        let result = served.composed().read_resource(params(&request)?).await;
-        response::<ReadResourceResult, _>(result, "resources/read", is_sessionless(&context))
+        .instrument(span)
+        .await
     }
 
     async fn list_skills(
@@ -429,11 +462,16 @@ impl ServerHandler for SessionHandler {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
-        let task = self.task(&context).await?.live()?;
-        let result = task.served().composed().complete(params(&request)?).await;
-        let mut result = answer::<CompleteResult>(result, "completion/complete")?;
-        result.result_type.get_or_insert(ResultType::COMPLETE);
-        Ok(result)
+        let span = request_span_of(&context);
+        async {
+            let task = self.task(&context).await?.live()?;
+            let result = task.served().composed().complete(params(&request)?).await;
+            let mut result = answer::<CompleteResult>(result, "completion/complete")?;
+            result.result_type.get_or_insert(ResultType::COMPLETE);
+            Ok(result)
+        }
+        .instrument(span)
+        .await
     }
 
     /// Logging is deprecated in rmcp (the 2026-07-28 revision drops it, SEP-2577); the session
@@ -456,27 +494,32 @@ impl ServerHandler for SessionHandler {
         mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let task = self.task(&context).await?;
-        if request.meta.is_none() && !context.meta.0.0.is_empty() {
-            request.meta = Some(context.meta.clone());
-        }
-        // The provider's messages about the call reach the caller through the session's peer
-        // (rmcp puts progress on the call's own stream, by its token) while the call runs.
-        let (sink, relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
-        let caller = identity_of(&context);
-        let call = task.call(caller.as_ref(), request, Some(sink));
-        let Some(answer) = relaying(call, relayed, &context).await else {
-            return Err(McpError::invalid_request("the call was cancelled", None));
-        };
-        // A provider's answer of a session revision has no `resultType`, which 2026-07-28
-        // requires; rmcp takes it out again for a peer of a session revision.
-        Ok(match answer? {
-            CallToolResponse::Complete(mut result) => {
-                result.result_type.get_or_insert(ResultType::COMPLETE);
-                CallToolResponse::Complete(result)
+        let span = request_span_of(&context);
+        async {
+            let task = self.task(&context).await?;
+            if request.meta.is_none() && !context.meta.0.0.is_empty() {
+                request.meta = Some(context.meta.clone());
             }
-            asked => asked,
-        })
+            // The provider's messages about the call reach the caller through the session's peer
+            // (rmcp puts progress on the call's own stream, by its token) while the call runs.
+            let (sink, relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
+            let caller = identity_of(&context);
+            let call = task.call(caller.as_ref(), request, Some(sink));
+            let Some(answer) = relaying(call, relayed, &context).await else {
+                return Err(McpError::invalid_request("the call was cancelled", None));
+            };
+            // A provider's answer of a session revision has no `resultType`, which 2026-07-28
+            // requires; rmcp takes it out again for a peer of a session revision.
+            Ok(match answer? {
+                CallToolResponse::Complete(mut result) => {
+                    result.result_type.get_or_insert(ResultType::COMPLETE);
+                    CallToolResponse::Complete(result)
+                }
+                asked => asked,
+            })
+        }
+        .instrument(span)
+        .await
     }
 }
 

@@ -21,13 +21,14 @@ use axum::response::{IntoResponse, Response};
 use capstan_api::wire::{MCP_SESSION_ID, SOCKET_HOST};
 use futures::StreamExt as _;
 use serde_json::json;
-use tracing::error;
+use tracing::{Instrument as _, Span, error};
 
 mod classify;
 
 use self::classify::{Kind, classify, read_message};
 use crate::admission::{Full, Place};
 use crate::identity::{Identity, refusal};
+use crate::request_span::{RequestSpan, answered, describe, request_span};
 use crate::task::{ANOTHER_CALLER, OpenStream, Task};
 use crate::tasks::{Admitted, Lookup, TaskKey, TaskStarter, Tasks};
 
@@ -261,8 +262,16 @@ async fn admit(
 
 /// The identity check on every request; then, for MCP requests, the request classified once,
 /// its session bound to its caller, the caller checked against the project, what it opens
-/// admitted; after the answer, a new session bound and an ended one forgotten.
+/// admitted; after the answer, a new session bound and an ended one forgotten. All of it in the
+/// request's span (`request_span.rs`).
 pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+    let span = request_span(request.headers());
+    let response = checked(gate, request, next, &span).await;
+    answered(&span, &response);
+    response
+}
+
+async fn checked(gate: Gate, request: Request, next: Next, span: &Span) -> Response {
     let admission = gate.tasks.admission();
     let identity = match Identity::from_headers(request.headers(), admission.project_header()) {
         Ok(identity) => identity,
@@ -274,7 +283,7 @@ pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Re
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let is_mcp = request.uri().path() == "/mcp" || request.uri().path().starts_with("/mcp/");
-    let (mut parts, body) = request.into_parts();
+    let (parts, body) = request.into_parts();
     let (body, message) = if is_mcp && parts.method == Method::POST {
         match read_message(body).await {
             Ok((bytes, message)) => (Body::from(bytes), Some(message)),
@@ -283,6 +292,14 @@ pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Re
     } else {
         (body, None)
     };
+    describe(
+        span,
+        parts.method.as_str(),
+        parts.uri.path(),
+        &parts.headers,
+        message.as_ref(),
+        session.as_deref(),
+    );
     let kind = if is_mcp {
         match classify(session, &parts.method, &parts.headers, message.as_ref()) {
             Ok(kind) => kind,
@@ -291,6 +308,21 @@ pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Re
     } else {
         Kind::Read { session }
     };
+    serve_checked(gate, kind, identity, parts, body, message, next)
+        .instrument(span.clone())
+        .await
+}
+
+/// [`check`] once the request is read and classified, in the request's span.
+async fn serve_checked(
+    gate: Gate,
+    kind: Kind,
+    identity: Identity,
+    mut parts: axum::http::request::Parts,
+    body: Body,
+    message: Option<serde_json::Value>,
+    next: Next,
+) -> Response {
     let bound = match kind.session() {
         Some(id) => match session_task(&gate.tasks, id, &identity) {
             Ok(task) => Some(task),
@@ -328,6 +360,7 @@ pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Re
         parts.extensions.insert(SessionTask(task));
     }
     parts.extensions.insert(identity);
+    parts.extensions.insert(RequestSpan(Span::current()));
     let delete = parts.method == Method::DELETE;
     let response = next.run(Request::from_parts(parts, body)).await;
     let response = settle(

@@ -11,7 +11,9 @@ use capstan_compose::{
     ProjectDocuments, SetupError, SourceError, Uncached, WatchCounts, WatchedCluster,
 };
 use capstan_platform::{ChangePath, KeyError, LedgerError, PlanKeys, PlanLedger};
-use capstan_process::{AdminError, LoggingError, Readiness, Shutdown, init_logging, serve_admin};
+use capstan_process::{
+    AdminError, Readiness, Shutdown, TelemetryError, init_telemetry, serve_admin,
+};
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tracing::{info, warn};
@@ -36,9 +38,9 @@ use crate::tasks::{Lifetimes, TaskStarter, Tasks};
 /// Why the sidecar could not start or stopped with an error. Each names the setting to fix.
 #[derive(Debug, Error)]
 pub enum RunError {
-    /// The log settings.
+    /// The log or trace settings.
     #[error(transparent)]
-    Logging(#[from] LoggingError),
+    Telemetry(#[from] TelemetryError),
     /// A setting a source needs is missing or wrong.
     #[error("{0}")]
     Settings(String),
@@ -114,9 +116,11 @@ const UPSTREAM_CLOSE_WAIT: Duration = Duration::from_millis(500);
 
 /// Runs the sidecar until SIGTERM or Ctrl-C.
 pub async fn run(config: Config) -> Result<(), RunError> {
-    init_logging(&config.log, config.log_format)?;
-    let config = Settings::from(config);
+    // Before any TLS client is built, the trace exporter's first.
     capstan_compose::install_crypto_provider();
+    // Held to the end: dropping it exports the spans still buffered.
+    let _telemetry = init_telemetry(&config.log, config.log_format, "capstan-sidecar")?;
+    let config = Settings::from(config);
     let plane = control_plane(&config).await?;
     let (documents, watched) = document_reader(&config, plane.as_ref())?;
     let composer = composer(&config)?;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use capstan_api::{CapabilityStatus, McpServer, Naming, ResourceUris};
 use rmcp::model::Tool;
 use sha2::{Digest as _, Sha256};
-use tracing::debug;
+use tracing::field::Empty;
+use tracing::{Instrument as _, Span, debug, debug_span};
 
 use super::live::{Composed, Connected};
 use crate::source::snapshot::Document;
@@ -151,6 +152,7 @@ pub(super) async fn connect_all(
         let key = connection_key(&specs[doc], &documents[doc].binding, &server.name);
         let plan = plan(doc, server, key);
         let reusable = kept.get(&key).copied().filter(|c| !c.upstream.is_closed());
+        let span = connect_span(&documents[doc].binding, &plan, reusable.is_some());
         async move {
             let result = match reuse(reusable, &plan, connect_timeout).await {
                 Some(kept) => Ok(kept),
@@ -172,10 +174,48 @@ pub(super) async fn connect_all(
                         )
                     }),
             };
+            if let Err(error) = &result {
+                let span = Span::current();
+                span.record("otel.status_code", "error");
+                span.record("error.type", connect_error_kind(error));
+            }
             ServerResult { plan, result }
         }
+        .instrument(span)
     }))
     .await
+}
+
+/// The span of one server of a composition: opened, or its session kept (`capstan.reused`,
+/// the session there was to keep).
+fn connect_span(binding: &str, plan: &ServerPlan, reusable: bool) -> Span {
+    let span = debug_span!(
+        "capstan.upstream.connect",
+        otel.name = %format_args!("connect {}", plan.server),
+        otel.status_code = Empty,
+        capstan.binding = binding,
+        capstan.server = %plan.server,
+        capstan.reused = reusable,
+        server.address = Empty,
+        error.type = Empty,
+    );
+    if !span.is_disabled()
+        && let Some(host) = url::Url::parse(&plan.endpoint)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+    {
+        span.record("server.address", host);
+    }
+    span
+}
+
+/// A connect failure's kind, as a span's `error.type` names it.
+fn connect_error_kind(error: &ConnectError) -> &'static str {
+    match error {
+        ConnectError::Refused(_) => "refused",
+        ConnectError::Connect { .. } => "connect",
+        ConnectError::List { .. } => "list",
+    }
 }
 
 /// What `server` of document `doc` asks of the composition.

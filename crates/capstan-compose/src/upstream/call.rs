@@ -23,16 +23,18 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 use sse_stream::SseStream;
-use thiserror::Error;
-use tracing::debug;
+use tracing::{Instrument as _, debug};
 
 use super::Forwarded;
+use super::call_span::{client_span, failed};
 use super::changes::{UpstreamChanges, is_list_changed};
 use super::error::CallError;
+use super::limited::{limited_bytes, read_limited};
 use super::pooled::DrainOnDrop;
 use super::relay::{CallTraffic, Relayed};
 use super::revision::{ParamHeader, Revision, Subscribed, param_headers};
 use crate::error_chain::chain_text;
+use crate::trace_context::Outgoing;
 
 /// Where direct requests go and how they are addressed; cheap to clone into a task of its own.
 #[derive(Clone, Debug)]
@@ -188,14 +190,17 @@ impl DirectCalls {
         }
         self.stamp(&mut params, caller_capabilities);
         let id = self.next_request_id();
-        let response = self
-            .send(&id, method, params)
-            .await
-            .map_err(Forwarded::Failed)?;
-        let mut answer = self
-            .answer(response, &id, &CallTraffic::default())
-            .await
-            .map_err(Forwarded::Failed)?;
+        let span = client_span(&self.server, &self.target.url, method, None);
+        let answer = async {
+            let response = self.send(&id, method, params).await?;
+            self.answer(response, &id, &CallTraffic::default()).await
+        }
+        .instrument(span.clone())
+        .await;
+        let mut answer = answer.map_err(|error| {
+            failed(&span, error.kind().as_str());
+            Forwarded::Failed(error)
+        })?;
         if let Some(error) = answer.get_mut("error") {
             return match serde_json::from_value::<ErrorData>(error.take()) {
                 Ok(error) => Err(Forwarded::Refused(error)),
@@ -281,9 +286,18 @@ impl DirectCalls {
         tool: Option<&str>,
         traffic: &CallTraffic,
     ) -> Result<Value, CallError> {
-        let response = self.send(id, method, params).await?;
-        let answer = self.answer(response, id, traffic).await?;
-        self.result_of(answer, method, tool)
+        let span = client_span(&self.server, &self.target.url, method, tool);
+        let result = async {
+            let response = self.send(id, method, params).await?;
+            let answer = self.answer(response, id, traffic).await?;
+            self.result_of(answer, method, tool)
+        }
+        .instrument(span.clone())
+        .await;
+        if let Err(error) = &result {
+            failed(&span, error.kind().as_str());
+        }
+        result
     }
 
     /// POSTs the request on the session; a session the server no longer knows is unavailable.
@@ -291,8 +305,11 @@ impl DirectCalls {
         &self,
         id: &str,
         method: &str,
-        params: Value,
+        mut params: Value,
     ) -> Result<reqwest::Response, CallError> {
+        // The provider's spans join the trace, whichever carrier it reads.
+        let context = Outgoing::current();
+        context.stamp_meta(&mut params);
         let request = json!({
             "jsonrpc": "2.0",
             "id": id,
@@ -304,10 +321,14 @@ impl DirectCalls {
             let tool = (method == "tools/call")
                 .then(|| request["params"]["name"].as_str())
                 .flatten();
-            self.target.post(
+            let mut post = self.target.post(
                 &request,
                 tool.and_then(|t| headed.get(t)).map(Vec::as_slice),
-            )
+            );
+            for (name, value) in context.entries() {
+                post = post.header(name, value);
+            }
+            post
         };
         let response = post
             .send()
@@ -540,42 +561,6 @@ const END_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The largest answer a direct call reads: rmcp's own limit for a JSON response.
 const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
-
-/// Why an answer could not be read.
-#[derive(Debug, Error)]
-pub(crate) enum ReadError {
-    #[error(transparent)]
-    Http(#[from] reqwest::Error),
-    #[error("the answer exceeds {0} bytes")]
-    TooLarge(usize),
-}
-
-/// The body of `response` as a stream that fails once more than `limit` bytes have come.
-pub(crate) fn limited_bytes(
-    response: reqwest::Response,
-    limit: usize,
-) -> impl futures::Stream<Item = Result<bytes::Bytes, ReadError>> + Send + 'static {
-    let mut size = 0usize;
-    response.bytes_stream().map(move |chunk| {
-        let chunk = chunk?;
-        size += chunk.len();
-        if size > limit {
-            return Err(ReadError::TooLarge(limit));
-        }
-        Ok(chunk)
-    })
-}
-
-async fn read_limited(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, ReadError> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        if body.len() + chunk.len() > limit {
-            return Err(ReadError::TooLarge(limit));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
 
 /// `mutex` locked; only whole values are written under it, so a poisoned one holds a whole value.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

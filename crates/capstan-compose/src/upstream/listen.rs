@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 use sse_stream::SseStream;
 use tracing::debug;
 
-use super::call::{DirectCalls, Target, limited_bytes};
+use super::call::{DirectCalls, Target};
 use super::changes::{ResourceUpdated, UpstreamChanges, is_list_changed, updated_uri};
+use super::limited::limited_bytes;
 use crate::error_chain::chain_text;
 
 /// The first pause before a stream is opened again.

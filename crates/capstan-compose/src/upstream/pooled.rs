@@ -29,6 +29,7 @@ use rmcp::transport::streamable_http_client::{
 
 use crate::error_chain::find_in_chain;
 use crate::guard::AddressRefused;
+use crate::trace_context::Outgoing;
 
 /// How long an abandoned response stream may take to end before its connection is closed
 /// instead of reused.
@@ -44,18 +45,23 @@ pub struct PooledClient {
     /// Set once the session is handed over to direct calls: rmcp's closing DELETE is then
     /// not sent (the new holder sends its own).
     keep_session: Arc<AtomicBool>,
+    /// The trace context of the span the client was made in (the server's connect): rmcp sends
+    /// from a task of its own, outside that span, so it is taken here and sent as headers.
+    trace: Arc<Outgoing>,
 }
 
 type PostResult = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>;
 
 impl PooledClient {
-    /// Wraps `http` (which should pool connections).
+    /// Wraps `http` (which should pool connections); its requests carry the trace context of
+    /// the current span.
     pub fn new(http: reqwest::Client) -> Self {
         Self {
             http,
             session: Arc::default(),
             refused: Arc::default(),
             keep_session: Arc::default(),
+            trace: Arc::new(Outgoing::current()),
         }
     }
 
@@ -82,9 +88,16 @@ impl PooledClient {
         message: ClientJsonRpcMessage,
         session_id: Option<Arc<str>>,
         auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> BoxFuture<'_, PostResult> {
+        for (name, value) in self.trace.entries() {
+            if let (Ok(name), Ok(value)) =
+                (HeaderName::try_from(name), HeaderValue::try_from(value))
+            {
+                custom_headers.insert(name, value);
+            }
+        }
         async move {
             let response = self
                 .http

@@ -23,6 +23,8 @@ use rmcp::model::{JsonObject, Tool};
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
+use crate::trace_context::meta_mut;
+
 /// `Mcp-Method`: the request's method.
 const MCP_METHOD: &str = "Mcp-Method";
 /// `Mcp-Name`: the tool, prompt or resource a request names.
@@ -101,13 +103,7 @@ impl Revision {
         let Self::Stateless { context, .. } = self else {
             return;
         };
-        let Some(params) = params.as_object_mut() else {
-            return;
-        };
-        let meta = params
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Map::new()));
-        let Some(meta) = meta.as_object_mut() else {
+        let Some(meta) = meta_mut(params) else {
             return;
         };
         for (member, value) in context {

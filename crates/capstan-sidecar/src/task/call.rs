@@ -17,7 +17,8 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
 };
 use serde_json::Value;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::field::Empty;
+use tracing::{Instrument, Span, debug_span, info, warn};
 
 use sha2::{Digest as _, Sha256};
 
@@ -25,6 +26,7 @@ use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, ROUTED_QUESTIONS, Served, Task, lo
 use crate::decisions::DecisionRecord;
 use crate::identity::Identity;
 use crate::metering::ToolInvocation;
+use crate::request_span;
 use crate::route_decision::{decide, no_eligible_provider};
 
 impl Task {
@@ -92,6 +94,7 @@ impl Task {
     /// error the consumer can act on.
     fn refuse(&self, error: ToolError) -> CallToolResult {
         self.context.metrics.tool_call(error.kind.as_str());
+        request_span::failed(error.kind.as_str());
         error.into_result()
     }
 
@@ -165,11 +168,22 @@ impl Task {
             .intent
             .as_deref()
             .map(|intent| self.context.decisions.intent_digest(intent));
-        let decision = match decide(routed, served.snapshot(), &taken.route, &taken.requirements) {
+        let decided = {
+            let _deciding = route_span(capability).entered();
+            let decided = decide(routed, served.snapshot(), &taken.route, &taken.requirements);
+            match &decided {
+                Ok(decision) => self.record_decision(capability, decision, digest.clone()),
+                Err(_) => {
+                    Span::current().record("capstan.route.reason", "refused");
+                }
+            }
+            decided
+        };
+        // Refused in the request's span, which carries the error.
+        let decision = match decided {
             Ok(decision) => decision,
             Err(why) => return self.route_refused(capability, why, digest).into(),
         };
-        self.record_decision(capability, &decision, digest);
         let Some(tool) = decision
             .selected()
             .and_then(|winner| served.composed().tool(&winner.tool))
@@ -243,6 +257,13 @@ impl Task {
         self.context
             .metrics
             .route_decision(capability, reason, &exclusions);
+        let span = Span::current();
+        span.record("capstan.route.reason", reason);
+        span.record("capstan.route.eligible", decision.eligible());
+        span.record("capstan.route.excluded", decision.exclusions.len());
+        if let Some(winner) = decision.selected() {
+            span.record("capstan.route.winner", winner.tool.as_str());
+        }
         info!(
             capability,
             selected = decision.selected().map(|c| c.tool.as_str()),
@@ -267,25 +288,30 @@ impl Task {
         arguments: Option<JsonObject>,
     ) -> CallToolResult {
         let mutating = base.mutating().iter().any(|m| m == name);
-        let span = info_span!(
-            "tool_call",
-            tool.name = %name,
-            tool.mutating = mutating,
-            service.name = "capstan",
-            outcome = tracing::field::Empty,
+        let span = debug_span!(
+            "capstan.base_tool",
+            otel.name = %format_args!("base tool {name}"),
+            capstan.tool.name = %name,
+            capstan.tool.mutating = mutating,
+            error.type = Empty,
+            otel.status_code = Empty,
         );
         let arguments = Value::Object(arguments.unwrap_or_default());
         let result = match served.validate(name, &arguments) {
             Err(error) => Err(error),
             Ok(()) => base.call(name, &arguments).instrument(span.clone()).await,
         };
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(error) => error.kind.as_str(),
-        };
-        span.record("outcome", outcome);
-        self.context.metrics.tool_call(outcome);
-        result.unwrap_or_else(ToolError::into_result)
+        match result {
+            Ok(result) => {
+                self.context.metrics.tool_call("ok");
+                result
+            }
+            Err(error) => {
+                span.record("error.type", error.kind.as_str());
+                span.record("otel.status_code", "error");
+                self.refuse(error)
+            }
+        }
     }
 
     async fn call_provider_tool(
@@ -321,14 +347,7 @@ impl Task {
         capability: Option<&str>,
         traffic: &CallTraffic,
     ) -> CallToolResponse {
-        let span = info_span!(
-            "tool_call",
-            tool.name = %tool.name,
-            tool.mutating = tool.mutating,
-            service.name = %tool.service_name,
-            capability = capability,
-            outcome = tracing::field::Empty,
-        );
+        request_span::served_by(&tool.service_name, capability);
         let started = Instant::now();
         let arguments = match arguments {
             Value::Object(map) => Some(map),
@@ -336,8 +355,7 @@ impl Task {
         };
         let called = served
             .composed()
-            .call_tool_with(&tool.name, arguments, traffic)
-            .instrument(span.clone());
+            .call_tool_with(&tool.name, arguments, traffic);
         // The time limit ends the task's upstream sessions; a call running then is cut here
         // (dropping it cancels it at the provider) rather than failing as the provider's fault.
         let result = tokio::select! {
@@ -368,7 +386,9 @@ impl Task {
             Ok(_) => "input_required",
             Err(error) => error.kind.as_str(),
         };
-        span.record("outcome", outcome);
+        if outcome != "ok" {
+            request_span::failed(outcome);
+        }
         self.context.metrics.tool_call(outcome);
         self.meter(tool, outcome, started, capability);
         result.unwrap_or_else(|error| error.into_result().into())
@@ -452,4 +472,18 @@ fn route_reason_label(reason: capstan_route::RouteReason) -> &'static str {
         R::OnlyCandidate => "only_candidate",
         R::BestScore => "best_score",
     }
+}
+
+/// The span of a routing decision: the capability, and once decided the reason, the winner and
+/// how many providers were eligible or excluded.
+fn route_span(capability: &str) -> Span {
+    debug_span!(
+        "capstan.route",
+        otel.name = %format_args!("route {capability}"),
+        capstan.route.capability = capability,
+        capstan.route.reason = Empty,
+        capstan.route.winner = Empty,
+        capstan.route.eligible = Empty,
+        capstan.route.excluded = Empty,
+    )
 }

@@ -1,0 +1,153 @@
+//! The span of one request on the socket, after the OpenTelemetry MCP conventions
+//! (docs/observability.md): named `{mcp.method.name} {target}`, kind server, with the method,
+//! the tool or prompt, the protocol revision, the session (hashed), the JSON-RPC id and the
+//! error kind. Its parent is the trace context the caller sent — the `traceparent` header, or
+//! the same key in `params._meta`.
+//!
+//! Spans are at debug level: with the default log filter (`info`) the log lines never carry
+//! them, and without a trace exporter they are not created at all, so the hot path pays for
+//! them only when traces are on (`capstan-process` telemetry.rs exports them whatever the log
+//! filter says). What a span carries is only what is recorded here and in `task/call.rs` —
+//! never an argument value, a token or knowledge text.
+
+use axum::http::HeaderMap;
+use axum::response::Response;
+use capstan_api::wire::MCP_PROTOCOL_VERSION;
+use capstan_compose::trace_context::{
+    from_headers, from_meta, hashed_session_id, is_remote_parent,
+};
+use serde_json::Value;
+use tracing::Span;
+use tracing::field::Empty;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+/// The request's span, carried in the request's extensions to the handlers rmcp runs in tasks
+/// of its own (`mcp.rs`), whose spans then join it.
+#[derive(Clone, Debug)]
+pub struct RequestSpan(pub Span);
+
+/// A new request's span, its parent read from the request's `traceparent` header. Not yet
+/// entered: [`describe`] may still give it the parent a message's `_meta` names.
+pub fn request_span(headers: &HeaderMap) -> Span {
+    let span = tracing::debug_span!(
+        "mcp.server",
+        otel.name = Empty,
+        otel.kind = "server",
+        otel.status_code = Empty,
+        mcp.method.name = Empty,
+        mcp.protocol.version = Empty,
+        mcp.session.id = Empty,
+        jsonrpc.request.id = Empty,
+        gen_ai.operation.name = Empty,
+        gen_ai.tool.name = Empty,
+        gen_ai.prompt.name = Empty,
+        network.transport = "unix",
+        network.protocol.name = "http",
+        http.response.status_code = Empty,
+        error.type = Empty,
+        capstan.provider = Empty,
+        capstan.capability = Empty,
+    );
+    if !span.is_disabled() {
+        let parent = from_headers(headers);
+        if is_remote_parent(&parent) {
+            let _ = span.set_parent(parent);
+        }
+    }
+    span
+}
+
+/// Records what the request is: an MCP message (`message`) or a read of `path`; `session` is
+/// the session id it names. A message's `_meta.traceparent` parents the span when the headers
+/// named none.
+pub fn describe(
+    span: &Span,
+    method: &str,
+    path: &str,
+    headers: &HeaderMap,
+    message: Option<&Value>,
+    session: Option<&str>,
+) {
+    if span.is_disabled() {
+        return;
+    }
+    if let Some(session) = session {
+        span.record("mcp.session.id", hashed_session_id(session));
+    }
+    let Some(message) = message.filter(|m| m.is_object()) else {
+        span.record("otel.name", format!("{method} {path}"));
+        return;
+    };
+    let parent = from_meta(message);
+    if is_remote_parent(&parent) {
+        // Refused once the span has a parent or has started: the header's parent stands.
+        let _ = span.set_parent(parent);
+    }
+    let mcp_method = message["method"].as_str().unwrap_or("response");
+    span.record("mcp.method.name", mcp_method);
+    match &message["id"] {
+        Value::String(id) => span.record("jsonrpc.request.id", id.as_str()),
+        Value::Number(id) => span.record("jsonrpc.request.id", id.to_string()),
+        _ => span,
+    };
+    let params = &message["params"];
+    let version = headers
+        .get(MCP_PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| params["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str())
+        .or_else(|| params["protocolVersion"].as_str());
+    if let Some(version) = version {
+        span.record("mcp.protocol.version", version);
+    }
+    let target = match mcp_method {
+        "tools/call" => {
+            span.record("gen_ai.operation.name", "execute_tool");
+            params["name"].as_str().inspect(|tool| {
+                span.record("gen_ai.tool.name", *tool);
+            })
+        }
+        "prompts/get" => params["name"].as_str().inspect(|prompt| {
+            span.record("gen_ai.prompt.name", *prompt);
+        }),
+        _ => None,
+    };
+    span.record(
+        "otel.name",
+        match target {
+            Some(target) => format!("{mcp_method} {target}"),
+            None => mcp_method.to_owned(),
+        },
+    );
+}
+
+/// Records the answer's status; an HTTP refusal is the error, named by its status as the HTTP
+/// conventions name it.
+pub fn answered(span: &Span, response: &Response) {
+    if span.is_disabled() {
+        return;
+    }
+    let status = response.status();
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_client_error() || status.is_server_error() {
+        span.record("otel.status_code", "error");
+        span.record("error.type", status.as_str());
+    }
+}
+
+/// Records on the current request's span that it failed as `kind` (a Capstan error kind, e.g.
+/// `upstream_timeout`, or a JSON-RPC error code).
+pub fn failed(kind: &str) {
+    let span = Span::current();
+    span.record("otel.status_code", "error");
+    span.record("error.type", kind);
+}
+
+/// Records on the current request's span the provider that served it and the routed
+/// capability it served, if any.
+pub fn served_by(provider: &str, capability: Option<&str>) {
+    let span = Span::current();
+    span.record("capstan.provider", provider);
+    if let Some(capability) = capability {
+        span.record("capstan.capability", capability);
+    }
+}

@@ -1,0 +1,453 @@
+//! Traces as a platform team sees them in a real Jaeger (`capstan_e2e::jaeger`): a sidecar and
+//! a controller export OTLP to it, and the trials read the spans back through Jaeger's query
+//! API. The assistant is the Python `mcp` SDK with a trace context of its own; the provider is a
+//! Python SDK server that answers with the trace context it received (`e2e/python`), so the
+//! test's oracle — the trace id it chose, the span ids Jaeger holds — is computed by neither
+//! Capstan nor the code under test.
+
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use capstan_e2e::controller::{
+    ControllerProcess, NAMESPACE, account_token, bind_cluster_role, service_account,
+    service_account_kubeconfig,
+};
+use capstan_e2e::jaeger::{Jaeger, Span};
+use capstan_e2e::objects::{apply, wait_condition};
+use capstan_e2e::sidecar::SidecarProcess;
+use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
+use capstan_e2e::{output_with_input, repo_root};
+use capstan_testkit::{DemoProvider, PythonServer, binding_document, python};
+use libtest_mimic::Failed;
+use serde_json::{Value, json};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+const PROJECT: &str = "acme";
+const ASSISTANT: &str = "assistant";
+/// The binding's MCP server entry: composed tools are `traced__<tool>`.
+const SERVER: &str = "traced";
+
+fn main() -> ExitCode {
+    capstan_e2e::suite::run(
+        "traces",
+        true,
+        |_| Ok(()),
+        vec![
+            trial(
+                "a_tool_call_should_be_one_trace_from_the_assistant_through_the_sidecar_to_the_provider",
+                one_trace_per_call,
+            ),
+            trial(
+                "the_controller_should_trace_its_reconciles_status_writes_and_probes",
+                controller_spans,
+            ),
+        ],
+    )
+}
+
+/// A trace context as an instrumented assistant would send it: ids the test chose.
+struct Parent {
+    trace_id: String,
+    span_id: String,
+}
+
+impl Parent {
+    fn new() -> Self {
+        let hex = |n: usize| -> String {
+            (0..n)
+                .map(|_| format!("{:x}", fastrand::u8(0..16)))
+                .collect()
+        };
+        Self {
+            trace_id: hex(32),
+            span_id: hex(16),
+        }
+    }
+
+    fn traceparent(&self) -> String {
+        format!("00-{}-{}-01", self.trace_id, self.span_id)
+    }
+}
+
+/// The sidecar's environment for exporting to `jaeger` at once (100 ms batches).
+fn otel_env(jaeger: &Jaeger, service: &str) -> Vec<(String, String)> {
+    vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), jaeger.otlp.clone()),
+        ("OTEL_SERVICE_NAME".into(), service.into()),
+        ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
+    ]
+}
+
+fn borrowed(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// One call by the Python SDK through the sidecar's socket: the call's printed result.
+fn sdk_call(
+    sidecar: &SidecarProcess,
+    token: &str,
+    tool: &str,
+    arguments: &Value,
+    mode: &str,
+    carrier: &str,
+    parent: &Parent,
+) -> Result<Value, Failed> {
+    let script = repo_root().join("e2e/python/traced_client.py");
+    let output = output_with_input(
+        Command::new(python())
+            .arg(script)
+            .arg(&sidecar.socket)
+            .args([PROJECT, token, tool, &arguments.to_string(), mode, carrier])
+            .arg(parent.traceparent()),
+        None,
+    );
+    if !output.status.success() {
+        return Err(format!(
+            "the SDK client failed: {}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            sidecar.log_text()
+        )
+        .into());
+    }
+    serde_json::from_slice(&output.stdout).map_err(|e| format!("the client's output: {e}").into())
+}
+
+/// The spans of trace `parent` once `wanted` of them have arrived.
+fn spans_of(
+    env: &Env,
+    jaeger: &Jaeger,
+    parent: &Parent,
+    wanted: usize,
+) -> Result<Vec<Span>, Failed> {
+    env.runtime.block_on(eventually(
+        PATIENCE,
+        || async {
+            let spans = jaeger.trace(&parent.trace_id).await.ok()?;
+            (spans.len() >= wanted).then_some(spans)
+        },
+        || {
+            format!(
+                "trace {} never had {wanted} spans in Jaeger",
+                parent.trace_id
+            )
+        },
+    ))
+}
+
+fn one<'a>(
+    spans: &'a [Span],
+    what: &str,
+    pick: impl Fn(&Span) -> bool,
+) -> Result<&'a Span, Failed> {
+    let found: Vec<&Span> = spans.iter().filter(|s| pick(s)).collect();
+    match found.as_slice() {
+        [span] => Ok(span),
+        _ => Err(format!(
+            "{} spans are {what}, not one: {:#?}",
+            found.len(),
+            spans
+                .iter()
+                .map(|s| (&s.service, &s.name, &s.kind))
+                .collect::<Vec<_>>()
+        )
+        .into()),
+    }
+}
+
+/// No span of `spans` carries any of `secrets` in a name or attribute (its resource's too).
+fn carries_none(spans: &[Span], secrets: &[&str]) -> Outcome {
+    for span in spans {
+        for secret in secrets {
+            check(!span.values.iter().any(|v| v.contains(secret)), || {
+                format!(
+                    "span {:?} carries {secret:?}: {:?}",
+                    span.name, span.attributes
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The trace context the provider said it received (header and `_meta`), from its answer.
+fn received(answer: &Value) -> Result<(String, String), Failed> {
+    let text = answer["text"][0]
+        .as_str()
+        .ok_or_else(|| format!("no text in the answer: {answer}"))?;
+    let echoed: Value = serde_json::from_str(text).map_err(|e| format!("{e}: {text}"))?;
+    let field = |k: &str| echoed[k].as_str().unwrap_or_default().to_owned();
+    Ok((field("header"), field("meta")))
+}
+
+fn one_trace_per_call(env: &Env) -> Outcome {
+    let jaeger = Jaeger::start(&env.plane.state_dir().join("jaeger-calls"))?;
+    let upstream = PythonServer::start_script("e2e/python/traced_upstream.py");
+    let knowledge = DemoProvider::start(&[]);
+    let mut spec = binding_document(
+        SERVER,
+        SERVER,
+        &format!("http://{}/mcp", upstream.address),
+        &["echo"],
+    )["spec"]
+        .clone();
+    spec["knowledge"] = json!({ "sources": [
+        { "type": "Markdown", "title": "StreamCo", "url": knowledge.url("/llms-full.txt") }
+    ]});
+    env.runtime
+        .block_on(apply(&env.client, "CapabilityBinding", SERVER, spec))?;
+    service_account(&env.plane, ASSISTANT)?;
+    // `view` is aggregated by kube-controller-manager, which this plane does not run.
+    env.plane.kubectl_ok(
+        &[
+            "create",
+            "clusterrole",
+            "configmap-reader",
+            "--verb=get,list",
+            "--resource=configmaps",
+        ],
+        None,
+    )?;
+    bind_cluster_role(&env.plane, ASSISTANT, "configmap-reader")?;
+    let token = account_token(&env.plane, NAMESPACE, ASSISTANT)?;
+    let hosts = format!("127.0.0.1,{}", knowledge.host());
+    let mut sidecar_env = otel_env(&jaeger, "capstan-sidecar");
+    sidecar_env.extend([
+        ("CAPABILITY_MCP_ENDPOINT_HOSTS".into(), hosts.clone()),
+        ("CAPABILITY_FETCH_HOSTS".into(), hosts),
+        ("CAPSTAN_CALLER_CHECK".into(), "none".into()),
+    ]);
+    let sidecar = SidecarProcess::start(
+        &env.plane,
+        env.plane.kubeconfig(),
+        "traced",
+        &borrowed(&sidecar_env),
+    )?;
+    let secret = format!("argument-secret-{}", fastrand::u64(..));
+    let knowledge_text = env.runtime.block_on(async {
+        capstan_testkit::client()
+            .get(knowledge.url("/llms-full.txt"))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .text()
+            .await
+            .map_err(|e| e.to_string())
+    })?;
+    let knowledge_lines: Vec<&str> = knowledge_text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.len() > 24)
+        .collect();
+    check(!knowledge_lines.is_empty(), || {
+        "the knowledge has lines to look for".into()
+    })?;
+    let mut secrets = vec![token.as_str(), secret.as_str()];
+    secrets.extend(knowledge_lines.iter().copied());
+
+    // A session revision (answered by the fast path) with the context in `_meta`, and
+    // 2026-07-28 (answered through rmcp's handler) with it in the HTTP header.
+    for (mode, carrier) in [("legacy", "meta"), ("auto", "header")] {
+        let parent = Parent::new();
+        let answer = sdk_call(
+            &sidecar,
+            &token,
+            "traced__echo",
+            &json!({ "text": secret }),
+            mode,
+            carrier,
+            &parent,
+        )?;
+        check(answer["isError"] == false, || {
+            format!("the call failed: {answer}")
+        })?;
+        // The assistant's request, the upstream call, the composition with its connect and
+        // knowledge fetch (composed by this first request of a session or of the caller's task).
+        let spans = spans_of(env, &jaeger, &parent, 2)?;
+        let server = one(&spans, "the sidecar's tools/call", |s| {
+            s.kind == "SPAN_KIND_SERVER" && s.attribute("mcp.method.name") == Some("tools/call")
+        })?;
+        check(
+            server.name == "tools/call traced__echo"
+                && server.service == "capstan-sidecar"
+                && server.parent_span_id == parent.span_id
+                && server.attribute("gen_ai.tool.name") == Some("traced__echo")
+                && server.attribute("gen_ai.operation.name") == Some("execute_tool")
+                && server.attribute("capstan.provider") == Some(&format!("{SERVER}.example"))
+                && server
+                    .attribute("mcp.protocol.version")
+                    .is_some_and(|v| !v.is_empty())
+                && server.attribute("error.type").is_none(),
+            || format!("{mode}: the server span: {server:#?}"),
+        )?;
+        let client = one(&spans, "the upstream tools/call", |s| {
+            s.kind == "SPAN_KIND_CLIENT" && s.name == "tools/call echo"
+        })?;
+        check(
+            client.parent_span_id == server.span_id
+                && client.attribute("server.address") == Some("127.0.0.1")
+                && client.attribute("gen_ai.tool.name") == Some("echo"),
+            || format!("{mode}: the client span: {client:#?}"),
+        )?;
+        // The provider joined the trace under Capstan's client span, in both carriers.
+        let expected = format!("00-{}-{}-01", parent.trace_id, client.span_id);
+        let (header, meta) = received(&answer)?;
+        check(header == expected && meta == expected, || {
+            format!(
+                "{mode}: the provider received header {header:?} and _meta {meta:?}, not {expected:?}"
+            )
+        })?;
+        if mode == "legacy" {
+            let session = server.attribute("mcp.session.id").unwrap_or_default();
+            check(
+                session.len() == 16 && session.bytes().all(|b| b.is_ascii_hexdigit()),
+                || format!("a session's id is hashed: {session:?}"),
+            )?;
+        }
+        carries_none(&spans, &secrets)?;
+    }
+
+    // The composition's spans: each in a trace of the request that composed.
+    let all = env.runtime.block_on(eventually(
+        PATIENCE,
+        || async {
+            let spans = jaeger.traces_of("capstan-sidecar").await.ok()?;
+            let fetched = spans.iter().any(|s| s.name == "fetch knowledge");
+            fetched.then_some(spans)
+        },
+        || "no knowledge fetch span in Jaeger".into(),
+    ))?;
+    let connect = all
+        .iter()
+        .find(|s| s.name == format!("connect {SERVER}"))
+        .ok_or("no connect span")?;
+    check(
+        connect.attribute("server.address") == Some("127.0.0.1")
+            && connect.attribute("capstan.binding") == Some(SERVER),
+        || format!("the connect span: {connect:#?}"),
+    )?;
+    carries_none(&all, &secrets)?;
+
+    // A base tool acts as the caller on the control plane: its span, and kube's request in it.
+    let parent = Parent::new();
+    let listed = sdk_call(
+        &sidecar,
+        &token,
+        "resources_list",
+        &json!({ "group": "", "version": "v1", "kind": "ConfigMap", "namespace": NAMESPACE }),
+        "legacy",
+        "meta",
+        &parent,
+    )?;
+    check(listed["isError"] == false, || {
+        format!("resources_list: {listed}")
+    })?;
+    let spans = spans_of(env, &jaeger, &parent, 3)?;
+    let base = one(&spans, "the base tool", |s| {
+        s.name == "base tool resources_list"
+    })?;
+    // kube's LIST (a discovery request for the kind may come before it).
+    let http = one(&spans, "kube's list", |s| {
+        s.parent_span_id == base.span_id && s.name == "list"
+    })?;
+    check(
+        http.attribute("http.status_code") == Some("200")
+            && http
+                .attribute("http.url")
+                .is_some_and(|u| u.contains("/configmaps")),
+        || format!("kube's request span: {http:#?}"),
+    )?;
+    carries_none(&spans, &secrets)
+}
+
+fn controller_spans(env: &Env) -> Outcome {
+    let jaeger = Jaeger::start(&env.plane.state_dir().join("jaeger-controller"))?;
+    let upstream = PythonServer::start_script("e2e/python/traced_upstream.py");
+    let identity = "traced-controller";
+    let kubeconfig = service_account_kubeconfig(&env.plane, identity)?;
+    let lease = format!("capstan-e2e-{identity}");
+    let _controller = ControllerProcess::start_with_env(
+        &env.plane,
+        &kubeconfig,
+        identity,
+        &[
+            "--lease-name",
+            &lease,
+            "--mcp-endpoint-hosts",
+            "127.0.0.1",
+            "--fetch-hosts",
+            "127.0.0.1",
+        ],
+        &borrowed(&otel_env(&jaeger, "capstan-controller")),
+    )?;
+    let name = "traced-by-controller";
+    let spec = binding_document(
+        name,
+        SERVER,
+        &format!("http://{}/mcp", upstream.address),
+        &["echo"],
+    )["spec"]
+        .clone();
+    env.runtime.block_on(async {
+        apply(&env.client, "CapabilityBinding", name, spec).await?;
+        wait_condition(
+            &env.client,
+            "CapabilityBinding",
+            name,
+            "Composed",
+            ("True", "Composed"),
+            PATIENCE,
+        )
+        .await
+    })?;
+    let of_binding = |s: &Span| s.attribute("capstan.object.name") == Some(name);
+    let spans = env.runtime.block_on(eventually(
+        PATIENCE,
+        || async {
+            let spans = jaeger.traces_of("capstan-controller").await.ok()?;
+            let names: Vec<&str> = spans
+                .iter()
+                .filter(|s| of_binding(s))
+                .map(|s| s.name.as_str())
+                .collect();
+            let all = ["reconcile CapabilityBinding", "probe CapabilityBinding"]
+                .iter()
+                .all(|n| names.contains(n))
+                && names.iter().any(|n| n.starts_with("write status"));
+            all.then_some(spans)
+        },
+        || "the controller's reconcile, probe and status write spans never all arrived".into(),
+    ))?;
+    // The status write holds kube's PATCH, answered 200.
+    let written = spans
+        .iter()
+        .filter(|s| of_binding(s) && s.name.starts_with("write status"))
+        .find(|write| {
+            spans.iter().any(|h| {
+                h.parent_span_id == write.span_id
+                    && h.attribute("http.method") == Some("PATCH")
+                    && h.attribute("http.status_code") == Some("200")
+            })
+        });
+    check(written.is_some(), || {
+        "a status write span holds kube's PATCH answered 200".into()
+    })?;
+    // The probe composes the binding: compose, then the connect to its server, as children.
+    let probe = spans
+        .iter()
+        .find(|s| of_binding(s) && s.name == "probe CapabilityBinding")
+        .ok_or("no probe span")?;
+    check(
+        probe.attribute("capstan.probe.outcome") == Some("composed"),
+        || format!("the probe span: {probe:#?}"),
+    )?;
+    let compose = spans
+        .iter()
+        .find(|s| s.name == "compose" && s.parent_span_id == probe.span_id)
+        .ok_or("no compose span under the probe")?;
+    check(
+        spans
+            .iter()
+            .any(|s| s.name == format!("connect {SERVER}") && s.parent_span_id == compose.span_id),
+        || "the connect span is the compose span's child".into(),
+    )
+}
