@@ -370,6 +370,17 @@ pub fn built_tool(name: &str) -> Result<PathBuf, HarnessError> {
         })
 }
 
+/// A loopback address nothing listens on yet.
+pub fn free_address() -> Result<String, HarnessError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.to_string())
+        .map_err(|source| HarnessError::Io {
+            path: "a free loopback port".into(),
+            source,
+        })
+}
+
 /// Starts `command` in the background, its standard error (the log) written to the new file
 /// `log`, nothing on its standard input or output.
 pub fn spawn_logged(command: &mut Command, log: &Path) -> Result<Child, HarnessError> {

@@ -16,7 +16,7 @@ use capstan_compose::{
 use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
-use capstan_e2e::{FIELD_MANAGER, HarnessError};
+use capstan_e2e::{FIELD_MANAGER, HarnessError, free_address};
 use capstan_testkit::{DemoProvider, ListeningClient, binding_document, unix_seconds};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -639,15 +639,6 @@ fn http_get(address: &str, path: &str) -> (u16, String) {
 
 fn http_status(address: &str, path: &str) -> u16 {
     http_get(address, path).0
-}
-
-/// A loopback address nothing listens on yet.
-fn free_address() -> Result<String, libtest_mimic::Failed> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(listener
-        .local_addr()
-        .map_err(|e| e.to_string())?
-        .to_string())
 }
 
 fn ready_after_first_sync(env: &Env) -> Outcome {

@@ -58,6 +58,9 @@ struct Record {
 #[derive(Default)]
 pub struct Findings {
     records: HashMap<String, Record>,
+    /// How many records report a binding not composed (kept as records change, for the
+    /// `bindings_not_composed` gauge).
+    not_composed: usize,
     /// Exposed name → the bindings whose reported finding exposes it, in first-wins order.
     owners: HashMap<String, BTreeSet<OrderKey>>,
 }
@@ -75,6 +78,9 @@ impl Findings {
     ) -> (Report, Vec<String>) {
         let name = key.1.clone();
         let previous = self.records.remove(&name);
+        if previous.as_ref().is_some_and(|r| !r.reported.composed()) {
+            self.not_composed -= 1;
+        }
         let mut affected: HashSet<String> = HashSet::from([name.clone()]);
         if let Some(old) = &previous {
             affected.extend(self.unindex(&old.key, &old.reported.tools));
@@ -96,6 +102,9 @@ impl Findings {
             _ => (Report::First, finding, None),
         };
         affected.extend(self.index(&key, &reported.tools));
+        if !reported.composed() {
+            self.not_composed += 1;
+        }
         self.records.insert(
             name,
             Record {
@@ -111,12 +120,20 @@ impl Findings {
         (report, affected)
     }
 
+    /// How many bindings are reported not composed.
+    pub fn not_composed(&self) -> usize {
+        self.not_composed
+    }
+
     /// Forgets binding `name` (deleted, or no longer accepted). Returns the bindings whose
     /// status may change (those that shared a name with it).
     pub fn forget(&mut self, name: &str) -> Vec<String> {
         let Some(record) = self.records.remove(name) else {
             return Vec::new();
         };
+        if !record.reported.composed() {
+            self.not_composed -= 1;
+        }
         let mut affected = self.unindex(&record.key, &record.reported.tools);
         affected.retain(|n| n != name);
         affected.sort();
@@ -285,6 +302,27 @@ mod tests {
         let (young, young_tools) = findings.condition("young", 1).unwrap();
         assert_eq!(young.status, ConditionStatus::True);
         assert_eq!(young_tools, ["s__x", "s__only"]);
+    }
+
+    #[test]
+    fn the_not_composed_count_should_follow_what_is_reported() {
+        let mut findings = Findings::default();
+        let now = Instant::now();
+        findings.record(key(1, "a"), 1, degraded("down"), now);
+        findings.record(key(2, "b"), 1, healthy(&["s__x"]), now);
+        assert_eq!(findings.not_composed(), 1);
+        // One degraded probe of a composed binding is held: still reported composed.
+        findings.record(key(2, "b"), 1, degraded("down"), now);
+        assert_eq!(findings.not_composed(), 1);
+        findings.record(key(2, "b"), 1, degraded("down"), now);
+        assert_eq!(findings.not_composed(), 2);
+        // A new generation reports its first finding at once.
+        findings.record(key(1, "a"), 2, healthy(&["s__y"]), now);
+        assert_eq!(findings.not_composed(), 1);
+        findings.forget("b");
+        assert_eq!(findings.not_composed(), 0);
+        findings.forget("b");
+        assert_eq!(findings.not_composed(), 0);
     }
 
     #[test]

@@ -112,6 +112,11 @@ pub struct Metrics {
     pub probe_duration: Histogram,
     /// Probes running now.
     pub probes_in_flight: Gauge,
+    /// Bindings whose reported Composed condition is False (their last probes found them
+    /// degraded, or could not finish).
+    pub bindings_not_composed: Gauge,
+    /// 1 once the binding and qualifier caches have synced.
+    pub caches_synced: Gauge,
 }
 
 /// The label set of probe counters.
@@ -141,54 +146,96 @@ impl Metrics {
                 prometheus_client::metrics::histogram::exponential_buckets(0.005, 2.0, 14),
             ),
             probes_in_flight: Gauge::default(),
+            bindings_not_composed: Gauge::default(),
+            caches_synced: Gauge::default(),
         };
+        metrics.start_at_zero();
+        metrics.register_in(registry);
+        metrics
+    }
+
+    /// The closed label sets, at zero from the start: a rate, or an alert's `increase`, sees
+    /// the first one too, and a dashboard finds every series before it is first used.
+    fn start_at_zero(&self) {
+        for outcome in [
+            QueueOutcome::enqueued,
+            QueueOutcome::coalesced,
+            QueueOutcome::dropped,
+        ] {
+            let _ = self.queue.get_or_create(&QueueLabels { outcome });
+        }
+        for outcome in [
+            WriteOutcome::written,
+            WriteOutcome::skipped_unchanged,
+            WriteOutcome::skipped_not_leader,
+            WriteOutcome::skipped_gone,
+            WriteOutcome::failed,
+        ] {
+            let _ = self.writes.get_or_create(&WriteLabels { outcome });
+        }
+        for outcome in ["composed", "degraded", "timeout"] {
+            let _ = self.probes.get_or_create(&ProbeLabels { outcome });
+        }
+    }
+
+    /// Registers every metric under the binary's prefix.
+    fn register_in(&self, registry: &mut Registry) {
         let registry = registry.sub_registry_with_prefix("capstan_controller");
         registry.register(
             "status_queue",
             "Desired statuses sent to the status queue, by outcome (enqueued, coalesced, dropped)",
-            metrics.queue.clone(),
+            self.queue.clone(),
         );
         registry.register(
             "status_writes",
             "Desired statuses handled by the status worker, by outcome",
-            metrics.writes.clone(),
+            self.writes.clone(),
         );
         registry.register(
             "status_write_duration_seconds",
             "Duration of status writes (server-side apply on /status)",
-            metrics.write_duration.clone(),
+            self.write_duration.clone(),
         );
         registry.register(
             "status_queue_depth",
             "Objects waiting in the status queue",
-            metrics.queue_depth.clone(),
+            self.queue_depth.clone(),
         );
         registry.register(
             "reconciles",
             "Reconciles by kind and result",
-            metrics.reconciles.clone(),
+            self.reconciles.clone(),
         );
         registry.register(
             "leader",
             "1 while this replica holds the leader lease",
-            metrics.leader.clone(),
+            self.leader.clone(),
         );
         registry.register(
             "probes",
             "Composed probes by outcome (composed, degraded, timeout)",
-            metrics.probes.clone(),
+            self.probes.clone(),
         );
         registry.register(
             "probe_duration_seconds",
             "Duration of Composed probes",
-            metrics.probe_duration.clone(),
+            self.probe_duration.clone(),
         );
         registry.register(
             "probes_in_flight",
             "Composed probes running now",
-            metrics.probes_in_flight.clone(),
+            self.probes_in_flight.clone(),
         );
-        metrics
+        registry.register(
+            "bindings_not_composed",
+            "Bindings whose reported Composed condition is False, by this replica's probes",
+            self.bindings_not_composed.clone(),
+        );
+        registry.register(
+            "caches_synced",
+            "1 once the binding and qualifier caches have synced, else 0",
+            self.caches_synced.clone(),
+        );
     }
 
     /// Counts one send to the queue.

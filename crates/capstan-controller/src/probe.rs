@@ -106,11 +106,22 @@ impl Prober {
         let affected = self
             .findings
             .lock()
-            .map(|mut f| f.forget(name))
+            .map(|mut f| {
+                let affected = f.forget(name);
+                self.count_not_composed(&f);
+                affected
+            })
             .unwrap_or_default();
         for binding in affected {
             let _ = self.changed.send(binding);
         }
+    }
+
+    /// Keeps the `bindings_not_composed` gauge at what `findings` report.
+    fn count_not_composed(&self, findings: &Findings) {
+        self.metrics
+            .bindings_not_composed
+            .set(i64::try_from(findings.not_composed()).unwrap_or(i64::MAX));
     }
 
     /// Forgets every binding `exists` says is gone.
@@ -146,7 +157,10 @@ impl Prober {
             let finding = prober.run(&name, spec).await;
             let (report, affected) = match prober.findings.lock() {
                 Ok(mut findings) => {
-                    findings.record(key, generation, finding.clone(), Instant::now())
+                    let recorded =
+                        findings.record(key, generation, finding.clone(), Instant::now());
+                    prober.count_not_composed(&findings);
+                    recorded
                 }
                 Err(_) => (Report::Same, Vec::new()),
             };

@@ -265,7 +265,12 @@ async fn run_controllers(
         settings.status_writes_in_flight,
     );
     let worker = tokio::spawn(writer.run(queue));
-    let synced = spawn_readiness(readiness, bindings.synced, qualifiers.synced);
+    let synced = spawn_readiness(
+        readiness,
+        bindings.synced,
+        qualifiers.synced,
+        ctx.metrics.clone(),
+    );
     let leadership_log = tokio::spawn(log_leadership(ctx.leader.clone(), ctx.metrics.clone()));
     let qualifier_loop = tokio::spawn(run_qualifiers(
         qualifiers.events,
@@ -414,11 +419,13 @@ fn spawn_readiness(
     ready: Ready,
     mut bindings: watch::Receiver<bool>,
     mut qualifiers: watch::Receiver<bool>,
+    metrics: Metrics,
 ) -> watch::Receiver<bool> {
     let Ready { readiness, synced } = ready;
     let receiver = synced.subscribe();
     tokio::spawn(async move {
         if bindings.wait_for(|s| *s).await.is_ok() && qualifiers.wait_for(|s| *s).await.is_ok() {
+            metrics.caches_synced.set(1);
             readiness.set_ready();
             synced.send_replace(true);
             info!("caches synced; ready");

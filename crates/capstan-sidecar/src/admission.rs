@@ -237,6 +237,11 @@ impl Admission {
         self.caller_check.as_deref()
     }
 
+    /// Where the sidecar's counts go, if anywhere (not in unit tests).
+    pub fn metrics(&self) -> Option<&Metrics> {
+        self.metrics.as_ref()
+    }
+
     /// The caps.
     pub fn caps(&self) -> Caps {
         self.caps

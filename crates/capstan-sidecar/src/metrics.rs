@@ -9,7 +9,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -27,6 +27,29 @@ pub struct RouteLabel {
     pub capability: String,
     /// The route reason, or `no_eligible_provider` / `refused`.
     pub reason: String,
+}
+
+/// The outcomes of `caller_checks` (`caller_check.rs`).
+const CALLER_CHECK_OUTCOMES: [&str; 6] = [
+    "allowed",
+    "denied",
+    "no_token",
+    "error",
+    "cached_allowed",
+    "cached_denied",
+];
+
+/// The caps of `admission_refusals` (`admission.rs`, `Full::label`).
+const ADMISSION_CAPS: [&str; 4] = ["total", "caller", "project", "task_streams"];
+
+/// The outcomes of `session_refreshes` (`refresh.rs`).
+const REFRESH_OUTCOMES: [&str; 3] = ["list_changed", "unchanged", "requalified"];
+
+/// An HTTP status code label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    /// The status code.
+    pub code: u16,
 }
 
 /// Why a candidate was excluded.
@@ -47,6 +70,11 @@ pub struct Metrics {
     pub compose_duration: Histogram,
     /// Tool calls by outcome (`ok`, `tool_error`, or an error kind).
     pub tool_calls: Family<OutcomeLabel, Counter>,
+    /// Time to answer a tool call that reached a provider or the control plane.
+    pub tool_call_duration: Histogram,
+    /// Requests refused before they were served (HTTP 4xx: no or a wrong identity, a session
+    /// of another caller or none, a full cap, a malformed request), by status.
+    pub requests_refused: Family<CodeLabel, Counter>,
     /// Upstreams that could not be used at composition (refused, connect or list failures).
     pub upstream_connect_failures: Counter,
     /// Document source reads by outcome (`hit`, `miss`, `stale_served`, `error`, `empty`).
@@ -69,9 +97,15 @@ pub struct Metrics {
     pub admission_refusals: Family<OutcomeLabel, Counter>,
 }
 
-/// The crd source's watches (`capstan_compose::WatchedCluster`), read at each scrape.
+/// The crd source's watches (`capstan_compose::WatchedCluster`), read at each scrape: their
+/// counts, and whether they have listed every kind once.
 #[derive(Debug)]
-pub struct WatchMetrics(pub Arc<WatchCounts>);
+pub struct WatchMetrics {
+    /// The watches' counts.
+    pub counts: Arc<WatchCounts>,
+    /// True once the first lists are in.
+    pub synced: tokio::sync::watch::Receiver<bool>,
+}
 
 impl Collector for WatchMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -79,17 +113,17 @@ impl Collector for WatchMetrics {
             (
                 "capstan_sidecar_crd_lists",
                 "Full LISTs the crd source's watches issued (the first, and one after each failed watch)",
-                &self.0.lists,
+                &self.counts.lists,
             ),
             (
                 "capstan_sidecar_crd_watch_failures",
                 "Failures of the crd source's watches, each followed by a re-list after backoff",
-                &self.0.failures,
+                &self.counts.failures,
             ),
             (
                 "capstan_sidecar_crd_objects_received",
                 "Objects the crd source's watches received, in lists and as events",
-                &self.0.events,
+                &self.counts.events,
             ),
         ] {
             let counter = ConstCounter::new(value.load(Ordering::Relaxed));
@@ -100,7 +134,14 @@ impl Collector for WatchMetrics {
                 counter.metric_type(),
             )?)?;
         }
-        let bytes = ConstCounter::new(self.0.bytes.load(Ordering::Relaxed));
+        let synced = ConstGauge::new(i64::from(*self.synced.borrow()));
+        synced.encode(encoder.encode_descriptor(
+            "capstan_sidecar_crd_synced",
+            "1 once the crd source's watches have listed bindings and qualifiers, else 0",
+            None,
+            synced.metric_type(),
+        )?)?;
+        let bytes = ConstCounter::new(self.counts.bytes.load(Ordering::Relaxed));
         bytes.encode(encoder.encode_descriptor(
             "capstan_sidecar_crd_read_bytes",
             "Response bytes the crd source's watches read from the apiserver",
@@ -120,6 +161,9 @@ impl Metrics {
             // 5 ms .. ~10 s: a local composition to one stuck at the connect timeout.
             compose_duration: Histogram::new(exponential_buckets(0.005, 2.0, 12)),
             tool_calls: Family::default(),
+            // 1 ms .. ~16 s: a local echo to a provider at the call timeout.
+            tool_call_duration: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            requests_refused: Family::default(),
             upstream_connect_failures: Counter::default(),
             source_reads: Family::default(),
             caller_checks: Family::default(),
@@ -129,68 +173,104 @@ impl Metrics {
             places_held: Gauge::default(),
             admission_refusals: Family::default(),
         };
+        metrics.start_at_zero();
+        metrics.register_in(registry);
+        metrics
+    }
+
+    /// The closed label sets, at zero from the start: a rate, or an alert's `increase`, sees
+    /// the first one too, and a dashboard finds every series before it is first used.
+    fn start_at_zero(&self) {
+        for code in [401, 403] {
+            let _ = self.requests_refused.get_or_create(&CodeLabel { code });
+        }
+        let outcomes = [
+            (&self.caller_checks, &CALLER_CHECK_OUTCOMES[..]),
+            (&self.admission_refusals, &ADMISSION_CAPS[..]),
+            (&self.session_refreshes, &REFRESH_OUTCOMES[..]),
+        ];
+        for (family, values) in outcomes {
+            for outcome in values {
+                let _ = family.get_or_create(&OutcomeLabel {
+                    outcome: (*outcome).to_owned(),
+                });
+            }
+        }
+    }
+
+    /// Registers every metric under the binary's prefix.
+    fn register_in(&self, registry: &mut Registry) {
         let registry = registry.sub_registry_with_prefix("capstan_sidecar");
         registry.register(
             "sessions_active",
             "MCP sessions open now",
-            metrics.sessions_active.clone(),
+            self.sessions_active.clone(),
         );
         registry.register(
             "sessions",
             "MCP sessions opened",
-            metrics.sessions_total.clone(),
+            self.sessions_total.clone(),
         );
         registry.register(
             "compose_duration_seconds",
             "Time to compose a project",
-            metrics.compose_duration.clone(),
+            self.compose_duration.clone(),
         );
         registry.register(
             "tool_calls",
             "Tool calls by outcome",
-            metrics.tool_calls.clone(),
+            self.tool_calls.clone(),
+        );
+        registry.register(
+            "tool_call_duration_seconds",
+            "Time to answer tool calls that reached a provider or the control plane",
+            self.tool_call_duration.clone(),
+        );
+        registry.register(
+            "requests_refused",
+            "Requests refused before they were served, by HTTP status",
+            self.requests_refused.clone(),
         );
         registry.register(
             "upstream_connect_failures",
             "MCP upstreams not usable at composition",
-            metrics.upstream_connect_failures.clone(),
+            self.upstream_connect_failures.clone(),
         );
         registry.register(
             "source_reads",
             "Capability document reads by outcome",
-            metrics.source_reads.clone(),
+            self.source_reads.clone(),
         );
         registry.register(
             "places_held",
             "Sessions, tasks without a session and open streams holding a place now",
-            metrics.places_held.clone(),
+            self.places_held.clone(),
         );
         registry.register(
             "admission_refusals",
             "Sessions, tasks and streams refused because a cap was full, by cap",
-            metrics.admission_refusals.clone(),
+            self.admission_refusals.clone(),
         );
         registry.register(
             "caller_checks",
             "Checks that a caller may act in the project it names, by outcome",
-            metrics.caller_checks.clone(),
+            self.caller_checks.clone(),
         );
         registry.register(
             "route_decisions",
             "Routed capability calls by capability and route reason",
-            metrics.route_decisions.clone(),
+            self.route_decisions.clone(),
         );
         registry.register(
             "route_exclusions",
             "Candidates excluded from routed calls, by reason",
-            metrics.route_exclusions.clone(),
+            self.route_exclusions.clone(),
         );
         registry.register(
             "session_refreshes",
             "Live sessions whose documents, qualifiers or upstream tool lists changed, by what followed",
-            metrics.session_refreshes.clone(),
+            self.session_refreshes.clone(),
         );
-        metrics
     }
 
     /// Counts a live session's refresh.
@@ -244,6 +324,20 @@ impl Metrics {
                 outcome: outcome.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts a refused request of HTTP status `code`.
+    pub fn request_refused(&self, code: u16) {
+        self.requests_refused
+            .get_or_create(&CodeLabel { code })
+            .inc();
+    }
+
+    /// Counts a tool call that reached a provider or the control plane, and its duration.
+    pub fn tool_call_answered(&self, outcome: &str, started: std::time::Instant) {
+        self.tool_call_duration
+            .observe(started.elapsed().as_secs_f64());
+        self.tool_call(outcome);
     }
 
     /// Counts a tool call.

@@ -266,8 +266,14 @@ async fn admit(
 /// request's span (`request_span.rs`).
 pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Response {
     let span = request_span(request.headers());
+    let tasks = gate.tasks.clone();
     let response = checked(gate, request, next, &span).await;
     answered(&span, &response);
+    if response.status().is_client_error()
+        && let Some(metrics) = tasks.admission().metrics()
+    {
+        metrics.request_refused(response.status().as_u16());
+    }
     response
 }
 

@@ -267,7 +267,10 @@ fn readiness(registry: &mut Registry, watched: Option<Watched>) -> Readiness {
     match watched {
         None => readiness.set_ready(),
         Some((counts, mut synced)) => {
-            registry.register_collector(Box::new(WatchMetrics(counts)));
+            registry.register_collector(Box::new(WatchMetrics {
+                counts,
+                synced: synced.clone(),
+            }));
             let ready = readiness.clone();
             tokio::spawn(async move {
                 if synced.wait_for(|synced| *synced).await.is_ok() {

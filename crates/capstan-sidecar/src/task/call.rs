@@ -287,6 +287,7 @@ impl Task {
         name: &str,
         arguments: Option<JsonObject>,
     ) -> CallToolResult {
+        let started = Instant::now();
         let mutating = base.mutating().iter().any(|m| m == name);
         let span = debug_span!(
             "capstan.base_tool",
@@ -303,10 +304,14 @@ impl Task {
         };
         match result {
             Ok(result) => {
-                self.context.metrics.tool_call("ok");
+                self.context.metrics.tool_call_answered("ok", started);
                 result
             }
             Err(error) => {
+                self.context
+                    .metrics
+                    .tool_call_duration
+                    .observe(started.elapsed().as_secs_f64());
                 span.record("error.type", error.kind.as_str());
                 span.record("otel.status_code", "error");
                 self.refuse(error)
@@ -389,7 +394,7 @@ impl Task {
         if outcome != "ok" {
             request_span::failed(outcome);
         }
-        self.context.metrics.tool_call(outcome);
+        self.context.metrics.tool_call_answered(outcome, started);
         self.meter(tool, outcome, started, capability);
         result.unwrap_or_else(|error| error.into_result().into())
     }

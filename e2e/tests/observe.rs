@@ -1,9 +1,12 @@
-//! Traces as a platform team sees them in a real Jaeger (`capstan_e2e::jaeger`): a sidecar and
-//! a controller export OTLP to it, and the trials read the spans back through Jaeger's query
-//! API. The assistant is the Python `mcp` SDK with a trace context of its own; the provider is a
+//! What a platform team observes. Traces in a real Jaeger (`capstan_e2e::jaeger`): a sidecar
+//! and a controller export OTLP to it, and the trials read the spans back through Jaeger's
+//! query API. The chart's dashboard and alerts against what the binaries export
+//! (`observe_steps`). The assistant is the Python `mcp` SDK with a trace context of its own; the provider is a
 //! Python SDK server that answers with the trace context it received (`e2e/python`), so the
 //! test's oracle — the trace id it chose, the span ids Jaeger holds — is computed by neither
 //! Capstan nor the code under test.
+
+mod observe_steps;
 
 use std::process::{Command, ExitCode};
 use std::time::Duration;
@@ -29,7 +32,7 @@ const SERVER: &str = "traced";
 
 fn main() -> ExitCode {
     capstan_e2e::suite::run(
-        "traces",
+        "observe",
         true,
         |_| Ok(()),
         vec![
@@ -40,6 +43,14 @@ fn main() -> ExitCode {
             trial(
                 "the_controller_should_trace_its_reconciles_status_writes_and_probes",
                 controller_spans,
+            ),
+            trial(
+                "every_metric_the_dashboard_and_alerts_name_should_be_exported",
+                observe_steps::dashboards_and_alerts_name_exported_metrics,
+            ),
+            trial(
+                "the_alert_rules_should_pass_promtool_and_fire_on_their_conditions",
+                observe_steps::alert_rules_pass_promtool_and_fire_on_their_conditions,
             ),
         ],
     )
