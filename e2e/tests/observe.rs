@@ -180,6 +180,29 @@ fn carries_none(spans: &[Span], secrets: &[&str]) -> Outcome {
     Ok(())
 }
 
+/// The spans under `parent` as an indented tree: name, kind, service.
+fn tree(spans: &[Span], parent: &str, depth: usize) -> String {
+    let mut children: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == parent)
+        .collect();
+    children.sort_by(|a, b| a.name.cmp(&b.name));
+    children
+        .iter()
+        .map(|span| {
+            let kind = span.kind.trim_start_matches("SPAN_KIND_").to_lowercase();
+            format!(
+                "{}{} [{kind}, {}, span {}]\n{}",
+                "  ".repeat(depth),
+                span.name,
+                span.service,
+                span.span_id,
+                tree(spans, &span.span_id, depth + 1)
+            )
+        })
+        .collect()
+}
+
 /// The trace context the provider said it received (header and `_meta`), from its answer.
 fn received(answer: &Value) -> Result<(String, String), Failed> {
     let text = answer["text"][0]
@@ -315,6 +338,10 @@ fn one_trace_per_call(env: &Env) -> Outcome {
             )?;
         }
         carries_none(&spans, &secrets)?;
+        eprintln!(
+            "observe: the span tree of one call ({mode}, context in the {carrier}), as Jaeger returned it:\n{}",
+            tree(&spans, &parent.span_id, 1)
+        );
     }
 
     // The composition's spans: each in a trace of the request that composed.

@@ -18,8 +18,11 @@
 //! `<!-- bench:sidecar -->` markers, which `scripts/bench-report` copies into
 //! `docs/benchmarks.md`.
 //!
+//! Last, what tracing costs (`sidecar_tracing/mod.rs`): traces off, sampled at 100 % and at
+//! 1 %, side by side.
+//!
 //! CAPSTAN_BENCH_SESSIONS_ONLY=1 measures session setup and memory alone (printed, no report),
-//! for iterating on them.
+//! for iterating on them; CAPSTAN_BENCH_TRACING_ONLY=1 the tracing rows alone.
 //!
 //! CAPSTAN_BENCH_PERF=<file> records a CPU profile of the sidecar (`perf record -g`) during the
 //! minimal upstream's call rounds: `perf report -i <file>` shows where its time goes.
@@ -28,6 +31,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "sidecar_tracing/mod.rs"]
+mod sidecar_tracing;
 
 use std::time::{Duration, Instant};
 
@@ -221,9 +226,18 @@ async fn bench() {
             hop: None,
         },
     ];
+    let tracing_only = std::env::var("CAPSTAN_BENCH_TRACING_ONLY").is_ok_and(|v| v == "1");
     let mut figures = Vec::new();
-    for workload in &workloads {
+    for workload in workloads.iter().filter(|_| !tracing_only) {
         figures.push(measure(workload).await);
+    }
+    if !sessions_only() {
+        let (traced, exports, kib) =
+            sidecar_tracing::tracing_cost(&workloads[0].urls, &workloads[0].hosts).await;
+        sidecar_tracing::report_tracing(&traced, exports, kib);
+    }
+    if tracing_only {
+        return;
     }
     if sessions_only() {
         for f in &figures {
