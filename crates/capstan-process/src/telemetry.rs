@@ -17,7 +17,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use thiserror::Error;
 use tracing::Metadata;
 use tracing_subscriber::Layer as _;
-use tracing_subscriber::filter::{FilterFn, ParseError};
+use tracing_subscriber::filter::{FilterFn, LevelFilter, ParseError};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
@@ -93,6 +93,11 @@ pub fn init_telemetry(
         source,
     })?;
     let provider = trace_provider(service)?;
+    // No location, thread, target or level attributes, no busy/idle timing, and no OpenTelemetry
+    // context activated on each enter (a span's parent is read from `tracing`'s own tree, and
+    // `trace_context.rs` reads a span's context directly): each costs on every poll of an
+    // instrumented future, and activation alone cost 1 % sampling most of what 100 % costs
+    // (docs/benchmarks.md "Tracing on the sidecar's hot path").
     let traces = provider.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("capstan"))
@@ -101,7 +106,9 @@ pub fn init_telemetry(
             .with_target(false)
             .with_level(false)
             .with_tracked_inactivity(false)
-            .with_filter(FilterFn::new(exported))
+            .with_context_activation(false)
+            // Capstan's spans are at debug level: nothing below it needs to reach this layer.
+            .with_filter(FilterFn::new(exported).with_max_level_hint(LevelFilter::DEBUG))
     });
     tracing_subscriber::registry()
         .with(logs)
