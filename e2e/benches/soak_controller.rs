@@ -123,7 +123,14 @@ impl Seen {
         let uid = object.metadata.uid.clone().unwrap_or_default();
         let name = object.metadata.name.clone().unwrap_or_default();
         let status = object.data.get("status").cloned().unwrap_or(Value::Null);
-        let before = self.status.get(&uid).cloned().unwrap_or(Value::Null);
+        // A new object's status is the schema's default (`{observedGeneration: 0}`, the CRD's
+        // `status` default: docs/plan.md, issue 33): what creation looks like, not a transition
+        // anyone wrote.
+        let before = self
+            .status
+            .get(&uid)
+            .cloned()
+            .unwrap_or_else(|| json!({ "observedGeneration": 0 }));
         if status != before {
             *self.transitions.entry(uid.clone()).or_default() += 1;
             let accepted = status["conditions"]
