@@ -29,15 +29,18 @@ pub fn crds() -> [(&'static str, CustomResourceDefinition); 2] {
     ]
 }
 
+/// The root schema of each of the CRD's versions.
+fn schema_roots(crd: &mut CustomResourceDefinition) -> impl Iterator<Item = &mut JSONSchemaProps> {
+    crd.spec
+        .versions
+        .iter_mut()
+        .filter_map(|v| v.schema.as_mut()?.open_api_v3_schema.as_mut())
+}
+
 /// Bounds `metadata.name` in the schema, the one metadata restriction a CRD may declare, so the
 /// apiserver's refusal names the field (a CEL rule on the root could not).
 fn with_name_limit(mut crd: CustomResourceDefinition, max: usize) -> CustomResourceDefinition {
-    let root = crd
-        .spec
-        .versions
-        .iter_mut()
-        .filter_map(|v| v.schema.as_mut()?.open_api_v3_schema.as_mut());
-    for schema in root {
+    for schema in schema_roots(&mut crd) {
         let name = JSONSchemaProps {
             type_: Some("string".into()),
             max_length: i64::try_from(max).ok(),
@@ -62,12 +65,7 @@ fn with_name_limit(mut crd: CustomResourceDefinition, max: usize) -> CustomResou
 /// InProgress, not Current, in the moment between its creation and the controller's first
 /// status write (docs/architecture.md "A CR becomes status").
 fn with_unobserved_status(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
-    let roots = crd
-        .spec
-        .versions
-        .iter_mut()
-        .filter_map(|v| v.schema.as_mut()?.open_api_v3_schema.as_mut());
-    for root in roots {
+    for root in schema_roots(&mut crd) {
         if let Some(status) = root.properties.as_mut().and_then(|p| p.get_mut("status")) {
             status.default = Some(
                 k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSON(

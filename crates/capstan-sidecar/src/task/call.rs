@@ -302,16 +302,16 @@ impl Task {
             Err(error) => Err(error),
             Ok(()) => base.call(name, &arguments).instrument(span.clone()).await,
         };
+        self.context
+            .metrics
+            .tool_call_duration
+            .observe(started.elapsed().as_secs_f64());
         match result {
             Ok(result) => {
-                self.context.metrics.tool_call_answered("ok", started);
+                self.context.metrics.tool_call("ok");
                 result
             }
             Err(error) => {
-                self.context
-                    .metrics
-                    .tool_call_duration
-                    .observe(started.elapsed().as_secs_f64());
                 span.record("error.type", error.kind.as_str());
                 span.record("otel.status_code", "error");
                 self.refuse(error)
