@@ -75,7 +75,7 @@ pub fn describe(
         span.record("mcp.session.id", hashed_session_id(session));
     }
     let Some(message) = message.filter(|m| m.is_object()) else {
-        span.record("otel.name", format!("{method} {path}"));
+        span.record("otel.name", format!("{method} {}", bounded(path)));
         return;
     };
     let parent = from_meta(message);
@@ -83,10 +83,10 @@ pub fn describe(
         // Refused once the span has a parent or has started: the header's parent stands.
         let _ = span.set_parent(parent);
     }
-    let mcp_method = message["method"].as_str().unwrap_or("response");
+    let mcp_method = bounded(message["method"].as_str().unwrap_or("response"));
     span.record("mcp.method.name", mcp_method);
     match &message["id"] {
-        Value::String(id) => span.record("jsonrpc.request.id", id.as_str()),
+        Value::String(id) => span.record("jsonrpc.request.id", bounded(id)),
         Value::Number(id) => span.record("jsonrpc.request.id", id.to_string()),
         _ => span,
     };
@@ -97,16 +97,16 @@ pub fn describe(
         .or_else(|| params["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str())
         .or_else(|| params["protocolVersion"].as_str());
     if let Some(version) = version {
-        span.record("mcp.protocol.version", version);
+        span.record("mcp.protocol.version", bounded(version));
     }
     let target = match mcp_method {
         "tools/call" => {
             span.record("gen_ai.operation.name", "execute_tool");
-            params["name"].as_str().inspect(|tool| {
+            params["name"].as_str().map(bounded).inspect(|tool| {
                 span.record("gen_ai.tool.name", *tool);
             })
         }
-        "prompts/get" => params["name"].as_str().inspect(|prompt| {
+        "prompts/get" => params["name"].as_str().map(bounded).inspect(|prompt| {
             span.record("gen_ai.prompt.name", *prompt);
         }),
         _ => None,
@@ -118,6 +118,20 @@ pub fn describe(
             None => mcp_method.to_owned(),
         },
     );
+}
+
+/// The longest caller-chosen text a span carries (a method, a tool or prompt name, a request
+/// id, a revision): the caller writes them, and a hostile one could otherwise send megabytes
+/// to every collector the spans go to.
+const MAX_CALLER_TEXT: usize = 256;
+
+/// `text` cut to [`MAX_CALLER_TEXT`] bytes, on a character boundary.
+fn bounded(text: &str) -> &str {
+    let mut end = text.len().min(MAX_CALLER_TEXT);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Records the answer's status; an HTTP refusal is the error, named by its status as the HTTP
@@ -149,5 +163,21 @@ pub fn served_by(provider: &str, capability: Option<&str>) {
     span.record("capstan.provider", provider);
     if let Some(capability) = capability {
         span.record("capstan.capability", capability);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caller_text_should_be_cut_on_a_character_boundary() {
+        assert_eq!(bounded("tools/call"), "tools/call");
+        let long = "é".repeat(300);
+        let cut = bounded(&long);
+        assert_eq!(cut.len(), 256);
+        assert_eq!(cut.chars().count(), 128);
+        let odd = format!("a{}", "é".repeat(300));
+        assert_eq!(bounded(&odd).len(), 255);
     }
 }
