@@ -31,6 +31,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "sidecar_independent/mod.rs"]
+mod sidecar_independent;
 #[path = "sidecar_tracing/mod.rs"]
 mod sidecar_tracing;
 
@@ -55,11 +57,73 @@ const OPEN_SESSIONS: usize = 1000;
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
+/// An rmcp client of `url` whose connections are kept alive between requests, on TCP or (with
+/// `socket`) on a Unix socket. rmcp's own clients open a connection per request (its reqwest
+/// client keeps no idle connection, its Unix socket client dials every request): a TCP
+/// handshake and teardown per call on the direct side against a cheap Unix dial on the
+/// sidecar's was most of what once made the sidecar look faster than direct
+/// (docs/performance.md, "Two harnesses"). Any client an assistant would use keeps its
+/// connections, as the independent client does.
+fn kept_alive(
+    url: &str,
+    socket: Option<&std::path::Path>,
+    project: Option<&str>,
+    token: Option<&str>,
+) -> StreamableHttpClientTransport<reqwest::Client> {
+    let mut builder = reqwest::Client::builder();
+    if let Some(socket) = socket {
+        builder = builder.unix_socket(socket);
+    }
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(project) = project {
+        config = config.custom_headers(
+            [(
+                http::HeaderName::from_static("x-capstan-project"),
+                http::HeaderValue::from_str(project).unwrap(),
+            )]
+            .into(),
+        );
+    }
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    StreamableHttpClientTransport::with_client(builder.build().unwrap(), config)
+}
+
 async fn direct(url: &str) -> Client {
     ClientConfig::default()
-        .serve(StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(url.to_owned()),
-        ))
+        .serve(kept_alive(url, None, None, None))
+        .await
+        .unwrap()
+}
+
+/// A session on `sidecar` as project `bench` (with `token`), its connections kept alive.
+async fn session(sidecar: &Sidecar, token: Option<&str>) -> Client {
+    let transport = kept_alive(
+        "http://localhost/mcp",
+        Some(&sidecar.socket),
+        Some("bench"),
+        token,
+    );
+    ClientConfig::default().serve(transport).await.unwrap()
+}
+
+/// A 2026-07-28 client of `sidecar` (`server/discover`, no session), as [`session`].
+async fn modern_client(sidecar: &Sidecar, token: Option<&str>) -> Client {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+    let transport = kept_alive(
+        "http://localhost/mcp",
+        Some(&sidecar.socket),
+        Some("bench"),
+        token,
+    );
+    ClientConfig::default()
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
         .await
         .unwrap()
 }
@@ -76,6 +140,8 @@ struct Workload {
     /// `tcp-hop` in front of the first upstream, if this workload measures the hop: its URL
     /// and process id.
     hop: Option<(String, u32)>,
+    /// Only the call rounds (no cold sessions, no RSS): a variant of another workload.
+    calls_only: bool,
 }
 
 fn params(name: &str, arguments: &Value) -> CallToolRequestParams {
@@ -160,6 +226,8 @@ struct Load {
     sidecar_cpu_us: f64,
     upstream_cpu_us_direct: f64,
     upstream_cpu_us_sidecar: f64,
+    /// The client's own (this process's) CPU per call in µs: direct, through the sidecar.
+    client_cpu_us: (f64, f64),
     /// Through `tcp-hop` (one byte-copying hop), and the hop's CPU per call in µs.
     hop: Option<(Side, f64)>,
 }
@@ -198,23 +266,35 @@ async fn bench() {
         DemoProvider::start(&[]),
         DemoProvider::start(&[]),
     ];
+    // The minimal upstream answers JSON (no sessions), so a client calling it directly parses
+    // what it parses through the sidecar; the same server with sessions answers every call as
+    // an SSE stream, which costs an rmcp client more than JSON (docs/performance.md, "Two
+    // harnesses").
     let echo = [
+        EchoUpstream::start_json(),
+        EchoUpstream::start_json(),
+        EchoUpstream::start_json(),
+    ];
+    let echo_sse = [
         EchoUpstream::start(),
         EchoUpstream::start(),
         EchoUpstream::start(),
     ];
     let hop = TcpHop::start(echo[0].address);
+    let minimal = |label, echo: &[EchoUpstream; 3], hop: Option<&TcpHop>| Workload {
+        label,
+        urls: echo.iter().map(EchoUpstream::url).collect(),
+        hosts: echo.iter().map(EchoUpstream::host).collect(),
+        pids: echo.iter().map(EchoUpstream::pid).collect(),
+        tool: "echo",
+        arguments: json!({"text": "orders"}),
+        include: vec!["echo"],
+        hop: hop.map(|hop| (format!("http://{}/mcp", hop.address), hop.pid())),
+        calls_only: hop.is_none(),
+    };
     let workloads = [
-        Workload {
-            label: "minimal upstream",
-            urls: echo.iter().map(EchoUpstream::url).collect(),
-            hosts: echo.iter().map(EchoUpstream::host).collect(),
-            pids: echo.iter().map(EchoUpstream::pid).collect(),
-            tool: "echo",
-            arguments: json!({"text": "orders"}),
-            include: vec!["echo"],
-            hop: Some((format!("http://{}/mcp", hop.address), hop.pid())),
-        },
+        minimal("minimal upstream", &echo, Some(&hop)),
+        minimal("minimal upstream, SSE answers", &echo_sse, None),
         Workload {
             label: "demo provider",
             urls: demo.iter().map(|p| p.url("/mcp")).collect(),
@@ -224,12 +304,27 @@ async fn bench() {
             arguments: json!({"name": "orders"}),
             include: vec!["streams_get", "streams_list", "docs_search"],
             hop: None,
+            calls_only: false,
         },
     ];
     let tracing_only = std::env::var("CAPSTAN_BENCH_TRACING_ONLY").is_ok_and(|v| v == "1");
-    let mut figures = Vec::new();
-    for workload in workloads.iter().filter(|_| !tracing_only) {
-        figures.push(measure(workload).await);
+    let mut runs = Vec::new();
+    for run in (0..runs_wanted()).filter(|_| !tracing_only) {
+        if run > 0 {
+            eprintln!("sidecar bench: run {} of {}", run + 1, runs_wanted());
+        }
+        let mut figures = Vec::new();
+        for workload in &workloads {
+            figures.push(measure(workload).await);
+        }
+        let mut independent = Vec::new();
+        for workload in workloads.iter().filter(|_| !sessions_only()) {
+            independent.push(sidecar_independent::independent(workload).await);
+        }
+        runs.push(Run {
+            figures,
+            independent,
+        });
     }
     if !sessions_only() {
         let (traced, exports, kib) =
@@ -240,7 +335,7 @@ async fn bench() {
         return;
     }
     if sessions_only() {
-        for f in &figures {
+        for f in runs.iter().flat_map(|r| &r.figures) {
             println!(
                 "{}: cold session {:.2} ms vs direct {:.2} ms; RSS per open session {:.0} KiB",
                 f.label, f.setup_sidecar_ms, f.setup_direct_ms, f.rss_per_session_kib
@@ -248,7 +343,23 @@ async fn bench() {
         }
         return;
     }
-    report(&figures);
+    report(&runs);
+}
+
+/// How many times the whole measurement runs (`CAPSTAN_BENCH_RUNS`, default 1): the tables show
+/// the last run, the goals each run and the worst.
+fn runs_wanted() -> usize {
+    std::env::var("CAPSTAN_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1)
+}
+
+/// One run's figures: the rmcp client's and the independent client's.
+struct Run {
+    figures: Vec<Figures>,
+    independent: Vec<sidecar_independent::Independent>,
 }
 
 /// Whether only session setup and memory are measured (`CAPSTAN_BENCH_SESSIONS_ONLY=1`).
@@ -316,7 +427,7 @@ async fn measure(workload: &Workload) -> Figures {
         let mut hop_clients = Vec::new();
         for _ in 0..sessions {
             direct_clients.push(direct(&workload.urls[0]).await);
-            sidecar_clients.push(sidecar.session("bench", None).await);
+            sidecar_clients.push(session(&sidecar, None).await);
             if let Some((url, _)) = &workload.hop {
                 hop_clients.push(direct(url).await);
             }
@@ -327,7 +438,8 @@ async fn measure(workload: &Workload) -> Figures {
         run(&hop_clients, workload.tool, &workload.arguments, 5).await;
         let (mut straight, mut through, mut hopped) = (Vec::new(), Vec::new(), Vec::new());
         let (mut sidecar_cpu, mut upstream_direct, mut upstream_through) = (0.0, 0.0, 0.0);
-        let mut hop_cpu = 0.0;
+        let (mut hop_cpu, mut client_direct, mut client_through) = (0.0, 0.0, 0.0);
+        let me = std::process::id();
         for _ in 0..ROUNDS {
             if let Some((_, pid)) = &workload.hop {
                 let before = cpu_seconds(*pid);
@@ -335,14 +447,17 @@ async fn measure(workload: &Workload) -> Figures {
                 hop_cpu += cpu_seconds(*pid) - before;
                 hopped.push(stats(l, w));
             }
-            let before = cpu_seconds(upstream);
+            let (before, before_client) = (cpu_seconds(upstream), cpu_seconds(me));
             let (l, w) = run(&direct_clients, workload.tool, &workload.arguments, calls).await;
             upstream_direct += cpu_seconds(upstream) - before;
+            client_direct += cpu_seconds(me) - before_client;
             straight.push(stats(l, w));
             let (before, before_sidecar) = (cpu_seconds(upstream), cpu_seconds(sidecar.pid()));
+            let before_client = cpu_seconds(me);
             let (l, w) = run(&sidecar_clients, &namespaced, &workload.arguments, calls).await;
             sidecar_cpu += cpu_seconds(sidecar.pid()) - before_sidecar;
             upstream_through += cpu_seconds(upstream) - before;
+            client_through += cpu_seconds(me) - before_client;
             through.push(stats(l, w));
         }
         for client in direct_clients
@@ -361,6 +476,7 @@ async fn measure(workload: &Workload) -> Figures {
             sidecar_cpu_us: sidecar_cpu / total * 1e6,
             upstream_cpu_us_direct: upstream_direct / total * 1e6,
             upstream_cpu_us_sidecar: upstream_through / total * 1e6,
+            client_cpu_us: (client_direct / total * 1e6, client_through / total * 1e6),
             hop: (!hopped.is_empty()).then(|| (side(&hopped), hop_cpu / total * 1e6)),
         });
     }
@@ -381,13 +497,24 @@ async fn measure(workload: &Workload) -> Figures {
     } else {
         None
     };
+    if workload.calls_only {
+        return Figures {
+            label: workload.label,
+            loads,
+            setup_sidecar_ms: 0.0,
+            setup_direct_ms: 0.0,
+            rss_per_session_kib: 0.0,
+            routed,
+            revisions,
+        };
+    }
 
     // Cold session setup: the sidecar's initialize (compose 3 bindings, connect and list 3
     // upstreams) against one direct initialize + tools/list, alternated.
     let (mut through_setup, mut direct_setup) = (Vec::new(), Vec::new());
     for _ in 0..SETUPS {
         let started = Instant::now();
-        let session = sidecar.session("bench", None).await;
+        let session = session(&sidecar, None).await;
         through_setup.push(ms(started.elapsed()));
         let _ = session.cancel().await;
         let started = Instant::now();
@@ -415,7 +542,7 @@ async fn measure(workload: &Workload) -> Figures {
     let before = rss_kib(sidecar.pid());
     let mut open = Vec::with_capacity(OPEN_SESSIONS);
     for _ in 0..OPEN_SESSIONS {
-        open.push(sidecar.session("bench", None).await);
+        open.push(session(&sidecar, None).await);
     }
     let after = rss_kib(sidecar.pid());
     if let Some(hold) = hold {
@@ -446,34 +573,34 @@ async fn measure(workload: &Workload) -> Figures {
 /// alternated. (call p50 session, call p50 2026-07-28, calls each, setup p50 session, setup
 /// p50 2026-07-28.)
 async fn revisions(sidecar: &Sidecar, tool: &str, arguments: &Value) -> Revisions {
-    let session = sidecar.session("bench", Some("revisions")).await;
-    let modern = sidecar.modern_client("bench", Some("revisions")).await;
+    let in_session = session(sidecar, Some("revisions")).await;
+    let modern = modern_client(sidecar, Some("revisions")).await;
     for _ in 0..20 {
-        session.call_tool(params(tool, arguments)).await.unwrap();
+        in_session.call_tool(params(tool, arguments)).await.unwrap();
         modern.call_tool(params(tool, arguments)).await.unwrap();
     }
     let (mut with_session, mut without) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS * CALLS {
-        for (client, into) in [(&session, &mut with_session), (&modern, &mut without)] {
+        for (client, into) in [(&in_session, &mut with_session), (&modern, &mut without)] {
             let started = Instant::now();
             let result = client.call_tool(params(tool, arguments)).await.unwrap();
             assert_ne!(result.is_error, Some(true), "{result:?}");
             into.push(started.elapsed());
         }
     }
-    let _ = session.cancel().await;
+    let _ = in_session.cancel().await;
     let _ = modern.cancel().await;
     let (mut initialize, mut discover) = (Vec::new(), Vec::new());
     for round in 0..SETUPS {
         // A token per round: each first request composes a task of its own.
         let token = format!("setup-{round}");
         let started = Instant::now();
-        let session = sidecar.session("bench", Some(&token)).await;
+        let opened = session(sidecar, Some(&token)).await;
         initialize.push(ms(started.elapsed()));
-        let _ = session.cancel().await;
+        let _ = opened.cancel().await;
         let token = format!("setup-modern-{round}");
         let started = Instant::now();
-        let client = sidecar.modern_client("bench", Some(&token)).await;
+        let client = modern_client(sidecar, Some(&token)).await;
         discover.push(ms(started.elapsed()));
         let _ = client.cancel().await;
     }
@@ -492,7 +619,7 @@ async fn revisions(sidecar: &Sidecar, tool: &str, arguments: &Value) -> Revision
 /// one__docs_search, alternated call by call in one session. (p50 routed, p50 named, calls
 /// each.)
 async fn routed_vs_named(sidecar: &Sidecar) -> (f64, f64, usize) {
-    let session = sidecar.session("bench", None).await;
+    let session = session(sidecar, None).await;
     let query = json!({"query": "consumer lag"});
     for _ in 0..20 {
         for tool in ["cap__web_search", "one__docs_search"] {
@@ -521,8 +648,11 @@ async fn routed_vs_named(sidecar: &Sidecar) -> (f64, f64, usize) {
     )
 }
 
-/// The figures as a markdown section (`docs/benchmarks.md`), with the goals of issue 18.
-fn report(figures: &[Figures]) {
+/// The figures as a markdown section (`docs/benchmarks.md`): the last run's tables, and the
+/// goals of issue 34 for every run with the worst of them.
+fn report(runs: &[Run]) {
+    let last = runs.last().expect("at least one run");
+    let figures = &last.figures;
     let mut out = String::new();
     out.push_str("<!-- bench:sidecar -->\n");
     out.push_str(&format!(
@@ -531,16 +661,20 @@ fn report(figures: &[Figures]) {
          upstream directly (TCP loopback); 3 upstreams of the kind behind the sidecar, calls to \
          the first; metering on (to a file). Medians of {ROUNDS} rounds, direct and sidecar \
          alternated round by round. CPU per call: the process's CPU time over all rounds of \
-         that side divided by its calls.\n\n"
+         that side divided by its calls (the client's: this benchmark's own process). The \
+         minimal upstream answers JSON, so the client parses the same response mode on both \
+         sides; \"SSE answers\" is the same server with sessions, answering each call as an SSE \
+         stream that the sidecar turns into JSON (what that costs the client: \
+         `docs/performance.md`).\n\n"
     ));
     out.push_str(
-        "| workload | load | calls/round | direct p50 | p99 | calls/s | sidecar p50 | p99 | calls/s | p50 ratio | throughput ratio | sidecar CPU/call | upstream CPU/call (direct, via sidecar) |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| workload | load | calls/round | direct p50 | p99 | calls/s | sidecar p50 | p99 | calls/s | p50 ratio | throughput ratio | sidecar CPU/call | upstream CPU/call (direct, via sidecar) | client CPU/call (direct, via sidecar) |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for f in figures {
         for l in &f.loads {
             out.push_str(&format!(
-                "| {} | {} | {} | {:.3} ms | {:.3} ms | {:.0} | {:.3} ms | {:.3} ms | {:.0} | {:.2}× | {:.2}× | {:.0} µs | {:.0} µs, {:.0} µs |\n",
+                "| {} | {} | {} | {:.3} ms | {:.3} ms | {:.0} | {:.3} ms | {:.3} ms | {:.0} | {:.2}× | {:.2}× | {:.0} µs | {:.0} µs, {:.0} µs | {:.0} µs, {:.0} µs |\n",
                 f.label,
                 l.label,
                 l.calls,
@@ -555,6 +689,8 @@ fn report(figures: &[Figures]) {
                 l.sidecar_cpu_us,
                 l.upstream_cpu_us_direct,
                 l.upstream_cpu_us_sidecar,
+                l.client_cpu_us.0,
+                l.client_cpu_us.1,
             ));
         }
     }
@@ -583,7 +719,7 @@ fn report(figures: &[Figures]) {
     out.push_str(&format!(
         "\n| workload | cold session, 3 upstreams | direct initialize + tools/list, 1 upstream | ratio | RSS per open session ({OPEN_SESSIONS} open) |\n|---|---|---|---|---|\n"
     ));
-    for f in figures {
+    for f in figures.iter().filter(|f| f.rss_per_session_kib > 0.0) {
         out.push_str(&format!(
             "| {} | {:.2} ms | {:.2} ms | {:.2}× | {:.0} KiB |\n",
             f.label,
@@ -617,77 +753,198 @@ fn report(figures: &[Figures]) {
             ));
         }
     }
-    let find = |workload: &str, load: &str| {
-        figures
-            .iter()
-            .filter(|f| f.label == workload)
-            .flat_map(|f| f.loads.iter())
-            .find(|l| l.label == load)
-    };
-    let figure = |workload: &str| figures.iter().find(|f| f.label == workload);
-    out.push_str(
-        "\n#### Goals (issue 18)\n\n| figure | goal | this run | met |\n|---|---|---|---|\n",
-    );
-    let mut goal =
-        |name: &str, goal: &str, value: Option<f64>, unit: &str, met: &dyn Fn(f64) -> bool| {
-            let (shown, verdict) = value.map_or(("not measured".to_owned(), "—"), |v| {
-                (format!("{v:.2}{unit}"), if met(v) { "yes" } else { "no" })
-            });
-            out.push_str(&format!("| {name} | {goal} | {shown} | {verdict} |\n"));
-        };
-    let p50_ratio = |w| find(w, "1 session").map(|l| l.sidecar.p50 / l.direct.p50);
-    let tput_ratio = |w| find(w, "32 sessions").map(|l| l.sidecar.throughput / l.direct.throughput);
-    goal(
-        "tools/call p50 vs direct, 1 session, minimal upstream",
-        "≤ 1.5×",
-        p50_ratio("minimal upstream"),
-        "×",
-        &|v| v <= 1.5,
-    );
-    goal(
-        "throughput vs direct, 32 sessions, minimal upstream",
-        "≥ 0.75×",
-        tput_ratio("minimal upstream"),
-        "×",
-        &|v| v >= 0.75,
-    );
-    let cpu = find("minimal upstream", "32 sessions")
-        .map(|l| l.sidecar_cpu_us / l.upstream_cpu_us_direct.max(f64::MIN_POSITIVE));
-    goal(
-        "sidecar CPU per forwarded call / the upstream's own, minimal upstream, 32 sessions",
-        "≤ 1×",
-        cpu,
-        "×",
-        &|v| v <= 1.0,
-    );
-    goal(
-        "tools/call p50 vs direct, 1 session, demo provider",
-        "≤ 1.2×",
-        p50_ratio("demo provider"),
-        "×",
-        &|v| v <= 1.2,
-    );
-    goal(
-        "throughput vs direct, 32 sessions, demo provider",
-        "≥ 0.95×",
-        tput_ratio("demo provider"),
-        "×",
-        &|v| v >= 0.95,
-    );
-    goal(
-        "RSS per open session (3 upstreams), demo provider",
-        "≤ 128 KiB",
-        figure("demo provider").map(|f| f.rss_per_session_kib),
-        " KiB",
-        &|v| v <= 128.0,
-    );
-    goal(
-        "cold session setup (3 upstreams) / one direct initialize + tools/list, demo provider",
-        "≤ 2×",
-        figure("demo provider").map(|f| f.setup_sidecar_ms / f.setup_direct_ms),
-        "×",
-        &|v| v <= 2.0,
-    );
+    sidecar_independent::report_independent(&mut out, &last.independent);
+    goals(&mut out, runs);
     out.push_str("<!-- /bench:sidecar -->\n");
     println!("\n{out}");
+}
+
+/// A goal of issue 34: what it measures, in which harness, and whether lower is better.
+struct Goal {
+    name: &'static str,
+    goal: &'static str,
+    limit: f64,
+    lower_is_better: bool,
+    value: fn(&Run) -> Option<f64>,
+}
+
+fn load<'a>(run: &'a Run, workload: &str, load: &str) -> Option<&'a Load> {
+    run.figures
+        .iter()
+        .filter(|f| f.label == workload)
+        .flat_map(|f| f.loads.iter())
+        .find(|l| l.label == load)
+}
+
+fn independent_load<'a>(
+    run: &'a Run,
+    workload: &str,
+    load: &str,
+) -> Option<&'a sidecar_independent::IndependentLoad> {
+    run.independent
+        .iter()
+        .filter(|f| f.label == workload)
+        .flat_map(|f| f.loads.iter())
+        .find(|l| l.label == load)
+}
+
+const MINIMAL: &str = "minimal upstream";
+const DEMO: &str = "demo provider";
+
+const GOALS: &[Goal] = &[
+    Goal {
+        name: "RSS per open session, 3 demo upstreams (1,000 open), rmcp client",
+        goal: "≤ 64 KiB",
+        limit: 64.0,
+        lower_is_better: true,
+        value: |r| {
+            r.figures
+                .iter()
+                .find(|f| f.label == DEMO)
+                .map(|f| f.rss_per_session_kib)
+        },
+    },
+    Goal {
+        name: "RSS per open session, 3 demo upstreams (1,000 open), independent client",
+        goal: "≤ 64 KiB",
+        limit: 64.0,
+        lower_is_better: true,
+        value: |r| {
+            r.independent
+                .iter()
+                .find(|f| f.label == DEMO)
+                .map(|f| f.rss_per_session_kib)
+        },
+    },
+    Goal {
+        name: "2026-07-28 `tools/call` p50 / a session's, rmcp client",
+        goal: "≤ 1.05×",
+        limit: 1.05,
+        lower_is_better: true,
+        value: |r| {
+            r.figures
+                .iter()
+                .find_map(|f| f.revisions.as_ref())
+                .map(|v| v.call_sessionless_ms / v.call_session_ms)
+        },
+    },
+    Goal {
+        name: "2026-07-28 `tools/call` p50 / a session's, independent client",
+        goal: "≤ 1.05×",
+        limit: 1.05,
+        lower_is_better: true,
+        value: |r| {
+            r.independent
+                .iter()
+                .find_map(|f| f.revisions)
+                .map(|(s, l)| l / s)
+        },
+    },
+    Goal {
+        name: "1-session p50 vs direct, minimal upstream, rmcp client",
+        goal: "≤ 1.3×",
+        limit: 1.3,
+        lower_is_better: true,
+        value: |r| load(r, MINIMAL, "1 session").map(|l| l.sidecar.p50 / l.direct.p50),
+    },
+    Goal {
+        name: "1-session p50 vs direct, minimal upstream, independent client",
+        goal: "≤ 1.3×",
+        limit: 1.3,
+        lower_is_better: true,
+        value: |r| independent_load(r, MINIMAL, "1 session").map(|l| l.sidecar.p50 / l.direct.p50),
+    },
+    Goal {
+        name: "1-session p50 vs the bare TCP hop's, rmcp client",
+        goal: "≤ 1×",
+        limit: 1.0,
+        lower_is_better: true,
+        value: |r| {
+            load(r, MINIMAL, "1 session")
+                .and_then(|l| l.hop.as_ref().map(|(hop, _)| l.sidecar.p50 / hop.p50))
+        },
+    },
+    Goal {
+        name: "1-session p50 vs the bare TCP hop's, independent client",
+        goal: "≤ 1×",
+        limit: 1.0,
+        lower_is_better: true,
+        value: |r| {
+            independent_load(r, MINIMAL, "1 session")
+                .and_then(|l| l.hop.map(|hop| l.sidecar.p50 / hop.p50))
+        },
+    },
+    Goal {
+        name: "32-session throughput vs direct, minimal upstream, rmcp client",
+        goal: "≥ 0.9×",
+        limit: 0.9,
+        lower_is_better: false,
+        value: |r| {
+            load(r, MINIMAL, "32 sessions").map(|l| l.sidecar.throughput / l.direct.throughput)
+        },
+    },
+    Goal {
+        name: "32-session throughput vs direct, minimal upstream, independent client",
+        goal: "≥ 0.9×",
+        limit: 0.9,
+        lower_is_better: false,
+        value: |r| {
+            independent_load(r, MINIMAL, "32 sessions")
+                .map(|l| l.sidecar.throughput / l.direct.throughput)
+        },
+    },
+    Goal {
+        name: "sidecar CPU per forwarded call / the upstream's own, 32 sessions, rmcp client",
+        goal: "≤ 1×",
+        limit: 1.0,
+        lower_is_better: true,
+        value: |r| {
+            load(r, MINIMAL, "32 sessions")
+                .map(|l| l.sidecar_cpu_us / l.upstream_cpu_us_direct.max(f64::MIN_POSITIVE))
+        },
+    },
+    Goal {
+        name: "sidecar CPU per forwarded call / the upstream's own, 32 sessions, independent client",
+        goal: "≤ 1×",
+        limit: 1.0,
+        lower_is_better: true,
+        value: |r| {
+            independent_load(r, MINIMAL, "32 sessions")
+                .map(|l| l.sidecar.sidecar_cpu_us / l.direct.upstream_cpu_us.max(f64::MIN_POSITIVE))
+        },
+    },
+];
+
+/// The goals table: each run's value and the worst of them.
+fn goals(out: &mut String, runs: &[Run]) {
+    let heads: String = (1..=runs.len()).map(|n| format!(" run {n} |")).collect();
+    let rules: String = runs.iter().map(|_| "---|").collect();
+    out.push_str(&format!(
+        "\n#### Goals (issue 34; minimal upstream unless named)\n\n| figure | goal |{heads} worst | met |\n|---|---|{rules}---|---|\n"
+    ));
+    for goal in GOALS {
+        let values: Vec<Option<f64>> = runs.iter().map(goal.value).collect();
+        let shown: String = values
+            .iter()
+            .map(|v| v.map_or(" – |".to_owned(), |v| format!(" {v:.2} |")))
+            .collect();
+        let measured: Vec<f64> = values.iter().flatten().copied().collect();
+        let worst = if goal.lower_is_better {
+            measured.iter().copied().reduce(f64::max)
+        } else {
+            measured.iter().copied().reduce(f64::min)
+        };
+        let (worst, met) = worst.map_or(("not measured".to_owned(), "—"), |w| {
+            let met = if goal.lower_is_better {
+                w <= goal.limit
+            } else {
+                w >= goal.limit
+            };
+            (format!("{w:.2}"), if met { "yes" } else { "no" })
+        });
+        out.push_str(&format!(
+            "| {} | {} |{shown} {worst} | {met} |\n",
+            goal.name, goal.goal
+        ));
+    }
 }

@@ -25,6 +25,11 @@ impl EchoUpstream {
         Self::start_with(&["--only-2026-07-28"])
     }
 
+    /// Starts one that keeps no sessions and answers every POST with `application/json`.
+    pub fn start_json() -> Self {
+        Self::start_with(&["--json"])
+    }
+
     fn start_with(flags: &[&str]) -> Self {
         let mut command = Command::new(binary("echo-upstream"));
         command.args(["--listen", "127.0.0.1:0"]).args(flags);

@@ -53,8 +53,11 @@ impl ServerHandler for Echo {
 }
 
 /// The echo server's routes; with `only_2026_07_28` it speaks only that revision (no
-/// `initialize`, no sessions).
-pub fn app(only_2026_07_28: bool) -> Router {
+/// `initialize`, no sessions); with `json` it keeps no sessions either and answers every POST
+/// with `application/json` rather than an SSE stream (rmcp answers JSON only without
+/// sessions): the upstream of the benchmarks' like-for-like rows, where a client calling it
+/// directly parses the same response mode as through the sidecar (`docs/benchmarks.md`).
+pub fn app(only_2026_07_28: bool, json: bool) -> Router {
     let mcp: StreamableHttpService<Echo, LocalSessionManager> = StreamableHttpService::new(
         move || {
             Ok(Echo {
@@ -63,7 +66,10 @@ pub fn app(only_2026_07_28: bool) -> Router {
             })
         },
         Default::default(),
-        StreamableHttpServerConfig::default().with_sse_keep_alive(None),
+        StreamableHttpServerConfig::default()
+            .with_sse_keep_alive(None)
+            .with_legacy_session_mode(!json)
+            .with_json_response(json),
     );
     Router::new().nest_service("/mcp", mcp)
 }

@@ -126,7 +126,7 @@ pub async fn tracing_cost(urls: &[String], hosts: &[String]) -> (Vec<Traced>, u6
         for sidecar in &sidecars {
             let mut mine = Vec::new();
             for _ in 0..sessions {
-                mine.push(sidecar.session("bench", None).await);
+                mine.push(session(sidecar, None).await);
             }
             run(&mine, "one__echo", &arguments, 5).await;
             clients.push(mine);

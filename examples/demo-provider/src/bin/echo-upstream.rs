@@ -17,6 +17,10 @@ struct Config {
     /// newest revision alone, for the composer's tests.
     #[arg(long)]
     only_2026_07_28: bool,
+
+    /// Keep no sessions and answer every POST with `application/json`, not an SSE stream.
+    #[arg(long)]
+    json: bool,
 }
 
 #[tokio::main]
@@ -24,7 +28,8 @@ async fn main() -> anyhow::Result<()> {
     let Config {
         listen,
         only_2026_07_28,
+        json,
     } = <Config as clap::Parser>::parse();
-    let app = capstan_demo_provider::echo_upstream::app(only_2026_07_28);
+    let app = capstan_demo_provider::echo_upstream::app(only_2026_07_28, json);
     capstan_demo_provider::serve("echo-upstream", listen, app).await
 }
