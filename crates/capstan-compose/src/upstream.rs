@@ -88,7 +88,7 @@ enum Link {
     /// Capstan: calls are POSTed straight to the server and the end is a DELETE
     /// (`upstream/call.rs`); rmcp opened the session and is gone.
     Direct(DirectCalls),
-    /// rmcp's client: a server that assigned no session id, or a revision without sessions.
+    /// rmcp's client: a server whose answer to `initialize` named no protocol version.
     Rmcp(RunningService<RoleClient, ClientConfig>),
 }
 

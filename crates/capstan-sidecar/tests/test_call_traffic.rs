@@ -101,6 +101,37 @@ fn a_providers_progress_and_logs_should_reach_the_caller_and_nothing_else_should
     assert_eq!(direct["setLevel"], "Method not found");
 }
 
+/// A session-revision provider may assign no session (a stateless server): Capstan calls it
+/// like any other, so what it says about a call reaches the caller. Such a server was once left
+/// with rmcp's client, which passed none of it back.
+#[test]
+fn a_stateless_providers_progress_and_logs_should_reach_the_caller() {
+    let server = PythonServer::start_script_with(SERVER, &["stateless"]);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut document = binding_document("chatty-binding", "chatty", &endpoint, &ALLOWED);
+    document["metadata"]["namespace"] = json!("demo-project");
+    let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+    let report = |target: &str| python_report("progress.py", &[target, "demo-project", "t"]);
+    let direct = report(&endpoint);
+    let through = report(sidecar.socket.to_str().unwrap());
+
+    // The oracle: the same client against the server itself.
+    assert_eq!(
+        direct["progress"].as_array().map(Vec::len),
+        Some(3),
+        "{direct}"
+    );
+    assert_eq!(through["isError"], false, "{through}");
+    assert_eq!(through["progress"], direct["progress"], "{through}");
+    assert_eq!(through["logs"], direct["logs"], "{through}");
+    // Under Capstan's token, as with a server that keeps sessions.
+    let seen = &through["answer"]["token"];
+    assert!(
+        seen.as_str().is_some_and(|t| t.starts_with("capstan-")),
+        "the provider saw {seen}"
+    );
+}
+
 #[test]
 fn a_providers_question_should_reach_a_client_that_can_answer_and_its_answer_the_provider() {
     let (direct, through) = directly_and_through(true);

@@ -46,6 +46,11 @@ impl PythonServer {
     /// Starts the server script at `script` (relative to the repository; it takes the port as
     /// its one argument) on a free port.
     pub fn start_script(script: &str) -> Self {
+        Self::start_script_with(script, &[])
+    }
+
+    /// Starts the server script at `script` with the port and then `args` as its arguments.
+    pub fn start_script_with(script: &str, args: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .unwrap_or_else(|e| panic!("a free port: {e}"))
@@ -54,6 +59,7 @@ impl PythonServer {
         let child = Command::new(python())
             .arg(script)
             .arg(port.to_string())
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -535,10 +535,10 @@ impl DirectCalls {
     }
 
     /// The DELETE ending the session, owning what it needs (for a task of its own); without a
-    /// session (2026-07-28) there is nothing to end.
+    /// session (2026-07-28, or a server that assigned none) there is nothing to end.
     pub(crate) fn ending(&self) -> impl Future<Output = ()> + Send + 'static {
         let target = &self.target;
-        let request = (!target.revision.is_stateless()).then(|| {
+        let request = target.revision.session().is_some().then(|| {
             let request = target.http.delete(&target.url).timeout(END_TIMEOUT);
             target.revision.headers(request, &Value::Null, None)
         });

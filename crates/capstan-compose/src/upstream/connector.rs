@@ -237,9 +237,8 @@ impl Connector {
 
     /// Who holds the upstream from now on: Capstan's direct path, in a session revision on the
     /// session rmcp opened (rmcp lets go of it without ending it — the DELETE is Capstan's
-    /// then), in 2026-07-28 with self-contained requests. A session-revision server that
-    /// assigned no session stays with rmcp and is not followed; its changes are seen by the next
-    /// composition. Only a server that says something selected can change — its tools, or the
+    /// then; a server that assigned none is sent requests without one), in 2026-07-28 with
+    /// self-contained requests. Only a server that says something selected can change — its tools, or the
     /// prompts or resources its binding selects, or that it sends resource updates — is
     /// followed: a stream to listen on is one more open connection per upstream.
     async fn link(
@@ -290,13 +289,14 @@ impl Connector {
         };
         let revision = if version.as_str() > SESSION_REVISIONS_UP_TO {
             Revision::stateless(version, json!({}))
-        } else if let Some(session) = pooled.session() {
+        } else {
+            // A server that assigned no session keeps none: its requests go without the header
+            // (it was once left with rmcp's client, at twice the memory and more CPU per call:
+            // docs/performance.md, "Two harnesses").
             Revision::Session {
-                id: session.to_owned(),
+                id: pooled.session().map(str::to_owned),
                 version,
             }
-        } else {
-            return (Link::Rmcp(client), None);
         };
         let direct = DirectCalls {
             server: server.to_owned(),

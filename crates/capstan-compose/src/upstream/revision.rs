@@ -3,7 +3,9 @@
 //!
 //! - A session revision (up to 2025-11-25): the session rmcp opened goes on every request as
 //!   `Mcp-Session-Id`; the session ends with a DELETE; a call given up is cancelled with
-//!   `notifications/cancelled`; list changes arrive on the standalone GET stream.
+//!   `notifications/cancelled`; list changes arrive on the standalone GET stream. A server may
+//!   assign no session (a stateless one): then no request carries the header and there is
+//!   nothing to end.
 //! - 2026-07-28 (no sessions): every request is self-contained — its `_meta` carries the
 //!   client context (`io.modelcontextprotocol/protocolVersion`, `clientInfo`,
 //!   `clientCapabilities`) and the HTTP request the standard headers (`Mcp-Method`,
@@ -43,8 +45,9 @@ const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// How requests to one upstream are addressed.
 #[derive(Debug)]
 pub(crate) enum Revision {
-    /// A revision with sessions: the session rmcp opened, and the revision it negotiated.
-    Session { id: String, version: String },
+    /// A revision with sessions: the session rmcp opened (none when the server assigned
+    /// none), and the revision it negotiated.
+    Session { id: Option<String>, version: String },
     /// 2026-07-28 or later: no session; `context` is the client context every request's
     /// `_meta` carries.
     Stateless {
@@ -80,7 +83,7 @@ impl Revision {
     /// The session, in a revision that has one.
     pub(crate) fn session(&self) -> Option<&str> {
         match self {
-            Self::Session { id, .. } => Some(id),
+            Self::Session { id, .. } => id.as_deref(),
             Self::Stateless { .. } => None,
         }
     }
@@ -127,8 +130,11 @@ impl Revision {
         headed: Option<&[ParamHeader]>,
     ) -> reqwest::RequestBuilder {
         request = request.header(MCP_PROTOCOL_VERSION, self.version());
-        if let Some(session) = self.session() {
-            return request.header(MCP_SESSION_ID, session);
+        if let Self::Session { id, .. } = self {
+            return match id {
+                Some(session) => request.header(MCP_SESSION_ID, session),
+                None => request,
+            };
         }
         let Some(method) = message.get("method").and_then(Value::as_str) else {
             return request;
@@ -341,7 +347,7 @@ mod tests {
         );
         assert_eq!(meta[LOG_LEVEL], "debug");
         let session = Revision::Session {
-            id: "s".into(),
+            id: Some("s".into()),
             version: "2025-11-25".into(),
         };
         let mut untouched = json!({"name": "t"});

@@ -2,7 +2,9 @@
 caller's token, log messages, a question to the client, a call that waits to be cancelled, and
 — as a hostile provider would — progress on a token it was never given. Serves Streamable HTTP on 127.0.0.1:<port>/mcp.
 
-Usage: chatty_server.py PORT
+Usage: chatty_server.py PORT [stateless]
+With `stateless` the server assigns no session (the SDK's stateless HTTP mode): each request is
+served on its own, and what the server says about a call goes on that call's response stream.
 """
 
 import json
@@ -138,4 +140,6 @@ calls = server._lowlevel_server.get_request_handler("tools/call")
 server._lowlevel_server.add_request_handler("tools/call", calls.params_type, count_confirm_rounds)
 
 if __name__ == "__main__":
-    server.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+    stateless = sys.argv[2:3] == ["stateless"]
+    server.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[1]),
+               stateless_http=stateless)
