@@ -1,22 +1,26 @@
-//! Sidecar benchmark (`make bench`, `docs/benchmarks.md`): the sidecar's own cost on two
-//! workloads — the demo provider, and a minimal upstream (`echo-upstream`: one tool that
-//! returns its argument), where nothing hides the sidecar's cost. For each, with 3 upstreams
-//! of that kind behind one sidecar:
+//! Sidecar benchmark (`make bench`, `docs/benchmarks.md`): the sidecar's own cost on three
+//! workloads — a minimal upstream (`echo-upstream --json`: one tool that returns its argument,
+//! no sessions, JSON answers), where nothing hides the sidecar's cost; the same server with
+//! sessions, which answers every call as an SSE stream; and the demo provider. For each, with 3
+//! upstreams of that kind behind one sidecar:
 //!
 //! - `tools/call` through the sidecar against the same rmcp client calling the upstream
-//!   directly, one session and 32 concurrent sessions, alternated round by round; with the
-//!   minimal upstream also through `tcp-hop`, one byte-copying TCP hop: the floor under any
-//!   proxy on this machine;
-//! - CPU per call of the sidecar and of the upstream (process CPU time over the rounds);
+//!   directly, its connections kept alive on both sides, one session and 32 concurrent
+//!   sessions, alternated round by round; with the minimal upstream also through `tcp-hop`, one
+//!   byte-copying TCP hop: the floor under any proxy on this machine;
+//! - CPU per call of the sidecar, the upstream and the client (process CPU time over the
+//!   rounds);
 //! - cold session setup (3 upstreams) against one direct `initialize` + `tools/list`,
 //!   alternated;
 //! - RSS per open session over 1,000 sessions.
 //!
 //! Then a routed call (`cap__web_search`) against the same provider tool by name, and with the
-//! minimal upstream the 2026-07-28 revision (no session) against a session revision. Release
-//! builds, medians; nothing is asserted. The report is a markdown section between
-//! `<!-- bench:sidecar -->` markers, which `scripts/bench-report` copies into
-//! `docs/benchmarks.md`.
+//! minimal upstream the 2026-07-28 revision (no session) against a session revision. The same
+//! loads, cold sessions, RSS and revisions again from an independent client
+//! (`sidecar_independent/mod.rs`: `mcpload`, the official Go MCP SDK). Release builds, medians;
+//! nothing is asserted. The report is a markdown section between `<!-- bench:sidecar -->`
+//! markers, which `scripts/bench-report` copies into `docs/benchmarks.md`; its goals table
+//! (issue 34) shows each run of `CAPSTAN_BENCH_RUNS` (default 1) and the worst.
 //!
 //! Last, what tracing costs (`sidecar_tracing/mod.rs`): traces off, sampled at 100 % and at
 //! 1 %, side by side.
