@@ -10,6 +10,14 @@
 //! `application/json` body, which Streamable HTTP allows for any POST. Everything else —
 //! `initialize`, `tools/list`, notifications, batches, GET streams, DELETE — goes to rmcp.
 //!
+//! A `tools/call` of the 2026-07-28 revision (no session) is answered here too, from the
+//! caller's task the middleware resolved, when it is plainly well-formed: `MCP-Protocol-Version`
+//! and its `_meta` both name 2026-07-28, and `Mcp-Method` and `Mcp-Name` are each sent once
+//! and agree with the body as plain text. Any other such request — a header missing,
+//! repeated, contradicting or Base64-encoded, another revision — goes to rmcp, whose checks
+//! answer it. Its result carries `resultType`, and it is cancelled by closing its stream (no
+//! id of it is tracked: ids are the caller's own per request).
+//!
 //! A provider that says something about the call before answering it — progress on the
 //! caller's token, log messages (`upstream/relay.rs` in capstan-compose) — turns the answer
 //! into an SSE stream: those messages as events, in order, then the result. A call about which
@@ -33,17 +41,18 @@ use capstan_compose::{RELAY_CAPACITY, ToCaller};
 use futures::StreamExt;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ServerResult};
+use rmcp::model::{ProtocolVersion, ResultType};
 use serde_json::{Value, json};
 use tracing::Instrument as _;
 
 use crate::identity::Identity;
 use crate::mcp::SUPPORTED_VERSIONS;
-use crate::middleware::{Message, SessionTask};
+use crate::middleware::{CallerTask, Message, SessionTask};
 use crate::request_span;
 use crate::task::Task;
 
-/// The middleware: serves `tools/call` of a live session, stops one on the caller's
-/// `notifications/cancelled`, passes everything else on.
+/// The middleware: serves `tools/call` of a live session or a plain 2026-07-28 caller, stops
+/// one on the caller's `notifications/cancelled`, passes everything else on.
 pub async fn tools_call(mut request: Request, next: Next) -> Response {
     let is_call = match intercepted(&request) {
         Intercepted::Call => true,
@@ -66,24 +75,41 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
         }
         Intercepted::Other => false,
     };
-    if !is_call || request.extensions().get::<SessionTask>().is_none() {
+    let in_session = request.extensions().get::<SessionTask>().is_some();
+    if !is_call || !(in_session || plain_sessionless_call(&request)) {
         return next.run(request).await;
     }
-    if let Some(refused) = header_mismatch(&request) {
+    if in_session && let Some(refused) = header_mismatch(&request) {
         return refused;
     }
-    let (Some(Message(mut message)), Some(SessionTask(task))) = (
-        request.extensions_mut().remove::<Message>(),
-        request.extensions_mut().remove::<SessionTask>(),
-    ) else {
+    let task = match request.extensions_mut().remove::<SessionTask>() {
+        Some(SessionTask(task)) => Some(task),
+        None => request
+            .extensions_mut()
+            .remove::<CallerTask>()
+            .map(|CallerTask(task)| task),
+    };
+    let (Some(Message(message)), Some(task)) = (request.extensions_mut().remove::<Message>(), task)
+    else {
         return next.run(request).await;
     };
+    let caller = request.extensions().get::<Identity>().cloned();
+    serve(task, caller, message, in_session).await
+}
+
+/// Serves the call in `message` with `task`: its answer as JSON, or as an SSE stream when the
+/// provider says something about the call first.
+async fn serve(
+    task: Arc<Task>,
+    caller: Option<Identity>,
+    mut message: Value,
+    in_session: bool,
+) -> Response {
     let id = message["id"].take();
     let params = message
         .get_mut("params")
         .map(Value::take)
         .unwrap_or(Value::Null);
-    let caller = request.extensions().get::<Identity>().cloned();
     let params = match serde_json::from_value::<CallToolRequestParams>(params) {
         Ok(params) => params,
         Err(error) => {
@@ -92,17 +118,18 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
         }
     };
     let (sink, mut relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
-    let (tracked, cancelled) = task.track_call(&id);
+    let cancelled = cancellation(&task, &id, in_session);
     let asking = task.clone();
     // In the request's span even when it ends while its answer streams, after the middleware
     // has returned.
     let mut call: PendingCall = Box::pin(
         async move {
-            let _tracked = tracked;
             tokio::select! {
-                answer = task.call(caller.as_ref(), params, Some(sink)) => Some(answer),
+                answer = task.call(caller.as_ref(), params, Some(sink)) => {
+                    Some(answer.map(|answer| typed_for(answer, in_session)))
+                }
                 // Dropping the call gives it up at the provider too (`upstream/call.rs`).
-                _ = cancelled => None,
+                () = cancelled => None,
             }
         }
         .instrument(tracing::Span::current()),
@@ -122,6 +149,69 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
         Some(first) = relayed.recv() => streamed(&asking, id, first, relayed, call),
     }
 }
+
+/// Fires when the caller cancels call `id`: in a session by `notifications/cancelled` (the call
+/// is tracked until this future is dropped); without one never (closing the stream drops the
+/// call instead).
+fn cancellation(
+    task: &Arc<Task>,
+    id: &Value,
+    in_session: bool,
+) -> impl Future<Output = ()> + Send + 'static {
+    let tracked = in_session.then(|| task.track_call(id));
+    async move {
+        match tracked {
+            Some((_tracked, cancelled)) => drop(cancelled.await),
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// A call's answer as its caller's revision types it: a result of 2026-07-28 says it is
+/// complete (`resultType`, which a session revision has no place for).
+fn typed_for(answer: CallToolResponse, in_session: bool) -> CallToolResponse {
+    match answer {
+        CallToolResponse::Complete(mut result) if !in_session => {
+            result.result_type.get_or_insert(ResultType::COMPLETE);
+            CallToolResponse::Complete(result)
+        }
+        other => other,
+    }
+}
+
+/// Whether a `tools/call` without a session is one this path answers (the module's comment):
+/// the caller's task resolved, 2026-07-28 in the header and the `_meta`, `Mcp-Method` and
+/// `Mcp-Name` once each and equal to the body's method and name as plain text.
+fn plain_sessionless_call(request: &Request) -> bool {
+    let extensions = request.extensions();
+    let (Some(Message(message)), Some(_)) =
+        (extensions.get::<Message>(), extensions.get::<CallerTask>())
+    else {
+        return false;
+    };
+    let headers = request.headers();
+    let one = |name: &str| {
+        let mut values = headers.get_all(name).iter();
+        match (values.next(), values.next()) {
+            (Some(value), None) => value.to_str().ok(),
+            _ => None,
+        }
+    };
+    let revision = ProtocolVersion::V_2026_07_28.as_str();
+    let params = &message["params"];
+    let name = params["name"].as_str();
+    one(MCP_PROTOCOL_VERSION) == Some(revision)
+        && params["_meta"][PROTOCOL_VERSION_META].as_str() == Some(revision)
+        && one(MCP_METHOD) == Some("tools/call")
+        && name.is_some_and(|name| !name.starts_with(BASE64_PREFIX) && one(MCP_NAME) == Some(name))
+}
+
+/// The `_meta` member naming a 2026-07-28 request's revision.
+const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+/// `Mcp-Name`: the tool a 2026-07-28 `tools/call` names.
+const MCP_NAME: &str = "mcp-name";
+/// A header value sent Base64-encoded starts so (left to rmcp to decode and check).
+const BASE64_PREFIX: &str = "=?base64?";
 
 /// What the middleware looks at in a request's message.
 enum Intercepted {

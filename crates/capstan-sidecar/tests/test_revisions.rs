@@ -110,6 +110,28 @@ async fn a_2026_07_28_request_that_fails_a_check_should_never_reach_a_tool() {
     // No Mcp-Name at all.
     let (status, body) = post(&sidecar, &[project, token, CALL_GET], &call_get_body(4));
     assert_eq!(status, 400, "{body}");
+    // The right name and a wrong one, or the name twice: a singleton header sent twice.
+    for twice in [("mcp-name", "streamco__streams_list"), named] {
+        let (status, body) = post(
+            &sidecar,
+            &[project, token, CALL_GET, named, twice],
+            &call_get_body(7),
+        );
+        assert_eq!(status, 400, "{twice:?}: {body}");
+        assert_eq!(message(&body)["error"]["code"], -32020, "{body}");
+    }
+    // The header names 2026-07-28, the `_meta` another revision.
+    let other_meta = call_get_body(8).replace(
+        &format!(r#""io.modelcontextprotocol/protocolVersion":"{REVISION}""#),
+        r#""io.modelcontextprotocol/protocolVersion":"2025-11-25""#,
+    );
+    assert_ne!(
+        other_meta,
+        call_get_body(8),
+        "the body names no _meta revision"
+    );
+    let (status, body) = post(&sidecar, &[project, token, CALL_GET, named], &other_meta);
+    assert_eq!(status, 400, "{body}");
     // A revision this sidecar does not speak.
     let future = call_get_body(5).replace(REVISION, "2099-01-01");
     let (status, body, _) = sidecar.curl(
@@ -135,20 +157,27 @@ async fn a_2026_07_28_request_that_fails_a_check_should_never_reach_a_tool() {
         "a refused request reached the provider"
     );
 
-    // The same call, well formed: exactly one call reaches the provider.
-    let (status, body) = post(
-        &sidecar,
-        &[project, token, CALL_GET, named],
-        &call_get_body(6),
-    );
-    assert_eq!(status, 200, "{body}");
-    let answer = message(&body);
+    // The same call, well formed — its name in plain text, and Base64-encoded as the
+    // revision allows: each reaches the provider once.
+    let encoded = "=?base64?c3RyZWFtY29fX3N0cmVhbXNfZ2V0?=";
+    for (id, name) in [(6, "streamco__streams_get"), (9, encoded)] {
+        let (status, body) = post(
+            &sidecar,
+            &[project, token, CALL_GET, ("mcp-name", name)],
+            &call_get_body(id),
+        );
+        assert_eq!(status, 200, "{name}: {body}");
+        let answer = message(&body);
+        assert_eq!(
+            answer["result"]["structuredContent"]["name"], "orders",
+            "{body}"
+        );
+        assert_eq!(answer["result"]["resultType"], "complete", "{body}");
+    }
     assert_eq!(
-        answer["result"]["structuredContent"]["name"], "orders",
-        "{body}"
+        provider.tool_calls().await[before.len()..],
+        ["streams_get", "streams_get"]
     );
-    assert_eq!(answer["result"]["resultType"], "complete", "{body}");
-    assert_eq!(provider.tool_calls().await[before.len()..], ["streams_get"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
