@@ -456,3 +456,71 @@ fn a_sessions_get_streams_should_be_capped_and_never_keep_it_alive() {
     );
     assert_eq!(code, 404, "the idle session was not ended");
 }
+
+/// Editing a binding recomposes every live task of its project, and only the servers whose
+/// endpoint or selectors the edit changed open new sessions: here the second server's
+/// allow-list changes (its session reopens in each task), and the first server is only renamed
+/// (`toolNames`: its session stays, its tools take the new names). Finding (issue 34): every
+/// server of an edited binding reopened in every task, whatever the edit.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edit_of_a_binding_should_reopen_only_the_servers_it_changed() {
+    let first = DemoProvider::start(&[]);
+    let second = DemoProvider::start(&[]);
+    let mut document = binding("two", None, "first", &first, &["streams_list"]);
+    document["spec"]["tools"]["mcpServers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({
+            "name": "second",
+            "endpoint": second.url("/mcp"),
+            "toolSelector": {"include": ["streams_list"]},
+        }));
+    let sidecar = Sidecar::start(
+        &json!([document.clone()]),
+        &[first.host(), second.host()],
+        &[("CAPSTAN_REFRESH_SECONDS", "1")],
+    );
+    let mut sessions = Vec::new();
+    for token in ["t1", "t2", "t3"] {
+        sessions.push(sidecar.session("demo-project", Some(token)).await);
+    }
+    let before = opens_and_lists(&first, &second).await;
+
+    let servers = &mut document["spec"]["tools"]["mcpServers"];
+    servers[0]["toolNames"] = json!("Unprefixed");
+    servers[1]["toolSelector"]["include"] = json!(["streams_list", "streams_get"]);
+    sidecar.write_fixture(&json!([document]));
+    let wanted = [
+        "second__streams_get",
+        "second__streams_list",
+        "streams_list",
+    ];
+    for session in &sessions {
+        eventually("every task serves the edited binding", || async {
+            let tools = session.list_all_tools().await.ok()?;
+            let mut names: Vec<String> = tools.into_iter().map(|t| t.name.to_string()).collect();
+            names.retain(|name| name != "load_skill");
+            names.sort();
+            (names == wanted).then_some(())
+        })
+        .await;
+    }
+    let after = opens_and_lists(&first, &second).await;
+    let new = |i: usize| after[i] - before[i];
+    assert_eq!(new(0), 0, "sessions opened at the renamed server");
+    assert_eq!(new(1), 0, "lists at the renamed server");
+    assert_eq!(
+        new(2),
+        3,
+        "sessions opened at the server whose allow-list changed"
+    );
+    // Its tools are called on the session each task kept.
+    let result = sessions[0]
+        .call_tool(rmcp::model::CallToolRequestParams::new("streams_list"))
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    for session in sessions {
+        session.cancel().await.unwrap();
+    }
+}

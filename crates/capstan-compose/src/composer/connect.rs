@@ -110,18 +110,30 @@ fn selected_only(offerings: Offerings, plan: &ServerPlan) -> Arc<Offerings> {
     })
 }
 
-/// The key of server `server` of a binding whose spec digests to `spec`.
-pub(super) fn connection_key(spec: &[u8; 32], binding: &str, server: &str) -> [u8; 32] {
+/// The key of server `server` of binding `binding`: what its session and what was listed on
+/// it depend on — its endpoint and its selectors (what is allowed, pinned, selected) — and
+/// nothing else of the binding, so an edit of the binding's knowledge, skills, other servers or
+/// this server's naming, routing or `mutating` keeps the session; the plan built from the new
+/// spec applies those.
+pub(super) fn connection_key(binding: &str, server: &McpServer) -> [u8; 32] {
     let mut digest = Sha256::new();
-    digest.update(spec);
-    digest.update(binding.as_bytes());
-    digest.update([0]);
-    digest.update(server.as_bytes());
+    for part in [binding, server.name.as_str(), server.endpoint.as_str()] {
+        digest.update(part.as_bytes());
+        digest.update([0]);
+    }
+    // Serializing a parsed spec cannot fail; an empty digest would only reopen.
+    let selectors = (
+        &server.tool_selector,
+        &server.prompt_selector,
+        &server.resource_selector,
+        &server.resource_uris,
+    );
+    digest.update(serde_json::to_vec(&selectors).unwrap_or_default());
     digest.finalize().into()
 }
 
 /// Connects every server of `documents`, concurrently, reusing the sessions of `previous`
-/// whose binding is unchanged. The results come in document and server order, whichever
+/// whose key ([`connection_key`]) is unchanged. The results come in document and server order, whichever
 /// answered first.
 pub(super) async fn connect_all(
     connector: &Connector,
@@ -134,13 +146,6 @@ pub(super) async fn connect_all(
     let kept: HashMap<[u8; 32], &Connected> = previous
         .map(|p| p.upstreams.iter().map(|c| (c.key, c)).collect())
         .unwrap_or_default();
-    let specs: Vec<[u8; 32]> = documents
-        .iter()
-        .map(|d| {
-            // Serializing a parsed spec cannot fail; an empty digest would only reopen.
-            Sha256::digest(serde_json::to_vec(&d.spec).unwrap_or_default()).into()
-        })
-        .collect();
     let servers = documents.iter().enumerate().flat_map(|(doc, d)| {
         d.spec
             .tools
@@ -149,7 +154,7 @@ pub(super) async fn connect_all(
             .map(move |server| (doc, server))
     });
     futures::future::join_all(servers.map(|(doc, server)| {
-        let key = connection_key(&specs[doc], &documents[doc].binding, &server.name);
+        let key = connection_key(&documents[doc].binding, server);
         let plan = plan(doc, server, key);
         let reusable = kept.get(&key).copied().filter(|c| !c.upstream.is_closed());
         let span = connect_span(&documents[doc].binding, &plan, reusable.is_some());
