@@ -37,6 +37,8 @@
 mod common;
 #[path = "sidecar_independent/mod.rs"]
 mod sidecar_independent;
+#[path = "sidecar_report/mod.rs"]
+mod sidecar_report;
 #[path = "sidecar_tracing/mod.rs"]
 mod sidecar_tracing;
 
@@ -246,13 +248,33 @@ struct Figures {
     revisions: Option<Revisions>,
 }
 
+impl Figures {
+    /// The figures of a workload measured in its call rounds only (no cold sessions, no RSS).
+    fn calls_only(
+        label: &'static str,
+        loads: Vec<Load>,
+        routed: Option<(f64, f64, usize)>,
+        revisions: Option<Revisions>,
+    ) -> Self {
+        Self {
+            label,
+            loads,
+            setup_sidecar_ms: 0.0,
+            setup_direct_ms: 0.0,
+            rss_per_session_kib: 0.0,
+            routed,
+            revisions,
+        }
+    }
+}
+
 /// 2026-07-28 against a session revision ([`revisions`]).
 struct Revisions {
     call_session_ms: f64,
     call_sessionless_ms: f64,
     calls: usize,
-    setup_session_ms: f64,
-    setup_sessionless_ms: f64,
+    /// A new caller's first request: `initialize`, `server/discover` (ms), where measured.
+    setup: Option<(f64, f64)>,
 }
 
 fn main() {
@@ -347,7 +369,7 @@ async fn bench() {
         }
         return;
     }
-    report(&runs);
+    sidecar_report::report(&runs);
 }
 
 /// How many times the whole measurement runs (`CAPSTAN_BENCH_RUNS`, default 1): the tables show
@@ -360,10 +382,10 @@ fn runs_wanted() -> usize {
         .unwrap_or(1)
 }
 
-/// One run's figures: the rmcp client's and the independent client's.
+/// One run's figures: the rmcp client's and the independent client's, each per workload.
 struct Run {
     figures: Vec<Figures>,
-    independent: Vec<sidecar_independent::Independent>,
+    independent: Vec<Figures>,
 }
 
 /// Whether only session setup and memory are measured (`CAPSTAN_BENCH_SESSIONS_ONLY=1`).
@@ -502,15 +524,7 @@ async fn measure(workload: &Workload) -> Figures {
         None
     };
     if workload.calls_only {
-        return Figures {
-            label: workload.label,
-            loads,
-            setup_sidecar_ms: 0.0,
-            setup_direct_ms: 0.0,
-            rss_per_session_kib: 0.0,
-            routed,
-            revisions,
-        };
+        return Figures::calls_only(workload.label, loads, routed, revisions);
     }
 
     // Cold session setup: the sidecar's initialize (compose 3 bindings, connect and list 3
@@ -614,8 +628,7 @@ async fn revisions(sidecar: &Sidecar, tool: &str, arguments: &Value) -> Revision
         call_session_ms: ms(percentile(&with_session, 0.5)),
         call_sessionless_ms: ms(percentile(&without, 0.5)),
         calls: without.len(),
-        setup_session_ms: median(initialize),
-        setup_sessionless_ms: median(discover),
+        setup: Some((median(initialize), median(discover))),
     }
 }
 
@@ -650,305 +663,4 @@ async fn routed_vs_named(sidecar: &Sidecar) -> (f64, f64, usize) {
         ms(percentile(&named, 0.5)),
         routed.len(),
     )
-}
-
-/// The figures as a markdown section (`docs/benchmarks.md`): the last run's tables, and the
-/// goals of issue 34 for every run with the worst of them.
-fn report(runs: &[Run]) {
-    let last = runs.last().expect("at least one run");
-    let figures = &last.figures;
-    let mut out = String::new();
-    out.push_str("<!-- bench:sidecar -->\n");
-    out.push_str(&format!(
-        "### Sidecar (`crates/capstan-sidecar/benches/sidecar.rs`)\n\n\
-         `tools/call` through the sidecar (Unix socket) against the same rmcp client calling the \
-         upstream directly (TCP loopback); 3 upstreams of the kind behind the sidecar, calls to \
-         the first; metering on (to a file). Medians of {ROUNDS} rounds, direct and sidecar \
-         alternated round by round. CPU per call: the process's CPU time over all rounds of \
-         that side divided by its calls (the client's: this benchmark's own process). The \
-         minimal upstream answers JSON, so the client parses the same response mode on both \
-         sides; \"SSE answers\" is the same server with sessions, answering each call as an SSE \
-         stream that the sidecar turns into JSON (what that costs the client: \
-         `docs/performance.md`).\n\n"
-    ));
-    out.push_str(
-        "| workload | load | calls/round | direct p50 | p99 | calls/s | sidecar p50 | p99 | calls/s | p50 ratio | throughput ratio | sidecar CPU/call | upstream CPU/call (direct, via sidecar) | client CPU/call (direct, via sidecar) |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    for f in figures {
-        for l in &f.loads {
-            out.push_str(&format!(
-                "| {} | {} | {} | {:.3} ms | {:.3} ms | {:.0} | {:.3} ms | {:.3} ms | {:.0} | {:.2}× | {:.2}× | {:.0} µs | {:.0} µs, {:.0} µs | {:.0} µs, {:.0} µs |\n",
-                f.label,
-                l.label,
-                l.calls,
-                l.direct.p50,
-                l.direct.p99,
-                l.direct.throughput,
-                l.sidecar.p50,
-                l.sidecar.p99,
-                l.sidecar.throughput,
-                l.sidecar.p50 / l.direct.p50,
-                l.sidecar.throughput / l.direct.throughput,
-                l.sidecar_cpu_us,
-                l.upstream_cpu_us_direct,
-                l.upstream_cpu_us_sidecar,
-                l.client_cpu_us.0,
-                l.client_cpu_us.1,
-            ));
-        }
-    }
-    out.push_str(
-        "\nThe floor under any proxy: the same client through `tcp-hop` (one extra TCP hop that \
-         copies bytes unread) to the same upstream, in the same rounds.\n\n\
-         | workload | load | hop p50 | hop calls/s | hop / direct p50 | sidecar / hop p50 | hop / direct throughput | hop CPU/call |\n\
-         |---|---|---|---|---|---|---|---|\n",
-    );
-    for f in figures {
-        for l in &f.loads {
-            if let Some((hop, cpu)) = &l.hop {
-                out.push_str(&format!(
-                    "| {} | {} | {:.3} ms | {:.0} | {:.2}× | {:.2}× | {:.2}× | {cpu:.0} µs |\n",
-                    f.label,
-                    l.label,
-                    hop.p50,
-                    hop.throughput,
-                    hop.p50 / l.direct.p50,
-                    l.sidecar.p50 / hop.p50,
-                    hop.throughput / l.direct.throughput,
-                ));
-            }
-        }
-    }
-    out.push_str(&format!(
-        "\n| workload | cold session, 3 upstreams | direct initialize + tools/list, 1 upstream | ratio | RSS per open session ({OPEN_SESSIONS} open) |\n|---|---|---|---|---|\n"
-    ));
-    for f in figures.iter().filter(|f| f.rss_per_session_kib > 0.0) {
-        out.push_str(&format!(
-            "| {} | {:.2} ms | {:.2} ms | {:.2}× | {:.0} KiB |\n",
-            f.label,
-            f.setup_sidecar_ms,
-            f.setup_direct_ms,
-            f.setup_sidecar_ms / f.setup_direct_ms,
-            f.rss_per_session_kib
-        ));
-    }
-    for f in figures {
-        if let Some(r) = &f.revisions {
-            out.push_str(&format!(
-                "\n2026-07-28 beside the session revisions ({}): `tools/call` p50 {:.3} ms without a session against {:.3} ms in a 2025-11-25 session, {} calls each alternated: {:.2}×; a new caller's first request (composing its task) `server/discover` {:.2} ms against `initialize` {:.2} ms: {:.2}×.\n",
-                f.label,
-                r.call_sessionless_ms,
-                r.call_session_ms,
-                r.calls,
-                r.call_sessionless_ms / r.call_session_ms,
-                r.setup_sessionless_ms,
-                r.setup_session_ms,
-                r.setup_sessionless_ms / r.setup_session_ms,
-            ));
-        }
-    }
-    for f in figures {
-        if let Some((routed, named, calls)) = f.routed {
-            out.push_str(&format!(
-                "\nRouted ({}): `cap__web_search` (2 candidates: arguments, merge, selection, forward) p50 {routed:.3} ms against `one__docs_search` (the same provider tool by name) p50 {named:.3} ms, {calls} calls each alternated: {:.3}×.\n",
-                f.label,
-                routed / named
-            ));
-        }
-    }
-    sidecar_independent::report_independent(&mut out, &last.independent);
-    goals(&mut out, runs);
-    out.push_str("<!-- /bench:sidecar -->\n");
-    println!("\n{out}");
-}
-
-/// A goal of issue 34: what it measures, in which harness, and whether lower is better.
-struct Goal {
-    name: &'static str,
-    goal: &'static str,
-    limit: f64,
-    lower_is_better: bool,
-    value: fn(&Run) -> Option<f64>,
-}
-
-fn load<'a>(run: &'a Run, workload: &str, load: &str) -> Option<&'a Load> {
-    run.figures
-        .iter()
-        .filter(|f| f.label == workload)
-        .flat_map(|f| f.loads.iter())
-        .find(|l| l.label == load)
-}
-
-fn independent_load<'a>(
-    run: &'a Run,
-    workload: &str,
-    load: &str,
-) -> Option<&'a sidecar_independent::IndependentLoad> {
-    run.independent
-        .iter()
-        .filter(|f| f.label == workload)
-        .flat_map(|f| f.loads.iter())
-        .find(|l| l.label == load)
-}
-
-const MINIMAL: &str = "minimal upstream";
-const DEMO: &str = "demo provider";
-
-const GOALS: &[Goal] = &[
-    Goal {
-        name: "RSS per open session, 3 demo upstreams (1,000 open), rmcp client",
-        goal: "≤ 64 KiB",
-        limit: 64.0,
-        lower_is_better: true,
-        value: |r| {
-            r.figures
-                .iter()
-                .find(|f| f.label == DEMO)
-                .map(|f| f.rss_per_session_kib)
-        },
-    },
-    Goal {
-        name: "RSS per open session, 3 demo upstreams (1,000 open), independent client",
-        goal: "≤ 64 KiB",
-        limit: 64.0,
-        lower_is_better: true,
-        value: |r| {
-            r.independent
-                .iter()
-                .find(|f| f.label == DEMO)
-                .map(|f| f.rss_per_session_kib)
-        },
-    },
-    Goal {
-        name: "2026-07-28 `tools/call` p50 / a session's, rmcp client",
-        goal: "≤ 1.05×",
-        limit: 1.05,
-        lower_is_better: true,
-        value: |r| {
-            r.figures
-                .iter()
-                .find_map(|f| f.revisions.as_ref())
-                .map(|v| v.call_sessionless_ms / v.call_session_ms)
-        },
-    },
-    Goal {
-        name: "2026-07-28 `tools/call` p50 / a session's, independent client",
-        goal: "≤ 1.05×",
-        limit: 1.05,
-        lower_is_better: true,
-        value: |r| {
-            r.independent
-                .iter()
-                .find_map(|f| f.revisions)
-                .map(|(s, l)| l / s)
-        },
-    },
-    Goal {
-        name: "1-session p50 vs direct, minimal upstream, rmcp client",
-        goal: "≤ 1.3×",
-        limit: 1.3,
-        lower_is_better: true,
-        value: |r| load(r, MINIMAL, "1 session").map(|l| l.sidecar.p50 / l.direct.p50),
-    },
-    Goal {
-        name: "1-session p50 vs direct, minimal upstream, independent client",
-        goal: "≤ 1.3×",
-        limit: 1.3,
-        lower_is_better: true,
-        value: |r| independent_load(r, MINIMAL, "1 session").map(|l| l.sidecar.p50 / l.direct.p50),
-    },
-    Goal {
-        name: "1-session p50 vs the bare TCP hop's, rmcp client",
-        goal: "≤ 1×",
-        limit: 1.0,
-        lower_is_better: true,
-        value: |r| {
-            load(r, MINIMAL, "1 session")
-                .and_then(|l| l.hop.as_ref().map(|(hop, _)| l.sidecar.p50 / hop.p50))
-        },
-    },
-    Goal {
-        name: "1-session p50 vs the bare TCP hop's, independent client",
-        goal: "≤ 1×",
-        limit: 1.0,
-        lower_is_better: true,
-        value: |r| {
-            independent_load(r, MINIMAL, "1 session")
-                .and_then(|l| l.hop.map(|hop| l.sidecar.p50 / hop.p50))
-        },
-    },
-    Goal {
-        name: "32-session throughput vs direct, minimal upstream, rmcp client",
-        goal: "≥ 0.9×",
-        limit: 0.9,
-        lower_is_better: false,
-        value: |r| {
-            load(r, MINIMAL, "32 sessions").map(|l| l.sidecar.throughput / l.direct.throughput)
-        },
-    },
-    Goal {
-        name: "32-session throughput vs direct, minimal upstream, independent client",
-        goal: "≥ 0.9×",
-        limit: 0.9,
-        lower_is_better: false,
-        value: |r| {
-            independent_load(r, MINIMAL, "32 sessions")
-                .map(|l| l.sidecar.throughput / l.direct.throughput)
-        },
-    },
-    Goal {
-        name: "sidecar CPU per forwarded call / the upstream's own, 32 sessions, rmcp client",
-        goal: "≤ 1×",
-        limit: 1.0,
-        lower_is_better: true,
-        value: |r| {
-            load(r, MINIMAL, "32 sessions")
-                .map(|l| l.sidecar_cpu_us / l.upstream_cpu_us_direct.max(f64::MIN_POSITIVE))
-        },
-    },
-    Goal {
-        name: "sidecar CPU per forwarded call / the upstream's own, 32 sessions, independent client",
-        goal: "≤ 1×",
-        limit: 1.0,
-        lower_is_better: true,
-        value: |r| {
-            independent_load(r, MINIMAL, "32 sessions")
-                .map(|l| l.sidecar.sidecar_cpu_us / l.direct.upstream_cpu_us.max(f64::MIN_POSITIVE))
-        },
-    },
-];
-
-/// The goals table: each run's value and the worst of them.
-fn goals(out: &mut String, runs: &[Run]) {
-    let heads: String = (1..=runs.len()).map(|n| format!(" run {n} |")).collect();
-    let rules: String = runs.iter().map(|_| "---|").collect();
-    out.push_str(&format!(
-        "\n#### Goals (issue 34; minimal upstream unless named)\n\n| figure | goal |{heads} worst | met |\n|---|---|{rules}---|---|\n"
-    ));
-    for goal in GOALS {
-        let values: Vec<Option<f64>> = runs.iter().map(goal.value).collect();
-        let shown: String = values
-            .iter()
-            .map(|v| v.map_or(" – |".to_owned(), |v| format!(" {v:.2} |")))
-            .collect();
-        let measured: Vec<f64> = values.iter().flatten().copied().collect();
-        let worst = if goal.lower_is_better {
-            measured.iter().copied().reduce(f64::max)
-        } else {
-            measured.iter().copied().reduce(f64::min)
-        };
-        let (worst, met) = worst.map_or(("not measured".to_owned(), "—"), |w| {
-            let met = if goal.lower_is_better {
-                w <= goal.limit
-            } else {
-                w >= goal.limit
-            };
-            (format!("{w:.2}"), if met { "yes" } else { "no" })
-        });
-        out.push_str(&format!(
-            "| {} | {} |{shown} {worst} | {met} |\n",
-            goal.name, goal.goal
-        ));
-    }
 }

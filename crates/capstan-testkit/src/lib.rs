@@ -23,7 +23,7 @@ pub use bench_upstreams::{EchoUpstream, TcpHop};
 pub use binding_document::binding_document;
 pub use demo_provider::DemoProvider;
 pub use http_client::{client, install_crypto_provider};
-pub use mcpload::{GoEcho, OpenSessions, mcpload, mcpload_call};
+pub use mcpload::{OpenSessions, mcpload, mcpload_call};
 pub use node_sdk::node_dir;
 pub use pin_oracle::{pin_oracle, pin_oracle_of};
 pub use proc_stats::{cpu_seconds, proc_status_kib};

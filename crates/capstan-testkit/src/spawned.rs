@@ -7,7 +7,19 @@ use std::process::{Child, Command, Stdio};
 
 /// Spawns `command` (binary `name`), which prints `<name>: listening on http://<address>` as
 /// its first line, and returns it with that address.
-pub(crate) fn spawn_listening(mut command: Command, name: &str) -> (Child, SocketAddr) {
+pub(crate) fn spawn_listening(command: Command, name: &str) -> (Child, SocketAddr) {
+    let (child, line) = spawn_first_line(command, name);
+    let address = line
+        .trim()
+        .strip_prefix(&format!("{name}: listening on http://"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("{name}'s first line was {line:?}"));
+    (child, address)
+}
+
+/// Spawns `command` (binary `name`) and returns it once it has printed its first line, with
+/// that line.
+pub(crate) fn spawn_first_line(mut command: Command, name: &str) -> (Child, String) {
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -17,12 +29,7 @@ pub(crate) fn spawn_listening(mut command: Command, name: &str) -> (Child, Socke
     if let Some(stdout) = child.stdout.take() {
         let _ = BufReader::new(stdout).read_line(&mut line);
     }
-    let address = line
-        .trim()
-        .strip_prefix(&format!("{name}: listening on http://"))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("{name}'s first line was {line:?}"));
-    (child, address)
+    (child, line)
 }
 
 /// A process the testkit started, killed (and reaped) on drop.

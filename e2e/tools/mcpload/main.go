@@ -1,6 +1,7 @@
-// mcpload is the benchmarks' independent side (docs/performance.md, "An independent
-// harness"): an MCP load client and an echo server built on the official Go SDK, so that the
-// sidecar's cost is also measured by a client and an upstream that are not the project's.
+// mcpload is the benchmarks' independent side (docs/performance.md, "Two harnesses"): an MCP
+// load client built on the official Go SDK, so that the sidecar's cost is also measured by a
+// client that is not the project's; and an echo server on the same SDK, for cross-checking an
+// upstream that is not rmcp by hand (the bench's upstreams are `echo-upstream`).
 //
 //	mcpload serve [--listen ADDR] [--json]
 //	    Serve one tool, `echo` (returns its `text` argument), over Streamable HTTP at

@@ -1,0 +1,260 @@
+//! The sidecar bench's report (`docs/benchmarks.md`, section `sidecar`): the same tables for
+//! each harness — the rmcp client and the independent one — from the last run, then the goals
+//! of issue 34 for every run and harness, with the worst of the runs.
+
+use super::*;
+
+/// The figures as a markdown section: the last run's tables, and the goals of issue 34 for every
+/// run with the worst of them.
+pub fn report(runs: &[Run]) {
+    let last = runs.last().expect("at least one run");
+    let mut out = String::new();
+    out.push_str("<!-- bench:sidecar -->\n");
+    out.push_str(&format!(
+        "### Sidecar (`crates/capstan-sidecar/benches/sidecar.rs`)\n\n\
+         `tools/call` through the sidecar (Unix socket) against the same rmcp client calling the \
+         upstream directly (TCP loopback); 3 upstreams of the kind behind the sidecar, calls to \
+         the first; metering on (to a file). Medians of {ROUNDS} rounds, direct and sidecar \
+         alternated round by round. CPU per call: the process's CPU time over all rounds of \
+         that side divided by its calls (the client's: this benchmark's own process). The \
+         minimal upstream answers JSON, so the client parses the same response mode on both \
+         sides; \"SSE answers\" is the same server with sessions, answering each call as an SSE \
+         stream that the sidecar turns into JSON (what that costs the client: \
+         `docs/performance.md`).\n\n"
+    ));
+    harness_tables(&mut out, &last.figures);
+    out.push_str(
+        "\n#### The same from an independent client\n\n\
+         `mcpload` (the official Go MCP SDK, `e2e/tools/mcpload`) against the same upstreams, in \
+         one client process alternating the targets round by round; its own CPU per call is the \
+         client's column. Cold sessions: connect, initialize, `tools/list` and close.\n\n",
+    );
+    harness_tables(&mut out, &last.independent);
+    goals(&mut out, runs);
+    out.push_str("<!-- /bench:sidecar -->\n");
+    println!("\n{out}");
+}
+
+/// One harness's tables: calls both ways, the floor under any proxy, cold sessions and memory,
+/// the revisions, routing.
+fn harness_tables(out: &mut String, figures: &[Figures]) {
+    out.push_str(
+        "| workload | load | calls/round | direct p50 | p99 | calls/s | sidecar p50 | p99 | calls/s | p50 ratio | throughput ratio | sidecar CPU/call | upstream CPU/call (direct, via sidecar) | client CPU/call (direct, via sidecar) |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for f in figures {
+        for l in &f.loads {
+            out.push_str(&format!(
+                "| {} | {} | {} | {:.3} ms | {:.3} ms | {:.0} | {:.3} ms | {:.3} ms | {:.0} | {:.2}× | {:.2}× | {:.0} µs | {:.0} µs, {:.0} µs | {:.0} µs, {:.0} µs |\n",
+                f.label,
+                l.label,
+                l.calls,
+                l.direct.p50,
+                l.direct.p99,
+                l.direct.throughput,
+                l.sidecar.p50,
+                l.sidecar.p99,
+                l.sidecar.throughput,
+                l.sidecar.p50 / l.direct.p50,
+                l.sidecar.throughput / l.direct.throughput,
+                l.sidecar_cpu_us,
+                l.upstream_cpu_us_direct,
+                l.upstream_cpu_us_sidecar,
+                l.client_cpu_us.0,
+                l.client_cpu_us.1,
+            ));
+        }
+    }
+    out.push_str(
+        "\nThe floor under any proxy: the same client through `tcp-hop` (one extra TCP hop that \
+         copies bytes unread) to the same upstream, in the same rounds.\n\n\
+         | workload | load | hop p50 | hop calls/s | hop / direct p50 | sidecar / hop p50 | hop / direct throughput | hop CPU/call |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for f in figures {
+        for l in &f.loads {
+            if let Some((hop, cpu)) = &l.hop {
+                out.push_str(&format!(
+                    "| {} | {} | {:.3} ms | {:.0} | {:.2}× | {:.2}× | {:.2}× | {cpu:.0} µs |\n",
+                    f.label,
+                    l.label,
+                    hop.p50,
+                    hop.throughput,
+                    hop.p50 / l.direct.p50,
+                    l.sidecar.p50 / hop.p50,
+                    hop.throughput / l.direct.throughput,
+                ));
+            }
+        }
+    }
+    out.push_str(&format!(
+        "\n| workload | cold session, 3 upstreams | direct initialize + tools/list, 1 upstream | ratio | RSS per open session ({OPEN_SESSIONS} open) |\n|---|---|---|---|---|\n"
+    ));
+    for f in figures.iter().filter(|f| f.rss_per_session_kib > 0.0) {
+        out.push_str(&format!(
+            "| {} | {:.2} ms | {:.2} ms | {:.2}× | {:.0} KiB |\n",
+            f.label,
+            f.setup_sidecar_ms,
+            f.setup_direct_ms,
+            f.setup_sidecar_ms / f.setup_direct_ms,
+            f.rss_per_session_kib
+        ));
+    }
+    for f in figures {
+        if let Some(r) = &f.revisions {
+            out.push_str(&format!(
+                "\n2026-07-28 beside the session revisions ({}): `tools/call` p50 {:.3} ms without a session against {:.3} ms in a 2025-11-25 session, {} calls each alternated: {:.2}×",
+                f.label,
+                r.call_sessionless_ms,
+                r.call_session_ms,
+                r.calls,
+                r.call_sessionless_ms / r.call_session_ms,
+            ));
+            if let Some((initialize, discover)) = r.setup {
+                out.push_str(&format!(
+                    "; a new caller's first request (composing its task) `server/discover` {discover:.2} ms against `initialize` {initialize:.2} ms: {:.2}×",
+                    discover / initialize,
+                ));
+            }
+            out.push_str(".\n");
+        }
+    }
+    for f in figures {
+        if let Some((routed, named, calls)) = f.routed {
+            out.push_str(&format!(
+                "\nRouted ({}): `cap__web_search` (2 candidates: arguments, merge, selection, forward) p50 {routed:.3} ms against `one__docs_search` (the same provider tool by name) p50 {named:.3} ms, {calls} calls each alternated: {:.3}×.\n",
+                f.label,
+                routed / named
+            ));
+        }
+    }
+}
+
+/// A goal of issue 34: what it measures in one harness's figures, and whether lower is better.
+struct Goal {
+    name: &'static str,
+    goal: &'static str,
+    limit: f64,
+    lower_is_better: bool,
+    value: fn(&[Figures]) -> Option<f64>,
+}
+
+fn load<'a>(figures: &'a [Figures], workload: &str, load: &str) -> Option<&'a Load> {
+    figures
+        .iter()
+        .filter(|f| f.label == workload)
+        .flat_map(|f| f.loads.iter())
+        .find(|l| l.label == load)
+}
+
+const MINIMAL: &str = "minimal upstream";
+const DEMO: &str = "demo provider";
+
+const GOALS: &[Goal] = &[
+    Goal {
+        name: "RSS per open session, 3 demo upstreams (1,000 open)",
+        goal: "≤ 64 KiB",
+        limit: 64.0,
+        lower_is_better: true,
+        value: |f| {
+            f.iter()
+                .find(|f| f.label == DEMO)
+                .map(|f| f.rss_per_session_kib)
+        },
+    },
+    Goal {
+        name: "2026-07-28 `tools/call` p50 / a session's",
+        goal: "≤ 1.05×",
+        limit: 1.05,
+        lower_is_better: true,
+        value: |f| {
+            f.iter()
+                .find_map(|f| f.revisions.as_ref())
+                .map(|v| v.call_sessionless_ms / v.call_session_ms)
+        },
+    },
+    Goal {
+        name: "1-session p50 vs direct, minimal upstream",
+        goal: "≤ 1.3×",
+        limit: 1.3,
+        lower_is_better: true,
+        value: |f| load(f, MINIMAL, "1 session").map(|l| l.sidecar.p50 / l.direct.p50),
+    },
+    Goal {
+        name: "1-session p50 vs the bare TCP hop's",
+        goal: "≤ 1×",
+        limit: 1.0,
+        lower_is_better: true,
+        value: |f| {
+            load(f, MINIMAL, "1 session")
+                .and_then(|l| l.hop.as_ref().map(|(hop, _)| l.sidecar.p50 / hop.p50))
+        },
+    },
+    Goal {
+        name: "32-session throughput vs direct, minimal upstream",
+        goal: "≥ 0.9×",
+        limit: 0.9,
+        lower_is_better: false,
+        value: |f| {
+            load(f, MINIMAL, "32 sessions").map(|l| l.sidecar.throughput / l.direct.throughput)
+        },
+    },
+    Goal {
+        name: "sidecar CPU per forwarded call / the upstream's own, 32 sessions",
+        goal: "≤ 1×",
+        limit: 1.0,
+        lower_is_better: true,
+        value: |f| {
+            load(f, MINIMAL, "32 sessions")
+                .map(|l| l.sidecar_cpu_us / l.upstream_cpu_us_direct.max(f64::MIN_POSITIVE))
+        },
+    },
+];
+
+/// A harness's figures in a run.
+type FiguresOf = fn(&Run) -> &[Figures];
+
+/// The harnesses every goal is judged in, and their figures in a run.
+const HARNESSES: [(&str, FiguresOf); 2] = [
+    ("rmcp client", |r| &r.figures),
+    ("independent client", |r| &r.independent),
+];
+
+/// The goals table: each run's value and the worst of them, per harness.
+fn goals(out: &mut String, runs: &[Run]) {
+    let heads: String = (1..=runs.len()).map(|n| format!(" run {n} |")).collect();
+    let rules: String = runs.iter().map(|_| "---|").collect();
+    out.push_str(&format!(
+        "\n#### Goals (issue 34; minimal upstream unless named)\n\n| figure | goal |{heads} worst | met |\n|---|---|{rules}---|---|\n"
+    ));
+    for goal in GOALS {
+        for (harness, figures_of) in HARNESSES {
+            let values: Vec<Option<f64>> = runs
+                .iter()
+                .map(|run| (goal.value)(figures_of(run)))
+                .collect();
+            let shown: String = values
+                .iter()
+                .map(|v| v.map_or(" – |".to_owned(), |v| format!(" {v:.2} |")))
+                .collect();
+            let measured = values.iter().flatten().copied();
+            let worst = if goal.lower_is_better {
+                measured.reduce(f64::max)
+            } else {
+                measured.reduce(f64::min)
+            };
+            let (worst, met) = worst.map_or(("not measured".to_owned(), "—"), |w| {
+                let met = if goal.lower_is_better {
+                    w <= goal.limit
+                } else {
+                    w >= goal.limit
+                };
+                (format!("{w:.2}"), if met { "yes" } else { "no" })
+            });
+            out.push_str(&format!(
+                "| {}, {harness} | {} |{shown} {worst} | {met} |\n",
+                goal.name, goal.goal
+            ));
+        }
+    }
+}
