@@ -8,7 +8,8 @@
 //! were most of the sidecar's own time). So a single `tools/call` request with a live task is
 //! served here with the same `Task::call` the rmcp handler uses, and answered with an
 //! `application/json` body, which Streamable HTTP allows for any POST. Everything else —
-//! `initialize`, `tools/list`, notifications, batches, GET streams, DELETE — goes to rmcp.
+//! `initialize`, `tools/list`, notifications, batches — goes to rmcp (a session's GET stream
+//! and DELETE to `session_requests.rs`).
 //!
 //! A `tools/call` of the 2026-07-28 revision (no session) is answered here too, from the
 //! caller's task the middleware resolved, when it is plainly well-formed: `MCP-Protocol-Version`
@@ -60,15 +61,18 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
             if let Some(SessionTask(task)) = request.extensions().get::<SessionTask>() {
                 task.cancel_call(&id);
             }
-            // rmcp acknowledges the notification (and cancels a request it serves itself).
+            // rmcp acknowledges the notification. A request it serves (`prompts/get`, …) runs
+            // to its end: rmcp keeps no session to find it in, and none waits on a provider's
+            // question.
             false
         }
         Intercepted::Answer(id) => {
-            if let (Some(SessionTask(task)), Some(Message(response))) = (
-                request.extensions().get::<SessionTask>(),
-                request.extensions().get::<Message>(),
-            ) && task.answer(&id, response.clone())
-            {
+            // In a session only the sidecar asks the caller anything (rmcp keeps no session),
+            // so an answer nobody waits for any more is accepted and dropped.
+            if let Some(SessionTask(task)) = request.extensions().get::<SessionTask>() {
+                if let Some(Message(response)) = request.extensions().get::<Message>() {
+                    task.answer(&id, response.clone());
+                }
                 return StatusCode::ACCEPTED.into_response();
             }
             false

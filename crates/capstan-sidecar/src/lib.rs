@@ -26,6 +26,7 @@ mod route_decision;
 mod routing_endpoints;
 mod run;
 mod server;
+mod session_requests;
 mod socket;
 mod task;
 mod tasks;

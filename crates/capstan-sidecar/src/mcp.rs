@@ -1,8 +1,9 @@
-//! The rmcp adapter: one `SessionHandler` per MCP session, and one per request of the
-//! 2026-07-28 revision (rmcp makes a handler for each sessionless request). `initialize`
-//! composes the caller's project and starts the session's task; a request without a session
-//! is served by the caller's task in `tasks.rs`. `tools/list` and `tools/call` serve
-//! from the task, for the caller it was started for and nobody else.
+//! The rmcp adapter: one `SessionHandler` per request (rmcp keeps no session: the sidecar's
+//! sessions are its own, `tasks.rs`). `initialize` composes the caller's project and starts
+//! the session's task, which the middleware binds to the id it mints; a request in a session
+//! is served by the task the middleware found bound to it, and a request without a session by
+//! the caller's task. Every method serves from the task, for the caller it was started for
+//! and nobody else.
 //!
 //! Protocol revisions: the session-based ones (2024-11-05 … 2025-11-25) over `initialize`, and
 //! 2026-07-28 without a session: `server/discover` (with the caller's instructions), and
@@ -29,11 +30,11 @@ use rmcp::model::{
 use rmcp::service::{Peer, RequestContext, ServiceError, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
-use tokio::sync::{OnceCell, oneshot};
+use tokio::sync::oneshot;
 use tracing::{Instrument as _, info};
 
 use crate::identity::Identity;
-use crate::middleware::CallerTask;
+use crate::middleware::{CallerTask, SessionTask};
 use crate::request_span::RequestSpan;
 use crate::task::{ANOTHER_CALLER, MAX_SUBSCRIPTIONS, Task};
 use crate::tasks::{Admitted, TaskStarter, Tasks};
@@ -56,29 +57,27 @@ pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
 pub struct SessionHandler {
     tasks: Arc<Tasks>,
     starter: Arc<TaskStarter>,
-    task: OnceCell<Arc<Task>>,
 }
 
 impl SessionHandler {
     /// A handler for a new session, or for one request without a session (served by the
     /// caller's task in `tasks`); `starter` starts the tasks.
     pub fn new(tasks: Arc<Tasks>, starter: Arc<TaskStarter>) -> Self {
-        Self {
-            tasks,
-            starter,
-            task: OnceCell::new(),
-        }
+        Self { tasks, starter }
     }
 
     /// The task serving this request, for the caller it belongs to and nobody else: the
-    /// session's (bound at `initialize`), or — for a request of the 2026-07-28 revision — the
-    /// caller's task without a session. The only way a handler method reaches a task, so every
-    /// method checks the identity (the identity middleware checked it too, before rmcp saw the
-    /// request). rmcp's `StreamableHttpService` takes a `ServerHandler`, not a `Service`, so
-    /// the check cannot wrap every method from outside.
+    /// session's (bound when its `initialize` answered; found by the middleware), or — for a
+    /// request of the 2026-07-28 revision — the caller's task without a session. The only way
+    /// a handler method reaches a task, so every method checks the identity (the identity
+    /// middleware checked it too, before rmcp saw the request). rmcp's
+    /// `StreamableHttpService` takes a `ServerHandler`, not a `Service`, so the check cannot
+    /// wrap every method from outside.
     async fn task(&self, context: &RequestContext<RoleServer>) -> Result<Arc<Task>, McpError> {
         let caller = identity_of(context);
-        if let Some(task) = self.task.get() {
+        if let Some(SessionTask(task)) =
+            parts(context).and_then(|p| p.extensions.get::<SessionTask>())
+        {
             return if task.owned_by(caller.as_ref()) {
                 Ok(task.clone())
             } else {
@@ -188,7 +187,7 @@ impl ServerHandler for SessionHandler {
                     None,
                 ));
             };
-            if self.task.get().is_some() {
+            if parts(&context).is_some_and(|p| p.extensions.get::<SessionTask>().is_some()) {
                 return Err(McpError::invalid_request(
                     "the session is already initialized",
                     None,
@@ -196,7 +195,6 @@ impl ServerHandler for SessionHandler {
             }
             let mut result = self.negotiate_initialize(&request)?;
             let asks = ClientAsks::from_capabilities(&json!(request.capabilities));
-            context.peer.set_peer_info(request);
             let revision = CallerRevision::Sessions(asks);
             let project = self.starter.compose(&identity, revision).await;
             let instructions = &project.composed.composition.instructions;
@@ -208,7 +206,7 @@ impl ServerHandler for SessionHandler {
                 identity,
                 project,
                 admitted.and_then(Admitted::take_place),
-                Some(context.peer.clone()),
+                Some(asks),
             );
             if let Some(admitted) = admitted {
                 admitted.started(&task);
@@ -227,7 +225,6 @@ impl ServerHandler for SessionHandler {
                 degraded,
                 "session initialized"
             );
-            let _ = self.task.set(task);
             Ok(result)
         }
         .instrument(span)

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use capstan_api::wire::{MCP_SESSION_ID, SOCKET_HOST};
@@ -382,10 +382,10 @@ async fn serve_checked(
     }
 }
 
-/// After the answer: a session is bound when its `initialize` made a task (one that made none
-/// stays unbound, and every later request naming it is refused with 404, never served
-/// unchecked); a session that answered its DELETE is forgotten, and the DELETE answered 204
-/// (the Python SDK warns on anything but 200 or 204).
+/// After the answer: a session is bound when its `initialize` made a task — under an id the
+/// sidecar mints here and answers with in `Mcp-Session-Id` (one that made none gets no id, so
+/// nothing is ever served unchecked) — and a DELETE is answered 204 (the Python SDK warns on
+/// anything but 200 or 204).
 fn settle(
     tasks: &Tasks,
     kind: &Kind,
@@ -395,25 +395,37 @@ fn settle(
 ) -> Response {
     if *kind == Kind::Initialize
         && response.status().is_success()
-        && let Some(id) = response
-            .headers()
-            .get(MCP_SESSION_ID)
-            .and_then(|v| v.to_str().ok())
         && let Some(task) = admitted.and_then(Admitted::task)
-        && tasks.bind_session(id, &task).is_err()
     {
-        error!("the task registry is unreadable; the new session stays unbound");
-    }
-    if let Kind::InSession { id, .. } = kind
-        && delete
-        && response.status().is_success()
-    {
-        tasks.forget_session(id);
+        let bound = session_id().filter(|id| tasks.bind_session(id, &task).is_ok());
+        match bound.and_then(|id| HeaderValue::from_str(&id).ok()) {
+            Some(value) => {
+                response.headers_mut().insert(MCP_SESSION_ID, value);
+            }
+            None => {
+                error!("no session id could be minted or bound; the new session is refused");
+                task.shutdown();
+                return unreadable_table();
+            }
+        }
     }
     if delete && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
     }
     response
+}
+
+/// A new session id: 128 random bits from the operating system, as hex (`None` if the
+/// generator fails: a predictable id would collide with another session's). Unguessable,
+/// though an id alone reaches nothing: every request naming it must carry the caller it is
+/// bound to.
+fn session_id() -> Option<String> {
+    let mut bytes = [0u8; 16];
+    if let Err(error) = getrandom::fill(&mut bytes) {
+        error!(%error, "the operating system's random generator failed");
+        return None;
+    }
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]

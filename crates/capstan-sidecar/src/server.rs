@@ -1,16 +1,16 @@
-//! The HTTP surface on the Unix socket, wired: MCP at `/mcp` (rmcp behind the identity
-//! middleware, with `tools/call` of a live session answered by `call_fast_path.rs`), the composition at
-//! `/v1/composition`, and `/healthz`, all behind the Host check. Clients use the URL
-//! `http://localhost/...` (a Unix socket has no DNS-rebinding exposure; the fixed value keeps
-//! requests uniform).
+//! The HTTP surface on the Unix socket, wired: MCP at `/mcp` behind the identity middleware —
+//! `tools/call` answered by `call_fast_path.rs`, a session's GET stream and DELETE by
+//! `session_requests.rs`, every other request by rmcp with a handler made for it (sessions
+//! are the sidecar's own: `tasks.rs`) — the composition at `/v1/composition`, and
+//! `/healthz`, all behind the Host check. Clients use the URL `http://localhost/...` (a Unix
+//! socket has no DNS-rebinding exposure; the fixed value keeps requests uniform).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
 use capstan_api::wire::SOCKET_HOST;
-use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use crate::call_fast_path;
@@ -20,10 +20,8 @@ use crate::middleware::{Gate, MAX_BODY_BYTES, check, check_host};
 use crate::project_composer::ProjectComposer;
 use crate::reaper::reap;
 use crate::routing_endpoints::{route_decisions, routes};
+use crate::session_requests::{SSE_KEEP_ALIVE, session_requests};
 use crate::tasks::{TaskStarter, Tasks};
-
-/// How often a stream held open gets a keep-alive comment.
-const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Builds the router over the task registry `tasks` (tasks started by `starter`; inspection
 /// composing with `composer`) and starts its reaper. Call within a Tokio runtime.
@@ -32,25 +30,25 @@ pub fn router(
     starter: Arc<TaskStarter>,
     tasks: Arc<Tasks>,
 ) -> Router {
-    // rmcp's own idle timer counts only what reaches its session worker; tool calls served
-    // by `call_fast_path.rs` do not, so the sidecar keeps the idle clock itself (`reaper.rs`).
-    let mut session_config = SessionConfig::default();
-    session_config.keep_alive = None;
-    let mut manager = LocalSessionManager::default();
-    manager.session_config = session_config;
-    let manager = Arc::new(manager);
-    tokio::spawn(reap(tasks.clone(), manager.clone()));
-    let mcp: StreamableHttpService<SessionHandler, LocalSessionManager> =
+    tokio::spawn(reap(tasks.clone()));
+    // rmcp keeps no session: each request gets a handler of its own (`mcp.rs`), which finds
+    // the session's task the middleware resolved. A session costs what the sidecar keeps for
+    // it (docs/performance.md "Memory per session").
+    let mcp: StreamableHttpService<SessionHandler, NeverSessionManager> =
         StreamableHttpService::new(
             {
                 let (tasks, starter) = (tasks.clone(), starter.clone());
                 move || Ok(SessionHandler::new(tasks.clone(), starter.clone()))
             },
-            manager,
-            // Streams held open (a session's GET stream, a 2026-07-28 `subscriptions/listen`)
-            // get a keep-alive comment every 15 s: the Python SDK drops a stream silent for
-            // 300 s, and a proxy in between may sooner.
+            Arc::new(NeverSessionManager::default()),
+            // A 2026-07-28 `subscriptions/listen` stream gets a keep-alive comment like a
+            // session's GET stream. An answer that comes alone is JSON (an SSE stream only
+            // when the handler sends something first): `initialize` must have answered before
+            // its response leaves, for the middleware to mint the session's id over the task
+            // it started (`middleware.rs`, `settle`).
             StreamableHttpServerConfig::default()
+                .with_legacy_session_mode(false)
+                .with_json_response(true)
                 .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))
                 .with_allowed_hosts([SOCKET_HOST])
                 .with_max_request_body_bytes(MAX_BODY_BYTES),
@@ -72,6 +70,10 @@ pub fn router(
         )
         .route("/v1/routes", get(routes).with_state(inspection))
         .layer(axum::middleware::from_fn(call_fast_path::tools_call))
+        .layer(axum::middleware::from_fn_with_state(
+            tasks.clone(),
+            session_requests,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             Gate {
                 tasks,

@@ -1,7 +1,8 @@
 //! A task: one MCP session's composition and who it is for, and its lifecycle — the idle
 //! clock, the time limit, its streams and listeners, the permit it holds. What it serves is
 //! `task/served.rs`; how it answers a `tools/call` (dispatch, routing, metering) is
-//! `task/call.rs`. The session's end drops the task, which closes its upstream sessions.
+//! `task/call.rs`. The session's end (`Tasks::end`) shuts the task down, which closes its
+//! upstream sessions and its GET stream.
 
 mod call;
 mod in_flight;
@@ -12,10 +13,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use capstan_compose::Document;
-use rmcp::RoleServer;
-use rmcp::service::{Peer, SubscriptionSendError, SubscriptionSink};
-use serde_json::Value;
+use capstan_compose::{ClientAsks, Document};
+use rmcp::service::{SubscriptionSendError, SubscriptionSink};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use self::in_flight::InFlight;
@@ -69,8 +70,9 @@ pub struct Task {
     _permit: Option<Place>,
     /// Streams open now (a session's GET streams, `subscriptions/listen` streams).
     streams: Arc<AtomicUsize>,
-    /// The session's MCP peer, through which `notifications/tools/list_changed` is sent.
-    peer: OnceLock<Peer<RoleServer>>,
+    /// The session's open GET streams, through which its list changes and resource updates
+    /// go (`session_requests.rs`); none while the client holds none open.
+    session_streams: Mutex<Vec<mpsc::Sender<Value>>>,
     /// The open `subscriptions/listen` streams of a task without a session (2026-07-28), each
     /// told of list changes; keyed so each stream removes its own when it ends.
     listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
@@ -84,8 +86,8 @@ pub struct Task {
     /// The calls the fast path is serving, for the caller's `notifications/cancelled`, and
     /// the providers' questions it put to the caller.
     in_flight: InFlight,
-    /// What the caller can be asked, read from its `initialize` once.
-    asks: OnceLock<capstan_compose::ClientAsks>,
+    /// What the caller can be asked, read from its `initialize` (nothing without a session).
+    asks: OnceLock<ClientAsks>,
     /// The resources the task's client subscribed to, by the URIs it knows them by: in a
     /// session once each (`resources/subscribe`), without one by how many of its open listen
     /// streams hold it.
@@ -104,6 +106,10 @@ enum Told {
     Resources,
     Updated(String),
 }
+
+/// How many messages a session's GET stream holds for a client slow to read them; more are
+/// dropped (a list change is re-sent by the next change, and the lists carry a TTL).
+const SESSION_STREAM_CAPACITY: usize = 64;
 
 /// The most resources one session may subscribe to at once: a template can name unboundedly
 /// many URIs, and each subscription is held for the session's life.
@@ -190,7 +196,7 @@ impl Task {
             busy: AtomicUsize::new(0),
             _permit: permit,
             streams: Arc::default(),
-            peer: OnceLock::new(),
+            session_streams: Mutex::default(),
             listeners: Mutex::default(),
             next_listener: AtomicU64::new(0),
             ended: tokio::sync::watch::channel(()).0,
@@ -267,19 +273,50 @@ impl Task {
         let _ = self.expired.subscribe().wait_for(|expired| *expired).await;
     }
 
-    /// Keeps the session's MCP peer, through which list changes are sent (once).
-    pub fn set_peer(&self, peer: Peer<RoleServer>) {
-        let _ = self.peer.set(peer);
+    /// Keeps what the session's client declared it can be asked at `initialize` (once).
+    pub fn set_client_asks(&self, asks: ClientAsks) {
+        let _ = self.asks.set(asks);
     }
 
-    /// Tells the task's client that its tools changed: through the session's peer, and on
+    /// Opens a GET stream of the session: the messages for the session from now on, until the
+    /// task ends or the client leaves. A session may hold several (its streams' cap,
+    /// `admission.rs`); each message goes on one of them, the newest that takes it.
+    pub fn open_session_stream(&self) -> mpsc::Receiver<Value> {
+        let (sender, receiver) = mpsc::channel(SESSION_STREAM_CAPACITY);
+        lock(&self.session_streams).push(sender);
+        receiver
+    }
+
+    /// Sends the notification `method` (with `params`) on one of the session's GET streams (the
+    /// newest with room; a stream the client left is dropped), if one is open. A client that
+    /// reads none loses what does not fit, and re-lists.
+    fn tell_session(&self, method: &str, params: Option<Value>) {
+        let mut streams = lock(&self.session_streams);
+        streams.retain(|sender| !sender.is_closed());
+        if streams.is_empty() {
+            return;
+        }
+        let mut message = json!({ "jsonrpc": "2.0", "method": method });
+        if let Some(params) = params {
+            message["params"] = params;
+        }
+        for sender in streams.iter().rev() {
+            match sender.try_send(message) {
+                Ok(()) => return,
+                Err(
+                    mpsc::error::TrySendError::Full(back) | mpsc::error::TrySendError::Closed(back),
+                ) => {
+                    message = back;
+                }
+            }
+        }
+        warn!(project = %self.identity.project, method, "the session's GET streams are full; a notification was dropped");
+    }
+
+    /// Tells the task's client that its tools changed: on the session's GET stream, and on
     /// every open `subscriptions/listen` stream (a stream that is gone is dropped).
     pub async fn notify_tool_list_changed(&self) {
-        if let Some(peer) = self.peer.get()
-            && let Err(error) = peer.notify_tool_list_changed().await
-        {
-            warn!(project = %self.identity.project, %error, "notifications/tools/list_changed could not be sent");
-        }
+        self.tell_session("notifications/tools/list_changed", None);
         self.tell_listeners(Told::Tools).await;
     }
 
@@ -375,7 +412,7 @@ impl Task {
     }
 
     /// Tells the task's client of an update of each of `uris` it subscribed to: through the
-    /// session's peer, and on every open listen stream that holds it.
+    /// session's GET stream, and on every open listen stream that holds it.
     pub async fn notify_resource_updated(&self, uris: BTreeSet<String>) {
         let subscribed: Vec<String> = {
             let subscriptions = lock(&self.subscriptions);
@@ -384,26 +421,22 @@ impl Task {
                 .collect()
         };
         for uri in subscribed {
-            if let Some(peer) = self.peer.get() {
-                let update = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
-                if let Err(error) = peer.notify_resource_updated(update).await {
-                    debug!(project = %self.identity.project, %error, "notifications/resources/updated could not be sent");
-                }
-            }
+            self.tell_session(
+                "notifications/resources/updated",
+                Some(json!({ "uri": uri })),
+            );
             self.tell_listeners(Told::Updated(uri)).await;
         }
     }
 
-    /// Tells the task's client that its prompts or its resources changed: through the
-    /// session's peer, and on every open `subscriptions/listen` stream that asked for it.
+    /// Tells the task's client that its prompts or its resources changed: on the session's
+    /// GET stream, and on every open `subscriptions/listen` stream that asked for it.
     pub async fn notify_offerings_changed(&self, prompts: bool, resources: bool) {
-        if let Some(peer) = self.peer.get() {
-            if prompts && let Err(error) = peer.notify_prompt_list_changed().await {
-                debug!(project = %self.identity.project, %error, "notifications/prompts/list_changed could not be sent");
-            }
-            if resources && let Err(error) = peer.notify_resource_list_changed().await {
-                debug!(project = %self.identity.project, %error, "notifications/resources/list_changed could not be sent");
-            }
+        if prompts {
+            self.tell_session("notifications/prompts/list_changed", None);
+        }
+        if resources {
+            self.tell_session("notifications/resources/list_changed", None);
         }
         if prompts {
             self.tell_listeners(Told::Prompts).await;

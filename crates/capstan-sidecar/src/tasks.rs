@@ -1,6 +1,7 @@
 //! The task registry: every live task of the sidecar, in one table behind one lock — a
-//! session's (bound to its session id when `initialize` answers; held weakly, so a task that
-//! ended is an ended session without any callback) and a caller's without a session (the
+//! session's (bound to the session id the sidecar mints when `initialize` answers; the table
+//! holds it, so forgetting the session — DELETE, idle, a revoked caller — ends it) and a
+//! caller's without a session (the
 //! 2026-07-28 revision; keyed by the digest of project and token, held here, composed by its
 //! first request). One start function (`TaskStarter::start`) for both, one reaper pass, one
 //! `close_all`.
@@ -12,12 +13,11 @@
 //! `maxTaskDurationSeconds` passes; the next request then starts a new task.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use capstan_compose::CallerRevision;
-use rmcp::service::Peer;
-use rmcp::{ErrorData as McpError, RoleServer};
+use capstan_compose::{CallerRevision, ClientAsks};
+use rmcp::ErrorData as McpError;
 use tokio::sync::OnceCell;
 use tracing::info;
 
@@ -75,14 +75,14 @@ impl TaskStarter {
         self.composer.compose(identity, revision).await
     }
 
-    /// Starts the task of `identity` serving `project` in `place`, telling its client of list
-    /// changes through `peer` (a session's) or its listen streams (a caller without one).
+    /// Starts the task of `identity` serving `project` in `place`; `asks` is what a session's
+    /// client declared it can be asked (none for a caller without a session).
     pub fn start(
         &self,
         identity: Identity,
         project: ComposedProject,
         place: Option<Place>,
-        peer: Option<Peer<RoleServer>>,
+        asks: Option<ClientAsks>,
     ) -> Arc<Task> {
         let task = Task::start(
             self.composer.context().clone(),
@@ -90,8 +90,8 @@ impl TaskStarter {
             Served::new(project.composed, project.base, project.snapshot),
             place,
         );
-        if let Some(peer) = peer {
-            task.set_peer(peer);
+        if let Some(asks) = asks {
+            task.set_client_asks(asks);
         }
         refresh::follow(&task, self.composer.clone(), &self.feeds);
         task
@@ -108,8 +108,9 @@ pub enum TaskKey {
 }
 
 enum Slot {
-    /// Bound when its `initialize` answered; the task lives as long as rmcp's session.
-    Session { task: Weak<Task>, created: Instant },
+    /// Bound when its `initialize` answered; the task lives while the session is bound (and
+    /// while a call it serves runs).
+    Session { task: Arc<Task>, created: Instant },
     /// The caller's task, or its composition in the making (concurrent first requests share
     /// it).
     Caller(Arc<OnceCell<Arc<Task>>>),
@@ -126,15 +127,15 @@ pub enum Lookup {
 /// What the identity middleware admitted a request to open, handed to the rmcp handler that
 /// opens it (rmcp passes the handler the request's HTTP parts, where the middleware put it):
 /// the place a new task takes, and — left by `initialize` — the task started, which the
-/// middleware binds to the session id rmcp answers with. The one thing that travels from the
-/// middleware through rmcp and back.
+/// middleware binds to the session id it mints for the answer. The one thing that travels
+/// from the middleware through rmcp and back; it holds the task until then.
 #[derive(Clone, Default)]
 pub struct Admitted(Arc<AdmittedInner>);
 
 #[derive(Default)]
 struct AdmittedInner {
     place: Mutex<Option<Place>>,
-    task: std::sync::OnceLock<Weak<Task>>,
+    task: std::sync::OnceLock<Arc<Task>>,
 }
 
 impl Admitted {
@@ -154,12 +155,12 @@ impl Admitted {
 
     /// Leaves the task `initialize` started, for the middleware to bind.
     pub fn started(&self, task: &Arc<Task>) {
-        let _ = self.0.task.set(Arc::downgrade(task));
+        let _ = self.0.task.set(task.clone());
     }
 
-    /// The task `initialize` started, while it lives.
+    /// The task `initialize` started.
     pub fn task(&self) -> Option<Arc<Task>> {
-        self.0.task.get().and_then(Weak::upgrade)
+        self.0.task.get().cloned()
     }
 }
 
@@ -172,8 +173,6 @@ pub struct Tasks {
     admission: Arc<Admission>,
     lifetimes: Lifetimes,
     table: Mutex<HashMap<TaskKey, Slot>>,
-    /// Sessions the sidecar ended (a revoked caller), whose rmcp sessions the reaper closes.
-    ended: Mutex<Vec<String>>,
 }
 
 impl Tasks {
@@ -183,7 +182,6 @@ impl Tasks {
             admission,
             lifetimes,
             table: Mutex::default(),
-            ended: Mutex::default(),
         }
     }
 
@@ -205,17 +203,9 @@ impl Tasks {
     pub fn session(&self, id: &str) -> Result<Lookup, Poisoned> {
         let table = self.lock()?;
         Ok(match table.get(&TaskKey::Session(id.to_owned())) {
-            Some(Slot::Session { task, .. }) => match task.upgrade() {
-                Some(task) => Lookup::Bound(task),
-                None => Lookup::Unbound,
-            },
+            Some(Slot::Session { task, .. }) => Lookup::Bound(task.clone()),
             _ => Lookup::Unbound,
         })
-    }
-
-    /// Whether session `id` is bound to a live task.
-    pub fn is_session(&self, id: &str) -> bool {
-        matches!(self.session(id), Ok(Lookup::Bound(_)))
     }
 
     /// Binds session `id` to `task` (its `initialize` answered).
@@ -223,44 +213,26 @@ impl Tasks {
         self.lock()?.insert(
             TaskKey::Session(id.to_owned()),
             Slot::Session {
-                task: Arc::downgrade(task),
+                task: task.clone(),
                 created: Instant::now(),
             },
         );
         Ok(())
     }
 
-    /// Forgets session `id`: later requests naming it are not served.
-    pub fn forget_session(&self, id: &str) {
-        if let Ok(mut table) = self.lock() {
-            table.remove(&TaskKey::Session(id.to_owned()));
-        }
-    }
-
-    /// Ends the task known by `key` at once, as the sidecar's decision (its caller was
-    /// revoked): forgotten, its upstream sessions and streams closed; a session's rmcp session
-    /// is closed by the reaper, and its next request is 404.
+    /// Ends the task known by `key` at once — a session's DELETE, or the sidecar's decision
+    /// (its caller was revoked): forgotten, its upstream sessions and streams closed; a
+    /// session's next request is 404.
     pub fn end(&self, key: &TaskKey) {
         let removed = self.lock().ok().and_then(|mut table| table.remove(key));
         let task = match removed {
-            Some(Slot::Session { task, .. }) => task.upgrade(),
+            Some(Slot::Session { task, .. }) => Some(task),
             Some(Slot::Caller(cell)) => cell.get().cloned(),
             None => None,
         };
         if let Some(task) = task {
             task.shutdown();
         }
-        if let (TaskKey::Session(id), Ok(mut ended)) = (key, self.ended.lock()) {
-            ended.push(id.clone());
-        }
-    }
-
-    /// The sessions ended by [`Tasks::end`] since the last call, for the reaper to close.
-    pub fn take_ended(&self) -> Vec<String> {
-        self.ended
-            .lock()
-            .map(|mut ended| std::mem::take(&mut *ended))
-            .unwrap_or_default()
     }
 
     /// Whether `identity` has a task without a session that may serve its next request (if
@@ -342,7 +314,7 @@ impl Tasks {
             table
                 .values()
                 .filter_map(|slot| match slot {
-                    Slot::Session { task, created } => Some((*created, task.upgrade()?)),
+                    Slot::Session { task, created } => Some((*created, task.clone())),
                     Slot::Caller(_) => None,
                 })
                 .filter(|(_, task)| task.identity().fingerprint() == *fingerprint)
@@ -362,7 +334,7 @@ impl Tasks {
             .iter()
             .filter_map(|(key, slot)| {
                 let task = match slot {
-                    Slot::Session { task, .. } => task.upgrade()?,
+                    Slot::Session { task, .. } => task.clone(),
                     Slot::Caller(cell) => cell.get().filter(|t| self.usable(t))?.clone(),
                 };
                 (task.open_streams() > 0).then(|| (key.clone(), task))
@@ -371,26 +343,24 @@ impl Tasks {
     }
 
     /// One pass of the reaper over the table: sessions idle for the session idle limit (never
-    /// while a call runs) and dead ones are forgotten and returned, for rmcp to close; tasks
-    /// without a session that may not serve again are dropped and shut down (their listen
-    /// streams close). Returns (sessions to close, tasks without a session ended).
-    pub fn reap(&self) -> (Vec<String>, usize) {
+    /// while a call runs) are forgotten, and tasks without a session that may not serve again
+    /// are dropped; both are shut down (their streams close). Returns (sessions ended, tasks
+    /// without a session ended).
+    pub fn reap(&self) -> (usize, usize) {
         let Ok(mut table) = self.lock() else {
-            return (Vec::new(), 0);
+            return (0, 0);
         };
-        let mut idle = Vec::new();
+        let mut sessions = Vec::new();
         let mut ended = Vec::new();
-        table.retain(|key, slot| match (key, slot) {
-            (TaskKey::Session(id), Slot::Session { task, .. }) => {
-                let gone = task
-                    .upgrade()
-                    .is_none_or(|task| task.idle() >= self.lifetimes.session_idle);
-                if gone {
-                    idle.push(id.clone());
+        table.retain(|_, slot| match slot {
+            Slot::Session { task, .. } => {
+                let idle = task.idle() >= self.lifetimes.session_idle;
+                if idle {
+                    sessions.push(task.clone());
                 }
-                !gone
+                !idle
             }
-            (_, Slot::Caller(cell)) => match cell.get() {
+            Slot::Caller(cell) => match cell.get() {
                 Some(task) if self.usable(task) => true,
                 Some(task) => {
                     ended.push(task.clone());
@@ -399,13 +369,12 @@ impl Tasks {
                 // Composing now (or failed to): kept until it is used or the next pass.
                 None => Arc::strong_count(cell) > 1,
             },
-            _ => false,
         });
         drop(table);
-        for task in &ended {
+        for task in sessions.iter().chain(&ended) {
             task.shutdown();
         }
-        (idle, ended.len())
+        (sessions.len(), ended.len())
     }
 
     /// Ends the upstream sessions of every live task (at shutdown, once the grace period for
@@ -417,7 +386,7 @@ impl Tasks {
         let live: Vec<Arc<Task>> = table
             .values()
             .filter_map(|slot| match slot {
-                Slot::Session { task, .. } => task.upgrade(),
+                Slot::Session { task, .. } => Some(task.clone()),
                 Slot::Caller(cell) => cell.get().cloned(),
             })
             .collect();

@@ -42,9 +42,9 @@ async fn a_tool_call_without_initialize_should_be_refused_for_every_revision() {
         );
         assert_eq!(code, 400, "{version}: {body}");
         // A session revision needs its session; 2026-07-28 has none, but its requests must
-        // carry their own `_meta`, which this one lacks.
+        // name their method in a header and carry their own `_meta`, which this one lacks.
         let expected = if version == "2026-07-28" {
-            "request _meta is missing"
+            "missing required Mcp-Method header"
         } else {
             "no MCP session: send `initialize` first"
         };

@@ -128,14 +128,7 @@ impl Task {
     /// `initialize` (nothing, for a task without a session: the 2026-07-28 revision asks
     /// through `InputRequiredResult` instead).
     pub fn client_asks(&self) -> ClientAsks {
-        *self.asks.get_or_init(|| {
-            self.peer
-                .get()
-                .and_then(|peer| peer.peer_info())
-                .and_then(|info| serde_json::to_value(&info.capabilities).ok())
-                .map(|capabilities| ClientAsks::from_capabilities(&capabilities))
-                .unwrap_or_default()
-        })
+        self.asks.get().copied().unwrap_or_default()
     }
 }
 

@@ -1,0 +1,112 @@
+//! What a session asks that is not a JSON-RPC request: its GET stream and its DELETE.
+//!
+//! The sidecar keeps its sessions itself (`tasks.rs`): it mints the id when `initialize`
+//! answers (`middleware::settle`), rmcp serves each POST of a session with a handler made for
+//! that request, and nothing of rmcp lives between requests. So the two requests that are
+//! about the session itself are answered here, for a session the identity middleware has
+//! found bound to this caller:
+//!
+//! - **GET** opens a stream of the session: its list changes and the updates of resources it
+//!   subscribed to, as SSE events (`Task::open_session_stream`; each on one stream, when the
+//!   client holds several), with a keep-alive comment every 15 s. It ends when the task does
+//!   (DELETE, idle, a revoked caller, shutdown) or the client leaves; its place is the
+//!   middleware's (a task's streams are capped). It replays nothing (`Last-Event-ID` opens a
+//!   new stream): a client that missed a change re-lists.
+//! - **DELETE** ends the session (`Tasks::end`): its upstream sessions and streams close, and
+//!   its next request is 404.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use futures::StreamExt as _;
+
+use crate::identity::refusal;
+use crate::mcp::SUPPORTED_VERSIONS;
+use crate::middleware::SessionTask;
+use crate::tasks::{TaskKey, Tasks};
+
+/// How often a stream held open gets a keep-alive comment: the Python SDK drops a stream
+/// silent for 300 s, and a proxy in between may sooner.
+pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The middleware: answers a session's GET and DELETE, passes everything else on.
+pub async fn session_requests(
+    axum::extract::State(tasks): axum::extract::State<std::sync::Arc<Tasks>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let method = request.method().clone();
+    if method != Method::GET && method != Method::DELETE {
+        return next.run(request).await;
+    }
+    let Some(SessionTask(task)) = request.extensions().get::<SessionTask>().cloned() else {
+        return next.run(request).await;
+    };
+    if let Some(refused) = unknown_revision(request.headers()) {
+        return refused;
+    }
+    if method == Method::DELETE {
+        if let Some(id) = request
+            .headers()
+            .get(MCP_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+        {
+            tasks.end(&TaskKey::Session(id.to_owned()));
+        }
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    if !accepts_event_stream(request.headers()) {
+        return (
+            StatusCode::NOT_ACCEPTABLE,
+            "Not Acceptable: a session's GET stream is text/event-stream; send Accept: \
+             text/event-stream",
+        )
+            .into_response();
+    }
+    let received = task.open_session_stream();
+    let mut ended = task.ended();
+    drop(task);
+    let messages = futures::stream::unfold(received, |mut received| async move {
+        received.recv().await.map(|message| (message, received))
+    })
+    .take_until(async move {
+        let _ = ended.changed().await;
+    })
+    .map(|message| Ok::<_, Infallible>(Event::default().data(message.to_string())));
+    Sse::new(messages)
+        .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE))
+        .into_response()
+}
+
+/// A `MCP-Protocol-Version` the sidecar does not speak is refused with 400 (as rmcp refuses it
+/// on a POST).
+fn unknown_revision(headers: &HeaderMap) -> Option<Response> {
+    let version = headers.get(MCP_PROTOCOL_VERSION)?;
+    let known = version
+        .to_str()
+        .is_ok_and(|v| SUPPORTED_VERSIONS.iter().any(|s| s.as_str() == v));
+    (!known).then(|| {
+        refusal(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            "unsupported MCP-Protocol-Version: use the revision negotiated at initialize",
+        )
+    })
+}
+
+/// Whether the request's `Accept` takes `text/event-stream` (or anything).
+fn accepts_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|item| item.split(';').next().unwrap_or("").trim())
+        .any(|essence| essence.eq_ignore_ascii_case("text/event-stream") || essence == "*/*")
+}
