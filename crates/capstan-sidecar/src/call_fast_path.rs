@@ -357,15 +357,8 @@ impl Drop for AbortOnDrop {
 /// contradicts the body, is refused with 400.
 fn header_mismatch(request: &Request) -> Option<Response> {
     let headers = request.headers();
-    if let Some(version) = headers.get(MCP_PROTOCOL_VERSION) {
-        let known = version
-            .to_str()
-            .is_ok_and(|v| SUPPORTED_VERSIONS.iter().any(|s| s.as_str() == v));
-        if !known {
-            return Some(bad_request(
-                "unsupported MCP-Protocol-Version: use the revision negotiated at initialize",
-            ));
-        }
+    if let Some(refused) = unknown_revision(headers) {
+        return Some(refused);
     }
     if let Some(method) = headers.get(MCP_METHOD)
         && method.as_bytes() != b"tools/call"
@@ -375,6 +368,19 @@ fn header_mismatch(request: &Request) -> Option<Response> {
         ));
     }
     None
+}
+
+/// A `MCP-Protocol-Version` the sidecar does not speak, refused with 400 as rmcp refuses it:
+/// the check of every request of a session rmcp does not see (a call here, a GET stream or
+/// DELETE in `session_requests.rs`).
+pub(crate) fn unknown_revision(headers: &axum::http::HeaderMap) -> Option<Response> {
+    let version = headers.get(MCP_PROTOCOL_VERSION)?;
+    let known = version
+        .to_str()
+        .is_ok_and(|v| SUPPORTED_VERSIONS.iter().any(|s| s.as_str() == v));
+    (!known).then(|| {
+        bad_request("unsupported MCP-Protocol-Version: use the revision negotiated at initialize")
+    })
 }
 
 fn bad_request(message: &str) -> Response {

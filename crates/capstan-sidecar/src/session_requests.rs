@@ -23,11 +23,10 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use capstan_api::wire::MCP_SESSION_ID;
 use futures::StreamExt as _;
 
-use crate::identity::refusal;
-use crate::mcp::SUPPORTED_VERSIONS;
+use crate::call_fast_path::unknown_revision;
 use crate::middleware::SessionTask;
 use crate::tasks::{TaskKey, Tasks};
 
@@ -82,22 +81,6 @@ pub async fn session_requests(
     Sse::new(messages)
         .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE))
         .into_response()
-}
-
-/// A `MCP-Protocol-Version` the sidecar does not speak is refused with 400 (as rmcp refuses it
-/// on a POST).
-fn unknown_revision(headers: &HeaderMap) -> Option<Response> {
-    let version = headers.get(MCP_PROTOCOL_VERSION)?;
-    let known = version
-        .to_str()
-        .is_ok_and(|v| SUPPORTED_VERSIONS.iter().any(|s| s.as_str() == v));
-    (!known).then(|| {
-        refusal(
-            StatusCode::BAD_REQUEST,
-            "invalid_input",
-            "unsupported MCP-Protocol-Version: use the revision negotiated at initialize",
-        )
-    })
 }
 
 /// Whether the request's `Accept` takes `text/event-stream` (or anything).

@@ -434,14 +434,10 @@ impl Task {
     pub async fn notify_offerings_changed(&self, prompts: bool, resources: bool) {
         if prompts {
             self.tell_session("notifications/prompts/list_changed", None);
-        }
-        if resources {
-            self.tell_session("notifications/resources/list_changed", None);
-        }
-        if prompts {
             self.tell_listeners(Told::Prompts).await;
         }
         if resources {
+            self.tell_session("notifications/resources/list_changed", None);
             self.tell_listeners(Told::Resources).await;
         }
     }
