@@ -8,7 +8,8 @@
 //!
 //! - **GET** opens a stream of the session: its list changes and the updates of resources it
 //!   subscribed to, as SSE events (`Task::open_session_stream`; each on one stream, when the
-//!   client holds several), with a keep-alive comment every 15 s. It ends when the task does
+//!   client holds several; a change already waiting for a client slow to read is not queued
+//!   twice, `task/outbox.rs`), with a keep-alive comment every 15 s. It ends when the task does
 //!   (DELETE, idle, a revoked caller, shutdown) or the client leaves; its place is the
 //!   middleware's (a task's streams are capped). It replays nothing (`Last-Event-ID` opens a
 //!   new stream): a client that missed a change re-lists.
@@ -68,11 +69,11 @@ pub async fn session_requests(
         )
             .into_response();
     }
-    let received = task.open_session_stream();
+    let stream = task.open_session_stream();
     let mut ended = task.ended();
     drop(task);
-    let messages = futures::stream::unfold(received, |mut received| async move {
-        received.recv().await.map(|message| (message, received))
+    let messages = futures::stream::unfold(stream, |mut stream| async move {
+        Some((stream.next().await, stream))
     })
     .take_until(async move {
         let _ = ended.changed().await;

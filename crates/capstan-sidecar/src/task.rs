@@ -6,6 +6,7 @@
 
 mod call;
 mod in_flight;
+mod outbox;
 mod served;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,11 +16,12 @@ use std::time::{Duration, Instant};
 
 use capstan_compose::{ClientAsks, Document};
 use rmcp::service::{SubscriptionSendError, SubscriptionSink};
-use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use self::in_flight::InFlight;
+pub use self::outbox::SessionStream;
+use self::outbox::{Change, Outbox};
 pub use self::served::Served;
 use crate::admission::{Full, Place};
 use crate::decisions::DecisionLog;
@@ -70,9 +72,9 @@ pub struct Task {
     _permit: Option<Place>,
     /// Streams open now (a session's GET streams, `subscriptions/listen` streams).
     streams: Arc<AtomicUsize>,
-    /// The session's open GET streams, through which its list changes and resource updates
-    /// go (`session_requests.rs`); none while the client holds none open.
-    session_streams: Mutex<Vec<mpsc::Sender<Value>>>,
+    /// What the session's open GET streams have yet to send: its list changes and resource
+    /// updates, each once (`task/outbox.rs`, `session_requests.rs`).
+    outbox: Arc<Outbox>,
     /// The open `subscriptions/listen` streams of a task without a session (2026-07-28), each
     /// told of list changes; keyed so each stream removes its own when it ends.
     listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
@@ -106,10 +108,6 @@ enum Told {
     Resources,
     Updated(String),
 }
-
-/// How many messages a session's GET stream holds for a client slow to read them; more are
-/// dropped (a list change is re-sent by the next change, and the lists carry a TTL).
-const SESSION_STREAM_CAPACITY: usize = 64;
 
 /// The most resources one session may subscribe to at once: a template can name unboundedly
 /// many URIs, and each subscription is held for the session's life.
@@ -196,7 +194,7 @@ impl Task {
             busy: AtomicUsize::new(0),
             _permit: permit,
             streams: Arc::default(),
-            session_streams: Mutex::default(),
+            outbox: Arc::default(),
             listeners: Mutex::default(),
             next_listener: AtomicU64::new(0),
             ended: tokio::sync::watch::channel(()).0,
@@ -280,43 +278,15 @@ impl Task {
 
     /// Opens a GET stream of the session: the messages for the session from now on, until the
     /// task ends or the client leaves. A session may hold several (its streams' cap,
-    /// `admission.rs`); each message goes on one of them, the newest that takes it.
-    pub fn open_session_stream(&self) -> mpsc::Receiver<Value> {
-        let (sender, receiver) = mpsc::channel(SESSION_STREAM_CAPACITY);
-        lock(&self.session_streams).push(sender);
-        receiver
-    }
-
-    /// Sends the notification `method` (with `params`) on one of the session's GET streams (the
-    /// newest with room; a stream the client left is dropped), if one is open. A client that
-    /// reads none loses what does not fit, and re-lists.
-    fn tell_session(&self, method: &str, params: Option<Value>) {
-        let mut streams = lock(&self.session_streams);
-        streams.retain(|sender| !sender.is_closed());
-        if streams.is_empty() {
-            return;
-        }
-        let mut message = json!({ "jsonrpc": "2.0", "method": method });
-        if let Some(params) = params {
-            message["params"] = params;
-        }
-        for sender in streams.iter().rev() {
-            match sender.try_send(message) {
-                Ok(()) => return,
-                Err(
-                    mpsc::error::TrySendError::Full(back) | mpsc::error::TrySendError::Closed(back),
-                ) => {
-                    message = back;
-                }
-            }
-        }
-        warn!(project = %self.identity.project, method, "the session's GET streams are full; a notification was dropped");
+    /// `admission.rs`); each message goes on one of them.
+    pub fn open_session_stream(&self) -> SessionStream {
+        self.outbox.open()
     }
 
     /// Tells the task's client that its tools changed: on the session's GET stream, and on
     /// every open `subscriptions/listen` stream (a stream that is gone is dropped).
     pub async fn notify_tool_list_changed(&self) {
-        self.tell_session("notifications/tools/list_changed", None);
+        self.outbox.note(Change::ToolList);
         self.tell_listeners(Told::Tools).await;
     }
 
@@ -355,6 +325,7 @@ impl Task {
     /// Forgets the session's subscription to `uri`.
     pub fn unsubscribe(&self, uri: &str) {
         lock(&self.subscriptions).remove(uri);
+        self.outbox.forget(uri);
     }
 
     /// A listen stream holds `uris` (within [`MAX_SUBSCRIPTIONS`] in all): those no other
@@ -421,10 +392,7 @@ impl Task {
                 .collect()
         };
         for uri in subscribed {
-            self.tell_session(
-                "notifications/resources/updated",
-                Some(json!({ "uri": uri })),
-            );
+            self.outbox.note(Change::Updated(uri.clone()));
             self.tell_listeners(Told::Updated(uri)).await;
         }
     }
@@ -433,11 +401,11 @@ impl Task {
     /// GET stream, and on every open `subscriptions/listen` stream that asked for it.
     pub async fn notify_offerings_changed(&self, prompts: bool, resources: bool) {
         if prompts {
-            self.tell_session("notifications/prompts/list_changed", None);
+            self.outbox.note(Change::PromptList);
             self.tell_listeners(Told::Prompts).await;
         }
         if resources {
-            self.tell_session("notifications/resources/list_changed", None);
+            self.outbox.note(Change::ResourceList);
             self.tell_listeners(Told::Resources).await;
         }
     }
