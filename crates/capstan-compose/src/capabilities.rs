@@ -76,6 +76,19 @@ pub fn capability_tool(spec: &CapabilitySpec) -> Tool {
     tool
 }
 
+/// [`capability_tool`] of `spec`, built once per spec: every task's copy shares its schema.
+fn shared_capability_tool(spec: &'static CapabilitySpec) -> Tool {
+    static TOOLS: std::sync::LazyLock<std::sync::Mutex<HashMap<usize, Tool>>> =
+        std::sync::LazyLock::new(Default::default);
+    // A catalog lives for the process (`&'static`), so a spec's address names it.
+    let key = std::ptr::from_ref(spec) as usize;
+    let mut tools = TOOLS.lock().unwrap_or_else(|p| p.into_inner());
+    tools
+        .entry(key)
+        .or_insert_with(|| capability_tool(spec))
+        .clone()
+}
+
 /// The routed capabilities of `documents` against `catalog`, given which composed names are
 /// served and by which binding (`owners`: composed name → binding). A mapping onto a capability
 /// the catalog lacks (or retired) is left out: `capstan_route::mapping_warnings` reports it.
@@ -107,7 +120,7 @@ pub fn routed_capabilities(
                         .entry(spec.capability_id.as_str())
                         .or_insert_with(|| RoutedCapability {
                             spec,
-                            tool: capability_tool(spec),
+                            tool: shared_capability_tool(spec),
                             candidates: Vec::new(),
                         });
                 entry.candidates.push(Candidate {

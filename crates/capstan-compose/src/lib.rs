@@ -12,6 +12,7 @@ mod control_plane;
 mod error_chain;
 mod fetch;
 mod guard;
+mod interned;
 mod knowledge;
 mod limits;
 mod names;
@@ -36,6 +37,7 @@ pub use control_plane::ControlPlane;
 pub use error_chain::{chain_text, find_in_chain};
 pub use fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};
 pub use guard::{AddressRefused, AddressScope, EndpointGuard, HostPattern, PatternError, Refusal};
+pub use interned::{Interned, content_key};
 pub use limits::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FETCH_TIMEOUT,
     DEFAULT_KNOWLEDGE_SOURCE_CAP, DEFAULT_KNOWLEDGE_TOTAL_CAP, DEFAULT_SKILL_CAP, Limits,

@@ -13,6 +13,7 @@ use tracing::field::Empty;
 use tracing::{Instrument as _, Span, debug, debug_span};
 
 use super::live::{Composed, Connected};
+use crate::interned::{Interned, content_key};
 use crate::source::snapshot::Document;
 use crate::upstream::{
     CallerRevision, ConnectError, Connector, Offerings, Upstream, UpstreamChanges, Wanted,
@@ -69,14 +70,20 @@ pub(super) struct ServerResult {
 }
 
 /// What a composition keeps of an upstream's list for the next one: the tools its allow-list
-/// names (all a composition reads), not the whole list.
+/// names (all a composition reads), not the whole list — one copy for every task whose
+/// upstream listed the same (`interned.rs`); the composed tools share its schemas.
 fn allowed_only(tools: Vec<Tool>, allowed: &BTreeSet<String>) -> Arc<Vec<Tool>> {
-    Arc::new(
-        tools
-            .into_iter()
-            .filter(|tool| allowed.contains(tool.name.as_ref()))
-            .collect(),
-    )
+    static LISTINGS: std::sync::LazyLock<Interned<Vec<Tool>>> =
+        std::sync::LazyLock::new(Interned::default);
+    let tools: Vec<Tool> = tools
+        .into_iter()
+        .filter(|tool| allowed.contains(tool.name.as_ref()))
+        .collect();
+    match serde_json::to_vec(&tools) {
+        Ok(listed) => LISTINGS.share(content_key([listed.as_slice()]), || tools),
+        // A tool that does not serialize is kept as it is, unshared.
+        Err(_) => Arc::new(tools),
+    }
 }
 
 /// What a composition keeps of an upstream's prompts, resources and templates: those its
