@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use capstan_api::validate::pointer_to_path;
-use capstan_compose::{Composed, ErrorKind, Snapshot, ToolError};
+use capstan_compose::{Composed, ErrorKind, Interned, Snapshot, ToolError, content_key};
 use capstan_platform::BaseTools;
-use rmcp::model::{Tool, ToolAnnotations};
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use tracing::warn;
 
@@ -21,75 +21,52 @@ pub struct Served {
     snapshot: Arc<Snapshot>,
 }
 
-/// A live composition, the tools `tools/list` shows and their input validators. Each of its
-/// upstream sessions closes when the last composition holding it lets go (a call still running
-/// on it finishes first; a composition made again keeps the sessions it shares).
+/// A live composition and what a session shows and checks of it. Each of its upstream
+/// sessions closes when the last composition holding it lets go (a call still running on it
+/// finishes first; a composition made again keeps the sessions it shares).
 struct Live {
     composed: Composed,
     /// The base platform tools, when the caller gets them (they act as the caller).
     base: Option<BaseTools>,
+    shown: Arc<Shown>,
+}
+
+/// The tools `tools/list` shows and their input validators: alike for every task of a
+/// project that composed the same tools, so one copy serves them all (`Interned`).
+struct Shown {
     tools: Vec<Tool>,
     validators: HashMap<String, jsonschema::Validator>,
 }
 
+/// What tasks show, one copy per content.
+static SHOWN: std::sync::LazyLock<Interned<Shown>> = std::sync::LazyLock::new(Interned::default);
+
 impl Served {
     /// Builds what a session serves from `composed` (made from `snapshot`) and the platform
-    /// tools `base`: the tools `tools/list` shows and a validator per input schema.
+    /// tools `base`: the tools `tools/list` shows and a validator per input schema — those of
+    /// another task that shows the same tools, when one does.
     pub fn new(composed: Composed, base: Option<BaseTools>, snapshot: Arc<Snapshot>) -> Self {
-        let composition = &composed.composition;
-        let mut tools: Vec<Tool> = composition
-            .tools
-            .iter()
-            .map(|t| {
-                let mut tool = Tool::new(
-                    t.name.clone(),
-                    t.description.clone().unwrap_or_default(),
-                    t.input_schema.clone(),
-                );
-                tool.annotations = t.annotations.clone();
-                tool
-            })
-            .collect();
-        tools.extend(composed.capabilities().map(|c| c.tool.clone()));
-        if !composition.skills.is_empty() {
-            tools.push(load_skill_tool());
-        }
-        if let Some(base) = &base {
-            tools.extend(base.tools().iter().cloned());
-        }
-        let mut validators = HashMap::new();
-        let schemas = composition
-            .tools
-            .iter()
-            .map(|t| (t.name.as_str(), t.input_schema.as_ref()))
-            .chain(base.iter().flat_map(|base| {
-                base.tools()
-                    .iter()
-                    .map(|t| (t.name.as_ref(), t.input_schema.as_ref()))
-            }))
-            // A routed call is checked against the capability's own schema once its routing
-            // arguments are taken out.
-            .chain(
-                composed
-                    .capabilities()
-                    .map(|c| (c.tool.name.as_ref(), &c.spec.input_schema)),
-            );
-        for (name, schema) in schemas {
-            match jsonschema::validator_for(&Value::Object(schema.clone())) {
-                Ok(validator) => {
-                    validators.insert(name.to_owned(), validator);
-                }
-                Err(error) => {
-                    warn!(tool = %name, %error, "input schema not usable for checking; arguments pass unchecked")
-                }
-            }
-        }
+        let tools = shown_tools(&composed, base.as_ref());
+        let schemas = checked_schemas(&composed, base.as_ref());
+        // The key is all a `Shown` is made from: the tools as shown, and every schema checked
+        // (a routed call's schema is not the one its tool shows).
+        let key = match (serde_json::to_vec(&tools), serde_json::to_vec(&schemas)) {
+            (Ok(shown), Ok(checked)) => Some(content_key([shown.as_slice(), checked.as_slice()])),
+            _ => None,
+        };
+        let make = || Shown {
+            validators: validators(&schemas),
+            tools,
+        };
+        let shown = match key {
+            Some(key) => SHOWN.share(key, make),
+            None => Arc::new(make()),
+        };
         Self {
             live: Arc::new(Live {
                 composed,
                 base,
-                tools,
-                validators,
+                shown,
             }),
             snapshot,
         }
@@ -121,12 +98,12 @@ impl Served {
 
     /// The tools `tools/list` shows.
     pub fn tools(&self) -> &[Tool] {
-        &self.live.tools
+        &self.live.shown.tools
     }
 
     /// Checks `arguments` against the input schema of `tool`, if it has a usable one.
     pub(super) fn validate(&self, tool: &str, arguments: &Value) -> Result<(), ToolError> {
-        let Some(validator) = self.live.validators.get(tool) else {
+        let Some(validator) = self.live.shown.validators.get(tool) else {
             return Ok(());
         };
         let Some(error) = validator.iter_errors(arguments).next() else {
@@ -148,6 +125,73 @@ impl Served {
             error.at(field)
         })
     }
+}
+
+/// The tools `tools/list` shows: the composition's, the routed capabilities', `load_skill`
+/// when there are skills, and the base platform tools.
+fn shown_tools(composed: &Composed, base: Option<&BaseTools>) -> Vec<Tool> {
+    let composition = &composed.composition;
+    let mut tools: Vec<Tool> = composition
+        .tools
+        .iter()
+        .map(|t| {
+            let mut tool = Tool::new(
+                t.name.clone(),
+                t.description.clone().unwrap_or_default(),
+                t.input_schema.clone(),
+            );
+            tool.annotations = t.annotations.clone();
+            tool
+        })
+        .collect();
+    tools.extend(composed.capabilities().map(|c| c.tool.clone()));
+    if !composition.skills.is_empty() {
+        tools.push(load_skill_tool());
+    }
+    if let Some(base) = base {
+        tools.extend(base.tools().iter().cloned());
+    }
+    tools
+}
+
+/// The schema each tool's arguments are checked against, by tool name. A routed call is
+/// checked against the capability's own schema once its routing arguments are taken out.
+fn checked_schemas<'a>(
+    composed: &'a Composed,
+    base: Option<&'a BaseTools>,
+) -> Vec<(&'a str, &'a JsonObject)> {
+    composed
+        .composition
+        .tools
+        .iter()
+        .map(|t| (t.name.as_str(), t.input_schema.as_ref()))
+        .chain(base.iter().flat_map(|base| {
+            base.tools()
+                .iter()
+                .map(|t| (t.name.as_ref(), t.input_schema.as_ref()))
+        }))
+        .chain(
+            composed
+                .capabilities()
+                .map(|c| (c.tool.name.as_ref(), &c.spec.input_schema)),
+        )
+        .collect()
+}
+
+/// A validator per schema; a schema that does not compile leaves its tool unchecked.
+fn validators(schemas: &[(&str, &JsonObject)]) -> HashMap<String, jsonschema::Validator> {
+    let mut validators = HashMap::new();
+    for (name, schema) in schemas {
+        match jsonschema::validator_for(&Value::Object((*schema).clone())) {
+            Ok(validator) => {
+                validators.insert((*name).to_owned(), validator);
+            }
+            Err(error) => {
+                warn!(tool = %name, %error, "input schema not usable for checking; arguments pass unchecked")
+            }
+        }
+    }
+    validators
 }
 
 fn load_skill_tool() -> Tool {
