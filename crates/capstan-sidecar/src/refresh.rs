@@ -34,7 +34,9 @@ enum Woke {
     Resubscribe,
 }
 
-/// Follows `task` until it ends (spawned; holds the task weakly).
+/// Follows `task` until it ends (spawned; holds the task weakly). Every session holds this
+/// future while it waits, so what it awaits besides waiting is boxed: a composition's future
+/// lives on the heap only while it runs, not in each idle session's (docs/performance.md).
 pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<ProjectFeeds>) {
     let weak = Arc::downgrade(task);
     let mut ended = task.ended();
@@ -60,7 +62,7 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
                 updated = updates.changed() => match updated {
                     Ok(()) => {
                         let Some(task) = weak.upgrade() else { return };
-                        tell_subscribers(&task).await;
+                        Box::pin(tell_subscribers(&task)).await;
                         continue;
                     }
                     Err(_) => Woke::Resubscribe,
@@ -85,31 +87,47 @@ pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<Proj
                 requalify(&task, &served, snapshot, metrics);
                 continue;
             }
-            let project = composer
-                .compose_snapshot(task.identity(), snapshot, Some(&served))
-                .await;
+            let project =
+                Box::pin(composer.compose_snapshot(task.identity(), snapshot, Some(&served))).await;
             last_composed = Some(tokio::time::Instant::now());
             if task.expired() {
                 // It ended while this composed: what was opened for it closes unused.
                 return;
             }
-            let fresh = with_log_level(&task, project).await;
-            let changed = fresh.tools() != served.tools();
-            let (prompts, resources) = offerings_changed(&served, &fresh);
-            // A composition made from this one notes list changes on the same channel: the
-            // receivers carry on (a change noted while composing wakes it again).
-            if !fresh.composed().shares_changes_with(served.composed()) {
-                (upstream, updates) = followed(&fresh);
+            if let Some(receivers) = Box::pin(serve(&task, served, project, metrics)).await {
+                (upstream, updates) = receivers;
             }
-            let subscribed = subscribed_upstreams(&task, &served);
-            drop(served);
-            // The composition replaced closes its upstream sessions once the calls running on
-            // it have finished.
-            drop(task.replace(fresh));
-            resubscribe(&task, subscribed).await;
-            tell_list_changes(&task, changed, (prompts, resources), metrics).await;
         }
     });
+}
+
+/// The receivers of list changes and resource updates a follower waits on.
+type Followed = (watch::Receiver<u64>, watch::Receiver<u64>);
+
+/// Serves `project`, composed again, in place of `served`: carries the session's
+/// subscriptions over and tells its client what changed. Returns the receivers to follow
+/// from now on when the new composition notes its changes elsewhere.
+async fn serve(
+    task: &Task,
+    served: Arc<Served>,
+    project: ComposedProject,
+    metrics: &crate::metrics::Metrics,
+) -> Option<Followed> {
+    let fresh = with_log_level(task, project).await;
+    let changed = fresh.tools() != served.tools();
+    let (prompts, resources) = offerings_changed(&served, &fresh);
+    // A composition made from this one notes list changes on the same channel: the receivers
+    // carry on (a change noted while composing wakes it again).
+    let receivers =
+        (!fresh.composed().shares_changes_with(served.composed())).then(|| followed(&fresh));
+    let subscribed = subscribed_upstreams(task, &served);
+    drop(served);
+    // The composition replaced closes its upstream sessions once the calls running on it have
+    // finished.
+    drop(task.replace(fresh));
+    resubscribe(task, subscribed).await;
+    tell_list_changes(task, changed, (prompts, resources), metrics).await;
+    receivers
 }
 
 /// Tells the session's client which of its lists changed with a new composition: its tools
@@ -213,7 +231,7 @@ fn upstream_changes(served: &Served) -> watch::Receiver<u64> {
 
 /// The list changes and resource updates of what `served` composed (updates noted before
 /// this receiver was made are taken at once).
-fn followed(served: &Served) -> (watch::Receiver<u64>, watch::Receiver<u64>) {
+fn followed(served: &Served) -> Followed {
     let mut updates = served.composed().resource_updates();
     updates.mark_changed();
     (upstream_changes(served), updates)

@@ -436,9 +436,12 @@ impl Served {
         if let Some(check) = check {
             tokio::spawn(revalidate_streams(check, tasks.clone()));
         }
-        let app = router(composer, starter, tasks.clone());
+        // Its routes are made into services once here, and each connection gets a clone of
+        // the `Arc` that holds them: served as a `Router`, axum would make them again for each
+        // connection (~5 KiB a connection held open, docs/performance.md).
+        let app = router(composer, starter, tasks.clone()).with_state(());
         let grace = Duration::from_secs(config.shutdown_grace_seconds);
-        let serve = axum::serve(listener, app)
+        let serve = axum::serve(listener, app.into_make_service())
             .with_graceful_shutdown(shutdown.clone().requested())
             .into_future();
         let served = tokio::select! {
