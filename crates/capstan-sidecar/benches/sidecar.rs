@@ -26,7 +26,9 @@
 //! 1 %, side by side.
 //!
 //! CAPSTAN_BENCH_SESSIONS_ONLY=1 measures session setup and memory alone (printed, no report),
-//! for iterating on them; CAPSTAN_BENCH_TRACING_ONLY=1 the tracing rows alone.
+//! for iterating on them; CAPSTAN_BENCH_TRACING_ONLY=1 the tracing rows alone;
+//! CAPSTAN_BENCH_CALLS_ONLY=1 the minimal upstream's call rounds alone, with the rmcp client
+//! (printed, no report: an A/B of two sidecar binaries swapped between runs takes minutes).
 //!
 //! CAPSTAN_BENCH_PERF=<file> records a CPU profile of the sidecar (`perf record -g`) during the
 //! minimal upstream's call rounds: `perf report -i <file>` shows where its time goes.
@@ -333,6 +335,12 @@ async fn bench() {
             calls_only: false,
         },
     ];
+    if std::env::var("CAPSTAN_BENCH_CALLS_ONLY").is_ok_and(|v| v == "1") {
+        let mut workload = minimal("minimal upstream", &echo, Some(&hop));
+        workload.calls_only = true;
+        print_calls(&measure(&workload).await);
+        return;
+    }
     let tracing_only = std::env::var("CAPSTAN_BENCH_TRACING_ONLY").is_ok_and(|v| v == "1");
     let mut runs = Vec::new();
     for run in (0..runs_wanted()).filter(|_| !tracing_only) {
@@ -370,6 +378,29 @@ async fn bench() {
         return;
     }
     sidecar_report::report(&runs);
+}
+
+/// The call rounds of `figures`, one line per load (`CAPSTAN_BENCH_CALLS_ONLY`).
+fn print_calls(figures: &Figures) {
+    for load in &figures.loads {
+        let hop = load.hop.as_ref().map_or(String::new(), |(hop, _)| {
+            format!("; hop p50 {:.3} ms", hop.p50)
+        });
+        println!(
+            "{}, {}: p50 {:.3} ms vs direct {:.3} ms ({:.2}×); {:.0} vs {:.0} calls/s ({:.2}×); \
+             sidecar CPU {:.0} µs/call, upstream's {:.0} µs{hop}",
+            figures.label,
+            load.label,
+            load.sidecar.p50,
+            load.direct.p50,
+            load.sidecar.p50 / load.direct.p50,
+            load.sidecar.throughput,
+            load.direct.throughput,
+            load.sidecar.throughput / load.direct.throughput,
+            load.sidecar_cpu_us,
+            load.upstream_cpu_us_direct,
+        );
+    }
 }
 
 /// How many times the whole measurement runs (`CAPSTAN_BENCH_RUNS`, default 1): the tables show
