@@ -100,15 +100,6 @@ pub struct Task {
     routed_questions: Mutex<std::collections::VecDeque<([u8; 32], String)>>,
 }
 
-/// What a listen stream is told: a list changed, or a resource was updated.
-#[derive(Clone)]
-enum Told {
-    Tools,
-    Prompts,
-    Resources,
-    Updated(String),
-}
-
 /// The most resources one session may subscribe to at once: a template can name unboundedly
 /// many URIs, and each subscription is held for the session's life.
 pub const MAX_SUBSCRIPTIONS: usize = 256;
@@ -286,20 +277,26 @@ impl Task {
     /// Tells the task's client that its tools changed: on the session's GET stream, and on
     /// every open `subscriptions/listen` stream (a stream that is gone is dropped).
     pub async fn notify_tool_list_changed(&self) {
-        self.outbox.note(Change::ToolList);
-        self.tell_listeners(Told::Tools).await;
+        self.tell(Change::ToolList).await;
+    }
+
+    /// Tells the task's client of `change`: on the session's GET streams (its outbox), and on
+    /// every open `subscriptions/listen` stream.
+    async fn tell(&self, change: Change) {
+        self.outbox.note(change.clone());
+        self.tell_listeners(change).await;
     }
 
     /// Tells every open `subscriptions/listen` stream that asked for it that a list changed;
     /// a stream that did not ask is skipped, a stream that is gone is dropped.
-    async fn tell_listeners(&self, told: Told) {
+    async fn tell_listeners(&self, change: Change) {
         let sinks: Vec<(u64, SubscriptionSink)> = lock(&self.listeners).clone();
         for (id, sink) in sinks {
-            let sent = match &told {
-                Told::Tools => sink.notify_tool_list_changed().await,
-                Told::Prompts => sink.notify_prompt_list_changed().await,
-                Told::Resources => sink.notify_resource_list_changed().await,
-                Told::Updated(uri) => sink.notify_resource_updated(uri.clone()).await,
+            let sent = match &change {
+                Change::ToolList => sink.notify_tool_list_changed().await,
+                Change::PromptList => sink.notify_prompt_list_changed().await,
+                Change::ResourceList => sink.notify_resource_list_changed().await,
+                Change::Updated(uri) => sink.notify_resource_updated(uri.clone()).await,
             };
             match sent {
                 Ok(()) | Err(SubscriptionSendError::NotificationNotAccepted(_)) => {}
@@ -392,8 +389,7 @@ impl Task {
                 .collect()
         };
         for uri in subscribed {
-            self.outbox.note(Change::Updated(uri.clone()));
-            self.tell_listeners(Told::Updated(uri)).await;
+            self.tell(Change::Updated(uri)).await;
         }
     }
 
@@ -401,12 +397,10 @@ impl Task {
     /// GET stream, and on every open `subscriptions/listen` stream that asked for it.
     pub async fn notify_offerings_changed(&self, prompts: bool, resources: bool) {
         if prompts {
-            self.outbox.note(Change::PromptList);
-            self.tell_listeners(Told::Prompts).await;
+            self.tell(Change::PromptList).await;
         }
         if resources {
-            self.outbox.note(Change::ResourceList);
-            self.tell_listeners(Told::Resources).await;
+            self.tell(Change::ResourceList).await;
         }
     }
 

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use super::lock;
 
-/// One change to tell the session of.
+/// One change to tell a session of (its GET streams, its listen streams).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub(super) enum Change {
     ToolList,
