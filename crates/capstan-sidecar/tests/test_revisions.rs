@@ -348,3 +348,37 @@ async fn a_task_without_a_session_should_take_a_place_under_the_session_cap() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_2026_07_28_call_that_is_answered_should_never_be_cancelled_at_the_provider() {
+    // Found by the sidecar bench's independent client: every call to a 2026-07-28 provider
+    // was followed by a `notifications/cancelled` naming it, sent while the call ran — an
+    // extra request per call, and a provider honouring it would have given the call up.
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let headers = [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+        CALL_GET,
+        ("mcp-name", "streamco__streams_get"),
+    ];
+    let cancelled_before = provider_messages(&provider, "notifications/cancelled").await;
+    for id in 1..=3 {
+        let (status, body) = post(&sidecar, &headers, &call_get_body(id));
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(message(&body)["result"]["isError"], false, "{body}");
+    }
+    // The task spoke 2026-07-28 to the provider (no session), and each call reached it once.
+    assert_eq!(provider_messages(&provider, "server/discover").await, 1);
+    assert_eq!(provider_messages(&provider, "initialize").await, 0);
+    assert_eq!(
+        provider.tool_calls().await,
+        ["streams_get", "streams_get", "streams_get"]
+    );
+    // A cancellation would have been sent as each call started, so those of the first two
+    // calls would be in the log by the time the third is answered.
+    assert_eq!(
+        provider_messages(&provider, "notifications/cancelled").await - cancelled_before,
+        0
+    );
+}

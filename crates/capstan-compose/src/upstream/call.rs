@@ -115,8 +115,9 @@ impl DirectCalls {
         self.stamp(&mut params, traffic.caller_capabilities());
         // A call given up before its answer (the caller cancelled it, or its time ran out) is
         // cancelled at the provider too: told in a session revision, its stream closed in
-        // 2026-07-28 (`answer_in_stream`).
-        let abandoned = (!self.target.revision.is_stateless()).then_some(Abandoned {
+        // 2026-07-28 (`answer_in_stream`). Made lazily: an `Abandoned` made and dropped at once
+        // (as `then_some` would) tells the provider that a call it is about to get is given up.
+        let abandoned = (!self.target.revision.is_stateless()).then(|| Abandoned {
             calls: self,
             id: &id,
         });
