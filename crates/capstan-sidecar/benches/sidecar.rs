@@ -28,7 +28,8 @@
 //! CAPSTAN_BENCH_SESSIONS_ONLY=1 measures session setup and memory alone (printed, no report),
 //! for iterating on them; CAPSTAN_BENCH_TRACING_ONLY=1 the tracing rows alone;
 //! CAPSTAN_BENCH_CALLS_ONLY=1 the minimal upstream's call rounds alone, with the rmcp client
-//! (printed, no report: an A/B of two sidecar binaries swapped between runs takes minutes).
+//! (printed, no report: an A/B of two sidecar binaries swapped between runs takes minutes);
+//! CAPSTAN_BENCH_CALLS_ONLY=independent the same rounds from the independent client.
 //!
 //! CAPSTAN_BENCH_PERF=<file> records a CPU profile of the sidecar (`perf record -g`) during the
 //! minimal upstream's call rounds: `perf report -i <file>` shows where its time goes.
@@ -118,13 +119,22 @@ async fn session(sidecar: &Sidecar, token: Option<&str>) -> Client {
 
 /// A 2026-07-28 client of `sidecar` (`server/discover`, no session), as [`session`].
 async fn modern_client(sidecar: &Sidecar, token: Option<&str>) -> Client {
-    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
-    let transport = kept_alive(
+    discovering(kept_alive(
         "http://localhost/mcp",
         Some(&sidecar.socket),
         Some("bench"),
         token,
-    );
+    ))
+    .await
+}
+
+/// A 2026-07-28 client of the upstream at `url`, as [`direct`].
+async fn modern_direct(url: &str) -> Client {
+    discovering(kept_alive(url, None, None, None)).await
+}
+
+async fn discovering(transport: StreamableHttpClientTransport<reqwest::Client>) -> Client {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
     ClientConfig::default()
         .serve_with_lifecycle(
             transport,
@@ -270,10 +280,13 @@ impl Figures {
     }
 }
 
-/// 2026-07-28 against a session revision ([`revisions`]).
+/// 2026-07-28 against a session revision ([`revisions`]), through the sidecar and (the same
+/// client, the same revisions) directly to the upstream.
 struct Revisions {
     call_session_ms: f64,
     call_sessionless_ms: f64,
+    direct_session_ms: f64,
+    direct_sessionless_ms: f64,
     calls: usize,
     /// A new caller's first request: `initialize`, `server/discover` (ms), where measured.
     setup: Option<(f64, f64)>,
@@ -335,10 +348,15 @@ async fn bench() {
             calls_only: false,
         },
     ];
-    if std::env::var("CAPSTAN_BENCH_CALLS_ONLY").is_ok_and(|v| v == "1") {
+    let calls_only = std::env::var("CAPSTAN_BENCH_CALLS_ONLY").unwrap_or_default();
+    if calls_only == "1" || calls_only == "independent" {
         let mut workload = minimal("minimal upstream", &echo, Some(&hop));
         workload.calls_only = true;
-        print_calls(&measure(&workload).await);
+        print_calls(&if calls_only == "1" {
+            measure(&workload).await
+        } else {
+            sidecar_independent::independent(&workload).await
+        });
         return;
     }
     let tracing_only = std::env::var("CAPSTAN_BENCH_TRACING_ONLY").is_ok_and(|v| v == "1");
@@ -399,6 +417,19 @@ fn print_calls(figures: &Figures) {
             load.sidecar.throughput / load.direct.throughput,
             load.sidecar_cpu_us,
             load.upstream_cpu_us_direct,
+        );
+    }
+    if let Some(r) = &figures.revisions {
+        println!(
+            "{}, 2026-07-28: tools/call p50 {:.3} ms without a session vs {:.3} ms in one \
+             ({:.2}×); directly {:.3} vs {:.3} ms ({:.2}×)",
+            figures.label,
+            r.call_sessionless_ms,
+            r.call_session_ms,
+            r.call_sessionless_ms / r.call_session_ms,
+            r.direct_sessionless_ms,
+            r.direct_session_ms,
+            r.direct_sessionless_ms / r.direct_session_ms,
         );
     }
 }
@@ -545,7 +576,15 @@ async fn measure(workload: &Workload) -> Figures {
     }
 
     let revisions = if workload.hop.is_some() && !sessions_only() {
-        Some(revisions(&sidecar, &namespaced, &workload.arguments).await)
+        Some(
+            revisions(
+                &sidecar,
+                &workload.urls[0],
+                &namespaced,
+                &workload.arguments,
+            )
+            .await,
+        )
     } else {
         None
     };
@@ -621,24 +660,41 @@ async fn measure(workload: &Workload) -> Figures {
 /// request of a new caller — `initialize` against `server/discover`, each composing a task —
 /// alternated. (call p50 session, call p50 2026-07-28, calls each, setup p50 session, setup
 /// p50 2026-07-28.)
-async fn revisions(sidecar: &Sidecar, tool: &str, arguments: &Value) -> Revisions {
+async fn revisions(sidecar: &Sidecar, upstream: &str, tool: &str, arguments: &Value) -> Revisions {
     let in_session = session(sidecar, Some("revisions")).await;
     let modern = modern_client(sidecar, Some("revisions")).await;
+    // What the upstream and the client themselves spend on each revision: the same calls
+    // directly, alternated with the others.
+    let direct_session = direct(upstream).await;
+    let direct_modern = modern_direct(upstream).await;
+    let upstream_tool = tool.split_once("__").map_or(tool, |(_, name)| name);
+    let clients = [
+        (&in_session, tool),
+        (&modern, tool),
+        (&direct_session, upstream_tool),
+        (&direct_modern, upstream_tool),
+    ];
     for _ in 0..20 {
-        in_session.call_tool(params(tool, arguments)).await.unwrap();
-        modern.call_tool(params(tool, arguments)).await.unwrap();
+        for (client, tool) in clients {
+            client.call_tool(params(tool, arguments)).await.unwrap();
+        }
     }
-    let (mut with_session, mut without) = (Vec::new(), Vec::new());
+    let mut latencies = [(); 4].map(|()| Vec::new());
     for _ in 0..ROUNDS * CALLS {
-        for (client, into) in [(&in_session, &mut with_session), (&modern, &mut without)] {
+        for ((client, tool), into) in clients.iter().zip(&mut latencies) {
             let started = Instant::now();
             let result = client.call_tool(params(tool, arguments)).await.unwrap();
             assert_ne!(result.is_error, Some(true), "{result:?}");
             into.push(started.elapsed());
         }
     }
-    let _ = in_session.cancel().await;
-    let _ = modern.cancel().await;
+    for client in [in_session, modern, direct_session, direct_modern] {
+        let _ = client.cancel().await;
+    }
+    let [with_session, without, direct_with, direct_without] = latencies.map(|mut calls| {
+        calls.sort();
+        ms(percentile(&calls, 0.5))
+    });
     let (mut initialize, mut discover) = (Vec::new(), Vec::new());
     for round in 0..SETUPS {
         // A token per round: each first request composes a task of its own.
@@ -653,12 +709,12 @@ async fn revisions(sidecar: &Sidecar, tool: &str, arguments: &Value) -> Revision
         discover.push(ms(started.elapsed()));
         let _ = client.cancel().await;
     }
-    with_session.sort();
-    without.sort();
     Revisions {
-        call_session_ms: ms(percentile(&with_session, 0.5)),
-        call_sessionless_ms: ms(percentile(&without, 0.5)),
-        calls: without.len(),
+        call_session_ms: with_session,
+        call_sessionless_ms: without,
+        direct_session_ms: direct_with,
+        direct_sessionless_ms: direct_without,
+        calls: ROUNDS * CALLS,
         setup: Some((median(initialize), median(discover))),
     }
 }

@@ -117,6 +117,10 @@ pub async fn independent(workload: &Workload) -> Figures {
             sidecar_target("session", &sidecar, tool, "2025-11-25"),
             "--target".into(),
             sidecar_target("sessionless", &sidecar, tool, "2026-07-28"),
+            "--target".into(),
+            format!("direct-session,{},{tool},2025-11-25", workload.urls[0]),
+            "--target".into(),
+            format!("direct-sessionless,{},{tool},2026-07-28", workload.urls[0]),
             "--calls".into(),
             CALLS.to_string(),
             "--rounds".into(),
@@ -126,6 +130,8 @@ pub async fn independent(workload: &Workload) -> Figures {
         Revisions {
             call_session_ms: medians(&report, "session").p50,
             call_sessionless_ms: medians(&report, "sessionless").p50,
+            direct_session_ms: medians(&report, "direct-session").p50,
+            direct_sessionless_ms: medians(&report, "direct-sessionless").p50,
             calls: ROUNDS * CALLS,
             setup: None,
         }
