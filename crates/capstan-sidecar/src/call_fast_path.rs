@@ -262,21 +262,37 @@ fn no_answer() -> Response {
 }
 
 /// The JSON-RPC answer to request `id`.
-fn answer_message(id: &Value, answer: Result<CallToolResponse, McpError>) -> Value {
-    match answer {
+fn answer_message(id: &Value, answer: Result<CallToolResponse, McpError>) -> AnswerMessage<'_> {
+    let (result, error) = match answer {
         // A tool result, or (2026-07-28) an `input_required` result as the provider gave it.
-        Ok(response) => {
-            json!({ "jsonrpc": "2.0", "id": id, "result": ServerResult::from(response) })
-        }
+        Ok(response) => (Some(ServerResult::from(response)), None),
         Err(error) => {
             request_span::failed(&error.code.0.to_string());
-            json!({ "jsonrpc": "2.0", "id": id, "error": error })
+            (None, Some(error))
         }
+    };
+    AnswerMessage {
+        jsonrpc: "2.0",
+        id,
+        result,
+        error,
     }
 }
 
+/// The JSON-RPC answer to a call, serialized straight into its body: building a `Value` first
+/// cost a second tree of maps per call on the hot path (docs/performance.md).
+#[derive(serde::Serialize)]
+struct AnswerMessage<'a> {
+    jsonrpc: &'static str,
+    id: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<ServerResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<McpError>,
+}
+
 /// The answer as one `application/json` body.
-fn json_answer(message: &Value) -> Response {
+fn json_answer(message: &AnswerMessage<'_>) -> Response {
     (
         StatusCode::OK,
         [(
@@ -317,7 +333,7 @@ fn streamed(
             )))
         });
         // A cancelled call ends its stream without an answer.
-        answer.map(|answer| answer_message(&id, answer))
+        answer.map(|answer| serde_json::to_value(answer_message(&id, answer)).unwrap_or_default())
     })
     .filter_map(std::future::ready);
     let events = notifications

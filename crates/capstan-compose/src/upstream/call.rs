@@ -40,7 +40,9 @@ use crate::trace_context::Outgoing;
 #[derive(Clone, Debug)]
 pub(crate) struct Target {
     pub(crate) http: reqwest::Client,
-    pub(crate) url: String,
+    /// Parsed once: reqwest parses a string URL per request (IDNA included; seen in the
+    /// sidecar's profile, docs/performance.md).
+    pub(crate) url: reqwest::Url,
     pub(crate) revision: Arc<Revision>,
 }
 
@@ -54,7 +56,7 @@ impl Target {
     ) -> reqwest::RequestBuilder {
         let request = self
             .http
-            .post(&self.url)
+            .post(self.url.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::ACCEPT, "application/json, text/event-stream");
         self.revision
@@ -540,7 +542,7 @@ impl DirectCalls {
     pub(crate) fn ending(&self) -> impl Future<Output = ()> + Send + 'static {
         let target = &self.target;
         let request = target.revision.session().is_some().then(|| {
-            let request = target.http.delete(&target.url).timeout(END_TIMEOUT);
+            let request = target.http.delete(target.url.clone()).timeout(END_TIMEOUT);
             target.revision.headers(request, &Value::Null, None)
         });
         async move {

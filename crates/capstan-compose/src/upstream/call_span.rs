@@ -9,7 +9,12 @@ use tracing::{Span, debug_span};
 /// The span of one request to the server (kind client, after the MCP conventions); its
 /// context goes with the request (`trace_context.rs`). At debug level, like the request's
 /// own span (the sidecar's `request_span.rs` says why).
-pub(super) fn client_span(server: &str, url: &str, method: &str, tool: Option<&str>) -> Span {
+pub(super) fn client_span(
+    server: &str,
+    url: &reqwest::Url,
+    method: &str,
+    tool: Option<&str>,
+) -> Span {
     let span = debug_span!(
         "mcp.client",
         otel.name = Empty,
@@ -31,13 +36,11 @@ pub(super) fn client_span(server: &str, url: &str, method: &str, tool: Option<&s
                 None => method.to_owned(),
             },
         );
-        if let Ok(url) = url::Url::parse(url) {
-            if let Some(host) = url.host_str() {
-                span.record("server.address", host);
-            }
-            if let Some(port) = url.port_or_known_default() {
-                span.record("server.port", port);
-            }
+        if let Some(host) = url.host_str() {
+            span.record("server.address", host);
+        }
+        if let Some(port) = url.port_or_known_default() {
+            span.record("server.port", port);
         }
     }
     span

@@ -115,9 +115,9 @@ impl Connector {
         changes: &UpstreamChanges,
         revision: CallerRevision,
     ) -> Result<(Upstream, Vec<Tool>, Offerings), ConnectError> {
-        let url = self.guard.check(endpoint)?.url.as_str().to_owned();
+        let url = self.guard.check(endpoint)?.url;
         let pooled = PooledClient::new(self.http.clone());
-        let client = self.open(&pooled, endpoint, &url, revision).await?;
+        let client = self.open(&pooled, endpoint, url.as_str(), revision).await?;
         let (client, tools) = self.list(client, endpoint).await?;
         let wanted = declared(&client, wanted);
         let logging = client
@@ -246,7 +246,7 @@ impl Connector {
         client: RunningService<RoleClient, ClientConfig>,
         pooled: &PooledClient,
         server: &str,
-        url: String,
+        url: reqwest::Url,
         followed: Followed<'_>,
     ) -> (Link, Option<Listener>) {
         let Followed {

@@ -70,7 +70,7 @@ impl DirectCalls {
                 } else {
                     let get = target
                         .http
-                        .get(&target.url)
+                        .get(target.url.clone())
                         .header(http::header::ACCEPT, "text/event-stream");
                     target.revision.headers(get, &Value::Null, None)
                 };
