@@ -292,6 +292,23 @@ struct Revisions {
     setup: Option<(f64, f64)>,
 }
 
+impl Revisions {
+    /// A call without a session over one in a session, through the sidecar.
+    fn through(&self) -> f64 {
+        self.call_sessionless_ms / self.call_session_ms
+    }
+
+    /// The same, the same client calling the upstream directly.
+    fn direct(&self) -> f64 {
+        self.direct_sessionless_ms / self.direct_session_ms
+    }
+
+    /// What the sidecar adds to the difference: 1 when it serves both alike.
+    fn sidecar_share(&self) -> f64 {
+        self.through() / self.direct()
+    }
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -426,10 +443,10 @@ fn print_calls(figures: &Figures) {
             figures.label,
             r.call_sessionless_ms,
             r.call_session_ms,
-            r.call_sessionless_ms / r.call_session_ms,
+            r.through(),
             r.direct_sessionless_ms,
             r.direct_session_ms,
-            r.direct_sessionless_ms / r.direct_session_ms,
+            r.direct(),
         );
     }
 }
@@ -576,15 +593,7 @@ async fn measure(workload: &Workload) -> Figures {
     }
 
     let revisions = if workload.hop.is_some() && !sessions_only() {
-        Some(
-            revisions(
-                &sidecar,
-                &workload.urls[0],
-                &namespaced,
-                &workload.arguments,
-            )
-            .await,
-        )
+        Some(revisions(&sidecar, workload).await)
     } else {
         None
     };
@@ -660,19 +669,20 @@ async fn measure(workload: &Workload) -> Figures {
 /// request of a new caller — `initialize` against `server/discover`, each composing a task —
 /// alternated. (call p50 session, call p50 2026-07-28, calls each, setup p50 session, setup
 /// p50 2026-07-28.)
-async fn revisions(sidecar: &Sidecar, upstream: &str, tool: &str, arguments: &Value) -> Revisions {
+async fn revisions(sidecar: &Sidecar, workload: &Workload) -> Revisions {
+    let (upstream, tool, arguments) = (&workload.urls[0], workload.tool, &workload.arguments);
+    let namespaced = format!("one__{tool}");
     let in_session = session(sidecar, Some("revisions")).await;
     let modern = modern_client(sidecar, Some("revisions")).await;
     // What the upstream and the client themselves spend on each revision: the same calls
     // directly, alternated with the others.
     let direct_session = direct(upstream).await;
     let direct_modern = modern_direct(upstream).await;
-    let upstream_tool = tool.split_once("__").map_or(tool, |(_, name)| name);
     let clients = [
-        (&in_session, tool),
-        (&modern, tool),
-        (&direct_session, upstream_tool),
-        (&direct_modern, upstream_tool),
+        (&in_session, namespaced.as_str()),
+        (&modern, namespaced.as_str()),
+        (&direct_session, tool),
+        (&direct_modern, tool),
     ];
     for _ in 0..20 {
         for (client, tool) in clients {

@@ -45,6 +45,16 @@ fn message(body: &str) -> Value {
 
 const CALL_GET: (&str, &str) = ("mcp-method", "tools/call");
 
+/// The headers of [`call_get_body`] from caller `t` of demo-project.
+fn call_get_headers() -> [(&'static str, &'static str); 4] {
+    [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+        CALL_GET,
+        ("mcp-name", "streamco__streams_get"),
+    ]
+}
+
 fn call_get_body(id: u64) -> String {
     modern(
         id,
@@ -240,12 +250,7 @@ async fn max_task_duration_should_end_a_task_without_a_session_and_the_next_call
         &[provider.host()],
         &[("CAPSTAN_METRICS_ADDRESS", &address)],
     );
-    let headers = [
-        (PROJECT_HEADER, "demo-project"),
-        ("authorization", "Bearer t"),
-        CALL_GET,
-        ("mcp-name", "streamco__streams_get"),
-    ];
+    let headers = call_get_headers();
     let (status, body) = post(&sidecar, &headers, &call_get_body(1));
     assert_eq!(
         (status, message(&body)["result"]["isError"].clone()),
@@ -356,12 +361,7 @@ async fn a_2026_07_28_call_that_is_answered_should_never_be_cancelled_at_the_pro
     // extra request per call, and a provider honouring it would have given the call up.
     let provider = DemoProvider::start(&[]);
     let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
-    let headers = [
-        (PROJECT_HEADER, "demo-project"),
-        ("authorization", "Bearer t"),
-        CALL_GET,
-        ("mcp-name", "streamco__streams_get"),
-    ];
+    let headers = call_get_headers();
     let cancelled_before = provider_messages(&provider, "notifications/cancelled").await;
     for id in 1..=3 {
         let (status, body) = post(&sidecar, &headers, &call_get_body(id));
