@@ -14,6 +14,10 @@
 //!   alternated;
 //! - RSS per open session over 1,000 sessions.
 //!
+//! Once, after the runs: 10,000 sessions held open on one sidecar by the independent client,
+//! 3 demo upstreams each (`sidecar_many/mod.rs`): RSS, how fast they opened, a call's p50 with
+//! them open.
+//!
 //! Then a routed call (`cap__web_search`) against the same provider tool by name, and with the
 //! minimal upstream the 2026-07-28 revision (no session) against a session revision. The same
 //! loads, cold sessions, RSS and revisions again from an independent client
@@ -29,7 +33,8 @@
 //! for iterating on them; CAPSTAN_BENCH_TRACING_ONLY=1 the tracing rows alone;
 //! CAPSTAN_BENCH_CALLS_ONLY=1 the minimal upstream's call rounds alone, with the rmcp client
 //! (printed, no report: an A/B of two sidecar binaries swapped between runs takes minutes);
-//! CAPSTAN_BENCH_CALLS_ONLY=independent the same rounds from the independent client.
+//! CAPSTAN_BENCH_CALLS_ONLY=independent the same rounds from the independent client;
+//! CAPSTAN_BENCH_MANY_ONLY=1 the 10,000-session round alone (`sidecar_many/mod.rs`; printed).
 //!
 //! CAPSTAN_BENCH_PERF=<file> records a CPU profile of the sidecar (`perf record -g`) during the
 //! minimal upstream's call rounds: `perf report -i <file>` shows where its time goes.
@@ -40,6 +45,8 @@
 mod common;
 #[path = "sidecar_independent/mod.rs"]
 mod sidecar_independent;
+#[path = "sidecar_many/mod.rs"]
+mod sidecar_many;
 #[path = "sidecar_report/mod.rs"]
 mod sidecar_report;
 #[path = "sidecar_tracing/mod.rs"]
@@ -376,6 +383,12 @@ async fn bench() {
         });
         return;
     }
+    if std::env::var("CAPSTAN_BENCH_MANY_ONLY").is_ok_and(|v| v == "1") {
+        let mut out = String::new();
+        sidecar_many::report_many(&mut out, &sidecar_many::many(&workloads[2]).await);
+        println!("{out}");
+        return;
+    }
     let tracing_only = std::env::var("CAPSTAN_BENCH_TRACING_ONLY").is_ok_and(|v| v == "1");
     let mut runs = Vec::new();
     for run in (0..runs_wanted()).filter(|_| !tracing_only) {
@@ -395,6 +408,11 @@ async fn bench() {
             independent,
         });
     }
+    let many = if sessions_only() || tracing_only {
+        None
+    } else {
+        Some(sidecar_many::many(&workloads[2]).await)
+    };
     if !sessions_only() {
         let (traced, exports, kib) =
             sidecar_tracing::tracing_cost(&workloads[0].urls, &workloads[0].hosts).await;
@@ -412,7 +430,7 @@ async fn bench() {
         }
         return;
     }
-    sidecar_report::report(&runs);
+    sidecar_report::report(&runs, many.as_ref());
 }
 
 /// The call rounds of `figures`, one line per load (`CAPSTAN_BENCH_CALLS_ONLY`).

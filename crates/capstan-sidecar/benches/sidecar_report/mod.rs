@@ -6,7 +6,7 @@ use super::*;
 
 /// The figures as a markdown section: the last run's tables, and the goals of issue 34 for every
 /// run with the worst of them.
-pub fn report(runs: &[Run]) {
+pub fn report(runs: &[Run], many: Option<&sidecar_many::Many>) {
     let last = runs.last().expect("at least one run");
     let mut out = String::new();
     out.push_str("<!-- bench:sidecar -->\n");
@@ -30,6 +30,9 @@ pub fn report(runs: &[Run]) {
          client's column. Cold sessions: connect, initialize, `tools/list` and close.\n\n",
     );
     harness_tables(&mut out, &last.independent);
+    if let Some(many) = many {
+        sidecar_many::report_many(&mut out, many);
+    }
     goals(&mut out, runs);
     out.push_str("<!-- /bench:sidecar -->\n");
     println!("\n{out}");
