@@ -17,11 +17,15 @@
 //! Then one round with the Composed probe on, against the demo provider: time until every
 //! binding shows its Composed verdict, status writes, writes over three unchanged probe
 //! rounds, the MCP sessions opened at the provider per probe round, and peak RSS. Then the
-//! large round: 50,000 bindings, time to all Accepted, writes, peak and settled RSS.
+//! large round: 50,000 bindings, time to all Accepted, writes, peak and settled RSS. With
+//! `CAPSTAN_BENCH_HUGE=1` the same at 100,000 bindings and, after it, the apiserver's own limit
+//! at that size (raw server-side apply status patches), in a section of its own.
 //!
 //! Reports medians and the ratios between the modes. Nothing here is asserted. For iterating:
 //! `CAPSTAN_BENCH_ROUNDS` (3), `CAPSTAN_BENCH_NAIVE=0`, `CAPSTAN_BENCH_PROBE=0`,
-//! `CAPSTAN_BENCH_LARGE=0`, `CAPSTAN_BENCH_CONTROLLER_ARGS` (extra controller flags).
+//! `CAPSTAN_BENCH_LARGE=0`, `CAPSTAN_BENCH_CONTROLLER_ARGS` (extra controller flags); the huge
+//! round alone: `CAPSTAN_BENCH_PROBE_ONLY=1 CAPSTAN_BENCH_PROBE=0 CAPSTAN_BENCH_LARGE=0
+//! CAPSTAN_BENCH_HUGE=1`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -49,7 +53,7 @@ struct Round {
 }
 
 fn main() {
-    let ((rounds, raws), probe) = with_plane("bench-controller", |plane, runtime| {
+    let (((rounds, raws), probe), huge) = with_plane("bench-controller", |plane, runtime| {
         runtime.block_on(async {
             // CAPSTAN_BENCH_PROBE_ONLY=1 runs the probe round alone (the write-mode rounds take
             // ~15 min).
@@ -69,15 +73,28 @@ fn main() {
             let large = if std::env::var("CAPSTAN_BENCH_LARGE").is_ok_and(|v| v == "0") {
                 String::new()
             } else {
-                large_round(plane).await
+                large_round(plane, LARGE, false).await
             };
-            (rounds, format!("{probe}\n{large}"))
+            // CAPSTAN_BENCH_HUGE=1 adds the 100,000-binding round (~30 min), its own section.
+            let huge = if std::env::var("CAPSTAN_BENCH_HUGE").is_ok_and(|v| v == "1") {
+                large_round(plane, HUGE, true).await
+            } else {
+                String::new()
+            };
+            ((rounds, format!("{probe}\n{large}")), huge)
         })
     });
     println!("<!-- bench:controller -->\n### Controller (`e2e/benches/controller.rs`)\n\n```text");
     report(&rounds, &raws);
     println!("{probe}");
     println!("```\n<!-- /bench:controller -->");
+    if !huge.is_empty() {
+        println!(
+            "<!-- bench:controller_huge -->\n### Controller, {HUGE} bindings \
+             (`CAPSTAN_BENCH_HUGE=1`, `e2e/benches/controller.rs`)\n\n```text\n{huge}\n```\n\
+             <!-- /bench:controller_huge -->"
+        );
+    }
 }
 
 /// Seconds between probes in the probe round: 5,000 bindings at 8 at once fit well inside.
@@ -372,42 +389,48 @@ async fn open_crds(plane: &ControlPlane) -> kube::Client {
 /// Bindings in the large round.
 const LARGE: usize = 50_000;
 
-/// The large round: 50,000 bindings (10% invalid), every one with a new generation, and a
-/// controller started on them with probing off — time until all are Accepted, its writes, and
-/// its memory: peak RSS, and RSS after three minutes settled (what it keeps, not what the
-/// initial burst of reconciles and writes took).
-async fn large_round(plane: &ControlPlane) -> String {
+/// Bindings in the huge round (`CAPSTAN_BENCH_HUGE=1`).
+const HUGE: usize = 100_000;
+
+/// Concurrencies the raw baseline tries at the huge size, where each try takes ten minutes: the
+/// one that was best most often at 5,000 (a lower bound of the apiserver's best, so the ratio
+/// errs against the controller).
+const HUGE_RAW_CONCURRENCY: [usize; 1] = [128];
+
+/// A round of `size` bindings (10% invalid), every one with a new generation, and a controller
+/// started on them with probing off — time until all are Accepted, its writes, and its memory:
+/// peak RSS, and RSS after three minutes settled (what it keeps, not what the initial burst of
+/// reconciles and writes took). With `raw`, the apiserver's own limit at that size after it:
+/// the same count of raw server-side-apply status patches at `HUGE_RAW_CONCURRENCY`, the best.
+async fn large_round(plane: &ControlPlane, size: usize, raw: bool) -> String {
     let client = open_crds(plane).await;
     let api: Api<DynamicObject> = Api::all_with(client, &binding_resource());
     let created = Instant::now();
-    apply_range(&api, 0..LARGE, |index| spec(index, 1_000)).await;
-    eprintln!(
-        "large round: applied {LARGE} bindings in {:.1?}",
-        created.elapsed()
-    );
+    apply_range(&api, 0..size, |index| spec(index, 1_000 + size)).await;
+    eprintln!("{size}-binding round: applied in {:.1?}", created.elapsed());
     let mut accepted = ConditionCount::watch(&api, "Accepted");
     while accepted.now() > 0 {
         accepted.changed_within_a_second().await;
     }
-    let identity = "bench-large";
-    let kubeconfig = service_account_kubeconfig(plane, identity).unwrap_or_else(|e| panic!("{e}"));
+    let identity = format!("bench-large-{size}");
+    let kubeconfig = service_account_kubeconfig(plane, &identity).unwrap_or_else(|e| panic!("{e}"));
     let user = format!("system:serviceaccount:capstan-system:{identity}");
     let args = ["--log", "warn", "--probe-interval-seconds", "0"];
     let started = Instant::now();
-    let mut controller = ControllerProcess::start(plane, &kubeconfig, identity, &args)
+    let mut controller = ControllerProcess::start(plane, &kubeconfig, &identity, &args)
         .unwrap_or_else(|e| panic!("{e}"));
     accepted
         .wait_for(
-            LARGE,
+            size,
             &mut controller,
-            (started, Duration::from_secs(1800)),
+            (started, Duration::from_secs(3600)),
             "large round, all Accepted",
             |_, _| {},
         )
         .await;
     let all_accepted = started.elapsed();
     let peak_at_accepted = controller.peak_rss_mib();
-    wait_until_settled(plane, &controller, &user, LARGE).await;
+    wait_until_settled(plane, &controller, &user, size).await;
     // Three minutes with nothing changing: what the controller holds, not what it took.
     let mut samples = Vec::new();
     for _ in 0..18 {
@@ -417,15 +440,29 @@ async fn large_round(plane: &ControlPlane) -> String {
     let writes = writes_by(plane, &user);
     let peak = controller.peak_rss_mib();
     drop(controller);
-    format!(
-        "large round ({LARGE} bindings, {}% invalid, probing off): all Accepted after {all_accepted:.1?}, \
+    let mut report = format!(
+        "{} round ({size} bindings, {}% invalid, probing off): all Accepted after {all_accepted:.1?}, \
          {writes} status writes, peak RSS {peak_at_accepted:.1} MiB until all Accepted ({peak:.1} MiB \
          overall), RSS settled {:.1} MiB (min {:.1}, max {:.1} over 3 min) (goal <= 256 MiB)",
+        if raw { "huge" } else { "large" },
         100 / INVALID_EVERY,
         samples.last().copied().unwrap_or_default(),
         samples.iter().copied().fold(f64::INFINITY, f64::min),
         samples.iter().copied().fold(0.0, f64::max),
-    )
+    );
+    // Shown at once: the raw baseline after it takes minutes more.
+    eprintln!("{report}");
+    if raw {
+        let (took, concurrency) =
+            raw_status_patches(&api, RawKind::Apply, 0, size, &HUGE_RAW_CONCURRENCY).await;
+        report.push_str(&format!(
+            "\nthe apiserver's own limit at {size}: raw server-side apply status patches at the \
+             best of {HUGE_RAW_CONCURRENCY:?} in flight ({concurrency}): {took:.1?}; all \
+             Accepted / raw: {:.2}x (goal <= 1.3x)",
+            all_accepted.as_secs_f64() / took.as_secs_f64()
+        ));
+    }
+    report
 }
 
 /// Concurrencies the raw status-patch baseline tries.
@@ -456,11 +493,13 @@ async fn raw_status_patches(
     api: &Api<DynamicObject>,
     kind: RawKind,
     round: usize,
+    count: usize,
+    concurrencies: &[usize],
 ) -> (Duration, usize) {
     let mut best: Option<(Duration, usize)> = None;
-    for concurrency in RAW_CONCURRENCY {
+    for &concurrency in concurrencies {
         let started = Instant::now();
-        futures::stream::iter(0..BINDINGS)
+        futures::stream::iter(0..count)
             .map(|index| {
                 let name = format!("bench-{index:05}");
                 let message = format!("raw patch, round {round}, {concurrency} in flight");
@@ -505,7 +544,7 @@ async fn raw_status_patches(
             .unwrap_or_else(|e| panic!("raw status patches: {e}"));
         let took = started.elapsed();
         eprintln!(
-            "round {round}: {BINDINGS} raw {} status patches, {concurrency} in flight: {took:.2?}",
+            "round {round}: {count} raw {} status patches, {concurrency} in flight: {took:.2?}",
             kind.name()
         );
         if best.is_none_or(|(b, _)| took < b) {
@@ -577,8 +616,10 @@ async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<Raw>) {
     let mut raws = Vec::new();
     for round in 1..=self::rounds() {
         raws.push(Raw {
-            merge: raw_status_patches(&api, RawKind::Merge, round).await,
-            apply: raw_status_patches(&api, RawKind::Apply, round).await,
+            merge: raw_status_patches(&api, RawKind::Merge, round, BINDINGS, &RAW_CONCURRENCY)
+                .await,
+            apply: raw_status_patches(&api, RawKind::Apply, round, BINDINGS, &RAW_CONCURRENCY)
+                .await,
         });
         for &mode in modes() {
             // A new generation for every binding: this round's controller has 5,000 to write.
