@@ -114,15 +114,22 @@ impl Context {
     }
 
     /// When an object whose update the full queue dropped is reconciled again: once the queue
-    /// has likely drained — its depth at a thousand writes a second, faster than one apiserver
-    /// takes them (docs/benchmarks.md), so the retry comes early rather than late —, at least
-    /// a second and at most the resync, spread by name over up to twice that so the dropped
-    /// objects do not all return at once. Without it, a burst larger than the queue (the
-    /// initial sync of a cluster with more objects than `--status-queue-capacity`) would wait
-    /// for the resync to converge.
+    /// has likely drained — its depth at the rate the status worker has been taking keys
+    /// (`status_queue.rs`; a thousand a second until it has measured one) —, at least a second
+    /// and at most the resync, spread by name over up to twice that so the dropped objects do
+    /// not all return at once. Without it, a burst larger than the queue (the initial sync of a
+    /// cluster with more objects than `--status-queue-capacity`) would wait for the resync to
+    /// converge; with a fixed rate faster than the apiserver's, each dropped object was
+    /// reconciled again and again while the queue was still full (100,000 bindings: ~17 times
+    /// each, docs/performance.md "The controller").
     pub(crate) fn retry_after_drop(&self, name: &str) -> Duration {
-        let depth = u64::try_from(self.queue.len()).unwrap_or(u64::MAX);
-        let drain = Duration::from_millis(depth).clamp(Duration::from_secs(1), self.resync);
+        let drain = self
+            .queue
+            .time_to_drain()
+            .unwrap_or_else(|| {
+                Duration::from_millis(u64::try_from(self.queue.len()).unwrap_or(u64::MAX))
+            })
+            .clamp(Duration::from_secs(1), self.resync);
         drain + drain.mul_f64(spread(name) as f64 / 100.0)
     }
 }

@@ -12,6 +12,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
+use tokio::time::{Duration, Instant};
 
 /// What happened to one [`StatusSender::send`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +28,37 @@ pub enum Sent {
 struct Pending<K, V> {
     values: HashMap<K, V>,
     order: VecDeque<K>,
+    drained: DrainRate,
+}
+
+/// Keys taken in one measurement of the drain rate.
+const RATE_WINDOW: u32 = 256;
+
+/// How fast the worker takes keys: measured over windows of `RATE_WINDOW` takes, each window
+/// averaged with the last estimate. A window that spans idle time reads slow, which only makes
+/// a wait computed from it longer while nothing is waiting anyway.
+#[derive(Default)]
+struct DrainRate {
+    /// When the current window's first key was taken, and how many since.
+    window: Option<(Instant, u32)>,
+    per_second: Option<f64>,
+}
+
+impl DrainRate {
+    fn took_one(&mut self) {
+        let now = Instant::now();
+        let (started, taken) = self.window.get_or_insert((now, 0));
+        *taken += 1;
+        if *taken < RATE_WINDOW {
+            return;
+        }
+        let seconds = now.duration_since(*started).as_secs_f64();
+        if seconds > 0.0 {
+            let measured = f64::from(*taken) / seconds;
+            self.per_second = Some(self.per_second.map_or(measured, |r| (r + measured) / 2.0));
+        }
+        self.window = None;
+    }
 }
 
 struct Shared<K, V> {
@@ -69,6 +101,7 @@ pub fn status_queue<K, V>(capacity: usize) -> (StatusSender<K, V>, StatusReceive
         pending: Mutex::new(Pending {
             values: HashMap::new(),
             order: VecDeque::new(),
+            drained: DrainRate::default(),
         }),
         ready: Notify::new(),
         capacity,
@@ -108,6 +141,16 @@ impl<K: Eq + Hash + Clone, V> StatusSender<K, V> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// How long the keys waiting now will take to be taken at the rate the worker has been
+    /// taking them; `None` before a rate was measured.
+    pub fn time_to_drain(&self) -> Option<Duration> {
+        let pending = self.shared.lock();
+        let per_second = pending.drained.per_second?;
+        Some(Duration::from_secs_f64(
+            pending.order.len() as f64 / per_second,
+        ))
+    }
 }
 
 impl<K: Eq + Hash + Clone, V> StatusReceiver<K, V> {
@@ -140,14 +183,13 @@ impl<K: Eq + Hash + Clone, V> StatusReceiver<K, V> {
         let mut pending = self.shared.lock();
         let key = pending.order.pop_front()?;
         let value = pending.values.remove(&key)?;
+        pending.drained.took_one();
         Some((key, value))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]
@@ -183,6 +225,25 @@ mod tests {
         assert_eq!(rx.try_recv(), Some(("a", 1)));
         assert_eq!(tx.send("a", 2), Sent::Queued);
         assert_eq!(rx.try_recv(), Some(("a", 2)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_time_to_drain_should_follow_the_rate_keys_are_taken_at() {
+        let (tx, mut rx) = status_queue::<u32, ()>(4096);
+        assert_eq!(tx.time_to_drain(), None, "no rate before any key was taken");
+        // 512 keys taken at 100 a second, 1,000 left waiting: 10 s to drain.
+        for key in 0..1512 {
+            tx.send(key, ());
+        }
+        for _ in 0..512 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            rx.try_recv();
+        }
+        let drain = tx.time_to_drain().map(|d| d.as_secs_f64());
+        assert!(
+            drain.is_some_and(|d| (9.5..=10.5).contains(&d)),
+            "{drain:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
