@@ -34,29 +34,39 @@ struct Pending<K, V> {
 /// Keys taken in one measurement of the drain rate.
 const RATE_WINDOW: u32 = 256;
 
-/// How fast the worker takes keys: measured over windows of `RATE_WINDOW` takes, each window
-/// averaged with the last estimate. A window that spans idle time reads slow, which only makes
-/// a wait computed from it longer while nothing is waiting anyway.
+/// A pause between two takes longer than this ends a window unmeasured: the rate is the
+/// worker's while it is busy, not the arrival rate of an idle queue.
+const IDLE_GAP: Duration = Duration::from_secs(1);
+
+/// How fast the worker takes keys while it is busy: measured over windows of `RATE_WINDOW`
+/// takes with no pause longer than `IDLE_GAP` between them, each window averaged with the last
+/// estimate. Idle time never counts: an estimate from a quiet hour would put the retries of
+/// the next burst's dropped objects off until the resync.
 #[derive(Default)]
 struct DrainRate {
-    /// When the current window's first key was taken, and how many since.
-    window: Option<(Instant, u32)>,
+    /// The current window: when its first key was taken, when its last, and how many.
+    window: Option<(Instant, Instant, u32)>,
     per_second: Option<f64>,
 }
 
 impl DrainRate {
     fn took_one(&mut self) {
         let now = Instant::now();
-        let (started, taken) = self.window.get_or_insert((now, 0));
-        *taken += 1;
-        if *taken < RATE_WINDOW {
+        let window = match self.window {
+            Some((started, last, taken)) if now.duration_since(last) <= IDLE_GAP => {
+                (started, now, taken + 1)
+            }
+            _ => (now, now, 1),
+        };
+        let (started, _, taken) = window;
+        let seconds = now.duration_since(started).as_secs_f64();
+        if taken < RATE_WINDOW || seconds <= 0.0 {
+            self.window = Some(window);
             return;
         }
-        let seconds = now.duration_since(*started).as_secs_f64();
-        if seconds > 0.0 {
-            let measured = f64::from(*taken) / seconds;
-            self.per_second = Some(self.per_second.map_or(measured, |r| (r + measured) / 2.0));
-        }
+        // `taken` keys over the time between the first and the last: `taken - 1` intervals.
+        let measured = f64::from(taken - 1) / seconds;
+        self.per_second = Some(self.per_second.map_or(measured, |r| (r + measured) / 2.0));
         self.window = None;
     }
 }
@@ -244,6 +254,28 @@ mod tests {
             drain.is_some_and(|d| (9.5..=10.5).contains(&d)),
             "{drain:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_time_should_never_slow_the_measured_rate() {
+        let (tx, mut rx) = status_queue::<u32, ()>(4096);
+        for key in 0..1512 {
+            tx.send(key, ());
+        }
+        // 512 keys taken a minute apart — an idle queue, not a slow worker — then 256 at
+        // 100 a second.
+        for _ in 0..512 {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            rx.try_recv();
+        }
+        assert_eq!(tx.time_to_drain(), None, "an idle queue measured no rate");
+        for _ in 0..256 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            rx.try_recv();
+        }
+        // 744 waiting at 100 a second.
+        let drain = tx.time_to_drain().map(|d| d.as_secs_f64());
+        assert!(drain.is_some_and(|d| (7.0..=7.9).contains(&d)), "{drain:?}");
     }
 
     #[tokio::test(start_paused = true)]
