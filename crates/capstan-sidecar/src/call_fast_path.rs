@@ -333,12 +333,13 @@ fn streamed(
             )))
         });
         // A cancelled call ends its stream without an answer.
-        answer.map(|answer| serde_json::to_value(answer_message(&id, answer)).unwrap_or_default())
+        answer.map(|answer| serde_json::to_string(&answer_message(&id, answer)).unwrap_or_default())
     })
     .filter_map(std::future::ready);
     let events = notifications
+        .map(|message| message.to_string())
         .chain(answer)
-        .map(|message| Ok::<_, Infallible>(Event::default().data(message.to_string())));
+        .map(|message| Ok::<_, Infallible>(Event::default().data(message)));
     Sse::new(events).into_response()
 }
 
