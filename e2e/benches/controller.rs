@@ -73,11 +73,11 @@ fn main() {
             let large = if std::env::var("CAPSTAN_BENCH_LARGE").is_ok_and(|v| v == "0") {
                 String::new()
             } else {
-                large_round(plane, LARGE, false).await
+                large_round(plane, "large", LARGE, false).await
             };
             // CAPSTAN_BENCH_HUGE=1 adds the 100,000-binding round (~30 min), its own section.
             let huge = if std::env::var("CAPSTAN_BENCH_HUGE").is_ok_and(|v| v == "1") {
-                large_round(plane, HUGE, true).await
+                large_round(plane, "huge", HUGE, true).await
             } else {
                 String::new()
             };
@@ -402,7 +402,7 @@ const HUGE_RAW_CONCURRENCY: [usize; 1] = [128];
 /// peak RSS, and RSS after three minutes settled (what it keeps, not what the initial burst of
 /// reconciles and writes took). With `raw`, the apiserver's own limit at that size after it:
 /// the same count of raw server-side-apply status patches at `HUGE_RAW_CONCURRENCY`, the best.
-async fn large_round(plane: &ControlPlane, size: usize, raw: bool) -> String {
+async fn large_round(plane: &ControlPlane, label: &str, size: usize, raw: bool) -> String {
     let client = open_crds(plane).await;
     let api: Api<DynamicObject> = Api::all_with(client, &binding_resource());
     let created = Instant::now();
@@ -441,10 +441,9 @@ async fn large_round(plane: &ControlPlane, size: usize, raw: bool) -> String {
     let peak = controller.peak_rss_mib();
     drop(controller);
     let mut report = format!(
-        "{} round ({size} bindings, {}% invalid, probing off): all Accepted after {all_accepted:.1?}, \
+        "{label} round ({size} bindings, {}% invalid, probing off): all Accepted after {all_accepted:.1?}, \
          {writes} status writes, peak RSS {peak_at_accepted:.1} MiB until all Accepted ({peak:.1} MiB \
          overall), RSS settled {:.1} MiB (min {:.1}, max {:.1} over 3 min) (goal <= 256 MiB)",
-        if raw { "huge" } else { "large" },
         100 / INVALID_EVERY,
         samples.last().copied().unwrap_or_default(),
         samples.iter().copied().fold(f64::INFINITY, f64::min),

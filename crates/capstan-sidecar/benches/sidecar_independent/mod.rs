@@ -9,7 +9,7 @@ use capstan_testkit::{OpenSessions, mcpload_call};
 use super::*;
 
 /// One target's medians in an `mcpload call` report.
-fn medians(report: &Value, target: &str) -> Side {
+pub(crate) fn medians(report: &Value, target: &str) -> Side {
     let t = &report[target];
     Side {
         p50: t["p50_ms"].as_f64().unwrap_or(0.0),
@@ -30,14 +30,14 @@ fn cpu(report: &Value, target: &str, whose: &str) -> f64 {
 }
 
 /// `--target` for the sidecar: its socket, `tool` namespaced under binding one.
-fn sidecar_target(name: &str, sidecar: &Sidecar, tool: &str, protocol: &str) -> String {
+pub(crate) fn sidecar_target(name: &str, sidecar: &Sidecar, tool: &str, protocol: &str) -> String {
     format!(
         "{name},unix:{},one__{tool},{protocol}",
         sidecar.socket.display()
     )
 }
 
-fn common_args(workload: &Workload) -> Vec<String> {
+pub(crate) fn common_args(workload: &Workload) -> Vec<String> {
     vec![
         "--header".into(),
         "X-Capstan-Project: bench".into(),

@@ -15,6 +15,7 @@
 
 use capstan_testkit::{OpenSessions, mcpload_call};
 
+use super::sidecar_independent::{common_args, medians, sidecar_target};
 use super::*;
 
 /// Sessions held open.
@@ -86,52 +87,36 @@ const CHUNK: usize = 1_000;
 
 /// `mcpload open` of `sessions` on the sidecar.
 fn open_args(workload: &Workload, sidecar: &Sidecar, sessions: usize) -> Vec<String> {
-    vec![
-        "--header".into(),
-        "X-Capstan-Project: bench".into(),
-        "--args".into(),
-        workload.arguments.to_string(),
+    let mut args = common_args(workload);
+    args.extend([
         "--target".into(),
-        format!(
-            "sidecar,unix:{},one__{},2025-11-25",
-            sidecar.socket.display(),
-            workload.tool
-        ),
+        sidecar_target("sidecar", sidecar, workload.tool, "2025-11-25"),
         "--sessions".into(),
         sessions.to_string(),
-    ]
+    ]);
+    args
 }
 
 /// One call round of 1 session through the sidecar and directly, alternated: the p50s (ms).
 fn call_p50s(workload: &Workload, sidecar: &Sidecar) -> (f64, f64) {
-    let tool = workload.tool;
-    let mut args = vec![
-        "--header".into(),
-        "X-Capstan-Project: bench".into(),
-        "--args".into(),
-        workload.arguments.to_string(),
+    let mut args = common_args(workload);
+    args.extend([
         "--target".into(),
-        format!("direct,{},{tool},2025-11-25", workload.urls[0]),
+        format!("direct,{},{},2025-11-25", workload.urls[0], workload.tool),
         "--target".into(),
-        format!(
-            "sidecar,unix:{},one__{tool},2025-11-25",
-            sidecar.socket.display()
-        ),
-    ];
-    args.extend(
-        [
-            "--sessions",
-            "1",
-            "--calls",
-            &CALLS.to_string(),
-            "--rounds",
-            &ROUNDS.to_string(),
-        ]
-        .map(String::from),
-    );
+        sidecar_target("sidecar", sidecar, workload.tool, "2025-11-25"),
+        "--sessions".into(),
+        "1".into(),
+        "--calls".into(),
+        CALLS.to_string(),
+        "--rounds".into(),
+        ROUNDS.to_string(),
+    ]);
     let report = tokio::task::block_in_place(|| mcpload_call(&args));
-    let p50 = |target: &str| report[target]["p50_ms"].as_f64().unwrap_or(0.0);
-    (p50("sidecar"), p50("direct"))
+    (
+        medians(&report, "sidecar").p50,
+        medians(&report, "direct").p50,
+    )
 }
 
 /// The round on `workload`, on a sidecar of its own with its session caps raised for it.
