@@ -364,7 +364,7 @@ fn resync_writes_nothing(env: &Env) -> Outcome {
             format!("expected one write per binding, got {before:?}")
         })?;
         let skipped_before = skipped_unchanged(&controller.address);
-        // Three resync periods (2 s plus jitter each) with nothing changed.
+        // Three resync periods (2 s each) with nothing changed.
         tokio::time::sleep(Duration::from_secs(7)).await;
         let after = status_writes(env, "capabilitybindings", &names);
         check(after == before, || {
@@ -715,14 +715,19 @@ fn queue_overflow(env: &Env) -> Outcome {
         for name in &names {
             wait_accepted(client, "CapabilityBinding", name, "True", "Validated").await?;
         }
-        let dropped = http_get(&controller.address, "/metrics")
-            .lines()
-            .find_map(|line| {
-                line.strip_prefix("capstan_controller_status_queue_total{outcome=\"dropped\"} ")
-            })
-            .and_then(|value| value.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        check(dropped > 0, || {
+        let metrics = http_get(&controller.address, "/metrics");
+        let metric = |name: &str| {
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|value| value.trim().parse::<u64>().ok())
+        };
+        let dropped = metric("capstan_controller_status_queue_total{outcome=\"dropped\"} ");
+        let overflow = metric("capstan_controller_status_queue_overflow ");
+        check(overflow == Some(0), || {
+            format!("every binding is Accepted, yet {overflow:?} wait in the overflow")
+        })?;
+        check(dropped.unwrap_or(0) > 0, || {
             format!(
                 "no drop counted with a queue of one:\n{}",
                 http_get(&controller.address, "/metrics")

@@ -49,9 +49,9 @@ pub struct Config {
     pub listen_address: SocketAddr,
 
     /// Objects that may wait for a status write at once. An update that finds the queue full is
-    /// dropped and its object reconciled again once the queue has had time to drain; sized
-    /// above the number of objects, a full resync never drops.
-    #[arg(long, env = "CAPSTAN_STATUS_QUEUE_CAPACITY", default_value_t = DEFAULT_STATUS_QUEUE_CAPACITY)]
+    /// dropped, its object's name kept, and the object reconciled again when the queue is half
+    /// empty; sized above the number of objects, a full resync never drops.
+    #[arg(long, env = "CAPSTAN_STATUS_QUEUE_CAPACITY", default_value_t = DEFAULT_STATUS_QUEUE_CAPACITY, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub status_queue_capacity: usize,
 
     /// Status writes the controller keeps in flight at once (never two for one object).
@@ -63,9 +63,9 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_RECONCILE_CONCURRENCY", default_value_t = DEFAULT_RECONCILE_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
     pub reconcile_concurrency: u16,
 
-    /// Seconds between full reconciles of every object (plus up to 10% jitter): the backstop
-    /// for anything dropped or missed.
-    #[arg(long, env = "CAPSTAN_RESYNC_SECONDS", default_value_t = DEFAULT_RESYNC_SECONDS)]
+    /// Seconds between full reconciles of every object, spread evenly over them: the backstop
+    /// for anything missed.
+    #[arg(long, env = "CAPSTAN_RESYNC_SECONDS", default_value_t = DEFAULT_RESYNC_SECONDS, value_parser = clap::value_parser!(u64).range(1..))]
     pub resync_seconds: u64,
 
     /// How statuses are written: `transitions` (queued, only on change) or

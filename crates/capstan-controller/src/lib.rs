@@ -7,6 +7,7 @@
 mod cached;
 mod composed_condition;
 mod config;
+mod due;
 mod leader;
 mod metrics;
 mod probe;
@@ -16,6 +17,7 @@ mod run;
 pub mod status;
 pub mod status_queue;
 mod summary;
+mod triggers;
 mod writer;
 
 pub use config::{

@@ -102,6 +102,11 @@ pub struct Metrics {
     pub write_duration: Histogram,
     /// Keys waiting in the status queue.
     pub queue_depth: Gauge,
+    /// Objects whose update found the status queue full, waiting for room to be reconciled
+    /// again.
+    pub queue_overflow: Gauge,
+    /// Bindings due for a reconcile that has not started (`due.rs`).
+    pub reconciles_due: Gauge,
     /// Reconciles, by kind and verdict.
     pub reconciles: Family<ReconcileLabels, Counter>,
     /// 1 while this replica holds the leader lease.
@@ -137,6 +142,8 @@ impl Metrics {
                 prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 13),
             ),
             queue_depth: Gauge::default(),
+            queue_overflow: Gauge::default(),
+            reconciles_due: Gauge::default(),
             reconciles: Family::default(),
             leader: Gauge::default(),
             probes: Family::default(),
@@ -200,6 +207,16 @@ impl Metrics {
             "status_queue_depth",
             "Objects waiting in the status queue",
             self.queue_depth.clone(),
+        );
+        registry.register(
+            "status_queue_overflow",
+            "Objects whose update found the status queue full, to be reconciled again when it has room",
+            self.queue_overflow.clone(),
+        );
+        registry.register(
+            "binding_reconciles_due",
+            "Bindings due for a reconcile that has not started yet",
+            self.reconciles_due.clone(),
         );
         registry.register(
             "reconciles",

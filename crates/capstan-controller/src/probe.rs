@@ -73,6 +73,11 @@ impl Prober {
         (prober, rx)
     }
 
+    /// The probe interval setting, before the jitter by name.
+    pub fn settings_interval(&self) -> Duration {
+        self.settings.interval
+    }
+
     /// The probe interval of binding `name`: the setting plus up to 10% by a hash of the name,
     /// so bindings created together are not probed together forever.
     pub fn interval(&self, name: &str) -> Duration {

@@ -106,21 +106,23 @@ pub async fn reconcile_qualifiers(
             kind: Kind::Qualifier,
             name: object.name_any(),
         };
-        // A drop is recovered by the next pass (any qualifier change or the resync tick):
-        // qualifiers are few beside the queue's capacity.
+        // A dropped update comes back from the status queue when it has room, and wakes the
+        // loop below for another pass.
         ctx.submit(key, &object.status, status).await?;
     }
     Ok(())
 }
 
 /// Re-evaluates every qualifier on any change to the set (deletions included), on each resync
-/// tick, and when this replica becomes leader.
+/// tick, when this replica becomes leader, and when the status queue hands back a qualifier
+/// whose update it dropped.
 pub async fn run_qualifiers(
     events: impl futures::Stream<Item = Result<watcher::Event<CachedQualifier>, watcher::Error>>
     + Send
     + 'static,
     store: Store<CachedQualifier>,
     mut synced: watch::Receiver<bool>,
+    released: Arc<tokio::sync::Notify>,
     ctx: Arc<Context>,
     leader: watch::Receiver<bool>,
     shutdown: impl Future<Output = ()> + Send,
@@ -150,9 +152,14 @@ pub async fn run_qualifiers(
             Some(((), interval))
         },
     );
+    // A qualifier whose update found the status queue full comes back when it has room.
+    let released = futures::stream::unfold(released, |released| async move {
+        released.notified().await;
+        Some(((), released))
+    });
     let triggers = futures::stream::select(
         futures::stream::select(changes, ticks),
-        became_leader(leader),
+        futures::stream::select(became_leader(leader), released),
     );
     let mut triggers = std::pin::pin!(triggers.take_until(shutdown));
     while triggers.next().await.is_some() {

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capstan_api::binding::first_wins_key;
-use capstan_api::conditions::composed;
+use capstan_api::conditions::{accepted, composed};
 use capstan_api::validate::validate_binding_spec;
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use thiserror::Error;
 use tokio::sync::watch;
-use tracing::{instrument, warn};
+use tracing::{debug, instrument, warn};
 
 use crate::cached::CachedBinding;
 use crate::metrics::Metrics;
@@ -83,13 +83,14 @@ pub struct Context {
 
 impl Context {
     /// Hands `desired` to the status queue (or, in the `every-reconcile` baseline, writes it).
-    /// Returns whether the queue was full and dropped it.
+    /// An update the full queue drops is not lost: the queue keeps its key and hands it back
+    /// for a reconcile when it has room (`status_queue.rs`).
     pub(crate) async fn submit(
         &self,
         key: ObjectKey,
         observed: &ObservedStatus,
         desired: DesiredStatus,
-    ) -> Result<bool, Error> {
+    ) -> Result<(), Error> {
         match self.mode {
             WriteMode::Transitions => {
                 let sent = self.queue.send(key, desired);
@@ -97,48 +98,30 @@ impl Context {
                 self.metrics
                     .queue_depth
                     .set(i64::try_from(self.queue.len()).unwrap_or(i64::MAX));
-                Ok(sent == Sent::Dropped)
+                if sent == Sent::Dropped {
+                    self.metrics
+                        .queue_overflow
+                        .set(i64::try_from(self.queue.overflowed()).unwrap_or(i64::MAX));
+                }
+                Ok(())
             }
-            WriteMode::EveryReconcile if !*self.leader.borrow() => Ok(false),
+            WriteMode::EveryReconcile if !*self.leader.borrow() => Ok(()),
             WriteMode::EveryReconcile => write_status(&self.client, &key, observed, &desired)
                 .await
-                .map(|_| false)
+                .map(|_| ())
                 .map_err(|source| Error::Write { key, source }),
         }
     }
 
-    /// The resync interval with up to 10% jitter, so objects created together do not resync
-    /// together forever.
-    pub(crate) fn resync_interval(&self, name: &str) -> Duration {
-        self.resync + self.resync.mul_f64(spread(name) as f64 / 1000.0)
+    /// How often the resync walk (`run.rs`) visits every binding: the resync, or the probe
+    /// interval when that is shorter, since a probe falls due only when its binding is visited.
+    pub(crate) fn revisit(&self) -> Duration {
+        let revisit = match &self.probe {
+            Some(prober) => self.resync.min(prober.settings_interval()),
+            None => self.resync,
+        };
+        revisit.max(Duration::from_secs(1))
     }
-
-    /// When an object whose update the full queue dropped is reconciled again: once the queue
-    /// has likely drained — its depth at the rate the status worker has been taking keys
-    /// (`status_queue.rs`; a thousand a second until it has measured one) —, at least a second
-    /// and at most the resync, spread by name over up to twice that so the dropped objects do
-    /// not all return at once. Without it, a burst larger than the queue (the initial sync of a
-    /// cluster with more objects than `--status-queue-capacity`) would wait for the resync to
-    /// converge; with a fixed rate faster than the apiserver's, each dropped object was
-    /// reconciled again and again while the queue was still full (100,000 bindings: ~17 times
-    /// each, docs/performance.md "The controller").
-    pub(crate) fn retry_after_drop(&self, name: &str) -> Duration {
-        let drain = self
-            .queue
-            .time_to_drain()
-            .unwrap_or_else(|| {
-                Duration::from_millis(u64::try_from(self.queue.len()).unwrap_or(u64::MAX))
-            })
-            .clamp(Duration::from_secs(1), self.resync);
-        drain + drain.mul_f64(spread(name) as f64 / 100.0)
-    }
-}
-
-/// A number from 0 to 99 fixed by `name`, to spread objects' timers.
-fn spread(name: &str) -> u64 {
-    name.bytes()
-        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
-        % 100
 }
 
 /// Reconciles one CapabilityBinding: validates its spec, starts a Composed probe when one is
@@ -158,14 +141,13 @@ pub async fn reconcile_binding(
     let name = binding.name_any();
     let generation = binding.metadata.generation.unwrap_or_default();
     let spec = binding.spec();
-    let errors = spec_errors(&spec);
+    let errors = spec_errors(&spec, reported_invalid(&binding.status, generation));
     let accepted = if errors.is_empty() {
         accepted_with_warnings(&mapping_warnings(&spec))
     } else {
         accepted_condition(&errors)
     };
     ctx.metrics.reconciled(Kind::Binding, accepted.reason);
-    let mut requeue = ctx.resync_interval(&name);
     let (composed, tools) = match &ctx.probe {
         None => (
             not_probed("probing is off (--probe-interval-seconds 0)"),
@@ -183,45 +165,59 @@ pub async fn reconcile_binding(
                 Some(Vec::new()),
             )
         }
-        Some(prober) => {
-            let (composed, next_probe) =
-                composed_by_probe(prober, &binding, spec, generation, &ctx.leader);
-            requeue = requeue.min(next_probe);
-            composed
-        }
+        Some(prober) => composed_by_probe(
+            prober,
+            &binding,
+            spec,
+            generation,
+            ctx.revisit(),
+            &ctx.leader,
+        ),
     };
     let desired = DesiredStatus {
         generation,
         conditions: with_summary(vec![accepted, composed], ctx.probe.is_some()),
         tools,
     };
-    let dropped = ctx
-        .submit(
-            ObjectKey {
-                kind: Kind::Binding,
-                name: name.clone(),
-            },
-            &binding.status,
-            desired,
-        )
-        .await?;
-    if dropped {
-        requeue = requeue.min(ctx.retry_after_drop(&name));
-    }
-    Ok(Action::requeue(requeue))
+    ctx.submit(
+        ObjectKey {
+            kind: Kind::Binding,
+            name,
+        },
+        &binding.status,
+        desired,
+    )
+    .await?;
+    // No timer per object: the resync walk visits every binding again (`run.rs`), and a
+    // dropped update comes back from the status queue.
+    Ok(Action::await_change())
 }
 
-/// Runtime validation's errors of a binding spec, each `path: message`; logged when there are
-/// any.
-fn spec_errors(spec: &Value) -> Vec<String> {
+/// Runtime validation's errors of a binding spec, each `path: message`. Any are logged as a
+/// warning the first time — while the status does not show them yet — and at debug level on
+/// every reconcile after (the resync visits an invalid binding every pass).
+fn spec_errors(spec: &Value, reported: bool) -> Vec<String> {
     let errors: Vec<String> = validate_binding_spec(spec)
         .iter()
         .map(ToString::to_string)
         .collect();
-    if !errors.is_empty() {
-        warn!(errors = errors.len(), first = %errors[0], "binding is invalid");
+    if let Some(first) = errors.first() {
+        if reported {
+            debug!(errors = errors.len(), %first, "binding is invalid (reported in its status)");
+        } else {
+            warn!(errors = errors.len(), %first, "binding is invalid");
+        }
     }
     errors
+}
+
+/// Whether the status already reports this generation's spec as failing validation.
+fn reported_invalid(observed: &ObservedStatus, generation: i64) -> bool {
+    observed.conditions.iter().any(|c| {
+        c.type_ == accepted::TYPE
+            && c.reason == accepted::VALIDATION_FAILED
+            && c.observed_generation == Some(generation)
+    })
 }
 
 /// The warnings of a valid spec's capability mappings against the embedded catalog (mappings
@@ -237,30 +233,27 @@ fn mapping_warnings(spec: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The `Composed` condition and tools of a valid binding as the prober knows them, and how
-/// soon the binding should be reconciled for its next probe. Starts the probe when it is due
-/// and this replica leads (only the leader's findings are written).
+/// The `Composed` condition and tools of a valid binding as the prober knows them. Starts the
+/// probe when this replica leads (only the leader's findings are written) and the probe is
+/// due before the walk's next visit is halfway: the walk comes by every `revisit`, so a probe
+/// runs at the visit nearest its due time, not one whole visit late.
 fn composed_by_probe(
     prober: &Arc<Prober>,
     binding: &CachedBinding,
     spec: Value,
     generation: i64,
+    revisit: Duration,
     leader: &watch::Receiver<bool>,
-) -> ((DesiredCondition, Option<Vec<String>>), Duration) {
+) -> (DesiredCondition, Option<Vec<String>>) {
     let name = binding.name_any();
     let due = prober.next_probe(&name, generation);
-    if due.is_zero() && *leader.borrow() {
+    if due <= revisit / 2 && *leader.borrow() {
         match serde_json::from_value(spec) {
             Ok(spec) => prober.probe(first_wins_key(&binding.metadata), generation, spec),
             Err(error) => warn!(%error, "an accepted spec does not decode; not probed"),
         }
     }
-    let next_probe = if due.is_zero() {
-        prober.interval(&name)
-    } else {
-        due
-    };
-    let composed = match prober.condition(&name, generation) {
+    match prober.condition(&name, generation) {
         Some((condition, tools)) => (condition, Some(tools)),
         None => observed_composed(&binding.status, generation).unwrap_or_else(|| {
             (
@@ -268,8 +261,7 @@ fn composed_by_probe(
                 None,
             )
         }),
-    };
-    (composed, next_probe)
+    }
 }
 
 /// `Composed` unknown: no probe has spoken for this generation, for the reason in `message`.

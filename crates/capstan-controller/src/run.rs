@@ -12,7 +12,6 @@ use capstan_compose::{Composer, Limits, SetupError};
 use capstan_process::{
     AdminError, Readiness, Shutdown, TelemetryError, init_telemetry, serve_admin,
 };
-use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt};
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -21,19 +20,23 @@ use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use kube::{Client, Config as KubeConfig, Resource, ResourceExt};
 use prometheus_client::registry::Registry;
 use thiserror::Error;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cached::{CachedBinding, CachedQualifier};
 use crate::config::Config;
-use crate::leader::{Leadership, LeaseSettings, became_leader};
+use crate::due::Due;
+use crate::leader::{Leadership, LeaseSettings};
 use crate::metrics::Metrics;
 use crate::probe::{ProbeSettings, Prober};
 use crate::qualifiers::run_qualifiers;
 use crate::reconcile::{Context, binding_error_policy, reconcile_binding};
-use crate::status::{DesiredStatus, ObjectKey};
-use crate::status_queue::{StatusReceiver, status_queue};
+use crate::status::{DesiredStatus, Kind, ObjectKey};
+use crate::status_queue::{Released, StatusReceiver, StatusSender, status_queue};
+use crate::triggers::{
+    ProbedNames, all_on_leadership, probed_bindings, resync_walk, spawn_marker, split_released,
+};
 use crate::writer::{FIELD_MANAGER, StatusWriter};
 
 /// Why the controller could not start or stopped with an error.
@@ -120,7 +123,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         &admin.metrics,
     )?
     .unzip();
-    let (queue, queue_rx) = status_queue(status_queue_capacity);
+    let (queue, worker, released) = status_queue(status_queue_capacity);
     let ctx = Arc::new(Context {
         client,
         queue,
@@ -135,11 +138,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         reconcile_concurrency,
         status_writes_in_flight,
     };
-    let readiness = Ready {
+    let ready = Ready {
         readiness: admin.readiness.clone(),
         synced: synced_tx,
     };
-    run_controllers(ctx, settings, queue_rx, probed, readiness, shutdown).await;
+    run_controllers(ctx, settings, worker, released, probed, ready, shutdown).await;
     // The loops have stopped: release the lease so the standby takes over at once instead of
     // after the lease expires.
     leadership.stop().await;
@@ -196,9 +199,6 @@ fn start_leader_election(
     leadership
 }
 
-/// The names of the bindings whose status a probe's finding may change.
-type ProbedNames = mpsc::UnboundedReceiver<String>;
-
 /// The Composed probe, with the sidecar's composer, guards and flag names, and the names its
 /// findings concern; `None` when probing is off (interval 0).
 fn composed_probe(
@@ -231,11 +231,14 @@ struct ControllerSettings {
 }
 
 /// Watches bindings and qualifiers and runs their reconcilers, the status writer and the
-/// leadership log until `shutdown`; returns once they have all stopped.
+/// leadership log until `shutdown`; returns once they have all stopped. A binding is
+/// reconciled when it changes, when the resync walk comes by, when a probe's finding concerns
+/// it, when the status queue hands it back after a drop, and on gaining leadership.
 async fn run_controllers(
     ctx: Arc<Context>,
     settings: ControllerSettings,
     queue: StatusReceiver<ObjectKey, DesiredStatus>,
+    released: Released<ObjectKey>,
     probed: Option<ProbedNames>,
     readiness: Ready,
     shutdown: Shutdown,
@@ -244,21 +247,29 @@ async fn run_controllers(
     // Reads come from watch caches; `any_semantic` lets (re-)lists be served from the
     // apiserver's watch cache instead of a quorum read of etcd.
     let watch_config = watcher::Config::default().any_semantic();
-    let bindings = watch_bindings(&ctx.client, watch_config.clone(), ctx.probe.clone());
-    let controller = Controller::for_stream_with(bindings.events, bindings.store.clone(), ())
-        .with_config(controller::Config::default().concurrency(settings.reconcile_concurrency))
-        .reconcile_all_on(became_leader(ctx.leader.clone()))
-        .reconcile_on(probed_bindings(probed))
-        .graceful_shutdown_on(stop.clone());
+    let bindings = watch_bindings(&ctx, watch_config.clone());
+    let (released_bindings, released_qualifiers) = split_released(released);
+    // Every trigger marks a name due; the Controller is handed a few at a time (`due.rs`).
+    let due = Due::new(2 * usize::from(settings.reconcile_concurrency));
+    let marker = spawn_marker(
+        bindings.events,
+        vec![
+            probed_bindings(probed),
+            released_bindings,
+            resync_walk(bindings.store.clone(), ctx.revisit()),
+            all_on_leadership(bindings.store.clone(), ctx.leader.clone()),
+        ],
+        due.clone(),
+    );
     let forgetter = ctx
         .probe
         .clone()
         .map(|prober| spawn_forgetter(prober, bindings.store.clone(), ctx.resync));
 
-    let qualifiers = watch_qualifiers(&ctx.client, watch_config);
+    let qualifiers = watch_qualifiers(&ctx.client, watch_config, ctx.queue.clone());
     let writer = StatusWriter::new(
         ctx.client.clone(),
-        bindings.store,
+        bindings.store.clone(),
         qualifiers.store.clone(),
         ctx.leader.clone(),
         ctx.metrics.clone(),
@@ -276,28 +287,79 @@ async fn run_controllers(
         qualifiers.events,
         qualifiers.store,
         synced,
+        released_qualifiers,
         ctx.clone(),
         ctx.leader.clone(),
-        stop,
+        stop.clone(),
     ));
-
-    controller
-        .run(reconcile_binding, binding_error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                warn!(%error, "binding controller");
-            }
-        })
-        .await;
+    run_binding_controller(
+        ctx,
+        bindings.store,
+        due,
+        settings.reconcile_concurrency,
+        stop,
+    )
+    .await;
 
     // Graceful shutdown: stop the loops before the lease is released.
+    marker.abort();
     qualifier_loop.abort();
     worker.abort();
     leadership_log.abort();
     if let Some(forgetter) = forgetter {
         forgetter.abort();
     }
-    let _ = tokio::join!(qualifier_loop, worker, leadership_log);
+    let _ = tokio::join!(marker, qualifier_loop, worker, leadership_log);
+}
+
+/// kube-runtime's Controller for bindings, handed names by `due` and running at most
+/// `concurrency` reconciles at once, until `stop`.
+async fn run_binding_controller(
+    ctx: Arc<Context>,
+    store: Store<CachedBinding>,
+    due: Arc<Due>,
+    concurrency: u16,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let metrics = ctx.metrics.clone();
+    Controller::for_stream_with(
+        futures::stream::pending::<Result<CachedBinding, watcher::Error>>(),
+        store,
+        (),
+    )
+    .with_config(controller::Config::default().concurrency(concurrency))
+    .reconcile_on(due.clone().stream())
+    .graceful_shutdown_on(stop)
+    .run(reconcile_binding, binding_error_policy, ctx)
+    .for_each(|result| {
+        finished(result, &due);
+        metrics
+            .reconciles_due
+            .set(i64::try_from(due.waiting()).unwrap_or(i64::MAX));
+        futures::future::ready(())
+    })
+    .await;
+}
+
+/// What the Controller reported for one reconcile: its name's place is free in `due`; a
+/// failure is logged.
+fn finished<E: std::fmt::Display, Q: std::fmt::Display>(
+    result: Result<(ObjectRef<CachedBinding>, controller::Action), controller::Error<E, Q>>,
+    due: &Due,
+) {
+    match result {
+        Ok((object, _)) => due.done(&object.name),
+        // A binding deleted after a trigger named it: nothing to do.
+        Err(controller::Error::ObjectNotFound(object)) => {
+            debug!(%object, "binding gone before its reconcile");
+            due.done(&object.name);
+        }
+        Err(controller::Error::ReconcilerFailed(error, object)) => {
+            warn!(%error, %object, "binding reconcile failed");
+            due.done(&object.name);
+        }
+        Err(error) => warn!(%error, "binding controller"),
+    }
 }
 
 /// A watch cache: its event stream, its store, and a channel that turns true at its first full
@@ -313,17 +375,17 @@ where
 }
 
 /// The CapabilityBinding cache, whose stream of changed bindings drives the binding
-/// controller. A deleted binding frees the names it held in the probe at once (no reconcile
-/// follows a delete).
+/// controller. A deleted binding frees the names it held in the probe at once and leaves the
+/// status queue's overflow (no reconcile follows a delete).
 fn watch_bindings(
-    client: &Client,
+    ctx: &Context,
     config: watcher::Config,
-    probe: Option<Arc<Prober>>,
 ) -> WatchCache<
     impl Stream<Item = Result<CachedBinding, watcher::Error>> + Send + 'static,
     CachedBinding,
 > {
-    let api: Api<CachedBinding> = Api::all(client.clone());
+    let api: Api<CachedBinding> = Api::all(ctx.client.clone());
+    let (probe, queue) = (ctx.probe.clone(), ctx.queue.clone());
     let writer = reflector::store::Writer::default();
     let store: Store<CachedBinding> = writer.as_reader();
     let (synced_tx, synced) = watch::channel(false);
@@ -334,9 +396,14 @@ fn watch_bindings(
                 let _ = synced_tx.send(true);
             }
             Ok(watcher::Event::Delete(binding)) => {
+                let name = binding.name_any();
                 if let Some(prober) = &probe {
-                    prober.forget(&binding.name_any());
+                    prober.forget(&name);
                 }
+                queue.forget(&ObjectKey {
+                    kind: Kind::Binding,
+                    name,
+                });
             }
             _ => {}
         })
@@ -348,10 +415,12 @@ fn watch_bindings(
     }
 }
 
-/// The RouteQualifier cache, whose events the qualifier loop follows.
+/// The RouteQualifier cache, whose events the qualifier loop follows. A deleted qualifier
+/// leaves the status queue's overflow.
 fn watch_qualifiers(
     client: &Client,
     config: watcher::Config,
+    queue: StatusSender<ObjectKey, DesiredStatus>,
 ) -> WatchCache<
     impl Stream<Item = Result<watcher::Event<CachedQualifier>, watcher::Error>> + Send + 'static,
     CachedQualifier,
@@ -362,28 +431,20 @@ fn watch_qualifiers(
     let (synced_tx, synced) = watch::channel(false);
     let events = reflector::reflector(writer, watcher(api, config).modify(trim_for_cache))
         .default_backoff()
-        .inspect(move |event| {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
+        .inspect(move |event| match event {
+            Ok(watcher::Event::InitDone) => {
                 let _ = synced_tx.send(true);
             }
+            Ok(watcher::Event::Delete(qualifier)) => queue.forget(&ObjectKey {
+                kind: Kind::Qualifier,
+                name: qualifier.name_any(),
+            }),
+            _ => {}
         });
     WatchCache {
         events,
         store,
         synced,
-    }
-}
-
-/// The bindings to reconcile because a probe's finding may change their status; none when
-/// probing is off.
-fn probed_bindings(probed: Option<ProbedNames>) -> BoxStream<'static, ObjectRef<CachedBinding>> {
-    match probed {
-        Some(rx) => futures::stream::unfold(rx, |mut rx| async move {
-            let name = rx.recv().await?;
-            Some((ObjectRef::<CachedBinding>::new(&name), rx))
-        })
-        .boxed(),
-        None => futures::stream::pending().boxed(),
     }
 }
 

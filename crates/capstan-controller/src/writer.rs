@@ -149,6 +149,9 @@ impl StatusWriter {
                     self.metrics
                         .queue_depth
                         .set(i64::try_from(queue.len()).unwrap_or(i64::MAX));
+                    self.metrics
+                        .queue_overflow
+                        .set(i64::try_from(queue.overflowed()).unwrap_or(i64::MAX));
                     match busy.get_mut(&key) {
                         Some(waiting) => *waiting = Some(desired),
                         None => self.start(key, desired, &mut running, &mut busy),

@@ -113,7 +113,7 @@ proptest! {
         steps in proptest::collection::vec(step(), 0..80),
         capacity in 1usize..3,
     ) {
-        let (tx, mut rx) = status_queue(capacity);
+        let (tx, mut rx, _released) = status_queue(capacity);
         let mut world = World { cache: HashMap::new(), writes: HashMap::new() };
         let mut sent: HashMap<ObjectKey, Vec<(i64, bool)>> = HashMap::new();
         let mut last: HashMap<ObjectKey, DesiredStatus> = HashMap::new();
