@@ -21,7 +21,7 @@ use crate::cached::CachedBinding;
 use crate::metrics::Metrics;
 use crate::probe::Prober;
 use crate::status::{
-    ConditionStatus, DesiredCondition, DesiredStatus, Kind, ObjectKey, ObservedStatus,
+    ConditionStatus, messages, DesiredCondition, DesiredStatus, Kind, ObjectKey, ObservedStatus,
     accepted_condition, accepted_with_warnings,
 };
 use crate::status_queue::{Sent, StatusSender};
@@ -150,7 +150,7 @@ pub async fn reconcile_binding(
     ctx.metrics.reconciled(Kind::Binding, accepted.reason);
     let (composed, tools) = match &ctx.probe {
         None => (
-            not_probed("probing is off (--probe-interval-seconds 0)"),
+            not_probed(messages::PROBING_OFF),
             None,
         ),
         Some(prober) if !errors.is_empty() => {
@@ -160,7 +160,7 @@ pub async fn reconcile_binding(
                     type_: composed::TYPE,
                     status: ConditionStatus::False,
                     reason: composed::NOT_ACCEPTED,
-                    message: "the spec is not accepted; nothing of it is composed".into(),
+                    message: messages::NOTHING_COMPOSED.into(),
                 },
                 Some(Vec::new()),
             )
@@ -257,7 +257,7 @@ fn composed_by_probe(
         Some((condition, tools)) => (condition, Some(tools)),
         None => observed_composed(&binding.status, generation).unwrap_or_else(|| {
             (
-                not_probed("the first probe of this generation is pending"),
+                not_probed(messages::FIRST_PROBE_PENDING),
                 None,
             )
         }),
@@ -297,7 +297,7 @@ fn observed_composed(
             type_: composed::TYPE,
             status,
             reason,
-            message: condition.message.clone(),
+            message: condition.message.to_string(),
         },
         observed.tools.clone(),
     ))

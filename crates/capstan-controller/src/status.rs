@@ -9,9 +9,13 @@ use std::fmt;
 
 use capstan_api::API_VERSION;
 use capstan_api::conditions::accepted;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+mod observed;
+
+pub use observed::{ObservedCondition, Text, messages};
 
 /// The longest condition message written, in characters. Validation can report hundreds of
 /// errors; a message that fits a `kubectl describe` screen with a count of what was left out
@@ -109,8 +113,8 @@ pub struct ObservedStatus {
     #[serde(default)]
     pub observed_generation: Option<i64>,
     /// The conditions present.
-    #[serde(default)]
-    pub conditions: Vec<Condition>,
+    #[serde(default, deserialize_with = "shared_conditions")]
+    pub conditions: Vec<ObservedCondition>,
     /// The tool list present.
     #[serde(default)]
     pub tools: Option<Vec<String>>,
@@ -124,9 +128,18 @@ impl ObservedStatus {
             .unwrap_or_default()
     }
 
-    fn condition(&self, type_: &str) -> Option<&Condition> {
+    fn condition(&self, type_: &str) -> Option<&ObservedCondition> {
         self.conditions.iter().find(|c| c.type_ == type_)
     }
+}
+
+/// Conditions read, those repeating a message sharing it.
+fn shared_conditions<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<ObservedCondition>, D::Error> {
+    let mut conditions = Vec::<ObservedCondition>::deserialize(deserializer)?;
+    observed::share_messages(&mut conditions);
+    Ok(conditions)
 }
 
 /// The `Accepted` condition of a spec with these validation errors (none: accepted).
@@ -136,7 +149,7 @@ pub fn accepted_condition(errors: &[String]) -> DesiredCondition {
             type_: accepted::TYPE,
             status: ConditionStatus::True,
             reason: accepted::VALIDATED,
-            message: "the spec is valid".into(),
+            message: messages::SPEC_VALID.into(),
         }
     } else {
         DesiredCondition {

@@ -20,7 +20,7 @@
 
 use capstan_api::conditions::{accepted, composed, ready, reconciling, stalled};
 
-use crate::status::{ConditionStatus, DesiredCondition};
+use crate::status::{ConditionStatus, DesiredCondition, messages};
 
 /// `conditions` (an object's `Accepted`, and a binding's `Composed`) followed by the summary
 /// conditions they imply; `probing` says whether the Composed probe is on.
@@ -39,17 +39,15 @@ fn summarize(conditions: &[DesiredCondition], probing: bool) -> Vec<DesiredCondi
         return stalled_by(accepted);
     }
     match find(composed::TYPE) {
-        None => vec![is_ready("the spec is accepted and takes effect")],
+        None => vec![is_ready(messages::TAKES_EFFECT)],
         Some(composed) => match composed.status {
-            ConditionStatus::True => vec![is_ready("the spec is accepted and composed")],
+            ConditionStatus::True => vec![is_ready(messages::ACCEPTED_AND_COMPOSED)],
             ConditionStatus::False => stalled_by(composed),
             ConditionStatus::Unknown if probing => vec![
                 like(ready::TYPE, ConditionStatus::False, composed),
                 like(reconciling::TYPE, ConditionStatus::True, composed),
             ],
-            ConditionStatus::Unknown => vec![is_ready(
-                "the spec is accepted; its composition is not probed (--probe-interval-seconds 0)",
-            )],
+            ConditionStatus::Unknown => vec![is_ready(messages::NOT_PROBED)],
         },
     }
 }

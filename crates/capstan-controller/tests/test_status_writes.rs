@@ -73,7 +73,7 @@ fn shown(have: &ObservedStatus) -> Option<(i64, bool, String, Option<i64>)> {
     Some((
         have.observed_generation?,
         accepted.status == "True",
-        accepted.reason.clone(),
+        accepted.reason.to_string(),
         accepted.observed_generation,
     ))
 }
