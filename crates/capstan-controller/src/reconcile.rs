@@ -21,8 +21,8 @@ use crate::cached::CachedBinding;
 use crate::metrics::Metrics;
 use crate::probe::Prober;
 use crate::status::{
-    ConditionStatus, messages, DesiredCondition, DesiredStatus, Kind, ObjectKey, ObservedStatus,
-    accepted_condition, accepted_with_warnings,
+    ConditionStatus, DesiredCondition, DesiredStatus, Kind, ObjectKey, ObservedStatus,
+    accepted_condition, accepted_with_warnings, messages,
 };
 use crate::status_queue::{Sent, StatusSender};
 use crate::summary::with_summary;
@@ -149,10 +149,7 @@ pub async fn reconcile_binding(
     };
     ctx.metrics.reconciled(Kind::Binding, accepted.reason);
     let (composed, tools) = match &ctx.probe {
-        None => (
-            not_probed(messages::PROBING_OFF),
-            None,
-        ),
+        None => (not_probed(messages::PROBING_OFF), None),
         Some(prober) if !errors.is_empty() => {
             prober.forget(&name);
             (
@@ -255,12 +252,8 @@ fn composed_by_probe(
     }
     match prober.condition(&name, generation) {
         Some((condition, tools)) => (condition, Some(tools)),
-        None => observed_composed(&binding.status, generation).unwrap_or_else(|| {
-            (
-                not_probed(messages::FIRST_PROBE_PENDING),
-                None,
-            )
-        }),
+        None => observed_composed(&binding.status, generation)
+            .unwrap_or_else(|| (not_probed(messages::FIRST_PROBE_PENDING), None)),
     }
 }
 

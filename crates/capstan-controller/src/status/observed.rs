@@ -15,7 +15,6 @@ use capstan_api::conditions::{accepted, composed, ready, reconciling, stalled};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Deserializer};
 
-
 /// The fixed messages of the conditions the controller writes.
 pub mod messages {
     /// `Accepted` True.
