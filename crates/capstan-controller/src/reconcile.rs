@@ -113,8 +113,9 @@ impl Context {
         }
     }
 
-    /// How often the resync walk (`run.rs`) visits every binding: the resync, or the probe
-    /// interval when that is shorter, since a probe falls due only when its binding is visited.
+    /// How often the resync walk (`triggers.rs`) visits every binding: the resync, or the probe
+    /// interval when that is shorter, so that every probe falls due within half a visit of one
+    /// and is requeued for its time from there (`composed_by_probe`).
     pub(crate) fn revisit(&self) -> Duration {
         let revisit = match &self.probe {
             Some(prober) => self.resync.min(prober.settings_interval()),
@@ -148,6 +149,7 @@ pub async fn reconcile_binding(
         accepted_condition(&errors)
     };
     ctx.metrics.reconciled(Kind::Binding, accepted.reason);
+    let mut action = Action::await_change();
     let (composed, tools) = match &ctx.probe {
         None => (not_probed(messages::PROBING_OFF), None),
         Some(prober) if !errors.is_empty() => {
@@ -162,14 +164,20 @@ pub async fn reconcile_binding(
                 Some(Vec::new()),
             )
         }
-        Some(prober) => composed_by_probe(
-            prober,
-            &binding,
-            spec,
-            generation,
-            ctx.revisit(),
-            &ctx.leader,
-        ),
+        Some(prober) => {
+            let (composed, probe_in) = composed_by_probe(
+                prober,
+                &binding,
+                spec,
+                generation,
+                ctx.revisit(),
+                &ctx.leader,
+            );
+            if let Some(wait) = probe_in {
+                action = Action::requeue(wait);
+            }
+            composed
+        }
     };
     let desired = DesiredStatus {
         generation,
@@ -185,9 +193,9 @@ pub async fn reconcile_binding(
         desired,
     )
     .await?;
-    // No timer per object: the resync walk visits every binding again (`run.rs`), and a
-    // dropped update comes back from the status queue.
-    Ok(Action::await_change())
+    // No timer per object but a probe's: the resync walk visits every binding again
+    // (`triggers.rs`), and a dropped update comes back from the status queue.
+    Ok(action)
 }
 
 /// Runtime validation's errors of a binding spec, each `path: message`. Any are logged as a
@@ -231,9 +239,10 @@ fn mapping_warnings(spec: &Value) -> Vec<String> {
 }
 
 /// The `Composed` condition and tools of a valid binding as the prober knows them. Starts the
-/// probe when this replica leads (only the leader's findings are written) and the probe is
-/// due before the walk's next visit is halfway: the walk comes by every `revisit`, so a probe
-/// runs at the visit nearest its due time, not one whole visit late.
+/// probe when it is due and this replica leads (only the leader's findings are written). A
+/// probe due within half a `revisit` — the walk comes by every `revisit`, and a held verdict
+/// is confirmed after a tenth of the interval — is returned as the wait until it, for a
+/// requeue: only those few bindings hold a timer, and each probe runs on time.
 fn composed_by_probe(
     prober: &Arc<Prober>,
     binding: &CachedBinding,
@@ -241,21 +250,26 @@ fn composed_by_probe(
     generation: i64,
     revisit: Duration,
     leader: &watch::Receiver<bool>,
-) -> (DesiredCondition, Option<Vec<String>>) {
+) -> (ComposedStatus, Option<Duration>) {
     let name = binding.name_any();
     let due = prober.next_probe(&name, generation);
-    if due <= revisit / 2 && *leader.borrow() {
+    let probe_in = (!due.is_zero() && due <= revisit / 2).then_some(due);
+    if due.is_zero() && *leader.borrow() {
         match serde_json::from_value(spec) {
             Ok(spec) => prober.probe(first_wins_key(&binding.metadata), generation, spec),
             Err(error) => warn!(%error, "an accepted spec does not decode; not probed"),
         }
     }
-    match prober.condition(&name, generation) {
+    let composed = match prober.condition(&name, generation) {
         Some((condition, tools)) => (condition, Some(tools)),
         None => observed_composed(&binding.status, generation)
             .unwrap_or_else(|| (not_probed(messages::FIRST_PROBE_PENDING), None)),
-    }
+    };
+    (composed, probe_in)
 }
+
+/// The `Composed` condition, and the tools when known.
+type ComposedStatus = (DesiredCondition, Option<Vec<String>>);
 
 /// `Composed` unknown: no probe has spoken for this generation, for the reason in `message`.
 fn not_probed(message: &str) -> DesiredCondition {
