@@ -109,6 +109,12 @@ impl Due {
         }
         let name = line.order.pop_front()?;
         line.waiting.remove(&name);
+        if line.order.is_empty() && line.order.capacity() > 1024 {
+            // A burst (the first list, gaining leadership) is over: its capacity is not kept;
+            // the walk's few names a tick reuse a small one.
+            line.order = VecDeque::new();
+            line.waiting = HashSet::new();
+        }
         line.handed.insert(name.clone());
         Some(name)
     }

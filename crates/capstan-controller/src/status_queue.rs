@@ -64,7 +64,11 @@ impl<K: Eq + Hash + Clone> Overflow<K> {
                 taken.push(key);
             }
         }
-        if self.members.is_empty() {
+        if self.members.is_empty() && self.line.capacity() > 1024 {
+            // The burst is over: its capacity (tens of thousands of keys) is not kept.
+            self.line = VecDeque::new();
+            self.members = HashSet::new();
+        } else if self.members.is_empty() {
             self.line.clear();
         }
         taken
