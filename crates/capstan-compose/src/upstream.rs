@@ -10,6 +10,7 @@ mod call_span;
 mod changes;
 mod connector;
 mod error;
+mod lane;
 mod limited;
 mod listen;
 mod offerings;

@@ -10,6 +10,8 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
+
 use capstan_testkit::PythonServer;
 use common::*;
 use serde_json::{Value, json};
@@ -130,6 +132,165 @@ fn a_stateless_providers_progress_and_logs_should_reach_the_caller() {
         seen.as_str().is_some_and(|t| t.starts_with("capstan-")),
         "the provider saw {seen}"
     );
+}
+
+/// A CA and a certificate for 127.0.0.1 that it signed, made with `openssl` in `dir`: the CA's
+/// certificate, the server's certificate and the server's key.
+fn certificates(dir: &Path, ca_name: &str) -> [PathBuf; 3] {
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("running openssl");
+        assert!(
+            output.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let subject = format!("/CN={ca_name}");
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", &subject,
+        ],
+        &["-addext", "basicConstraints=critical,CA:TRUE"],
+        &["-addext", "keyUsage=critical,keyCertSign"],
+    ]
+    .concat());
+    run(&[
+        &["req"][..],
+        &ec,
+        &["-keyout", "server.key", "-out", "server.csr"],
+        &["-subj", "/CN=127.0.0.1"],
+    ]
+    .concat());
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ]);
+    ["ca.crt", "server.crt", "server.key"].map(|file| dir.join(file))
+}
+
+/// A provider behind HTTPS: its calls go on the shared client (a lane takes plain HTTP only,
+/// `upstream/lane.rs` in capstan-compose), so this is that path's call traffic — progress and
+/// logs relayed, a question answered back to the provider, a cancellation — with the outcomes
+/// the same client sees from the same server over plain HTTP. Its certificate is checked: a
+/// sidecar trusting another CA opens nothing there and says why.
+#[test]
+fn a_provider_behind_https_should_be_served_alike_and_only_under_a_trusted_certificate() {
+    let dir = temp_dir("tls");
+    let other_dir = dir.join("other");
+    std::fs::create_dir_all(&other_dir).unwrap();
+    let [ca, cert, key] = certificates(&dir, "capstan-test-ca");
+    let [other_ca, ..] = certificates(&other_dir, "another-test-ca");
+    let server = PythonServer::start_script_with(
+        SERVER,
+        &["--tls", cert.to_str().unwrap(), key.to_str().unwrap()],
+    );
+    let endpoint = format!("https://{}/mcp", server.address);
+    let mut document = binding_document("chatty-binding", "chatty", &endpoint, &ALLOWED);
+    document["metadata"]["namespace"] = json!("demo-project");
+    let hosts = [server.address.to_string()];
+    let identity = [
+        ("x-capstan-project", "demo-project"),
+        ("authorization", "Bearer caller-token"),
+    ];
+
+    // The refusal: a sidecar trusting only another CA composes none of the server's tools,
+    // and its composition names the server and the certificate.
+    let untrusting = Sidecar::start(
+        &json!([document]),
+        &hosts,
+        &[("SSL_CERT_FILE", other_ca.to_str().unwrap())],
+    );
+    let (code, composition, _) = untrusting.curl("GET", "/v1/composition", &identity, None);
+    assert_eq!(code, 200, "{composition}");
+    let composition: Value = serde_json::from_str(&composition).unwrap();
+    let binding = &composition["bindings"][0];
+    assert_eq!(binding["degraded"], true, "{composition}");
+    assert_eq!(binding["exposed"], json!([]), "{composition}");
+    assert_eq!(composition["tools"], json!([]), "{composition}");
+    // The reason names the server's address and what is wrong with it, in the client's words.
+    let reasons = binding["reasons"].to_string();
+    assert!(
+        reasons.contains(&endpoint) && reasons.contains("invalid peer certificate"),
+        "{composition}"
+    );
+    drop(untrusting);
+
+    // Trusting the server's CA: the same traffic as over plain HTTP, the oracle being the same
+    // client against the same server script served over plain HTTP.
+    let sidecar = Sidecar::start(
+        &json!([document]),
+        &hosts,
+        &[("SSL_CERT_FILE", ca.to_str().unwrap())],
+    );
+    let through = traffic(sidecar.socket.to_str().unwrap(), true);
+    let plain = PythonServer::start_script(SERVER);
+    let direct = traffic(&format!("http://{}/mcp", plain.address), true);
+    assert_eq!(
+        direct["count"]["progress"].as_array().map(Vec::len),
+        Some(3),
+        "{direct}"
+    );
+    assert_eq!(
+        through["count"]["progress"], direct["count"]["progress"],
+        "{through}"
+    );
+    assert_eq!(
+        through["count"]["logs"], direct["count"]["logs"],
+        "{through}"
+    );
+    let seen = &through["count"]["answer"]["token"];
+    assert!(
+        seen.as_str().is_some_and(|t| t.starts_with("capstan-")),
+        "the provider saw {seen}"
+    );
+    assert_eq!(
+        through["leak"]["progress"],
+        json!([{"progress": 1.0, "total": 1.0, "message": "mine"}])
+    );
+    assert_eq!(
+        through["ask"]["answer"], direct["ask"]["answer"],
+        "{through}"
+    );
+    assert_eq!(
+        direct["ask"]["answer"],
+        json!({"outcome": "accept", "data": "go: What now?"})
+    );
+    let cancelled = |report: &Value| {
+        report["cancel"]["after"].as_i64().unwrap() - report["cancel"]["before"].as_i64().unwrap()
+    };
+    assert_eq!(cancelled(&through), 1, "{through}");
+    assert_ne!(through["cancel"]["outcome"], "answered");
 }
 
 #[test]

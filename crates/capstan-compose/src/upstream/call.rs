@@ -16,25 +16,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
 use rmcp::model::{
     CallToolResponse, CallToolResult, ErrorCode, ErrorData, InputRequiredResult, JsonObject,
     ListToolsResult, Tool,
 };
 use serde_json::{Value, json};
-use sse_stream::SseStream;
 use tracing::{Instrument as _, debug};
 
 use super::Forwarded;
 use super::call_span::{client_span, failed};
-use super::changes::{UpstreamChanges, is_list_changed};
+use super::changes::UpstreamChanges;
 use super::error::CallError;
-use super::limited::{limited_bytes, read_limited};
-use super::pooled::DrainOnDrop;
-use super::relay::{CallTraffic, Relayed};
-use super::revision::{ParamHeader, Revision, Subscribed, param_headers};
+use super::lane::Lane;
+use super::relay::CallTraffic;
+use super::revision::{Headers, ParamHeader, Revision, Subscribed, param_headers};
 use crate::error_chain::chain_text;
 use crate::trace_context::Outgoing;
+
+mod answer;
 
 /// Where direct requests go and how they are addressed; cheap to clone into a task of its own.
 #[derive(Clone, Debug)]
@@ -43,26 +42,45 @@ pub(crate) struct Target {
     /// Parsed once: reqwest parses a string URL per request (IDNA included; seen in the
     /// sidecar's profile, docs/performance.md).
     pub(crate) url: reqwest::Url,
+    /// The plain-HTTP upstream's connections, driven in the calling task
+    /// (`upstream/lane.rs`); `None` for an `https` one, called through `http`.
+    pub(crate) lane: Option<Lane>,
     pub(crate) revision: Arc<Revision>,
 }
 
 impl Target {
-    /// A POST of `message`, with the headers of its revision (`headed`: the argument headers of
-    /// the tool it calls).
+    /// A POST of `message` through the shared client, with the headers of its revision
+    /// (`headed`: the argument headers of the tool it calls).
     pub(crate) fn post(
         &self,
         message: &Value,
         headed: Option<&[ParamHeader]>,
     ) -> reqwest::RequestBuilder {
-        let request = self
-            .http
-            .post(self.url.clone())
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::ACCEPT, "application/json, text/event-stream");
-        self.revision
-            .headers(request, message, headed)
+        self.headed(self.http.post(self.url.clone()), message, headed)
             .body(serde_json::to_vec(message).unwrap_or_default())
     }
+
+    /// `request` with the headers of a POST of `message` in its revision.
+    fn headed<R: Headers>(&self, request: R, message: &Value, headed: Option<&[ParamHeader]>) -> R {
+        let request = request
+            .with_header(http::header::CONTENT_TYPE.as_str(), "application/json")
+            .with_header(
+                http::header::ACCEPT.as_str(),
+                "application/json, text/event-stream",
+            );
+        self.revision.headers(request, message, headed)
+    }
+}
+
+/// A request built for one of the two ways to the upstream.
+enum Post<'a> {
+    Lane(&'a Lane, http::request::Builder),
+    Shared(reqwest::RequestBuilder),
+}
+
+/// The tool a `tools/call` request names.
+fn request_tool(request: &Value) -> Option<&str> {
+    request["params"]["name"].as_str()
 }
 
 /// What a tool call needs to go straight to the server: where it goes, how it is addressed,
@@ -195,8 +213,8 @@ impl DirectCalls {
         let id = self.next_request_id();
         let span = client_span(&self.server, &self.target.url, method, None);
         let answer = async {
-            let response = self.send(&id, method, params).await?;
-            self.answer(response, &id, &CallTraffic::default()).await
+            self.exchange(&id, method, params, &CallTraffic::default())
+                .await
         }
         .instrument(span.clone())
         .await;
@@ -291,8 +309,7 @@ impl DirectCalls {
     ) -> Result<Value, CallError> {
         let span = client_span(&self.server, &self.target.url, method, tool);
         let result = async {
-            let response = self.send(id, method, params).await?;
-            let answer = self.answer(response, id, traffic).await?;
+            let answer = self.exchange(id, method, params, traffic).await?;
             self.result_of(answer, method, tool)
         }
         .instrument(span.clone())
@@ -303,13 +320,15 @@ impl DirectCalls {
         result
     }
 
-    /// POSTs the request on the session; a session the server no longer knows is unavailable.
-    async fn send(
+    /// POSTs the request on the session and reads its answer (`answer`): on the upstream's
+    /// lane in this task (`upstream/lane.rs`), else through the shared client.
+    async fn exchange(
         &self,
         id: &str,
         method: &str,
         mut params: Value,
-    ) -> Result<reqwest::Response, CallError> {
+        traffic: &CallTraffic,
+    ) -> Result<Value, CallError> {
         // The provider's spans join the trace, whichever carrier it reads.
         let context = Outgoing::current();
         context.stamp_meta(&mut params);
@@ -319,109 +338,47 @@ impl DirectCalls {
             "method": method,
             "params": params,
         });
+        // Built under the lock of the argument headers, sent after it.
         let post = {
             let headed = self.headed.read().unwrap_or_else(|p| p.into_inner());
             let tool = (method == "tools/call")
-                .then(|| request["params"]["name"].as_str())
+                .then(|| request_tool(&request))
                 .flatten();
-            let mut post = self.target.post(
-                &request,
-                tool.and_then(|t| headed.get(t)).map(Vec::as_slice),
-            );
-            for (name, value) in context.entries() {
-                post = post.header(name, value);
+            let headers = tool.and_then(|t| headed.get(t)).map(Vec::as_slice);
+            match &self.target.lane {
+                Some(lane) => Post::Lane(lane, self.target.headed(lane.post(), &request, headers)),
+                None => Post::Shared(self.target.post(&request, headers)),
             }
-            post
         };
-        let response = post
-            .send()
-            .await
-            .map_err(|error| self.unavailable(chain_text(&error)))?;
-        if response.status() == reqwest::StatusCode::NOT_FOUND {
-            return Err(
-                self.unavailable("the server no longer knows this session (HTTP 404)".into())
-            );
-        }
-        Ok(response)
-    }
-
-    /// The JSON-RPC answer with id `id`: the JSON body, or read from the SSE stream.
-    async fn answer(
-        &self,
-        response: reqwest::Response,
-        id: &str,
-        traffic: &CallTraffic,
-    ) -> Result<Value, CallError> {
-        let status = response.status();
-        let content_type = response
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase()
-            })
-            .unwrap_or_default();
-        match content_type.as_str() {
-            "application/json" => {
-                let body = read_limited(response, MAX_ANSWER_BYTES)
-                    .await
-                    .map_err(|e| self.unavailable(chain_text(&e)))?;
-                serde_json::from_slice::<Value>(&body)
-                    .map_err(|e| self.malformed(format!("the answer is not JSON: {e}")))
-            }
-            "text/event-stream" if status.is_success() => {
-                self.answer_in_stream(response, id, traffic).await
-            }
-            _ if status.is_success() => {
-                Err(self.malformed(format!("unexpected content type {content_type:?}")))
-            }
-            _ => Err(self.unavailable(format!("HTTP {status}"))),
-        }
-    }
-
-    /// Reads the response stream up to the message with id `id`. The provider's progress and
-    /// log messages about the request go to `traffic`, its requests are refused at once
-    /// (`upstream/relay.rs`), and a changed tool list is noted, whichever stream it arrives on.
-    async fn answer_in_stream(
-        &self,
-        response: reqwest::Response,
-        id: &str,
-        traffic: &CallTraffic,
-    ) -> Result<Value, CallError> {
-        let bytes = limited_bytes(response, MAX_ANSWER_BYTES);
-        // Given up before its answer, a 2026-07-28 request's stream is closed: that is how the
-        // revision cancels a request. Otherwise it is read to its end for the connection's sake.
-        let stateless = self.target.revision.is_stateless();
-        let mut events = DrainOnDrop::new(SseStream::from_bytes_stream(bytes).boxed());
-        events.drain(!stateless);
-        loop {
-            let Some(event) = events.next().await else {
-                return Err(self.malformed("the response stream ended without an answer".into()));
-            };
-            let event = event.map_err(|e| self.unavailable(chain_text(&e)))?;
-            let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
-                continue;
-            };
-            let message = serde_json::from_str::<Value>(&data)
-                .map_err(|e| self.malformed(format!("an event is not JSON: {e}")))?;
-            if message.get("id").and_then(Value::as_str) == Some(id) {
-                events.drain(true);
-                return Ok(message);
-            }
-            if is_list_changed(&message) {
-                if let Some(changes) = &self.changes {
-                    changes.note();
+        let response = match post {
+            Post::Lane(lane, mut post) => {
+                for (name, value) in context.entries() {
+                    post = post.header(name, value);
                 }
-                continue;
+                let body = bytes::Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
+                let post = post
+                    .body(http_body_util::Full::new(body))
+                    .map_err(|error| self.unavailable(chain_text(&error)))?;
+                // Boxed: the exchange holds the connection, the request and the reading of its
+                // answer at once, and every future around a call would otherwise carry (and
+                // move, layer by layer) all of it (docs/performance.md "The request path,
+                // stop 24").
+                let exchange = lane.exchange(post, |response| self.answer(response, id, traffic));
+                return Box::pin(exchange)
+                    .await
+                    .map_err(|error| self.unavailable(chain_text(&error)))?;
             }
-            if let Relayed::Answer(answer) = traffic.relay(&message, id).await {
-                self.post_answer(&answer).await;
+            Post::Shared(mut post) => {
+                for (name, value) in context.entries() {
+                    post = post.header(name, value);
+                }
+                post.send()
+                    .await
+                    .map_err(|error| self.unavailable(chain_text(&error)))?
             }
-        }
+        };
+        self.answer(http::Response::from(response), id, traffic)
+            .await
     }
 
     /// POSTs a JSON-RPC response to a request of the provider's on the session. The provider

@@ -14,6 +14,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::json;
 
 use super::call::{DirectCalls, Target};
+use super::lane::{Lane, Lanes, POOL_IDLE};
 use super::listen::Filter;
 use super::pooled::PooledClient;
 use super::revision::{Revision, Subscribed};
@@ -65,9 +66,6 @@ struct Followed<'a> {
     tools: &'a [Tool],
 }
 
-/// How long an idle upstream connection is kept for reuse.
-const POOL_IDLE: Duration = Duration::from_secs(30);
-
 /// Opens MCP upstream sessions through one shared, guarded HTTP client. One client for every
 /// upstream: building a client parses the TLS root store (the sidecar benchmark measured
 /// ~250 KiB and a visible share of session setup per client).
@@ -75,6 +73,9 @@ const POOL_IDLE: Duration = Duration::from_secs(30);
 pub struct Connector {
     guard: EndpointGuard,
     http: reqwest::Client,
+    /// Plain-HTTP upstreams' connections for direct calls, driven in the calling task
+    /// (`upstream/lane.rs`).
+    lanes: Arc<Lanes>,
     timeout: Duration,
 }
 
@@ -91,6 +92,7 @@ impl Connector {
             .connect_timeout(timeout)
             .build()?;
         Ok(Self {
+            lanes: Lanes::new(guard.resolver(), timeout),
             guard,
             http,
             timeout,
@@ -210,7 +212,11 @@ impl Connector {
                         reason: refused.to_string(),
                     }));
                 }
-                Err(connect_error(chain_text(&error)))
+                // The client's own failure says why; rmcp's error, only that a send failed.
+                let message = pooled
+                    .failure()
+                    .map_or_else(|| chain_text(&error), str::to_owned);
+                Err(connect_error(message))
             }
             Err(_) => Err(connect_error(format!("no answer within {timeout:?}"))),
         }
@@ -302,6 +308,7 @@ impl Connector {
             server: server.to_owned(),
             target: Target {
                 http: self.http.clone(),
+                lane: Lane::new(&self.lanes, &url),
                 url,
                 revision: Arc::new(revision),
             },

@@ -156,7 +156,7 @@ fn refuses_streams(response: &reqwest::Response) -> bool {
 
 /// Reads one stream to its end, noting what it says.
 async fn hear(response: reqwest::Response, changes: &UpstreamChanges, upstream: u64, server: &str) {
-    let bytes = limited_bytes(response, LISTEN_MAX_BYTES);
+    let bytes = limited_bytes(http::Response::from(response), LISTEN_MAX_BYTES);
     let mut events = std::pin::pin!(SseStream::from_bytes_stream(bytes));
     while let Some(Ok(event)) = events.next().await {
         let message = event

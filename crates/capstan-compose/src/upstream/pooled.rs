@@ -27,7 +27,7 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpResponseLimits,
 };
 
-use crate::error_chain::find_in_chain;
+use crate::error_chain::{chain_text, find_in_chain};
 use crate::guard::AddressRefused;
 use crate::trace_context::Outgoing;
 
@@ -42,6 +42,8 @@ pub struct PooledClient {
     http: reqwest::Client,
     session: Arc<OnceLock<String>>,
     refused: Arc<OnceLock<AddressRefused>>,
+    /// The whole text of the first request that failed in the client (its source chain).
+    failed: Arc<OnceLock<String>>,
     /// Set once the session is handed over to direct calls: rmcp's closing DELETE is then
     /// not sent (the new holder sends its own).
     keep_session: Arc<AtomicBool>,
@@ -60,6 +62,7 @@ impl PooledClient {
             http,
             session: Arc::default(),
             refused: Arc::default(),
+            failed: Arc::default(),
             keep_session: Arc::default(),
             trace: Arc::new(Outgoing::current()),
         }
@@ -75,6 +78,13 @@ impl PooledClient {
     /// the error still has its source chain.
     pub fn refused(&self) -> Option<&AddressRefused> {
         self.refused.get()
+    }
+
+    /// Why the first request that failed in the client failed, its whole source chain (an
+    /// untrusted certificate, a refused connection): rmcp's error keeps only reqwest's outer
+    /// "error sending request", which says nothing a provider team could act on.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.get().map(String::as_str)
     }
 
     /// The session id the server assigned, once it has answered `initialize`.
@@ -111,10 +121,12 @@ impl PooledClient {
                 )
                 .await
                 .inspect_err(|error| {
-                    if let StreamableHttpError::Client(error) = error
-                        && let Some(refused) = find_in_chain::<AddressRefused>(error)
-                    {
-                        let _ = self.refused.set(refused.clone());
+                    if let StreamableHttpError::Client(error) = error {
+                        if let Some(refused) = find_in_chain::<AddressRefused>(error) {
+                            let _ = self.refused.set(refused.clone());
+                        }
+                        // Only the first is kept: its text is written once.
+                        self.failed.get_or_init(|| chain_text(error));
                     }
                 })?;
             if let StreamableHttpPostResponse::Sse(_, Some(session))

@@ -123,23 +123,23 @@ impl Revision {
     /// The headers of `message` (a JSON-RPC message) on `request`: the session and revision,
     /// and — without a session — the standard headers, those of a tool's arguments from
     /// `headed` (the tool's `x-mcp-header` annotations).
-    pub(crate) fn headers(
+    pub(crate) fn headers<R: Headers>(
         &self,
-        mut request: reqwest::RequestBuilder,
+        mut request: R,
         message: &Value,
         headed: Option<&[ParamHeader]>,
-    ) -> reqwest::RequestBuilder {
-        request = request.header(MCP_PROTOCOL_VERSION, self.version());
+    ) -> R {
+        request = request.with_header(MCP_PROTOCOL_VERSION, self.version());
         if let Self::Session { id, .. } = self {
             return match id {
-                Some(session) => request.header(MCP_SESSION_ID, session),
+                Some(session) => request.with_header(MCP_SESSION_ID, session),
                 None => request,
             };
         }
         let Some(method) = message.get("method").and_then(Value::as_str) else {
             return request;
         };
-        request = request.header(MCP_METHOD, method);
+        request = request.with_header(MCP_METHOD, method);
         let params = message.get("params");
         let named = match method {
             "tools/call" | "prompts/get" => "name",
@@ -151,7 +151,7 @@ impl Revision {
             .and_then(Value::as_str)
             .filter(|_| !named.is_empty())
         {
-            request = request.header(MCP_NAME, header_value(name));
+            request = request.with_header(MCP_NAME, &header_value(name));
         }
         let arguments = params.and_then(|p| p.get("arguments"));
         for header in headed.unwrap_or_default() {
@@ -162,13 +162,32 @@ impl Revision {
                 .flatten()
                 .and_then(primitive);
             if let Some(value) = value {
-                request = request.header(
-                    format!("{MCP_PARAM_PREFIX}{}", header.name),
-                    header_value(&value),
+                request = request.with_header(
+                    &format!("{MCP_PARAM_PREFIX}{}", header.name),
+                    &header_value(&value),
                 );
             }
         }
         request
+    }
+}
+
+/// A request being built, by the shared client (reqwest's builder) or for a lane (http's,
+/// `upstream/lane.rs`): both keep the first invalid header as the request's error.
+pub(crate) trait Headers: Sized {
+    /// The request with header `name: value` added.
+    fn with_header(self, name: &str, value: &str) -> Self;
+}
+
+impl Headers for reqwest::RequestBuilder {
+    fn with_header(self, name: &str, value: &str) -> Self {
+        self.header(name, value)
+    }
+}
+
+impl Headers for http::request::Builder {
+    fn with_header(self, name: &str, value: &str) -> Self {
+        self.header(name, value)
     }
 }
 

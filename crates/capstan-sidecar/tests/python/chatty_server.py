@@ -2,9 +2,10 @@
 caller's token, log messages, a question to the client, a call that waits to be cancelled, and
 — as a hostile provider would — progress on a token it was never given. Serves Streamable HTTP on 127.0.0.1:<port>/mcp.
 
-Usage: chatty_server.py PORT [stateless]
+Usage: chatty_server.py PORT [stateless] [--tls CERT KEY]
 With `stateless` the server assigns no session (the SDK's stateless HTTP mode): each request is
 served on its own, and what the server says about a call goes on that call's response stream.
+With `--tls CERT KEY` it serves HTTPS with that certificate and key.
 """
 
 import json
@@ -140,6 +141,16 @@ calls = server._lowlevel_server.get_request_handler("tools/call")
 server._lowlevel_server.add_request_handler("tools/call", calls.params_type, count_confirm_rounds)
 
 if __name__ == "__main__":
-    stateless = sys.argv[2:3] == ["stateless"]
-    server.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[1]),
-               stateless_http=stateless)
+    port, options = int(sys.argv[1]), sys.argv[2:]
+    stateless = "stateless" in options
+    if "--tls" in options:
+        # HTTPS with the test's certificate and key: a provider behind TLS.
+        import uvicorn
+
+        at = options.index("--tls")
+        app = server.streamable_http_app(stateless_http=stateless, host="127.0.0.1")
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning",
+                    ssl_certfile=options[at + 1], ssl_keyfile=options[at + 2])
+    else:
+        server.run(transport="streamable-http", host="127.0.0.1", port=port,
+                   stateless_http=stateless)

@@ -1,0 +1,111 @@
+//! Reading a direct request's answer: a JSON body, or the SSE stream up to the response with
+//! the request's id, the provider's other messages on it passed on (`upstream/relay.rs`).
+
+use futures::StreamExt;
+use serde_json::Value;
+use sse_stream::SseStream;
+
+use super::{DirectCalls, MAX_ANSWER_BYTES};
+use crate::error_chain::chain_text;
+use crate::upstream::changes::is_list_changed;
+use crate::upstream::error::CallError;
+use crate::upstream::limited::{limited_bytes, read_limited};
+use crate::upstream::pooled::DrainOnDrop;
+use crate::upstream::relay::{CallTraffic, Relayed};
+
+impl DirectCalls {
+    /// The JSON-RPC answer with id `id`: the JSON body, or read from the SSE stream.
+    /// A session the server no longer knows is unavailable.
+    pub(super) async fn answer<B>(
+        &self,
+        response: http::Response<B>,
+        id: &str,
+        traffic: &CallTraffic,
+    ) -> Result<Value, CallError>
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Send + Unpin + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let status = response.status();
+        if status == http::StatusCode::NOT_FOUND {
+            return Err(
+                self.unavailable("the server no longer knows this session (HTTP 404)".into())
+            );
+        }
+        let content_type = response
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            })
+            .unwrap_or_default();
+        match content_type.as_str() {
+            "application/json" => {
+                let body = read_limited(response, MAX_ANSWER_BYTES)
+                    .await
+                    .map_err(|e| self.unavailable(chain_text(&e)))?;
+                serde_json::from_slice::<Value>(&body)
+                    .map_err(|e| self.malformed(format!("the answer is not JSON: {e}")))
+            }
+            "text/event-stream" if status.is_success() => {
+                self.answer_in_stream(response, id, traffic).await
+            }
+            _ if status.is_success() => {
+                Err(self.malformed(format!("unexpected content type {content_type:?}")))
+            }
+            _ => Err(self.unavailable(format!("HTTP {status}"))),
+        }
+    }
+
+    /// Reads the response stream up to the message with id `id`. The provider's progress and
+    /// log messages about the request go to `traffic`, its requests are refused at once
+    /// (`upstream/relay.rs`), and a changed tool list is noted, whichever stream it arrives on.
+    async fn answer_in_stream<B>(
+        &self,
+        response: http::Response<B>,
+        id: &str,
+        traffic: &CallTraffic,
+    ) -> Result<Value, CallError>
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let bytes = limited_bytes(response, MAX_ANSWER_BYTES);
+        // Given up before its answer, a 2026-07-28 request's stream is closed: that is how the
+        // revision cancels a request. Otherwise it is read to its end for the connection's sake.
+        let stateless = self.target.revision.is_stateless();
+        let mut events = DrainOnDrop::new(SseStream::from_bytes_stream(bytes).boxed());
+        events.drain(!stateless);
+        loop {
+            let Some(event) = events.next().await else {
+                return Err(self.malformed("the response stream ended without an answer".into()));
+            };
+            let event = event.map_err(|e| self.unavailable(chain_text(&e)))?;
+            let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
+                continue;
+            };
+            let message = serde_json::from_str::<Value>(&data)
+                .map_err(|e| self.malformed(format!("an event is not JSON: {e}")))?;
+            if message.get("id").and_then(Value::as_str) == Some(id) {
+                events.drain(true);
+                return Ok(message);
+            }
+            if is_list_changed(&message) {
+                if let Some(changes) = &self.changes {
+                    changes.note();
+                }
+                continue;
+            }
+            // Boxed, as the rarer turns of a call's stream: every call's future would
+            // otherwise be as large as theirs.
+            if let Relayed::Answer(answer) = Box::pin(traffic.relay(&message, id)).await {
+                Box::pin(self.post_answer(&answer)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,514 @@
+//! The direct path's HTTP/1 connections to plain-HTTP upstreams, driven in the caller's own
+//! task.
+//!
+//! A pooled client (reqwest, hyper-util's) keeps each connection in a task of its own: a
+//! request goes to it over a channel and the answer comes back over another, two task switches
+//! per call on top of the client's own layers (redirects, timeouts, the pool's bookkeeping; the
+//! sidecar's profile in docs/performance.md "The request path, stop 24"). Here a call takes an
+//! idle connection from [`Lanes`] and polls it itself, beside its request and the reading of
+//! the answer, so that a forwarded call runs in the task that received it from end to end; the
+//! connection goes back once its response has been read to the end. No client crate drives a
+//! pooled connection in the task that uses it, hence this module; it is built on hyper's own
+//! connection API, which the pooled clients are built on too.
+//!
+//! Only `http` upstreams take this path: an `https` one goes through the shared reqwest client
+//! (its TLS settings are reqwest's). The guard is the same: a host name is resolved by the
+//! guard's resolver, which checks every answer, and only the checked answers are dialed.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::task::AtomicWaker;
+use http::{HeaderValue, Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use thiserror::Error;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::pooled::DRAIN_LIMIT;
+use crate::guard::GuardedResolver;
+
+/// Why a request on a lane failed before its response came.
+#[derive(Debug, Error)]
+pub(crate) enum LaneError {
+    /// The server's name was not resolved, or an answer was refused by the guard (the source
+    /// is the guard's [`crate::guard::AddressRefused`]).
+    #[error("resolving {host}")]
+    Resolve {
+        host: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// No address of the server took the connection in time.
+    #[error("connecting to {host}:{port}")]
+    Connect {
+        host: String,
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A new connection closed before its first request.
+    #[error("the connection closed before its first request")]
+    NotReady,
+    /// The exchange itself failed (the connection closed, a malformed response).
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+}
+
+/// Where one upstream's requests go: its server's connections and the request target.
+#[derive(Clone, Debug)]
+pub(crate) struct Lane {
+    lanes: Arc<Lanes>,
+    to: Arc<To>,
+}
+
+/// What a lane's requests are addressed with.
+#[derive(Debug)]
+struct To {
+    key: Arc<Key>,
+    /// The request target in origin form (path and query).
+    path: Uri,
+    /// The `Host` header.
+    host: HeaderValue,
+}
+
+/// A server: its host (a name, or an IP literal as the URL spells it) and port.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    host: String,
+    port: u16,
+}
+
+impl Lane {
+    /// The lane for `url` on `lanes`; `None` for anything but a plain-HTTP URL.
+    pub(crate) fn new(lanes: &Arc<Lanes>, url: &url::Url) -> Option<Self> {
+        if url.scheme() != "http" {
+            return None;
+        }
+        let host = url.host_str()?;
+        let port = url.port_or_known_default()?;
+        let path = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let authority = match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
+        };
+        Some(Self {
+            lanes: lanes.clone(),
+            to: Arc::new(To {
+                key: Arc::new(Key {
+                    host: host.to_owned(),
+                    port,
+                }),
+                path: path.parse().ok()?,
+                host: HeaderValue::from_str(&authority).ok()?,
+            }),
+        })
+    }
+
+    /// A POST to the upstream: its target and `Host` set.
+    pub(crate) fn post(&self) -> http::request::Builder {
+        Request::post(self.to.path.clone()).header(http::header::HOST, self.to.host.clone())
+    }
+
+    /// Sends `request` on an idle connection to the server (a new one when none is idle) and
+    /// hands the response to `read`, polling the connection meanwhile. A connection whose
+    /// response `read` reads to the end goes back to the pool at once; one whose body `read`
+    /// leaves to another task (an abandoned stream read to its end, `pooled.rs`
+    /// `DrainOnDrop`) is polled by a task of its own until then, for at most [`DRAIN_LIMIT`];
+    /// one whose body is dropped unread is closed (that is how a 2026-07-28 request is
+    /// cancelled).
+    pub(crate) async fn exchange<T, F>(
+        &self,
+        request: Request<Full<Bytes>>,
+        read: impl FnOnce(Response<Watched>) -> F,
+    ) -> Result<T, LaneError>
+    where
+        F: Future<Output = T>,
+    {
+        let mut conn = match self.lanes.take(&self.to.key) {
+            Some(conn) => conn,
+            // Boxed: a connect is rare, and would otherwise widen every exchange.
+            None => Box::pin(self.connect()).await?,
+        };
+        let response = match conn.send(request).await {
+            Ok(response) => response,
+            // Not sent (the connection closed while idle): once more on a new connection.
+            Err(Unsent::Returned(request)) => {
+                conn = Box::pin(self.connect()).await?;
+                conn.send(*request).await.map_err(Unsent::into_error)?
+            }
+            Err(Unsent::Failed(error)) => return Err(error.into()),
+        };
+        let state = Arc::new(BodyState::default());
+        let response = response.map(|body| Watched {
+            inner: body,
+            state: state.clone(),
+        });
+        let out = drive(&mut conn.connection, std::pin::pin!(read(response))).await;
+        match state.get() {
+            BODY_ENDED => self.lanes.put(&self.to.key, conn),
+            BODY_READING => {
+                // Read elsewhere: this connection carries it until it ends.
+                let lanes = Arc::downgrade(&self.lanes);
+                let key = self.to.key.clone();
+                tokio::spawn(conn.carry(state, lanes, key));
+            }
+            _ => {}
+        }
+        Ok(out)
+    }
+
+    /// A new connection to the server: its name resolved and checked by the guard (an IP
+    /// literal is the address the guard checked with the URL), each address tried in turn.
+    async fn connect(&self) -> Result<Box<Conn>, LaneError> {
+        let Key { host, port } = &*self.to.key;
+        let port = *port;
+        let literal = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>();
+        let addresses = match literal {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => self
+                .lanes
+                .resolver
+                .lookup(host)
+                .await
+                .map_err(|source| LaneError::Resolve {
+                    host: host.clone(),
+                    source,
+                })?
+                .into_iter()
+                .map(|answer| SocketAddr::new(answer.ip(), port))
+                .collect(),
+        };
+        let mut last = std::io::Error::other("no address to connect to");
+        for address in addresses {
+            let stream =
+                match tokio::time::timeout(self.lanes.connect_timeout, TcpStream::connect(address))
+                    .await
+                {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(error)) => {
+                        last = error;
+                        continue;
+                    }
+                    Err(_) => {
+                        last = std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!(
+                                "{address} did not answer within {:?}",
+                                self.lanes.connect_timeout
+                            ),
+                        );
+                        continue;
+                    }
+                };
+            // As the pooled client: no Nagle delay on a request's small writes.
+            let _ = stream.set_nodelay(true);
+            let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+            return Ok(Box::new(Conn {
+                sender,
+                connection: Some(connection),
+            }));
+        }
+        Err(LaneError::Connect {
+            host: host.clone(),
+            port,
+            source: last,
+        })
+    }
+}
+
+/// The idle connections to every plain-HTTP upstream of a connector, by server.
+#[derive(Debug)]
+pub(crate) struct Lanes {
+    resolver: GuardedResolver,
+    connect_timeout: Duration,
+    idle: Mutex<HashMap<Arc<Key>, Vec<Idle>>>,
+    /// Whether the sweeper of idle connections runs.
+    sweeping: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Debug)]
+struct Idle {
+    conn: Box<Conn>,
+    since: Instant,
+}
+
+impl Lanes {
+    /// Connections resolved by `resolver`, each given `connect_timeout` to connect.
+    pub(crate) fn new(resolver: GuardedResolver, connect_timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            resolver,
+            connect_timeout,
+            idle: Mutex::default(),
+            sweeping: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// The most recently used idle connection to `key` still open, if any.
+    fn take(&self, key: &Arc<Key>) -> Option<Box<Conn>> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let conns = idle.get_mut(key)?;
+        while let Some(Idle { mut conn, since }) = conns.pop() {
+            // One poll notices a connection the server closed while it was idle.
+            if since.elapsed() < POOL_IDLE && conn.is_open() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Keeps `conn` for the next request to `key`, unless it closed or enough are kept.
+    fn put(self: &Arc<Self>, key: &Arc<Key>, mut conn: Box<Conn>) {
+        if !conn.is_open() {
+            return;
+        }
+        {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            let conns = idle.entry(key.clone()).or_default();
+            if conns.len() >= MAX_IDLE_PER_SERVER {
+                return;
+            }
+            conns.push(Idle {
+                conn,
+                since: Instant::now(),
+            });
+        }
+        if !self.sweeping.swap(true, Ordering::AcqRel)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(sweep(Arc::downgrade(self)));
+        }
+    }
+}
+
+/// Closes connections idle longer than [`POOL_IDLE`], every half of it, for as long as the
+/// lanes exist (a server no longer called would otherwise keep its connections open).
+async fn sweep(lanes: Weak<Lanes>) {
+    loop {
+        tokio::time::sleep(POOL_IDLE / 2).await;
+        let Some(lanes) = lanes.upgrade() else { return };
+        let mut idle = lanes.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.retain(|_, conns| {
+            conns.retain(|conn| conn.since.elapsed() < POOL_IDLE);
+            !conns.is_empty()
+        });
+    }
+}
+
+/// How long an idle upstream connection is kept for reuse: a lane's, and the shared client's
+/// (`connector.rs`).
+pub(super) const POOL_IDLE: Duration = Duration::from_secs(30);
+
+/// The most idle connections kept to one server: as many as calls were in flight at once,
+/// up to this.
+const MAX_IDLE_PER_SERVER: usize = 256;
+
+/// A connection to an upstream server.
+type Connection = http1::Connection<TokioIo<TcpStream>, Full<Bytes>>;
+
+/// One HTTP/1 connection: the handle requests are sent on and the connection itself, polled
+/// by whoever holds it. Held boxed: an exchange holding it inline would be that much larger,
+/// and every future around a call moves it.
+struct Conn {
+    sender: SendRequest<Full<Bytes>>,
+    /// `None` once it has finished (closed, or failed): dropped then, so that whatever waits
+    /// on it (the sender's readiness, a response, a body) learns so at once.
+    connection: Option<Connection>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("open", &self.connection.is_some())
+            .finish()
+    }
+}
+
+/// A request that did not get its response.
+enum Unsent {
+    /// Never written: the connection was not ready (it closed while idle). Boxed: the rare
+    /// case, and a request is large.
+    Returned(Box<Request<Full<Bytes>>>),
+    Failed(hyper::Error),
+}
+
+impl Unsent {
+    fn into_error(self) -> LaneError {
+        match self {
+            Self::Returned(_) => LaneError::NotReady,
+            Self::Failed(error) => error.into(),
+        }
+    }
+}
+
+impl Conn {
+    /// Whether the connection is still open: polled once, so that a close the server sent
+    /// while it was idle is seen.
+    fn is_open(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        poll_connection(&mut self.connection, &mut cx);
+        self.connection.is_some() && !self.sender.is_closed()
+    }
+
+    /// Sends `request` once the connection is ready, and waits for the response's head.
+    async fn send(&mut self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, Unsent> {
+        let Self { sender, connection } = self;
+        let ready = std::pin::pin!(std::future::poll_fn(|cx| sender.poll_ready(cx)));
+        if drive(connection, ready).await.is_err() {
+            return Err(Unsent::Returned(Box::new(request)));
+        }
+        drive(connection, std::pin::pin!(sender.try_send_request(request)))
+            .await
+            .map_err(|mut error| match error.take_message() {
+                Some(request) => Unsent::Returned(Box::new(request)),
+                None => Unsent::Failed(error.into_error()),
+            })
+    }
+
+    /// Polls the connection until the body being read elsewhere ends (then back to the pool),
+    /// is dropped, or [`DRAIN_LIMIT`] passes.
+    async fn carry(mut self: Box<Self>, state: Arc<BodyState>, lanes: Weak<Lanes>, key: Arc<Key>) {
+        let ended = tokio::time::timeout(
+            DRAIN_LIMIT,
+            std::future::poll_fn(|cx| {
+                state.waker.register(cx.waker());
+                match state.get() {
+                    BODY_ENDED => return Poll::Ready(true),
+                    BODY_DROPPED => return Poll::Ready(false),
+                    _ => {}
+                }
+                poll_connection(&mut self.connection, cx);
+                if self.connection.is_none() {
+                    Poll::Ready(false)
+                } else {
+                    Poll::Pending
+                }
+            }),
+        )
+        .await;
+        if ended == Ok(true)
+            && let Some(lanes) = lanes.upgrade()
+        {
+            lanes.put(&key, self);
+        }
+    }
+}
+
+/// Polls `connection`, dropping it once it has finished.
+fn poll_connection(connection: &mut Option<Connection>, cx: &mut Context<'_>) {
+    if let Some(open) = connection
+        && open.poll_without_shutdown(cx).is_ready()
+    {
+        *connection = None;
+    }
+}
+
+/// `future` polled with `connection` beside it. A connection that finishes is dropped, which
+/// ends whatever of the future waited on it (hyper answers a request the connection took with
+/// it an error, and ends its body). The future is pinned by the caller, so that it is kept
+/// once, in the caller's own state, not copied into this one's too.
+async fn drive<T>(
+    connection: &mut Option<Connection>,
+    mut future: Pin<&mut impl Future<Output = T>>,
+) -> T {
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = future.as_mut().poll(cx) {
+            return Poll::Ready(out);
+        }
+        if connection.is_none() {
+            return Poll::Pending;
+        }
+        poll_connection(connection, cx);
+        // What the connection just read (or its end) is the future's to take now, not after
+        // a wake-up of this task by itself.
+        future.as_mut().poll(cx)
+    })
+    .await
+}
+
+const BODY_READING: u8 = 0;
+const BODY_ENDED: u8 = 1;
+const BODY_DROPPED: u8 = 2;
+
+/// Whether a response body was read to its end, dropped before it, or is still being read.
+#[derive(Debug, Default)]
+struct BodyState {
+    state: AtomicU8,
+    /// The task carrying the connection while another reads the body.
+    waker: AtomicWaker,
+}
+
+impl BodyState {
+    fn get(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    fn set(&self, state: u8) {
+        if self
+            .state
+            .compare_exchange(BODY_READING, state, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.waker.wake();
+        }
+    }
+}
+
+/// A response body that tells its connection whether it was read to its end.
+#[derive(Debug)]
+pub(crate) struct Watched {
+    inner: Incoming,
+    state: Arc<BodyState>,
+}
+
+impl Body for Watched {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => self.state.set(BODY_ENDED),
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.state.set(BODY_ENDED),
+            Poll::Ready(Some(Err(_))) => self.state.set(BODY_DROPPED),
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.state.set(BODY_DROPPED);
+    }
+}
+
+#[cfg(test)]
+mod tests;
