@@ -486,21 +486,31 @@ fn apiserver_restart(env: &Env) -> Outcome {
         .await
     })?;
     env.plane.restart_apiserver().map_err(|e| e.to_string())?;
-    env.runtime.block_on(async {
-        // The client's connections died with the old apiserver; a new one comes up on the
-        // same address and the controller's watches must reconnect on their own.
-        let client = env.plane.client().await.map_err(|e| e.to_string())?;
-        apply(&client, "CapabilityBinding", "after-restart", valid_spec()).await?;
-        wait_accepted(
-            &client,
-            "CapabilityBinding",
-            "after-restart",
-            "True",
-            "Validated",
-        )
-        .await
-    })?;
     let mut controller = controller;
+    env.runtime
+        .block_on(async {
+            // The client's connections died with the old apiserver; a new one comes up on the
+            // same address and the controller's watches must reconnect on their own — within
+            // their longest pause (10 s, capstan-compose source/watch_backoff.rs), well inside
+            // the patience.
+            let client = env.plane.client().await.map_err(|e| e.to_string())?;
+            apply(&client, "CapabilityBinding", "after-restart", valid_spec()).await?;
+            wait_accepted(
+                &client,
+                "CapabilityBinding",
+                "after-restart",
+                "True",
+                "Validated",
+            )
+            .await
+        })
+        .map_err(|failed| {
+            format!(
+                "{}\ncontroller log:\n{}",
+                failed.message().unwrap_or_default(),
+                controller.log_text()
+            )
+        })?;
     check(controller.is_running(), || {
         format!("the controller exited:\n{}", controller.log_text())
     })

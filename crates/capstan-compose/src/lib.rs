@@ -53,6 +53,7 @@ pub use source::cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
 pub use source::crd_list::CrdSource;
 pub use source::crd_watch::{WatchCounts, WatchedCluster};
 pub use source::snapshot::{Document, NamedQualifier, Snapshot};
+pub use source::watch_backoff::watch_backoff;
 pub use source::{
     DEFAULT_PROVIDER_MAX_BODY, DocumentSource, FixtureSource, HTTP_SOURCE_TIMEOUT, HttpSource,
     ProjectDocuments, ReadOutcome, SourceError, Uncached,

@@ -21,6 +21,7 @@ mod http;
 mod objects;
 pub(crate) mod slim;
 pub(crate) mod snapshot;
+pub(crate) mod watch_backoff;
 
 use std::sync::Arc;
 

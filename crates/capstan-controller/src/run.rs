@@ -35,7 +35,8 @@ use crate::reconcile::{Context, binding_error_policy, reconcile_binding};
 use crate::status::{DesiredStatus, Kind, ObjectKey};
 use crate::status_queue::{Released, StatusReceiver, StatusSender, status_queue};
 use crate::triggers::{
-    ProbedNames, all_on_leadership, probed_bindings, resync_walk, spawn_marker, split_released,
+    ProbedNames, all_on_leadership, named_for_reconcile, probed_bindings, resync_walk,
+    spawn_marker, split_released,
 };
 use crate::writer::{FIELD_MANAGER, StatusWriter};
 
@@ -377,11 +378,17 @@ where
 /// The CapabilityBinding cache, whose stream of changed bindings drives the binding
 /// controller. A deleted binding frees the names it held in the probe at once and leaves the
 /// status queue's overflow (no reconcile follows a delete).
+///
+/// A (re-)list's bindings are named when it ends, not as they arrive: until then the store
+/// still holds the previous list (the reflector swaps it in at `InitDone`), so a reconcile
+/// started by a listed binding read the binding as it was before the watch broke — or found
+/// none, for one created meanwhile, and dropped it until the resync walk came by (found when
+/// a binding applied after an apiserver restart waited past a minute for its status).
 fn watch_bindings(
     ctx: &Context,
     config: watcher::Config,
 ) -> WatchCache<
-    impl Stream<Item = Result<CachedBinding, watcher::Error>> + Send + 'static,
+    impl Stream<Item = Result<ObjectRef<CachedBinding>, watcher::Error>> + Send + 'static,
     CachedBinding,
 > {
     let api: Api<CachedBinding> = Api::all(ctx.client.clone());
@@ -390,7 +397,7 @@ fn watch_bindings(
     let store: Store<CachedBinding> = writer.as_reader();
     let (synced_tx, synced) = watch::channel(false);
     let events = reflector::reflector(writer, watcher(api, config).modify(trim_for_cache))
-        .default_backoff()
+        .backoff(capstan_compose::watch_backoff())
         .inspect(move |event| match event {
             Ok(watcher::Event::InitDone) => {
                 let _ = synced_tx.send(true);
@@ -407,7 +414,7 @@ fn watch_bindings(
             }
             _ => {}
         })
-        .applied_objects();
+        .flat_map(named_for_reconcile(store.clone()));
     WatchCache {
         events,
         store,
@@ -430,7 +437,7 @@ fn watch_qualifiers(
     let api: Api<CachedQualifier> = Api::all(client.clone());
     let (synced_tx, synced) = watch::channel(false);
     let events = reflector::reflector(writer, watcher(api, config).modify(trim_for_cache))
-        .default_backoff()
+        .backoff(capstan_compose::watch_backoff())
         .inspect(move |event| match event {
             Ok(watcher::Event::InitDone) => {
                 let _ = synced_tx.send(true);

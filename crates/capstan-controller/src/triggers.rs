@@ -24,14 +24,14 @@ use crate::status_queue::Released;
 /// Marks due every binding the watch reports applied and every name `triggers` name, on one
 /// task, until it is aborted.
 pub(crate) fn spawn_marker(
-    changes: impl Stream<Item = Result<CachedBinding, watcher::Error>> + Send + 'static,
+    changes: impl Stream<Item = Result<ObjectRef<CachedBinding>, watcher::Error>> + Send + 'static,
     triggers: Vec<BoxStream<'static, ObjectRef<CachedBinding>>>,
     due: Arc<Due>,
 ) -> JoinHandle<()> {
     let changed = changes
         .filter_map(|change| async move {
             match change {
-                Ok(binding) => Some(ObjectRef::new(&binding.name_any())),
+                Ok(binding) => Some(binding),
                 // The watcher retries with backoff; the error is only reported.
                 Err(error) => {
                     warn!(%error, "binding watch");
@@ -47,6 +47,42 @@ pub(crate) fn spawn_marker(
     }))
 }
 
+/// The bindings a watch event names for a reconcile: an applied one; every one in the store
+/// once a (re-)list has been swapped in (`every_binding`); none for a listed one before that,
+/// or a delete.
+pub(crate) fn named_for_reconcile(
+    store: Store<CachedBinding>,
+) -> impl FnMut(
+    Result<watcher::Event<CachedBinding>, watcher::Error>,
+) -> futures::stream::Iter<NamedBindings> {
+    move |event| {
+        let named: NamedBindings = match event {
+            Ok(watcher::Event::Apply(binding)) => {
+                Box::new(std::iter::once(Ok(ObjectRef::new(&binding.name_any()))))
+            }
+            Ok(watcher::Event::InitDone) => Box::new(every_binding(&store).map(Ok)),
+            Ok(_) => Box::new(std::iter::empty()),
+            Err(error) => Box::new(std::iter::once(Err(error))),
+        };
+        futures::stream::iter(named)
+    }
+}
+
+/// What one watch event names (`named_for_reconcile`).
+pub(crate) type NamedBindings =
+    Box<dyn Iterator<Item = Result<ObjectRef<CachedBinding>, watcher::Error>> + Send>;
+
+/// Every binding in the store now, named one at a time from the store's handles: 100,000
+/// names are never held at once.
+fn every_binding(
+    store: &Store<CachedBinding>,
+) -> impl Iterator<Item = ObjectRef<CachedBinding>> + Send + use<> {
+    store
+        .state()
+        .into_iter()
+        .map(|binding| ObjectRef::new(&binding.name_any()))
+}
+
 /// Every binding in the cache, each time this replica becomes leader (the standby's statuses
 /// were never written).
 pub(crate) fn all_on_leadership(
@@ -54,14 +90,7 @@ pub(crate) fn all_on_leadership(
     leader: watch::Receiver<bool>,
 ) -> BoxStream<'static, ObjectRef<CachedBinding>> {
     became_leader(leader)
-        .flat_map(move |()| {
-            let all: Vec<ObjectRef<CachedBinding>> = store
-                .state()
-                .iter()
-                .map(|binding| ObjectRef::new(&binding.name_any()))
-                .collect();
-            futures::stream::iter(all)
-        })
+        .flat_map(move |()| futures::stream::iter(every_binding(&store)))
         .boxed()
 }
 
@@ -187,6 +216,57 @@ mod tests {
             seen.push(visit.name);
         }
         seen
+    }
+
+    /// The names `event` hands to reconciles, once the reflector has applied it to `writer`
+    /// (as the reflector does before passing it on).
+    fn named(
+        writer: &mut reflector::store::Writer<CachedBinding>,
+        event: watcher::Event<CachedBinding>,
+    ) -> Vec<String> {
+        writer.apply_watcher_event(&event);
+        let mut named = named_for_reconcile(writer.as_reader());
+        futures::executor::block_on_stream(named(Ok(event)))
+            .map(|named| named.map(|object| object.name).unwrap_or_default())
+            .collect()
+    }
+
+    /// A re-list (after a broken watch, an apiserver restart) is swapped into the store only
+    /// at its end: a binding named for a reconcile before then would be read as it was, or
+    /// not found at all if it was created while the watch was down — and not reconciled until
+    /// the resync walk. Every name handed out must be in the store when it is handed out.
+    #[test]
+    fn a_relisted_binding_should_be_named_only_once_the_store_holds_the_new_list() {
+        let mut writer = reflector::store::Writer::<CachedBinding>::default();
+        let store = writer.as_reader();
+        assert_eq!(
+            named(&mut writer, watcher::Event::Init),
+            Vec::<String>::new()
+        );
+        assert!(named(&mut writer, watcher::Event::InitApply(binding("old"))).is_empty());
+        assert_eq!(named(&mut writer, watcher::Event::InitDone), ["old"]);
+        assert_eq!(
+            named(&mut writer, watcher::Event::Apply(binding("live"))),
+            ["live"]
+        );
+
+        // The watch broke; while it was down `old` was deleted and `created` made.
+        assert!(named(&mut writer, watcher::Event::Init).is_empty());
+        let listed = named(&mut writer, watcher::Event::InitApply(binding("created")));
+        for name in &listed {
+            assert!(
+                store.get(&ObjectRef::new(name)).is_some(),
+                "{name} named for a reconcile before the store holds it"
+            );
+        }
+        assert!(listed.is_empty(), "{listed:?}");
+        assert!(named(&mut writer, watcher::Event::InitApply(binding("live"))).is_empty());
+        let mut relisted = named(&mut writer, watcher::Event::InitDone);
+        relisted.sort();
+        assert_eq!(relisted, ["created", "live"]);
+        for name in &relisted {
+            assert!(store.get(&ObjectRef::new(name)).is_some(), "{name}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

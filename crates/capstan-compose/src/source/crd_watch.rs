@@ -257,7 +257,7 @@ async fn keep<K>(
             object.metadata.managed_fields = None;
         }),
     )
-    .default_backoff();
+    .backoff(super::watch_backoff::watch_backoff());
     let mut events = std::pin::pin!(events);
     let kind = K::kind(&());
     while let Some(event) = events.next().await {
