@@ -172,11 +172,17 @@ fn cancellation(
 }
 
 /// A call's answer as its caller's revision types it: a result of 2026-07-28 says it is
-/// complete (`resultType`, which a session revision has no place for).
+/// complete (`resultType`); a session revision has no place for it, so it is taken out of
+/// one that came with it (a built-in's, a provider's spoken to in 2026-07-28), as rmcp does
+/// for the calls it serves.
 fn typed_for(answer: CallToolResponse, in_session: bool) -> CallToolResponse {
     match answer {
-        CallToolResponse::Complete(mut result) if !in_session => {
-            result.result_type.get_or_insert(ResultType::COMPLETE);
+        CallToolResponse::Complete(mut result) => {
+            if in_session {
+                result.result_type = None;
+            } else {
+                result.result_type.get_or_insert(ResultType::COMPLETE);
+            }
             CallToolResponse::Complete(result)
         }
         other => other,

@@ -2,14 +2,16 @@
 //! why they are refused. Pure: no session, no I/O.
 //!
 //! The sidecar binds both to the MCP session at `initialize` and compares later requests with
-//! a digest of them (`tasks.rs`, `middleware.rs`).
+//! them (the token in constant time, `middleware.rs`); caller tasks and caches are keyed by a
+//! digest of both (`tasks.rs`).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq as _;
 
 /// The caller of one request.
 #[derive(Clone)]
@@ -19,8 +21,10 @@ pub struct Identity {
     /// The caller's bearer token: the base tools act as the caller with it, on the project's
     /// own control plane. It is never forwarded to a provider and never logged.
     token: Option<Arc<str>>,
-    /// A digest of project and bearer token: what sessions and caches are keyed by.
-    fingerprint: [u8; 32],
+    /// A digest of project and bearer token: what caller tasks and caches are keyed by. Made
+    /// when first asked for: a request in a session is checked against its task's identity
+    /// without one ([`Identity::is_same_caller`]).
+    fingerprint: OnceLock<[u8; 32]>,
 }
 
 impl std::fmt::Debug for Identity {
@@ -35,15 +39,22 @@ impl std::fmt::Debug for Identity {
 impl Identity {
     /// The identity of `project` and `token`.
     pub fn new(project: String, token: Option<&str>) -> Self {
-        let mut digest = Sha256::new();
-        digest.update(project.as_bytes());
-        digest.update([0]);
-        digest.update(token.unwrap_or("").as_bytes());
         Self {
             project,
             token: token.map(Arc::from),
-            fingerprint: digest.finalize().into(),
+            fingerprint: OnceLock::new(),
         }
+    }
+
+    /// Whether `other` is the same caller: the same project and the same token (none and an
+    /// empty one alike) — what comparing fingerprints says, without a SHA-256 for every request
+    /// in a session (docs/performance.md "The caller's identity without a digest"). The
+    /// tokens are compared in constant time.
+    pub fn is_same_caller(&self, other: &Identity) -> bool {
+        fn token(identity: &Identity) -> &[u8] {
+            identity.token.as_deref().unwrap_or("").as_bytes()
+        }
+        self.project == other.project && bool::from(token(self).ct_eq(token(other)))
     }
 
     /// A digest of the bearer token alone (callers without a token share one): who the caller
@@ -62,10 +73,17 @@ impl Identity {
         self.token.as_deref()
     }
 
-    /// A digest of project and token: what a session is bound to (the token itself is not
-    /// kept in the binding table or any cache).
+    /// A digest of project and token: what a caller's task without a session and the caches
+    /// are keyed by (the token itself is not kept in any key). Made on first use; a request
+    /// in a session is checked with [`Identity::is_same_caller`] instead.
     pub fn fingerprint(&self) -> [u8; 32] {
-        self.fingerprint
+        *self.fingerprint.get_or_init(|| {
+            let mut digest = Sha256::new();
+            digest.update(self.project.as_bytes());
+            digest.update([0]);
+            digest.update(self.token.as_deref().unwrap_or("").as_bytes());
+            digest.finalize().into()
+        })
     }
 
     /// Reads the identity of a request whose project is in `project_header`, or why it is
@@ -192,6 +210,36 @@ mod tests {
         );
         assert_ne!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.fingerprint(), c.fingerprint());
+    }
+
+    /// The same caller exactly when the project and the token are the same: a token that
+    /// extends another, or the same token in another project, is another caller.
+    #[test]
+    fn the_same_caller_should_be_the_same_project_and_token_and_nothing_else() {
+        let caller = |project: &str, token: Option<&str>| Identity::new(project.into(), token);
+        let cases = [
+            (caller("p", Some("t")), caller("p", Some("t")), true),
+            (caller("p", None), caller("p", Some("")), true),
+            (caller("p", Some("t")), caller("p", Some("tt")), false),
+            (caller("p", Some("tt")), caller("p", Some("t")), false),
+            (caller("p", Some("t")), caller("p", Some("u")), false),
+            (caller("p", Some("t")), caller("q", Some("t")), false),
+            (caller("p", Some("t")), caller("p", None), false),
+            (caller("pt", None), caller("p", Some("t")), false),
+        ];
+        for (a, b, same) in cases {
+            let what = format!(
+                "{}/{:?} vs {}/{:?}",
+                a.project,
+                a.token(),
+                b.project,
+                b.token()
+            );
+            assert_eq!(a.is_same_caller(&b), same, "{what}");
+            assert_eq!(b.is_same_caller(&a), same, "{what}");
+            // The fingerprints, what caller tasks are keyed by, agree.
+            assert_eq!(a.fingerprint() == b.fingerprint(), same, "{what}");
+        }
     }
 
     #[test]

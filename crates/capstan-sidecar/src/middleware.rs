@@ -24,6 +24,7 @@ use serde_json::json;
 use tracing::{Instrument as _, Span, error};
 
 mod classify;
+mod unique;
 
 use self::classify::{Kind, classify, read_message};
 use crate::admission::{Full, Place};

@@ -450,7 +450,7 @@ impl Task {
     /// Whether `caller` is who the task is for (the same project and token): the one check
     /// the middleware, the rmcp handler and a call each make.
     pub fn owned_by(&self, caller: Option<&Identity>) -> bool {
-        caller.is_some_and(|caller| caller.fingerprint() == self.identity.fingerprint())
+        caller.is_some_and(|caller| caller.is_same_caller(&self.identity))
     }
 
     /// Marks the session as used now (the idle timeout counts from the last request).

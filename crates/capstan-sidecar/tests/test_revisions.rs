@@ -382,3 +382,72 @@ async fn a_2026_07_28_call_that_is_answered_should_never_be_cancelled_at_the_pro
         0
     );
 }
+
+/// A caller of a session revision gets no `resultType` in a call's answer — a 2026-07-28 member
+/// its revision has no place for (rmcp takes it out for the calls it serves) — whether the
+/// answer comes from a provider (spoken to in whichever revision it chose) or from a built-in.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_revisions_call_answer_should_carry_no_result_type() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let session = sidecar.curl_initialize("demo-project", "t");
+    for (id, name, arguments) in [
+        (2, "streamco__streams_get", json!({"name": "orders"})),
+        // A built-in's refusal of its arguments: still a tool result.
+        (3, "load_skill", json!({})),
+    ] {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": name, "arguments": arguments}});
+        let (status, body) = sidecar.curl_in_session(&session, &call.to_string());
+        assert_eq!(status, 200, "{name}: {body}");
+        let answer = message(&body);
+        assert!(answer["result"]["content"].is_array(), "{name}: {body}");
+        assert_eq!(answer["result"].get("resultType"), None, "{name}: {body}");
+    }
+}
+
+/// A body naming a member twice is refused before anything reads it: rmcp refuses such a body,
+/// and the middleware, which reads the method and params itself, must not read one that rmcp
+/// would not (`{"method":"ping","method":"tools/call"}` was served as a call). In a session
+/// and without one; the provider's own count of calls is the oracle.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_naming_a_member_twice_should_be_refused_and_reach_no_provider() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let session = sidecar.curl_initialize("demo-project", "t");
+    let before = provider.tool_calls().await;
+    let call = r#""params":{"name":"streamco__streams_get","arguments":{"name":"orders"}}"#;
+    let twice = [
+        format!(r#"{{"jsonrpc":"2.0","id":4,"method":"ping","method":"tools/call",{call}}}"#),
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"streamco__streams_get","arguments":{"name":"orders","name":"secret"}}}"#.to_owned(),
+    ];
+    for body in &twice {
+        let (status, answer) = sidecar.curl_in_session(&session, body);
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(message(&answer)["error"]["code"], -32700, "{answer}");
+        assert!(answer.contains("names a member twice"), "{answer}");
+    }
+    let sessionless = modern(
+        6,
+        "tools/call",
+        json!({"name": "streamco__streams_get", "arguments": {"name": "orders"}}),
+    )
+    .replacen(r#""jsonrpc":"2.0""#, r#""jsonrpc":"2.0","id":99"#, 1);
+    let (status, answer) = post(&sidecar, &call_get_headers(), &sessionless);
+    assert_eq!(status, 400, "{sessionless}: {answer}");
+    assert_eq!(
+        provider.tool_calls().await,
+        before,
+        "a refused body reached the provider"
+    );
+    // The same calls, each member once, are served.
+    let once = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call",{call}}}"#);
+    let (status, answer) = sidecar.curl_in_session(&session, &once);
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = post(&sidecar, &call_get_headers(), &call_get_body(8));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        provider.tool_calls().await[before.len()..],
+        ["streams_get", "streams_get"]
+    );
+}

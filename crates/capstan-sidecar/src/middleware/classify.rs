@@ -8,6 +8,7 @@ use capstan_api::wire::MCP_PROTOCOL_VERSION;
 use rmcp::model::ProtocolVersion;
 use serde_json::json;
 
+use super::unique::Unique;
 use super::{MAX_BODY_BYTES, Refused};
 use crate::identity::refusal;
 
@@ -95,8 +96,8 @@ pub(super) async fn read_message(body: Body) -> Result<(Bytes, serde_json::Value
             &format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
         )));
     };
-    match serde_json::from_slice::<serde_json::Value>(&bytes) {
-        Ok(message) => Ok((bytes, message)),
+    match serde_json::from_slice::<Unique>(&bytes) {
+        Ok(Unique(message)) => Ok((bytes, message)),
         Err(error) => Err(Box::new(
             (
             StatusCode::BAD_REQUEST,
