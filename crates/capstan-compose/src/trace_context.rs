@@ -86,9 +86,9 @@ pub fn from_headers(headers: &http::HeaderMap) -> Context {
     TraceContextPropagator::new().extract(&Headers(headers))
 }
 
-/// The trace context a caller sent in a request's `params._meta`.
-pub fn from_meta(message: &Value) -> Context {
-    match message["params"]["_meta"].as_object() {
+/// The trace context a caller sent in a request's `params._meta` (`meta`).
+pub fn from_meta(meta: Option<&Map<String, Value>>) -> Context {
+    match meta {
         Some(meta) => TraceContextPropagator::new().extract(&Meta(meta)),
         None => Context::new(),
     }
@@ -139,8 +139,8 @@ mod tests {
 
     #[test]
     fn a_traceparent_in_meta_should_be_read_as_the_remote_parent() {
-        let message = json!({"params": {"_meta": {"traceparent": PARENT}}});
-        let context = from_meta(&message);
+        let meta = json!({"traceparent": PARENT});
+        let context = from_meta(meta.as_object());
         assert!(is_remote_parent(&context));
         assert_eq!(
             context.span().span_context().trace_id().to_string(),
@@ -155,12 +155,10 @@ mod tests {
             "",
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
         ] {
-            let message = json!({"params": {"_meta": {"traceparent": bad}}});
-            assert!(!is_remote_parent(&from_meta(&message)), "{bad:?}");
+            let meta = json!({"traceparent": bad});
+            assert!(!is_remote_parent(&from_meta(meta.as_object())), "{bad:?}");
         }
-        assert!(!is_remote_parent(&from_meta(
-            &json!({"params": {"_meta": 3}})
-        )));
+        assert!(!is_remote_parent(&from_meta(None)));
     }
 
     #[test]

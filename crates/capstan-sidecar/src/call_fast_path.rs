@@ -48,7 +48,8 @@ use tracing::Instrument as _;
 
 use crate::identity::Identity;
 use crate::mcp::SUPPORTED_VERSIONS;
-use crate::middleware::{CallerTask, Message, SessionTask};
+use crate::message::{Envelope, Message, PROTOCOL_VERSION_META, Params};
+use crate::middleware::{CallerTask, SessionTask};
 use crate::request_span;
 use crate::task::Task;
 
@@ -70,8 +71,12 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
             // In a session only the sidecar asks the caller anything (rmcp keeps no session),
             // so an answer nobody waits for any more is accepted and dropped.
             if let Some(SessionTask(task)) = request.extensions().get::<SessionTask>() {
-                if let Some(Message(response)) = request.extensions().get::<Message>() {
-                    task.answer(&id, response.clone());
+                let answer = request.extensions().get::<Message>();
+                if let Some(answer) = answer
+                    .and_then(Message::single)
+                    .and_then(|m| m.answer.clone())
+                {
+                    task.answer(&id, answer);
                 }
                 return StatusCode::ACCEPTED.into_response();
             }
@@ -93,7 +98,8 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
             .remove::<CallerTask>()
             .map(|CallerTask(task)| task),
     };
-    let (Some(Message(message)), Some(task)) = (request.extensions_mut().remove::<Message>(), task)
+    let (Some(Message::Single(message)), Some(task)) =
+        (request.extensions_mut().remove::<Message>(), task)
     else {
         return next.run(request).await;
     };
@@ -106,15 +112,18 @@ pub async fn tools_call(mut request: Request, next: Next) -> Response {
 async fn serve(
     task: Arc<Task>,
     caller: Option<Identity>,
-    mut message: Value,
+    message: Box<Envelope>,
     in_session: bool,
 ) -> Response {
-    let id = message["id"].take();
-    let params = message
-        .get_mut("params")
-        .map(Value::take)
-        .unwrap_or(Value::Null);
-    let params = match serde_json::from_value::<CallToolRequestParams>(params) {
+    let Envelope { id, params, .. } = *message;
+    let id = id.unwrap_or_default();
+    let params = match params {
+        Params::Call(params) => Ok(*params),
+        // Params that do not fit a call's type get its own error.
+        Params::Other(params) => serde_json::from_value::<CallToolRequestParams>(params),
+        Params::Absent => serde_json::from_value::<CallToolRequestParams>(Value::Null),
+    };
+    let params = match params {
         Ok(params) => params,
         Err(error) => {
             let error = McpError::invalid_params(format!("tools/call params: {error}"), None);
@@ -194,9 +203,10 @@ fn typed_for(answer: CallToolResponse, in_session: bool) -> CallToolResponse {
 /// `Mcp-Name` once each and equal to the body's method and name as plain text.
 fn plain_sessionless_call(request: &Request) -> bool {
     let extensions = request.extensions();
-    let (Some(Message(message)), Some(_)) =
-        (extensions.get::<Message>(), extensions.get::<CallerTask>())
-    else {
+    let (Some(message), Some(_)) = (
+        extensions.get::<Message>().and_then(Message::single),
+        extensions.get::<CallerTask>(),
+    ) else {
         return false;
     };
     let headers = request.headers();
@@ -208,16 +218,13 @@ fn plain_sessionless_call(request: &Request) -> bool {
         }
     };
     let revision = ProtocolVersion::V_2026_07_28.as_str();
-    let params = &message["params"];
-    let name = params["name"].as_str();
+    let name = message.param("name");
     one(MCP_PROTOCOL_VERSION) == Some(revision)
-        && params["_meta"][PROTOCOL_VERSION_META].as_str() == Some(revision)
+        && message.meta_str(PROTOCOL_VERSION_META) == Some(revision)
         && one(MCP_METHOD) == Some("tools/call")
         && name.is_some_and(|name| !name.starts_with(BASE64_PREFIX) && one(MCP_NAME) == Some(name))
 }
 
-/// The `_meta` member naming a 2026-07-28 request's revision.
-const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 /// `Mcp-Name`: the tool a 2026-07-28 `tools/call` names.
 const MCP_NAME: &str = "mcp-name";
 /// A header value sent Base64-encoded starts so (left to rmcp to decode and check).
@@ -236,21 +243,26 @@ enum Intercepted {
 }
 
 fn intercepted(request: &Request) -> Intercepted {
-    let Some(Message(message)) = request.extensions().get::<Message>() else {
+    let Some(message) = request
+        .extensions()
+        .get::<Message>()
+        .and_then(Message::single)
+    else {
         return Intercepted::Other;
     };
-    let id = message.get("id");
-    match message.get("method").and_then(Value::as_str) {
+    let id = message.id.as_ref();
+    match message.method() {
         Some("tools/call") if id.is_some_and(|id| id.is_string() || id.is_number()) => {
             Intercepted::Call
         }
         Some("notifications/cancelled") if id.is_none() => {
-            match message.get("params").and_then(|p| p.get("requestId")) {
+            let params = message.untyped_params();
+            match params.and_then(|p| p.get("requestId")) {
                 Some(id) => Intercepted::Cancel(id.clone()),
                 None => Intercepted::Other,
             }
         }
-        None if message.get("result").is_some() || message.get("error").is_some() => {
+        None if message.answer.is_some() => {
             id.map_or(Intercepted::Other, |id| Intercepted::Answer(id.clone()))
         }
         _ => Intercepted::Other,

@@ -15,6 +15,7 @@ pub mod fuzzing;
 mod identity;
 mod inspect;
 mod mcp;
+mod message;
 mod metering;
 mod metrics;
 mod middleware;

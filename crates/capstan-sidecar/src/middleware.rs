@@ -24,11 +24,11 @@ use serde_json::json;
 use tracing::{Instrument as _, Span, error};
 
 mod classify;
-mod unique;
 
 use self::classify::{Kind, classify, read_message};
 use crate::admission::{Full, Place};
 use crate::identity::{Identity, refusal};
+use crate::message::Message;
 use crate::request_span::{RequestSpan, answered, describe, request_span};
 use crate::task::{ANOTHER_CALLER, OpenStream, Task};
 use crate::tasks::{Admitted, Lookup, TaskKey, TaskStarter, Tasks};
@@ -52,10 +52,6 @@ pub struct SessionTask(pub Arc<Task>);
 /// middleware, for the rmcp handler (which still checks the caller against it).
 #[derive(Clone)]
 pub struct CallerTask(pub Arc<Task>);
-
-/// The JSON-RPC message of an MCP POST, parsed once by the middleware.
-#[derive(Clone, Debug)]
-pub struct Message(pub serde_json::Value);
 
 /// Sends `refusal` once the request's `body` has been read (at most [`MAX_BODY_BYTES`], for at
 /// most [`DRAIN_TIMEOUT`]) and dropped. A refusal sent before the body is read makes the
@@ -327,7 +323,7 @@ async fn serve_checked(
     identity: Identity,
     mut parts: axum::http::request::Parts,
     body: Body,
-    message: Option<serde_json::Value>,
+    message: Option<Message>,
     next: Next,
 ) -> Response {
     let bound = match kind.session() {
@@ -355,7 +351,7 @@ async fn serve_checked(
         Err(refused) => return *refused,
     };
     if let Some(message) = message {
-        parts.extensions.insert(Message(message));
+        parts.extensions.insert(message);
     }
     if let Some(admitted) = &opened.admitted {
         parts.extensions.insert(admitted.clone());

@@ -18,6 +18,8 @@ use capstan_compose::trace_context::{
 };
 use serde_json::Value;
 use tracing::Span;
+
+use crate::message::{Message, PROTOCOL_VERSION_META};
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
@@ -65,7 +67,7 @@ pub fn describe(
     method: &str,
     path: &str,
     headers: &HeaderMap,
-    message: Option<&Value>,
+    message: Option<&Message>,
     session: Option<&str>,
 ) {
     if span.is_disabled() {
@@ -74,39 +76,38 @@ pub fn describe(
     if let Some(session) = session {
         span.record("mcp.session.id", hashed_session_id(session));
     }
-    let Some(message) = message.filter(|m| m.is_object()) else {
+    let Some(message) = message.and_then(Message::single) else {
         span.record("otel.name", format!("{method} {}", bounded(path)));
         return;
     };
-    let parent = from_meta(message);
+    let parent = from_meta(message.meta());
     if is_remote_parent(&parent) {
         // Refused once the span has a parent or has started: the header's parent stands.
         let _ = span.set_parent(parent);
     }
-    let mcp_method = bounded(message["method"].as_str().unwrap_or("response"));
+    let mcp_method = bounded(message.method().unwrap_or("response"));
     span.record("mcp.method.name", mcp_method);
-    match &message["id"] {
-        Value::String(id) => span.record("jsonrpc.request.id", bounded(id)),
-        Value::Number(id) => span.record("jsonrpc.request.id", id.to_string()),
+    match &message.id {
+        Some(Value::String(id)) => span.record("jsonrpc.request.id", bounded(id)),
+        Some(Value::Number(id)) => span.record("jsonrpc.request.id", id.to_string()),
         _ => span,
     };
-    let params = &message["params"];
     let version = headers
         .get(MCP_PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok())
-        .or_else(|| params["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str())
-        .or_else(|| params["protocolVersion"].as_str());
+        .or_else(|| message.meta_str(PROTOCOL_VERSION_META))
+        .or_else(|| message.param("protocolVersion"));
     if let Some(version) = version {
         span.record("mcp.protocol.version", bounded(version));
     }
     let target = match mcp_method {
         "tools/call" => {
             span.record("gen_ai.operation.name", "execute_tool");
-            params["name"].as_str().map(bounded).inspect(|tool| {
+            message.param("name").map(bounded).inspect(|tool| {
                 span.record("gen_ai.tool.name", *tool);
             })
         }
-        "prompts/get" => params["name"].as_str().map(bounded).inspect(|prompt| {
+        "prompts/get" => message.param("name").map(bounded).inspect(|prompt| {
             span.record("gen_ai.prompt.name", *prompt);
         }),
         _ => None,

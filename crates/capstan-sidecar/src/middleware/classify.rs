@@ -8,9 +8,9 @@ use capstan_api::wire::MCP_PROTOCOL_VERSION;
 use rmcp::model::ProtocolVersion;
 use serde_json::json;
 
-use super::unique::Unique;
 use super::{MAX_BODY_BYTES, Refused};
 use crate::identity::refusal;
+use crate::message::{Envelope, Message, PROTOCOL_VERSION_META};
 
 /// What a request is, decided once from its path, method, session id and (for an MCP POST)
 /// its JSON-RPC message.
@@ -58,7 +58,7 @@ pub(super) fn classify(
     session: Option<String>,
     method: &Method,
     headers: &axum::http::HeaderMap,
-    message: Option<&serde_json::Value>,
+    message: Option<&Message>,
 ) -> Result<Kind, Refused> {
     let modern = message.is_some_and(|m| is_sessionless(headers, m));
     match (session, message) {
@@ -67,9 +67,9 @@ pub(super) fn classify(
             stream: method == Method::GET,
             modern,
         }),
-        (None, Some(message)) if is_initialize(message) => Ok(Kind::Initialize),
+        (None, Some(message)) if message.is_initialize() => Ok(Kind::Initialize),
         (None, Some(message)) if modern => Ok(Kind::Sessionless {
-            listen: message["method"] == "subscriptions/listen",
+            listen: message.single().and_then(Envelope::method) == Some("subscriptions/listen"),
         }),
         (None, Some(_)) => Err(Box::new(refusal(
             StatusCode::BAD_REQUEST,
@@ -88,7 +88,7 @@ pub(super) fn classify(
 
 /// Reads and parses the JSON-RPC body of an MCP POST (once: rmcp would answer a malformed body
 /// with 415, not a JSON-RPC error).
-pub(super) async fn read_message(body: Body) -> Result<(Bytes, serde_json::Value), Refused> {
+pub(super) async fn read_message(body: Body) -> Result<(Bytes, Message), Refused> {
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
         return Err(Box::new(refusal(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -96,8 +96,8 @@ pub(super) async fn read_message(body: Body) -> Result<(Bytes, serde_json::Value
             &format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
         )));
     };
-    match serde_json::from_slice::<Unique>(&bytes) {
-        Ok(Unique(message)) => Ok((bytes, message)),
+    match Message::parse(&bytes) {
+        Ok(message) => Ok((bytes, message)),
         Err(error) => Err(Box::new(
             (
             StatusCode::BAD_REQUEST,
@@ -114,24 +114,16 @@ pub(super) async fn read_message(body: Body) -> Result<(Bytes, serde_json::Value
 /// Whether an MCP POST without a session is of a revision without sessions (2026-07-28 on):
 /// its `MCP-Protocol-Version` header or its `_meta` names one, or it is `server/discover`.
 /// rmcp then checks the header against the `_meta`, the method and the name.
-fn is_sessionless(headers: &axum::http::HeaderMap, message: &serde_json::Value) -> bool {
+fn is_sessionless(headers: &axum::http::HeaderMap, message: &Message) -> bool {
     // Revisions are dates, so they compare as strings (as rmcp compares them).
     let modern = |version: &str| version >= ProtocolVersion::NO_INITIALIZE.as_str();
     let header = headers
         .get(MCP_PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok())
         .is_some_and(modern);
-    let meta = message["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"]
-        .as_str()
-        .is_some_and(modern);
-    header || meta || message["method"] == "server/discover"
-}
-
-/// Whether a JSON-RPC message is an `initialize` request (alone or first in a batch).
-pub(super) fn is_initialize(value: &serde_json::Value) -> bool {
-    let first = match value {
-        serde_json::Value::Array(items) => items.first(),
-        other => Some(other),
+    let Some(message) = message.single() else {
+        return header;
     };
-    first.is_some_and(|m| m["method"] == "initialize")
+    let meta = message.meta_str(PROTOCOL_VERSION_META).is_some_and(modern);
+    header || meta || message.method() == Some("server/discover")
 }

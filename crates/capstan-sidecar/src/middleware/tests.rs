@@ -8,7 +8,6 @@ use axum::http::{HeaderName, HeaderValue};
 
 use capstan_api::wire::MCP_PROTOCOL_VERSION;
 
-use super::classify::is_initialize;
 use super::*;
 
 /// A router whose only handler counts what reaches it, behind the identity middleware.
@@ -150,15 +149,22 @@ async fn a_poisoned_session_table_should_refuse_with_500_not_pass() {
 
 #[test]
 fn only_initialize_should_open_a_session() {
-    let message = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
-    assert!(is_initialize(&message(
+    let initialize = |text: &str| Message::parse(text.as_bytes()).unwrap().is_initialize();
+    assert!(initialize(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#
-    )));
-    assert!(is_initialize(&message(
+    ));
+    assert!(initialize(
         r#"[{"jsonrpc":"2.0","id":1,"method":"initialize"}]"#
-    )));
-    assert!(!is_initialize(&message(
+    ));
+    assert!(initialize(r#"{"params":{},"method":"initialize","id":1}"#));
+    assert!(!initialize(
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#
-    )));
-    assert!(!is_initialize(&message(r#""not a message""#)));
+    ));
+    assert!(!initialize(
+        r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call"}]"#
+    ));
+    assert!(!initialize(
+        r#"{"jsonrpc":"2.0","id":1,"method":["initialize"]}"#
+    ));
+    assert!(!initialize(r#""not a message""#));
 }

@@ -21,7 +21,7 @@ impl<'de> Deserialize<'de> for Unique {
     }
 }
 
-struct UniqueVisitor;
+pub(super) struct UniqueVisitor;
 
 impl<'de> Visitor<'de> for UniqueVisitor {
     type Value = Value;
