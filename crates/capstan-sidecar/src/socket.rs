@@ -82,11 +82,20 @@ pub async fn bind(path: &Path) -> Result<UnixListener, SocketError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(io_error("creating the directory of", path))?;
     }
-    let listener = UnixListener::bind(path).map_err(io_error("binding", path))?;
-    // Between bind and chmod the socket has the umask's mode; connecting needs write
-    // permission, which a usual umask (022) grants only the owner, so the window is no wider.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
-        .map_err(io_error("setting the mode of", path))?;
+    // Bound under a name of this process's beside it, given its mode, then renamed into place:
+    // the socket appears at `path` only with mode 0660 (a client, or a check, that found it
+    // under the umask's mode first saw it before its chmod). A bound socket keeps its listener
+    // when its file is renamed.
+    let binding = path.with_file_name(format!(".{}.binding", std::process::id()));
+    let _ = std::fs::remove_file(&binding);
+    let listener = UnixListener::bind(&binding).map_err(io_error("binding", &binding))?;
+    let placed = std::fs::set_permissions(&binding, std::fs::Permissions::from_mode(SOCKET_MODE))
+        .map_err(io_error("setting the mode of", &binding))
+        .and_then(|()| std::fs::rename(&binding, path).map_err(io_error("placing", path)));
+    if let Err(error) = placed {
+        let _ = std::fs::remove_file(&binding);
+        return Err(error);
+    }
     Ok(listener)
 }
 
@@ -115,6 +124,22 @@ mod tests {
         assert!(path.exists());
         let _again = bind(&path).await.unwrap();
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_socket_should_serve_at_its_path_and_leave_no_other_name_behind() {
+        let path = temp("renamed");
+        let listener = bind(&path).await.unwrap();
+        let (client, served) =
+            tokio::join!(tokio::net::UnixStream::connect(&path), listener.accept());
+        assert!(client.is_ok() && served.is_ok(), "{client:?} {served:?}");
+        let dir = path.parent().unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["composer.sock"]);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[tokio::test]
