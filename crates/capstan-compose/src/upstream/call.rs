@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolResponse, CallToolResult, ErrorCode, ErrorData, InputRequiredResult, JsonObject,
-    ListToolsResult, Tool,
+    ListToolsResult, ResultType, Tool,
 };
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tracing::{Instrument as _, debug};
 
@@ -34,6 +35,8 @@ use crate::error_chain::chain_text;
 use crate::trace_context::Outgoing;
 
 mod answer;
+
+use self::answer::Answer;
 
 /// Where direct requests go and how they are addressed; cheap to clone into a task of its own.
 #[derive(Clone, Debug)]
@@ -146,21 +149,27 @@ impl DirectCalls {
             .await;
         std::mem::forget(abandoned);
         let result = answer?;
+        let not_a_result = || CallError::Malformed {
+            server: self.server.clone(),
+            message: "the answer to tools/call is not a tool result".into(),
+        };
         // 2026-07-28: the provider asks the caller something first (an `input_required` result,
         // passed on as it is; its `requestState` is never read here).
-        if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
-            return serde_json::from_value::<InputRequiredResult>(result)
+        let input_required = || {
+            serde_json::from_str::<InputRequiredResult>(result.get())
                 .map(CallToolResponse::InputRequired)
                 .map_err(|e| {
                     self.malformed(format!("an input_required result that is not one: {e}"))
-                });
+                })
+        };
+        match serde_json::from_str::<CallToolResult>(result.get()) {
+            Ok(complete) if !is_input_required(complete.result_type.as_ref()) => {
+                Ok(CallToolResponse::Complete(complete))
+            }
+            Ok(_) => input_required(),
+            Err(_) if says_input_required(&result) => input_required(),
+            Err(_) => Err(not_a_result()),
         }
-        serde_json::from_value::<CallToolResult>(result)
-            .map(CallToolResponse::Complete)
-            .map_err(|_| CallError::Malformed {
-                server: self.server.clone(),
-                message: "the answer to tools/call is not a tool result".into(),
-            })
     }
 
     /// `logging/setLevel` on the session; in 2026-07-28, the level every request carries.
@@ -218,22 +227,25 @@ impl DirectCalls {
         }
         .instrument(span.clone())
         .await;
-        let mut answer = answer.map_err(|error| {
+        let answer = answer.map_err(|error| {
             failed(&span, error.kind().as_str());
             Forwarded::Failed(error)
         })?;
-        if let Some(error) = answer.get_mut("error") {
-            return match serde_json::from_value::<ErrorData>(error.take()) {
+        if let Some(error) = answer.error {
+            return match serde_json::from_value::<ErrorData>(error) {
                 Ok(error) => Err(Forwarded::Refused(error)),
                 Err(e) => Err(Forwarded::Failed(
                     self.malformed(format!("an error answer that is not one: {e}")),
                 )),
             };
         }
-        answer.get_mut("result").map(Value::take).ok_or_else(|| {
+        let result = answer.result.ok_or_else(|| {
             Forwarded::Failed(self.malformed(format!(
                 "the answer to {method} has neither a result nor an error"
             )))
+        })?;
+        serde_json::from_str::<Value>(result.get()).map_err(|e| {
+            Forwarded::Failed(self.malformed(format!("the answer to {method} is not JSON: {e}")))
         })
     }
 
@@ -251,7 +263,7 @@ impl DirectCalls {
             let mut params = params;
             self.stamp(&mut params, None);
             let result = self.request("tools/list", params, None).await?;
-            let page = serde_json::from_value::<ListToolsResult>(result).map_err(|_| {
+            let page = serde_json::from_str::<ListToolsResult>(result.get()).map_err(|_| {
                 CallError::Malformed {
                     server: self.server.clone(),
                     message: "the answer to tools/list is not a tool list".into(),
@@ -279,7 +291,7 @@ impl DirectCalls {
         method: &str,
         params: Value,
         tool: Option<&str>,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Box<RawValue>, CallError> {
         let id = self.next_request_id();
         self.request_as(&id, method, params, tool, &CallTraffic::default())
             .await
@@ -306,7 +318,7 @@ impl DirectCalls {
         params: Value,
         tool: Option<&str>,
         traffic: &CallTraffic,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Box<RawValue>, CallError> {
         let span = client_span(&self.server, &self.target.url, method, tool);
         let result = async {
             let answer = self.exchange(id, method, params, traffic).await?;
@@ -328,7 +340,7 @@ impl DirectCalls {
         method: &str,
         mut params: Value,
         traffic: &CallTraffic,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Answer, CallError> {
         // The provider's spans join the trace, whichever carrier it reads.
         let context = Outgoing::current();
         context.stamp_meta(&mut params);
@@ -413,11 +425,11 @@ impl DirectCalls {
     /// parameters of `tool`, else unavailable.
     fn result_of(
         &self,
-        mut answer: Value,
+        answer: Answer,
         method: &str,
         tool: Option<&str>,
-    ) -> Result<Value, CallError> {
-        if let Some(error) = answer.get("error") {
+    ) -> Result<Box<RawValue>, CallError> {
+        if let Some(error) = &answer.error {
             let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
             let message = error
                 .get("message")
@@ -441,7 +453,7 @@ impl DirectCalls {
                 _ => self.unavailable(format!("error {code}: {message}")),
             });
         }
-        answer.get_mut("result").map(Value::take).ok_or_else(|| {
+        answer.result.ok_or_else(|| {
             self.malformed(format!(
                 "the answer to {method} has neither a result nor an error"
             ))
@@ -527,4 +539,20 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Whether a result's type is `input_required` (2026-07-28).
+fn is_input_required(result_type: Option<&ResultType>) -> bool {
+    result_type.is_some_and(|t| t.as_str() == ResultType::INPUT_REQUIRED.as_str())
+}
+
+/// Whether a result that is no tool result says it is `input_required` (read only then).
+fn says_input_required(result: &RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "resultType")]
+        result_type: Option<ResultType>,
+    }
+    serde_json::from_str::<Typed>(result.get())
+        .is_ok_and(|typed| is_input_required(typed.result_type.as_ref()))
 }

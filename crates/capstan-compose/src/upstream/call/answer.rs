@@ -1,8 +1,15 @@
 //! Reading a direct request's answer: a JSON body, or the SSE stream up to the response with
 //! the request's id, the provider's other messages on it passed on (`upstream/relay.rs`).
+//!
+//! An answer is read into [`Answer`]: its `result` kept as the provider's text, parsed once
+//! into the type its request expects (a tool result, a tool list), with no `Value` tree
+//! between — the tree and the typed result made from it were ~5 % of the sidecar's
+//! instructions per forwarded call (docs/performance.md "The provider's answer, typed").
 
 use futures::StreamExt;
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sse_stream::SseStream;
 
 use super::{DirectCalls, MAX_ANSWER_BYTES};
@@ -13,6 +20,29 @@ use crate::upstream::limited::{limited_bytes, read_limited};
 use crate::upstream::pooled::DrainOnDrop;
 use crate::upstream::relay::{CallTraffic, Relayed};
 
+/// A JSON-RPC answer of the provider's: its `result` as text, its `error` (rare) as a `Value`.
+/// Other members are not read (a member named twice is an error, as for any derived type).
+#[derive(Debug, Deserialize)]
+pub(crate) struct Answer {
+    #[serde(default)]
+    pub(crate) result: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub(crate) error: Option<Value>,
+}
+
+/// What an event on a response stream is read as first: whether it is the answer (its id)
+/// and, if so, the answer. Any other message is parsed whole afterwards (progress, logs, a
+/// changed list: rarer than answers).
+#[derive(Deserialize)]
+struct Event {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    result: Option<Box<RawValue>>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
 impl DirectCalls {
     /// The JSON-RPC answer with id `id`: the JSON body, or read from the SSE stream.
     /// A session the server no longer knows is unavailable.
@@ -21,7 +51,7 @@ impl DirectCalls {
         response: http::Response<B>,
         id: &str,
         traffic: &CallTraffic,
-    ) -> Result<Value, CallError>
+    ) -> Result<Answer, CallError>
     where
         B: http_body::Body<Data = bytes::Bytes> + Send + Unpin + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -49,7 +79,7 @@ impl DirectCalls {
                 let body = read_limited(response, MAX_ANSWER_BYTES)
                     .await
                     .map_err(|e| self.unavailable(chain_text(&e)))?;
-                serde_json::from_slice::<Value>(&body)
+                serde_json::from_slice::<Answer>(&body)
                     .map_err(|e| self.malformed(format!("the answer is not JSON: {e}")))
             }
             "text/event-stream" if status.is_success() => {
@@ -70,7 +100,7 @@ impl DirectCalls {
         response: http::Response<B>,
         id: &str,
         traffic: &CallTraffic,
-    ) -> Result<Value, CallError>
+    ) -> Result<Answer, CallError>
     where
         B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -89,12 +119,17 @@ impl DirectCalls {
             let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
                 continue;
             };
-            let message = serde_json::from_str::<Value>(&data)
-                .map_err(|e| self.malformed(format!("an event is not JSON: {e}")))?;
-            if message.get("id").and_then(Value::as_str) == Some(id) {
+            let not_json =
+                |e: serde_json::Error| self.malformed(format!("an event is not JSON: {e}"));
+            let event = serde_json::from_str::<Event>(&data).map_err(not_json)?;
+            if event.id.as_ref().and_then(Value::as_str) == Some(id) {
                 events.drain(true);
-                return Ok(message);
+                return Ok(Answer {
+                    result: event.result,
+                    error: event.error,
+                });
             }
+            let message = serde_json::from_str::<Value>(&data).map_err(not_json)?;
             if is_list_changed(&message) {
                 if let Some(changes) = &self.changes {
                     changes.note();
