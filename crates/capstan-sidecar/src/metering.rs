@@ -6,14 +6,16 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
-use serde::Serialize;
+use k8s_openapi::jiff::Timestamp;
+use serde::{Serialize, Serializer};
 
 /// One tool-invocation event.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolInvocation<'a> {
     /// When the call finished (RFC 3339).
-    pub time: String,
+    #[serde(serialize_with = "rfc3339")]
+    pub time: Timestamp,
     /// The caller's project.
     pub project: &'a str,
     /// The provider service that did the work (the binding's `serviceName`).
@@ -30,6 +32,14 @@ pub struct ToolInvocation<'a> {
     /// How long the call took, in milliseconds.
     pub duration_ms: f64,
 }
+
+/// `time` written straight into the line (no `String` made per event first).
+fn rfc3339<S: Serializer>(time: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(time)
+}
+
+/// A line's usual length and then some: one allocation a line, none to grow it.
+const LINE_CAPACITY: usize = 384;
 
 /// Where events go.
 pub struct Meter {
@@ -58,9 +68,10 @@ impl Meter {
     /// Writes one event as one line. A failing sink is logged, never fails the call.
     pub fn record(&self, event: &ToolInvocation<'_>) {
         let Some(sink) = &self.sink else { return };
-        let Ok(mut line) = serde_json::to_vec(event) else {
+        let mut line = Vec::with_capacity(LINE_CAPACITY);
+        if serde_json::to_writer(&mut line, event).is_err() {
             return;
-        };
+        }
         line.push(b'\n');
         let written = sink
             .lock()
@@ -69,5 +80,44 @@ impl Meter {
         if let Err(error) = written {
             tracing::warn!(%error, "writing a metering event");
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_should_be_one_json_line_with_its_time_in_rfc_3339() {
+        let path = std::env::temp_dir().join(format!("capstan-meter-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let meter = Meter::open(path.to_str().unwrap()).unwrap();
+        let time: Timestamp = "2026-12-04T11:20:33.123456789Z".parse().unwrap();
+        let event = |outcome| ToolInvocation {
+            time,
+            project: "demo-project",
+            service: "streamco \"svc\"",
+            binding: "b",
+            tool: "streamco__streams_get",
+            capability: None,
+            outcome,
+            duration_ms: 1.5,
+        };
+        meter.record(&event("ok"));
+        meter.record(&event("tool_error"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(text.ends_with('\n'));
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["time"], "2026-12-04T11:20:33.123456789Z");
+        assert_eq!(lines[0]["service"], "streamco \"svc\"");
+        assert_eq!(lines[0]["durationMs"], 1.5);
+        assert_eq!(lines[1]["outcome"], "tool_error");
+        assert_eq!(lines[1].get("capability"), None);
     }
 }

@@ -407,7 +407,7 @@ impl Task {
         capability: Option<&str>,
     ) {
         self.context.meter.record(&ToolInvocation {
-            time: k8s_openapi::jiff::Timestamp::now().to_string(),
+            time: k8s_openapi::jiff::Timestamp::now(),
             project: &self.identity.project,
             service: &tool.service_name,
             binding: &tool.binding,
