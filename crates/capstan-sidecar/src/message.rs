@@ -140,6 +140,40 @@ impl Envelope {
     }
 }
 
+/// A visitor's methods for every value that is no object: read as a `Value` (`unique.rs`) and
+/// wrapped by `$wrap`.
+macro_rules! not_an_object {
+    ($wrap:expr) => {
+        fn visit_bool<E: de::Error>(self, value: bool) -> Result<Self::Value, E> {
+            UniqueVisitor.visit_bool(value).map($wrap)
+        }
+
+        fn visit_i64<E: de::Error>(self, value: i64) -> Result<Self::Value, E> {
+            UniqueVisitor.visit_i64(value).map($wrap)
+        }
+
+        fn visit_u64<E: de::Error>(self, value: u64) -> Result<Self::Value, E> {
+            UniqueVisitor.visit_u64(value).map($wrap)
+        }
+
+        fn visit_f64<E: de::Error>(self, value: f64) -> Result<Self::Value, E> {
+            UniqueVisitor.visit_f64(value).map($wrap)
+        }
+
+        fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
+            UniqueVisitor.visit_str(value).map($wrap)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            UniqueVisitor.visit_unit().map($wrap)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, items: A) -> Result<Self::Value, A::Error> {
+            UniqueVisitor.visit_seq(items).map($wrap)
+        }
+    };
+}
+
 impl<'de> Deserialize<'de> for Message {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(MessageVisitor)
@@ -155,33 +189,7 @@ impl<'de> Visitor<'de> for MessageVisitor {
         f.write_str("a JSON-RPC message")
     }
 
-    fn visit_bool<E: de::Error>(self, value: bool) -> Result<Message, E> {
-        UniqueVisitor.visit_bool(value).map(Message::Other)
-    }
-
-    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Message, E> {
-        UniqueVisitor.visit_i64(value).map(Message::Other)
-    }
-
-    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Message, E> {
-        UniqueVisitor.visit_u64(value).map(Message::Other)
-    }
-
-    fn visit_f64<E: de::Error>(self, value: f64) -> Result<Message, E> {
-        UniqueVisitor.visit_f64(value).map(Message::Other)
-    }
-
-    fn visit_str<E: de::Error>(self, value: &str) -> Result<Message, E> {
-        UniqueVisitor.visit_str(value).map(Message::Other)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Message, E> {
-        UniqueVisitor.visit_unit().map(Message::Other)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, items: A) -> Result<Message, A::Error> {
-        UniqueVisitor.visit_seq(items).map(Message::Other)
-    }
+    not_an_object!(Message::Other);
 
     fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<Message, A::Error> {
         let mut envelope = Envelope::default();
@@ -191,18 +199,18 @@ impl<'de> Visitor<'de> for MessageVisitor {
         while let Some(name) = members.next_key::<Name>()? {
             seen.first(&name)?;
             match name {
-                Name::Known("id") => envelope.id = Some(members.next_value::<Unique>()?.0),
-                Name::Known("method") => {
+                Name::Known("id", _) => envelope.id = Some(members.next_value::<Unique>()?.0),
+                Name::Known("method", _) => {
                     if let Unique(Value::String(method)) = members.next_value()? {
                         envelope.method = Some(method);
                     }
                 }
                 // Clients send the method first, so a call's params are typed as they are read.
-                Name::Known("params") if envelope.method() == Some(TOOLS_CALL) => {
+                Name::Known("params", _) if envelope.method() == Some(TOOLS_CALL) => {
                     envelope.params = members.next_value::<CallParams>()?.0;
                 }
-                Name::Known("params") => raw_params = Some(members.next_value()?),
-                Name::Known(name) => {
+                Name::Known("params", _) => raw_params = Some(members.next_value()?),
+                Name::Known(name, _) => {
                     members.next_value::<Unique>()?;
                     answers |= name == "result" || name == "error";
                 }
@@ -226,7 +234,8 @@ impl<'de> Visitor<'de> for MessageVisitor {
 
 /// The name of a member: one the visitor reads, or another (checked only for repeats).
 enum Name {
-    Known(&'static str),
+    /// A name the visitors read, with its bit in [`Seen`].
+    Known(&'static str, u16),
     Other(String),
 }
 
@@ -241,14 +250,6 @@ impl Name {
         "inputResponses",
         "requestState",
     ];
-
-    fn bit(name: &str) -> Option<u16> {
-        Self::ENVELOPE
-            .iter()
-            .chain(&Self::CALL)
-            .position(|known| *known == name)
-            .map(|i| 1 << i)
-    }
 }
 
 impl<'de> Deserialize<'de> for Name {
@@ -262,11 +263,11 @@ impl<'de> Deserialize<'de> for Name {
             }
 
             fn visit_str<E>(self, name: &str) -> Result<Name, E> {
-                let known = Name::ENVELOPE
-                    .iter()
-                    .chain(&Name::CALL)
-                    .find(|k| **k == name);
-                Ok(known.map_or_else(|| Name::Other(name.to_owned()), |k| Name::Known(k)))
+                let mut known = Name::ENVELOPE.iter().chain(&Name::CALL).enumerate();
+                Ok(match known.find(|(_, k)| **k == name) {
+                    Some((i, k)) => Name::Known(k, 1 << i),
+                    None => Name::Other(name.to_owned()),
+                })
             }
         }
         deserializer.deserialize_str(NameVisitor)
@@ -285,8 +286,7 @@ impl Seen {
     /// Notes `name`; an error if the object named it before.
     fn first<E: de::Error>(&mut self, name: &Name) -> Result<(), E> {
         let first = match name {
-            Name::Known(known) => {
-                let bit = Name::bit(known).unwrap_or_default();
+            Name::Known(_, bit) => {
                 let first = self.known & bit == 0;
                 self.known |= bit;
                 first
@@ -333,33 +333,7 @@ impl<'de> Visitor<'de> for CallParamsVisitor {
         f.write_str("a tools/call's params")
     }
 
-    fn visit_bool<E: de::Error>(self, value: bool) -> Result<Params, E> {
-        UniqueVisitor.visit_bool(value).map(Params::Other)
-    }
-
-    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Params, E> {
-        UniqueVisitor.visit_i64(value).map(Params::Other)
-    }
-
-    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Params, E> {
-        UniqueVisitor.visit_u64(value).map(Params::Other)
-    }
-
-    fn visit_f64<E: de::Error>(self, value: f64) -> Result<Params, E> {
-        UniqueVisitor.visit_f64(value).map(Params::Other)
-    }
-
-    fn visit_str<E: de::Error>(self, value: &str) -> Result<Params, E> {
-        UniqueVisitor.visit_str(value).map(Params::Other)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Params, E> {
-        UniqueVisitor.visit_unit().map(Params::Other)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, items: A) -> Result<Params, A::Error> {
-        UniqueVisitor.visit_seq(items).map(Params::Other)
-    }
+    not_an_object!(Params::Other);
 
     fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<Params, A::Error> {
         let mut fields = CallFields::default();
@@ -368,12 +342,12 @@ impl<'de> Visitor<'de> for CallParamsVisitor {
             seen.first(&name)?;
             let Unique(value) = members.next_value()?;
             let slot = match name {
-                Name::Known("name") => &mut fields.name,
-                Name::Known("arguments") => &mut fields.arguments,
-                Name::Known("_meta") => &mut fields.meta,
-                Name::Known("inputResponses") => &mut fields.input_responses,
-                Name::Known("requestState") => &mut fields.request_state,
-                Name::Known(_) | Name::Other(_) => continue,
+                Name::Known("name", _) => &mut fields.name,
+                Name::Known("arguments", _) => &mut fields.arguments,
+                Name::Known("_meta", _) => &mut fields.meta,
+                Name::Known("inputResponses", _) => &mut fields.input_responses,
+                Name::Known("requestState", _) => &mut fields.request_state,
+                Name::Known(..) | Name::Other(_) => continue,
             };
             *slot = Some(value);
         }

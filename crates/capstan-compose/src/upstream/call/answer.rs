@@ -20,27 +20,18 @@ use crate::upstream::limited::{limited_bytes, read_limited};
 use crate::upstream::pooled::DrainOnDrop;
 use crate::upstream::relay::{CallTraffic, Relayed};
 
-/// A JSON-RPC answer of the provider's: its `result` as text, its `error` (rare) as a `Value`.
-/// Other members are not read (a member named twice is an error, as for any derived type).
+/// A JSON-RPC message of the provider's read as an answer: its id, its `result` as text, its
+/// `error` (rare) as a `Value`. Other members are not read (a member named twice is an error,
+/// as for any derived type). On a stream, a message whose id is not the request's is parsed
+/// whole afterwards (progress, logs, a changed list: rarer than answers).
 #[derive(Debug, Deserialize)]
 pub(crate) struct Answer {
+    #[serde(default)]
+    id: Option<Value>,
     #[serde(default)]
     pub(crate) result: Option<Box<RawValue>>,
     #[serde(default)]
     pub(crate) error: Option<Value>,
-}
-
-/// What an event on a response stream is read as first: whether it is the answer (its id)
-/// and, if so, the answer. Any other message is parsed whole afterwards (progress, logs, a
-/// changed list: rarer than answers).
-#[derive(Deserialize)]
-struct Event {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    result: Option<Box<RawValue>>,
-    #[serde(default)]
-    error: Option<Value>,
 }
 
 impl DirectCalls {
@@ -121,13 +112,10 @@ impl DirectCalls {
             };
             let not_json =
                 |e: serde_json::Error| self.malformed(format!("an event is not JSON: {e}"));
-            let event = serde_json::from_str::<Event>(&data).map_err(not_json)?;
-            if event.id.as_ref().and_then(Value::as_str) == Some(id) {
+            let answer = serde_json::from_str::<Answer>(&data).map_err(not_json)?;
+            if answer.id.as_ref().and_then(Value::as_str) == Some(id) {
                 events.drain(true);
-                return Ok(Answer {
-                    result: event.result,
-                    error: event.error,
-                });
+                return Ok(answer);
             }
             let message = serde_json::from_str::<Value>(&data).map_err(not_json)?;
             if is_list_changed(&message) {
