@@ -266,20 +266,44 @@ fn reads_as_the_sidecar(env: &Env) -> Outcome {
                 )
             },
         )?;
+        // The watch's own list is refused too: counted from here, since the cached read above
+        // was refused as the same account.
+        let unbound_user = format!("system:serviceaccount:{NAMESPACE}:unbound-sidecar");
+        let refused = |lists: &[(String, i64)]| {
+            lists
+                .iter()
+                .filter(|(user, code)| *user == unbound_user && *code == 403)
+                .count()
+        };
+        let refused_before = eventually(
+            WATCH_BOUND,
+            || async { Some(refused(&binding_lists(env))).filter(|&n| n > 0) },
+            || "the unbound account's cached read was not refused with 403".to_owned(),
+        )
+        .await?;
         let unbound_watch = WatchedCluster::start(
             kube::Client::try_from(account_config(env, "unbound-sidecar").await?)
                 .map_err(|e| e.to_string())?,
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        eventually(
+            WATCH_BOUND,
+            || async {
+                (unbound_watch.counts().failures.load(Ordering::Relaxed) > 0).then_some(())
+            },
+            || "the unbound account's watch saw no failure".to_owned(),
+        )
+        .await?;
         let (documents, outcome) = unbound_watch.read("demo-project").await;
         check(
             !unbound_watch.synced() && documents.is_empty() && outcome == CacheOutcome::Error,
             || format!("unbound account, watched: {outcome:?}"),
         )?;
-        let unbound_user = format!("system:serviceaccount:{NAMESPACE}:unbound-sidecar");
-        check(binding_lists(env).contains(&(unbound_user, 403)), || {
-            "the unbound account's list was not refused with 403".to_owned()
-        })?;
+        eventually(
+            WATCH_BOUND,
+            || async { (refused(&binding_lists(env)) > refused_before).then_some(()) },
+            || "the unbound account's watch list was not refused with 403".to_owned(),
+        )
+        .await?;
         bindings(env)
             .delete("as-sidecar", &DeleteParams::default())
             .await
@@ -570,17 +594,35 @@ fn survives_outages(env: &Env) -> Outcome {
         let watched = WatchedCluster::start(env.client.clone());
         synced(&watched).await?;
         shown(&watched, "survivor", true, WATCH_BOUND).await?;
-        Ok::<_, libtest_mimic::Failed>(watched)
+        Ok::<_, libtest_mimic::Failed>(Arc::new(watched))
     })?;
+    // Read all through the restart, not only once it is over: a snapshot cleared on the
+    // watch's error and filled again by the re-list would pass a read made afterwards.
+    let failures_before = watched.counts().failures.load(Ordering::Relaxed);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let reader = env.runtime.spawn({
+        let watched = watched.clone();
+        async move {
+            let (mut reads, mut without) = (0_usize, Vec::new());
+            let mut stopped = std::pin::pin!(stopped);
+            loop {
+                let (snapshot, outcome) = watched.read("p").await;
+                reads += 1;
+                if !snapshot.documents.iter().any(|d| d.binding == "survivor") {
+                    without.push(format!(
+                        "{outcome:?}, {} documents",
+                        snapshot.documents.len()
+                    ));
+                }
+                tokio::select! {
+                    _ = &mut stopped => return (reads, without),
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+            }
+        }
+    });
     env.plane.restart_apiserver().map_err(|e| e.to_string())?;
     env.runtime.block_on(async {
-        // Right after the restart the watch is broken or re-listing: the last good state is
-        // still served.
-        let (snapshot, outcome) = watched.read("p").await;
-        let names: Vec<&str> = snapshot.documents.iter().map(|d| d.binding.as_str()).collect();
-        check(names.contains(&"survivor"), || {
-            format!("after an apiserver restart: {outcome:?}, {names:?}")
-        })?;
         // The watch comes back on its own: a binding created now is seen.
         let client = env.plane.client().await.map_err(|e| e.to_string())?;
         let api: Api<DynamicObject> =
@@ -594,8 +636,17 @@ fn survives_outages(env: &Env) -> Outcome {
         api.patch("after-restart", &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&object))
             .await
             .map_err(|e| format!("applying after-restart: {e}"))?;
-// The watch re-lists with backoff after the restart: a longer bound.
+        // The watch re-lists with backoff after the restart: a longer bound.
         shown(&watched, "after-restart", true, Duration::from_secs(30)).await?;
+        let _ = stop.send(());
+        let (reads, without) = reader.await.map_err(|e| format!("the reader: {e}"))?;
+        let failures = watched.counts().failures.load(Ordering::Relaxed) - failures_before;
+        check(failures > 0, || {
+            "the watch saw no failure: the restart was not observed".to_owned()
+        })?;
+        check(without.is_empty(), || {
+            format!("{} of {reads} reads across the restart lacked survivor: {without:?}", without.len())
+        })?;
         for name in ["survivor", "after-restart"] {
             api.delete(name, &DeleteParams::default())
                 .await
@@ -771,6 +822,8 @@ fn live_list_changed(env: &Env) -> Outcome {
             || format!("first list: {first}\n{}", sidecar.log_text()),
         )?;
     }
+    // Counted before the change: once notified, each client calls the tool that left at once.
+    let calls_before = env.runtime.block_on(provider.tool_calls());
     let applied_at = env.runtime.block_on(async {
         capstan_e2e::objects::apply(
             &env.client,
@@ -781,7 +834,6 @@ fn live_list_changed(env: &Env) -> Outcome {
         .await?;
         Ok::<f64, libtest_mimic::Failed>(unix_seconds())
     })?;
-    let calls_before = env.runtime.block_on(provider.tool_calls());
     for (client, version) in clients.iter().zip(["2025-11-25", "2026-07-28"]) {
         let notified = client.next(line);
         let Some(notified_at) = notified["notifiedAt"].as_f64() else {

@@ -13,19 +13,21 @@ use std::time::Duration;
 use capstan_e2e::controller::{bind_cluster_role, service_account};
 use capstan_e2e::sidecar::{PROJECT_HEADER, Session, SidecarProcess};
 use capstan_e2e::suite::{Env, Outcome, check, trial};
-use capstan_e2e::{HarnessError, printed};
+use capstan_e2e::{HarnessError, free_address, printed};
 use capstan_testkit::DemoProvider;
 use serde_json::{Value, json};
 
 const PROJECT: &str = "acme";
-/// How long to let a change applied with kubectl reach the sidecar's watch before the next
-/// session (a bound on waiting: the event usually arrives within milliseconds).
-const SETTLE: Duration = Duration::from_millis(1300);
+/// How long a change applied with kubectl may take to reach the sidecar's watch (a bound on
+/// waiting, not a wait: the event usually arrives within milliseconds).
+const SETTLE: Duration = Duration::from_secs(30);
 
 struct World {
     cheap: DemoProvider,
     premium: DemoProvider,
     sidecar: SidecarProcess,
+    /// The sidecar's /metrics address.
+    metrics: String,
 }
 
 static WORLD: Mutex<Option<World>> = Mutex::new(None);
@@ -140,6 +142,7 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
         binding("search-premium", "premium", &premium.url("/mcp"), 2000, 9500, "active"),
     ]});
     kubectl(env, &["apply", "-f", "-"], Some(&bindings.to_string())).map_err(failed)?;
+    let metrics = free_address()?;
     let sidecar = SidecarProcess::start(
         &env.plane,
         &composer,
@@ -147,6 +150,7 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
         &[
             ("CAPABILITY_MCP_ENDPOINT_HOSTS", "127.0.0.1"),
             ("CAPSTAN_CALLER_CHECK", "none"),
+            ("CAPSTAN_METRICS_ADDRESS", &metrics),
         ],
     )?;
     if let Ok(mut world) = WORLD.lock() {
@@ -154,30 +158,71 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
             cheap,
             premium,
             sidecar,
+            metrics,
         });
     }
     Ok(())
 }
 
-/// Runs `body` with the world, after removing every qualifier and letting the watch see it.
+/// Runs `body` with the world, after removing every qualifier and waiting for the watch to
+/// see it.
 fn with_world(env: &Env, body: impl FnOnce(&World) -> Outcome) -> Outcome {
-    kubectl(env, &["delete", "routequalifiers", "--all"], None)?;
-    settle();
     let guard = WORLD.lock().map_err(|_| "the world is poisoned")?;
     let world = guard.as_ref().ok_or("no world")?;
+    change(env, world, &["delete", "routequalifiers", "--all"], None)?;
     body(world)
 }
 
-/// Lets a change reach the sidecar's watch.
-fn settle() {
-    std::thread::sleep(SETTLE);
+/// Objects the sidecar's watches have received so far (lists and events).
+fn received(world: &World) -> Result<u64, String> {
+    let output = std::process::Command::new("curl")
+        .args(["-s", &format!("http://{}/metrics", world.metrics)])
+        .output()
+        .map_err(|e| format!("curl: {e}"))?;
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("capstan_sidecar_crd_objects_received_total ")?
+                .parse()
+                .ok()
+        })
+        .ok_or_else(|| "no capstan_sidecar_crd_objects_received_total in /metrics".to_owned())
 }
 
-fn qualifiers(env: &Env, items: Value) -> Outcome {
+/// Runs kubectl `args` and waits until the sidecar's watch has received as many events as
+/// kubectl says it created, changed or deleted objects: the watch's store holds an event
+/// before it is counted, so the next session composes with the change.
+fn change(env: &Env, world: &World, args: &[&str], input: Option<&str>) -> Outcome {
+    let before = received(world)?;
+    let printed = kubectl(env, args, input)?;
+    let changed = printed
+        .lines()
+        .filter(|l| {
+            [" created", " configured", " deleted"]
+                .iter()
+                .any(|s| l.ends_with(s))
+        })
+        .count() as u64;
+    let started = std::time::Instant::now();
+    loop {
+        let now = received(world)?;
+        if now >= before + changed {
+            return Ok(());
+        }
+        check(started.elapsed() < SETTLE, || {
+            format!(
+                "the sidecar's watch received {} of {changed} events of `kubectl {}` ({printed:?})",
+                now - before,
+                args.join(" ")
+            )
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn qualifiers(env: &Env, world: &World, items: Value) -> Outcome {
     let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
-    kubectl(env, &["apply", "-f", "-"], Some(&list.to_string()))?;
-    settle();
-    Ok(())
+    change(env, world, &["apply", "-f", "-"], Some(&list.to_string()))
 }
 
 fn qualifier(name: &str, constraint: Value) -> Value {
@@ -282,6 +327,7 @@ fn pinned(env: &Env) -> Outcome {
         before_pin.ok("cap__web_search", json!({"query": "a"}))?;
         qualifiers(
             env,
+            world,
             json!([qualifier(
                 "pin-cheap",
                 json!({"kind": "pin", "target": "cheap"})
@@ -310,6 +356,7 @@ fn nobody(env: &Env) -> Outcome {
     with_world(env, |world| {
         qualifiers(
             env,
+            world,
             json!([qualifier(
                 "only-elsewhere",
                 json!({"kind": "only", "targets": ["elsewhere"]})
@@ -347,6 +394,7 @@ fn conflict(env: &Env) -> Outcome {
     with_world(env, |world| {
         qualifiers(
             env,
+            world,
             json!([
                 qualifier("pin-a", json!({"kind": "pin", "target": "cheap"})),
                 qualifier("pin-b", json!({"kind": "pin", "target": "premium"}))
@@ -377,6 +425,7 @@ fn narrowing(env: &Env) -> Outcome {
     with_world(env, |world| {
         qualifiers(
             env,
+            world,
             json!([qualifier(
                 "only-premium",
                 json!({"kind": "only", "targets": ["premium"]})
@@ -431,14 +480,17 @@ fn premium_status(env: &Env, world: &World, status: &str) -> Outcome {
         9500,
         status,
     );
-    kubectl(env, &["apply", "-f", "-"], Some(&premium.to_string()))?;
-    Ok(())
+    change(
+        env,
+        world,
+        &["apply", "-f", "-"],
+        Some(&premium.to_string()),
+    )
 }
 
 fn quarantined(env: &Env) -> Outcome {
     let result = with_world(env, |world| {
         premium_status(env, world, "quarantined")?;
-        settle();
         let session = session(world)?;
         let names: Vec<String> = session
             .tools()?
@@ -469,11 +521,7 @@ fn quarantined(env: &Env) -> Outcome {
         Ok(())
     });
     // Whatever happened, put the binding back for the trials after this one.
-    let restore = with_world(env, |world| {
-        premium_status(env, world, "active")?;
-        settle();
-        Ok(())
-    });
+    let restore = with_world(env, |world| premium_status(env, world, "active"));
     result.and(restore)
 }
 

@@ -463,6 +463,57 @@ mod properties {
             )
     }
 
+    /// A call's own narrowing: any mix of only, ignore, pin, quality floor, cost ceiling and
+    /// preference, over the same targets the qualifiers use.
+    fn arbitrary_request() -> impl Strategy<Value = RouteRequest> {
+        let targets = |range| {
+            proptest::sample::subsequence(&TARGETS[..], range)
+                .prop_map(|t| t.into_iter().map(str::to_owned).collect::<Vec<_>>())
+        };
+        (
+            proptest::option::weighted(0.3, targets(1..=4)),
+            targets(0..=2),
+            proptest::option::weighted(
+                0.2,
+                proptest::sample::select(&TARGETS[..]).prop_map(str::to_owned),
+            ),
+            proptest::option::of(0u16..=10_000),
+            proptest::option::of(0i64..20_000),
+            targets(0..=2),
+        )
+            .prop_map(
+                |(only, ignore, pin, min_quality, max_cost_micros_usd, prefer)| RouteRequest {
+                    only,
+                    ignore,
+                    pin,
+                    min_quality,
+                    max_cost_micros_usd,
+                    prefer,
+                },
+            )
+    }
+
+    /// The names a generated candidate answers to, as docs/routing.md lists them: its binding
+    /// (`ns/name` and `name`), its server and its namespaced tool (generated candidates have no
+    /// service).
+    fn names_of(c: &Candidate) -> BTreeSet<&str> {
+        let short = c.binding.strip_prefix("ns/").unwrap_or(&c.binding);
+        BTreeSet::from([
+            c.binding.as_str(),
+            short,
+            c.server.as_str(),
+            c.tool.as_str(),
+        ])
+    }
+
+    /// Whether `c` is within a cost ceiling: priced at or below it, or unpriced and bundled.
+    fn within(c: &Candidate, ceiling: i64) -> bool {
+        match c.cost_hint.as_ref().and_then(|h| h.base_micros_usd) {
+            Some(price) => price <= ceiling,
+            None => c.cost_hint.as_ref().is_some_and(|h| h.bundled_in_broker),
+        }
+    }
+
     fn arbitrary_requirements() -> impl Strategy<Value = Requirements> {
         proptest::collection::btree_map(
             proptest::sample::select(&["search.fresh", "search.render", "search.telepathy"][..])
@@ -501,19 +552,43 @@ mod properties {
         fn the_winner_should_never_be_excluded_and_should_meet_every_constraint(
             candidates in proptest::collection::vec(arbitrary_candidate(), 0..14),
             qualifiers in proptest::collection::vec(arbitrary_qualifier(), 0..4),
+            request in arbitrary_request(),
             requirements in arbitrary_requirements(),
         ) {
-            let qualifiers = named(qualifiers);
+            let named_qualifiers = named(qualifiers.clone());
             let spec = Catalog::embedded().get(SEARCH).unwrap();
-            if let Ok(route) = route_for(SEARCH, &qualifiers, &RouteRequest::default()) {
+            if let Ok(route) = route_for(SEARCH, &named_qualifiers, &request) {
                 let d = select(spec, &candidates, &route, &requirements);
                 if let Some(w) = d.selected() {
                     prop_assert!(!d.exclusions.iter().any(|e| e.binding == w.binding && e.tool == w.tool));
                     prop_assert!(w.composed && w.status == CapabilityStatus::Active);
-                    if let Some((target, _)) = &route.pin { prop_assert!(w.matches(target)); }
-                    if let Some(only) = &route.only { prop_assert!(only.iter().any(|t| w.matches(t))); }
-                    prop_assert!(!route.ignore.iter().any(|t| w.matches(t)));
-                    if let Some(floor) = route.min_quality { prop_assert!(w.quality.unwrap_or(0) >= floor); }
+                    // Checked against the qualifiers and the request as generated, with the
+                    // names docs/routing.md gives a candidate, not with the merged route or
+                    // `Candidate::matches`.
+                    let names = names_of(w);
+                    let names_it = |t: &String| names.contains(t.as_str());
+                    for q in &qualifiers {
+                        match &q.constraint {
+                            RouteConstraint::Pin { target } => prop_assert!(names_it(target), "pin {target}"),
+                            RouteConstraint::Only { targets } => prop_assert!(targets.iter().any(names_it), "only {targets:?}"),
+                            RouteConstraint::Ignore { targets } => prop_assert!(!targets.iter().any(names_it), "ignore {targets:?}"),
+                            RouteConstraint::None => {}
+                        }
+                        if let Some(floor) = q.min_quality { prop_assert!(w.quality.unwrap_or(0) >= floor); }
+                        if let Some(ceiling) = q.max_cost_micros_usd { prop_assert!(within(w, ceiling)); }
+                    }
+                    if let Some(pin) = &request.pin { prop_assert!(names_it(pin), "request pin {pin}"); }
+                    if let Some(only) = &request.only { prop_assert!(only.iter().any(names_it), "request only {only:?}"); }
+                    prop_assert!(!request.ignore.iter().any(names_it), "request ignore {:?}", request.ignore);
+                    if let Some(floor) = request.min_quality { prop_assert!(w.quality.unwrap_or(0) >= floor); }
+                    if let Some(ceiling) = request.max_cost_micros_usd { prop_assert!(within(w, ceiling)); }
+                    // Required features of the capability's vocabulary (FEATURES; a key outside
+                    // it, `search.telepathy`, is ignored, as documented).
+                    for (feature, level) in &requirements {
+                        if *level == Level::Require && FEATURES.contains(&feature.as_str()) {
+                            prop_assert!(w.features.contains(feature), "required {feature}");
+                        }
+                    }
                     prop_assert!(d.ranked.iter().all(|r| r.score <= d.ranked[0].score));
                 }
                 // Every distinct candidate is accounted for exactly once.

@@ -86,11 +86,12 @@ async fn binding_change_should_reach_the_client(mode: &str, version: &str) {
         &provider,
         &["streams_export"],
     ));
+    // Counted before the change: once notified, the client calls the tool that left at once.
+    let calls_before = provider.tool_calls().await;
     let latency = change_and_wait(&sidecar, &client, &changed, LINE);
     eprintln!(
         "{version}: list_changed reached the client {latency:.3} s after the fixture changed (refresh every 1 s)"
     );
-    let calls_before = provider.tool_calls().await;
     let again = client.next(LINE);
     assert_eq!(
         names(&again),
@@ -130,6 +131,8 @@ async fn an_upstream_change_that_breaks_a_pin_should_withhold_the_tool_from_live
     })
     .await;
 
+    // Counted before the change: once notified, the client calls the withheld tool at once.
+    let calls_before = provider.tool_calls().await;
     provider
         .set_faults(&[
             "list-changed",
@@ -143,7 +146,6 @@ async fn an_upstream_change_that_breaks_a_pin_should_withhold_the_tool_from_live
         notified["notifiedAt"].is_f64(),
         "no notification: {notified}"
     );
-    let calls_before = provider.tool_calls().await;
     let again = client.next(LINE);
     assert_eq!(
         names(&again),
