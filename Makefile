@@ -91,6 +91,10 @@ conformance: ## The official MCP conformance suite against its reference server,
 	$(CARGO) build -p capstan-sidecar --bin capstan-sidecar
 	e2e/conformance/run target/debug/capstan-sidecar
 
+.PHONY: mutants
+mutants: ## Mutation testing of the pure and security-critical code (cargo-mutants; MUTANTS_IN_DIFF=<git rev> for changed lines only); docs/reliability.md
+	scripts/mutants $(if $(MUTANTS_IN_DIFF),--in-diff $(MUTANTS_IN_DIFF)) $(MUTANTS_SETS)
+
 .PHONY: fuzz
 fuzz: ## Fuzz every target for FUZZ_SECONDS (60) each; a crash is copied to fuzz/regressions/<target>/
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
