@@ -192,4 +192,41 @@ mod tests {
         let errors = take_from(&mut arguments(json!({"route": {"ignore": too_many}}))).unwrap_err();
         assert_eq!(errors[0].path, "route.ignore");
     }
+
+    /// The paths `take_from` refuses for `route`, or none when it takes it.
+    fn refused(route: Value) -> Vec<String> {
+        match take_from(&mut arguments(json!({ "route": route }))) {
+            Ok(_) => Vec::new(),
+            Err(errors) => errors.into_iter().map(|e| e.path).collect(),
+        }
+    }
+
+    /// Every limit docs/routing.md gives, exactly on its boundary: the last value allowed is
+    /// taken, the first beyond it refused by its path.
+    #[test]
+    fn routing_limits_should_hold_exactly_at_their_boundaries() {
+        let targets = |n: usize| json!((0..n).map(|i| format!("t{i}")).collect::<Vec<_>>());
+        for field in ["only", "ignore", "prefer"] {
+            let mut at = Map::new();
+            at.insert(field.to_owned(), targets(32));
+            assert_eq!(
+                refused(Value::Object(at)),
+                Vec::<String>::new(),
+                "{field}: 32"
+            );
+            let mut beyond = Map::new();
+            beyond.insert(field.to_owned(), targets(33));
+            assert_eq!(refused(Value::Object(beyond)), [format!("route.{field}")]);
+        }
+        assert_eq!(refused(json!({"minQuality": 10_000})), Vec::<String>::new());
+        assert_eq!(refused(json!({"minQuality": 10_001})), ["route.minQuality"]);
+        assert_eq!(
+            refused(json!({"maxCostMicrosUsd": 0})),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            refused(json!({"maxCostMicrosUsd": -1})),
+            ["route.maxCostMicrosUsd"]
+        );
+    }
 }

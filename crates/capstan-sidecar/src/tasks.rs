@@ -408,6 +408,12 @@ impl Tasks {
         !task.expired() && task.idle() < lifetime
     }
 
+    /// Entries in the table: sessions, and callers without one (composed or composing).
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> usize {
+        self.lock().map(|table| table.len()).unwrap_or(0)
+    }
+
     #[cfg(test)]
     pub(crate) fn poison(self: &Arc<Self>) {
         let tasks = self.clone();
@@ -449,6 +455,54 @@ mod tests {
         assert!(tasks.admission().admit(&caller).is_err());
         drop(first);
         assert!(tasks.admission().admit(&caller).is_ok());
+    }
+
+    /// A starter over a source that holds nothing; a refused caller never reaches it.
+    fn starter() -> Arc<TaskStarter> {
+        capstan_compose::install_crypto_provider();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = crate::metrics::Metrics::register(&mut registry);
+        let documents: Arc<dyn capstan_compose::ProjectDocuments> =
+            Arc::new(capstan_compose::Uncached::new(Arc::new(
+                capstan_compose::FixtureSource::new("/nonexistent/documents.json"),
+            )));
+        let composer =
+            capstan_compose::Composer::from_allow_lists("", "", capstan_compose::Limits::default())
+                .unwrap();
+        let context = crate::task::TaskContext {
+            metrics: metrics.clone(),
+            meter: Arc::new(crate::metering::Meter::open("off").unwrap()),
+            clock: Instant::now(),
+            decisions: Arc::new(crate::decisions::DecisionLog::new(2)),
+        };
+        let composer = Arc::new(ProjectComposer::new(documents.clone(), composer, context));
+        TaskStarter::new(composer, ProjectFeeds::new(documents, None, metrics))
+    }
+
+    /// A first request without a session refused at the cap starts nothing, and its entry
+    /// goes with the refusal: callers refused at the cap cannot grow the table until the next
+    /// reap.
+    #[tokio::test]
+    async fn a_caller_refused_at_the_cap_should_leave_no_entry_behind() {
+        let tasks = tasks_with(Caps {
+            total: 1,
+            ..Caps::default()
+        });
+        let _held = tasks
+            .admission()
+            .admit(&Identity::new("p".into(), Some("holder")))
+            .unwrap();
+        let starter = starter();
+        for token in ["a", "b", "c"] {
+            let caller = Identity::new("p".into(), Some(token));
+            let refused = tasks.caller_task(&caller, None, &starter).await;
+            let message = refused
+                .err()
+                .map(|e| e.message.to_string())
+                .unwrap_or_default();
+            assert!(message.contains("CAPSTAN_MAX_SESSIONS"), "{message}");
+        }
+        assert_eq!(tasks.entries(), 0);
     }
 
     #[test]
