@@ -215,7 +215,7 @@ impl ChangePath {
             .verify(token, &payload, self.ledger.id(), (self.clock)())
             .map_err(|refused| stale(&refused.to_string()))?;
         apply::dry_run_all(api, &steps).await?;
-        self.record(&verified)?;
+        self.record(verified).await?;
         let applied = apply::write_all(api, &steps).await?;
         Ok(CallToolResult::structured(json!({
             "project": api.project(),
@@ -225,10 +225,23 @@ impl ChangePath {
     }
 
     /// Records `verified` in the ledger before the first write: a second apply of this token,
-    /// concurrent or later, is refused.
-    fn record(&self, verified: &Verified) -> Result<(), ToolError> {
-        self.ledger
-            .record(verified, self.now_seconds())
+    /// concurrent or later, is refused. The ledger syncs its line to disk; that runs on the
+    /// blocking pool, so a slow disk holds this apply and not the thread every session of the
+    /// sidecar runs on (docs/architecture.md).
+    async fn record(&self, verified: Verified) -> Result<(), ToolError> {
+        let ledger = self.ledger.clone();
+        let now = self.now_seconds();
+        tokio::task::spawn_blocking(move || ledger.record(&verified, now))
+            .await
+            .map_err(|error| {
+                ToolError::new(
+                    ErrorKind::UpstreamUnavailable,
+                    format!(
+                        "recording the plan was cut short ({error}). Nothing was changed; apply \
+                         again in a moment."
+                    ),
+                )
+            })?
             .map_err(|error| match error {
                 NotRecorded::AlreadyApplied => stale(&Refused::AlreadyApplied.to_string()),
                 other => ToolError::new(
