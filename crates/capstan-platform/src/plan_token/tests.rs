@@ -216,6 +216,42 @@ fn weak_or_malformed_keys_should_be_refused_naming_the_setting() {
     );
 }
 
+/// The documented edges of the key settings (docs/base-tools.md, docs/configuration.md): a
+/// secret of exactly 32 bytes is enough, one byte fewer is not; key ids may use `-` and `_`; a
+/// configured key is not a drawn one; a plan lives 900 s by default.
+#[test]
+fn key_settings_should_hold_exactly_at_their_documented_edges() {
+    let file =
+        |id: &str, secret: &str| format!(r#"{{"keys": [{{"id": "{id}", "secret": "{secret}"}}]}}"#);
+    let exactly = PlanKeys::from_key_file(&file("a", &"k".repeat(32))).unwrap();
+    assert!(!exactly.is_generated());
+    let short = PlanKeys::from_key_file(&file("a", &"k".repeat(31)))
+        .unwrap_err()
+        .to_string();
+    assert!(short.contains("bytes"), "{short}");
+    let from_secret = PlanKeys::from_secret(&"k".repeat(32)).unwrap();
+    assert!(!from_secret.is_generated());
+    for id in ["key-2026_12", "_", "-", "a"] {
+        let keys = PlanKeys::from_key_file(&file(id, &"k".repeat(32))).unwrap();
+        assert_eq!(keys.signing_id(), id);
+    }
+    assert_eq!(DEFAULT_PLAN_TTL, Duration::from_secs(900));
+}
+
+/// A key's debug form names it and never shows its secret (keys reach logs through the
+/// structs that hold them).
+#[test]
+fn a_key_should_debug_print_its_id_and_never_its_secret() {
+    let secret = "a secret nobody may read in a log!";
+    let keys = PlanKeys::from_key_file(&format!(
+        r#"{{"keys": [{{"id": "visible-id", "secret": "{secret}"}}]}}"#
+    ))
+    .unwrap();
+    let printed = format!("{keys:?}");
+    assert!(printed.contains("visible-id"), "{printed}");
+    assert!(!printed.contains(secret), "{printed}");
+}
+
 proptest! {
     /// Any single-byte change of the bytes the MAC covers fails verification (the
     /// unchanged bytes pass, so a refusal is the change's doing).
