@@ -251,3 +251,37 @@ impl ChangePath {
             })
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::plan_token::DEFAULT_PLAN_TTL;
+
+    /// The ledger entry a plan's apply makes before its first write: made once, and a second
+    /// apply of the same token — concurrent or later — is refused as a stale plan that was
+    /// applied already, before anything is written.
+    #[tokio::test]
+    async fn a_token_should_be_recorded_once_and_refused_the_second_time() {
+        let ledger = Arc::new(PlanLedger::in_memory().unwrap());
+        let path = ChangePath::with_system_clock(
+            Arc::new(PlanKeys::generate().unwrap()),
+            ledger.clone(),
+            DEFAULT_PLAN_TTL,
+        );
+        let verified = Verified {
+            digest: [7; 32],
+            expires: u64::MAX,
+        };
+        assert!(!ledger.was_applied(&verified.digest));
+        path.record(verified.clone()).await.unwrap();
+        assert!(ledger.was_applied(&verified.digest));
+        let again = path.record(verified).await.unwrap_err();
+        assert_eq!(again.kind, ErrorKind::StalePlan);
+        assert!(
+            again.message.contains("applied already"),
+            "{}",
+            again.message
+        );
+    }
+}
