@@ -302,17 +302,7 @@ impl ControllerProcess {
     /// The sum of every sample of its /metrics whose line starts with `prefix` (0 when the
     /// endpoint does not answer).
     pub fn metric(&self, prefix: &str) -> f64 {
-        let output = Command::new("curl")
-            .args(["-s", &format!("http://{}/metrics", self.address)])
-            .output();
-        let metrics = output
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        metrics
-            .lines()
-            .filter(|l| l.starts_with(prefix))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        crate::metric(&self.address, prefix)
     }
 
     /// Its resident memory now (`VmRSS`), MiB; 0 once it has exited.

@@ -370,6 +370,22 @@ pub fn built_tool(name: &str) -> Result<PathBuf, HarnessError> {
         })
 }
 
+/// The sum of every sample of the /metrics at `address` whose line starts with `prefix` (0
+/// when the endpoint does not answer or has no such line).
+pub fn metric(address: &str, prefix: &str) -> f64 {
+    let output = std::process::Command::new("curl")
+        .args(["-s", &format!("http://{address}/metrics")])
+        .output();
+    let metrics = output
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// A loopback address nothing listens on yet.
 pub fn free_address() -> Result<String, HarnessError> {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -541,16 +541,7 @@ fn hanging_provider(env: &Env) -> Outcome {
 
 /// The controller's `probes_total` counters, summed over outcomes.
 fn probes(address: &str) -> u64 {
-    let output = std::process::Command::new("curl")
-        .args(["-s", &format!("http://{address}/metrics")])
-        .output();
-    output
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.starts_with("capstan_controller_probes_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    capstan_e2e::metric(address, "capstan_controller_probes_total{") as u64
 }
 
 fn unchanged_rounds(env: &Env) -> Outcome {

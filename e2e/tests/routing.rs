@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use capstan_e2e::controller::{bind_cluster_role, service_account};
 use capstan_e2e::sidecar::{PROJECT_HEADER, Session, SidecarProcess};
-use capstan_e2e::suite::{Env, Outcome, check, trial};
-use capstan_e2e::{HarnessError, free_address, printed};
+use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
+use capstan_e2e::{HarnessError, free_address, metric, printed};
 use capstan_testkit::DemoProvider;
 use serde_json::{Value, json};
 
@@ -174,26 +174,18 @@ fn with_world(env: &Env, body: impl FnOnce(&World) -> Outcome) -> Outcome {
 }
 
 /// Objects the sidecar's watches have received so far (lists and events).
-fn received(world: &World) -> Result<u64, String> {
-    let output = std::process::Command::new("curl")
-        .args(["-s", &format!("http://{}/metrics", world.metrics)])
-        .output()
-        .map_err(|e| format!("curl: {e}"))?;
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("capstan_sidecar_crd_objects_received_total ")?
-                .parse()
-                .ok()
-        })
-        .ok_or_else(|| "no capstan_sidecar_crd_objects_received_total in /metrics".to_owned())
+fn received(world: &World) -> u64 {
+    metric(
+        &world.metrics,
+        "capstan_sidecar_crd_objects_received_total ",
+    ) as u64
 }
 
 /// Runs kubectl `args` and waits until the sidecar's watch has received as many events as
 /// kubectl says it created, changed or deleted objects: the watch's store holds an event
 /// before it is counted, so the next session composes with the change.
 fn change(env: &Env, world: &World, args: &[&str], input: Option<&str>) -> Outcome {
-    let before = received(world)?;
+    let before = received(world);
     let printed = kubectl(env, args, input)?;
     let changed = printed
         .lines()
@@ -203,21 +195,17 @@ fn change(env: &Env, world: &World, args: &[&str], input: Option<&str>) -> Outco
                 .any(|s| l.ends_with(s))
         })
         .count() as u64;
-    let started = std::time::Instant::now();
-    loop {
-        let now = received(world)?;
-        if now >= before + changed {
-            return Ok(());
-        }
-        check(started.elapsed() < SETTLE, || {
+    env.runtime.block_on(eventually(
+        SETTLE,
+        || async { (received(world) >= before + changed).then_some(()) },
+        || {
             format!(
                 "the sidecar's watch received {} of {changed} events of `kubectl {}` ({printed:?})",
-                now - before,
+                received(world).saturating_sub(before),
                 args.join(" ")
             )
-        })?;
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        },
+    ))
 }
 
 fn qualifiers(env: &Env, world: &World, items: Value) -> Outcome {
