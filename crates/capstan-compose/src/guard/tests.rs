@@ -120,6 +120,11 @@ fn bad_patterns_should_be_reported() {
         ("host:", "empty port"),
         ("a@b", "a host, not a URL"),
         ("10.0.0.0/33", "a host, not a URL"),
+        // A wildcard's domain must be a name: not one ending in a dot, nor an address in
+        // another spelling than the one the address check above reads.
+        ("*.example.", "a wildcard must be followed by a domain"),
+        ("*.0x7f.0.0.1", "not a host"),
+        ("*.[::1]", "not a host"),
     ] {
         assert_eq!(
             HostPattern::parse(pattern).map_err(|e| e.reason),
