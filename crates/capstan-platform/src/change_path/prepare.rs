@@ -30,22 +30,25 @@ pub(super) async fn prepare_all(
     api: &ProjectApi,
     manifests: &[Value],
 ) -> Result<Vec<Result<Prepared, Vec<Value>>>, ToolError> {
-    if manifests.is_empty() || manifests.len() > MAX_MANIFESTS {
-        return Err(ToolError::new(
-            ErrorKind::InvalidInput,
-            format!(
-                "manifests: between 1 and {MAX_MANIFESTS} manifests per call ({} given)",
-                manifests.len()
-            ),
-        )
-        .at("manifests"));
-    }
+    check_count(manifests.len())?;
     let mut prepared = Vec::with_capacity(manifests.len());
     for (index, manifest) in manifests.iter().enumerate() {
         prepared.push(prepare(api, index, manifest).await);
     }
     refuse_duplicates(&mut prepared);
     Ok(prepared)
+}
+
+/// A batch holds between 1 and [`MAX_MANIFESTS`] manifests.
+fn check_count(count: usize) -> Result<(), ToolError> {
+    if count == 0 || count > MAX_MANIFESTS {
+        return Err(ToolError::new(
+            ErrorKind::InvalidInput,
+            format!("manifests: between 1 and {MAX_MANIFESTS} manifests per call ({count} given)"),
+        )
+        .at("manifests"));
+    }
+    Ok(())
 }
 
 /// Two manifests for one object cannot both be applied: every one after the first is refused,
@@ -73,8 +76,45 @@ fn refuse_duplicates(prepared: &mut [Result<Prepared, Vec<Value>>]) {
 /// The canonical form of manifest `index`, or the errors that keep it from being judged
 /// (each with its field path).
 async fn prepare(api: &ProjectApi, index: usize, manifest: &Value) -> Result<Prepared, Vec<Value>> {
-    let field = |name: &str| manifest.pointer(name).and_then(Value::as_str);
-    let mut errors = Vec::new();
+    let named = named(index, manifest)?;
+    let (group, version) = named
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", named.api_version));
+    let found = api
+        .kind(group, version, named.kind)
+        .await
+        .map_err(|failure| {
+            let message = match failure {
+                ApiFailure::NotServed { .. } => format!(
+                    "project {} does not serve {} ({})",
+                    api.project(),
+                    named.kind,
+                    named.api_version
+                ),
+                other => format!("could not look up {}: {other}", named.kind),
+            };
+            vec![item_error(index, "kind", message)]
+        })?;
+    canonical(index, manifest, found)
+}
+
+/// What a manifest must name before its kind can be looked up.
+#[derive(Debug, PartialEq, Eq)]
+struct Named<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+}
+
+/// The apiVersion and kind of manifest `index`, or every required field it lacks (a name too:
+/// a plan names what it changes).
+fn named(index: usize, manifest: &Value) -> Result<Named<'_>, Vec<Value>> {
+    let field = |name: &str| {
+        manifest
+            .pointer(name)
+            .and_then(Value::as_str)
+            .filter(|v| !v.is_empty())
+    };
     if !manifest.is_object() {
         return Err(vec![item_error(
             index,
@@ -82,9 +122,10 @@ async fn prepare(api: &ProjectApi, index: usize, manifest: &Value) -> Result<Pre
             "must be an object (a manifest)",
         )]);
     }
-    let api_version = field("/apiVersion").filter(|v| !v.is_empty());
-    let kind = field("/kind").filter(|v| !v.is_empty());
-    let name = field("/metadata/name").filter(|v| !v.is_empty());
+    let api_version = field("/apiVersion");
+    let kind = field("/kind");
+    let name = field("/metadata/name");
+    let mut errors = Vec::new();
     if api_version.is_none() {
         errors.push(item_error(
             index,
@@ -102,33 +143,40 @@ async fn prepare(api: &ProjectApi, index: usize, manifest: &Value) -> Result<Pre
             "required (generateName is not supported: a plan names what it changes)",
         ));
     }
-    let (Some(api_version), Some(kind), Some(_)) = (api_version, kind, name) else {
-        return Err(errors);
-    };
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let found = api.kind(group, version, kind).await.map_err(|failure| {
-        let message = match failure {
-            ApiFailure::NotServed { .. } => format!(
-                "project {} does not serve {kind} ({api_version})",
-                api.project()
-            ),
-            other => format!("could not look up {kind}: {other}"),
-        };
-        vec![item_error(index, "kind", message)]
-    })?;
+    match (api_version, kind, name) {
+        (Some(api_version), Some(kind), Some(_)) => Ok(Named { api_version, kind }),
+        _ => Err(errors),
+    }
+}
+
+/// Manifest `index` as it is judged, for its kind `found`: editable, with the default
+/// namespace filled in for a namespaced kind; a namespace on a cluster-scoped kind is refused
+/// (an empty one dropped).
+fn canonical(index: usize, manifest: &Value, found: Kind) -> Result<Prepared, Vec<Value>> {
+    let namespace = manifest
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty());
     let mut canonical = editable(manifest);
     if found.namespaced {
-        if field("/metadata/namespace").is_none_or(str::is_empty)
+        if namespace.is_none()
             && let Some(metadata) = canonical.get_mut("metadata").and_then(Value::as_object_mut)
         {
             metadata.insert("namespace".into(), json!(DEFAULT_NAMESPACE));
         }
-    } else if field("/metadata/namespace").is_some_and(|n| !n.is_empty()) {
+    } else if namespace.is_some() {
         return Err(vec![item_error(
             index,
             "metadata.namespace",
-            format!("{kind} is cluster-scoped: remove the namespace"),
+            format!(
+                "{} is cluster-scoped: remove the namespace",
+                found.resource.kind
+            ),
         )]);
+    } else if let Some(metadata) = canonical.get_mut("metadata").and_then(Value::as_object_mut) {
+        // An empty namespace on a cluster-scoped kind is no namespace: left in, the object would
+        // be read at a namespaced path and named apart from the same object without it.
+        metadata.remove("namespace");
     }
     let identity = Identity::of(&canonical);
     Ok(Prepared {
@@ -137,3 +185,7 @@ async fn prepare(api: &ProjectApi, index: usize, manifest: &Value) -> Result<Pre
         identity,
     })
 }
+
+#[cfg(test)]
+#[path = "prepare/tests.rs"]
+mod tests;
