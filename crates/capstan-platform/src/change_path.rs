@@ -284,4 +284,23 @@ mod tests {
             again.message
         );
     }
+
+    /// What a log line shows of the change path: which key signs, which ledger, how long a
+    /// plan lives — and never the key's secret.
+    #[test]
+    fn the_change_path_should_debug_print_its_key_id_and_never_its_secret() {
+        let secret = "a secret nobody may read in a log!";
+        let keys = PlanKeys::from_key_file(&format!(
+            r#"{{"keys": [{{"id": "visible-id", "secret": "{secret}"}}]}}"#
+        ))
+        .unwrap();
+        let ledger = Arc::new(PlanLedger::in_memory().unwrap());
+        let path =
+            ChangePath::with_system_clock(Arc::new(keys), ledger.clone(), Duration::from_secs(90));
+        let printed = format!("{path:?}");
+        assert!(printed.contains("visible-id"), "{printed}");
+        assert!(printed.contains(ledger.id()), "{printed}");
+        assert!(printed.contains("90s"), "{printed}");
+        assert!(!printed.contains(secret), "{printed}");
+    }
 }
