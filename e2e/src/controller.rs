@@ -167,27 +167,36 @@ pub fn probing_controller(
     interval: u64,
     deadline: u64,
 ) -> Result<ControllerProcess, HarnessError> {
+    probing_controller_with(plane, identity, hosts, (interval, deadline), &[])
+}
+
+/// [`probing_controller`] probing every `timing.0` seconds (cut at `timing.1`), with `more`
+/// flags after its own.
+pub fn probing_controller_with(
+    plane: &ControlPlane,
+    identity: &str,
+    hosts: &[String],
+    timing: (u64, u64),
+    more: &[&str],
+) -> Result<ControllerProcess, HarnessError> {
     let kubeconfig = service_account_kubeconfig(plane, identity)?;
     let hosts = hosts.join(",");
-    let (interval, deadline) = (interval.to_string(), deadline.to_string());
+    let (interval, deadline) = (timing.0.to_string(), timing.1.to_string());
     let lease = format!("capstan-e2e-{identity}");
-    ControllerProcess::start(
-        plane,
-        &kubeconfig,
-        identity,
-        &[
-            "--lease-name",
-            &lease,
-            "--mcp-endpoint-hosts",
-            &hosts,
-            "--fetch-hosts",
-            &hosts,
-            "--probe-interval-seconds",
-            &interval,
-            "--probe-deadline-seconds",
-            &deadline,
-        ],
-    )
+    let mut flags = vec![
+        "--lease-name",
+        &lease,
+        "--mcp-endpoint-hosts",
+        &hosts,
+        "--fetch-hosts",
+        &hosts,
+        "--probe-interval-seconds",
+        &interval,
+        "--probe-deadline-seconds",
+        &deadline,
+    ];
+    flags.extend_from_slice(more);
+    ControllerProcess::start(plane, &kubeconfig, identity, &flags)
 }
 
 /// A running controller process; stopped (SIGTERM, then SIGKILL) when dropped.

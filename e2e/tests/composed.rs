@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use capstan_e2e::controller::{ControllerProcess, probing_controller};
+use capstan_e2e::controller::{ControllerProcess, probing_controller, probing_controller_with};
 use capstan_e2e::objects::{ConditionView, apply, condition, delete, status, wait_condition};
 use capstan_e2e::printed;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
@@ -500,8 +500,16 @@ fn spec_fix(env: &Env) -> Outcome {
 fn hanging_provider(env: &Env) -> Outcome {
     let hanging = DemoProvider::start(&["hang"]);
     let healthy = DemoProvider::start(&[]);
-    // The deadline (3 s) is below the connect timeout (5 s): the probe is cut by the deadline.
-    let _controller = controller(env, "hang", &[hanging.host(), healthy.host()], 300, 3)?;
+    // The upstream timeout (120 s) is far above the deadline (20 s): the probe is cut by the
+    // deadline, and a healthy probe on a loaded machine has 20 s to be reported first.
+    let _controller = probing_controller_with(
+        &env.plane,
+        "hang",
+        &[hanging.host(), healthy.host()],
+        (300, 20),
+        &["--connect-timeout-seconds", "120"],
+    )
+    .map_err(|e| e.to_string())?;
     env.runtime.block_on(async {
         apply(
             &env.client,
@@ -531,7 +539,7 @@ fn hanging_provider(env: &Env) -> Outcome {
         )?;
         let cut = composed(env, "hang-stuck", ("False", "CompositionDegraded")).await?;
         check(
-            cut.message == "the probe did not finish within 3 s (--probe-deadline-seconds)",
+            cut.message == "the probe did not finish within 20 s (--probe-deadline-seconds)",
             || cut.message.clone(),
         )?;
         cleanup(env, &["hang-stuck", "hang-fine"]).await;

@@ -126,6 +126,17 @@ pub struct Config {
     #[arg(long, env = "CAPABILITY_FETCH_HOSTS", default_value = "")]
     pub fetch_hosts: String,
 
+    /// Seconds to connect, initialize and list one MCP upstream in a probe, as the sidecar's
+    /// setting of the same name: set both alike, or a provider the sidecars compose reads as
+    /// degraded here (or the other way round).
+    #[arg(long, env = "CAPSTAN_CONNECT_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CONNECT_TIMEOUT.as_secs())]
+    pub connect_timeout_seconds: u64,
+
+    /// Seconds to fetch one knowledge source in a probe, as the sidecar's setting of the same
+    /// name.
+    #[arg(long, env = "CAPSTAN_FETCH_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_FETCH_TIMEOUT.as_secs())]
+    pub fetch_timeout_seconds: u64,
+
     /// Log filter, e.g. `info` or `capstan_controller=debug,kube=info`.
     #[arg(long, env = "CAPSTAN_LOG", default_value = "info")]
     pub log: String,

@@ -89,6 +89,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         probe_deadline_seconds,
         mcp_endpoint_hosts,
         fetch_hosts,
+        connect_timeout_seconds,
+        fetch_timeout_seconds,
         log,
         log_format,
     } = config;
@@ -121,6 +123,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         probe_deadline_seconds,
         &mcp_endpoint_hosts,
         &fetch_hosts,
+        Limits {
+            connect_timeout: Duration::from_secs(connect_timeout_seconds),
+            knowledge_timeout: Duration::from_secs(fetch_timeout_seconds),
+            skill_timeout: Duration::from_secs(fetch_timeout_seconds),
+            ..Limits::default()
+        },
         &admin.metrics,
     )?
     .unzip();
@@ -200,21 +208,22 @@ fn start_leader_election(
     leadership
 }
 
-/// The Composed probe, with the sidecar's composer, guards and flag names, and the names its
-/// findings concern; `None` when probing is off (interval 0).
+/// The Composed probe, with the sidecar's composer, guards, timeouts and flag names, and the
+/// names its findings concern; `None` when probing is off (interval 0).
 fn composed_probe(
     interval_seconds: u64,
     concurrency: usize,
     deadline_seconds: u64,
     mcp_endpoint_hosts: &str,
     fetch_hosts: &str,
+    limits: Limits,
     metrics: &Metrics,
 ) -> Result<Option<(Arc<Prober>, ProbedNames)>, SetupError> {
     if interval_seconds == 0 {
         info!("Composed probes are off (--probe-interval-seconds 0)");
         return Ok(None);
     }
-    let composer = Composer::from_allow_lists(mcp_endpoint_hosts, fetch_hosts, Limits::default())?;
+    let composer = Composer::from_allow_lists(mcp_endpoint_hosts, fetch_hosts, limits)?;
     let settings = ProbeSettings {
         interval: Duration::from_secs(interval_seconds),
         concurrency,
