@@ -104,18 +104,35 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_IDENTITY")]
     pub identity: Option<String>,
 
+    /// The Composed probe's flags.
+    #[command(flatten)]
+    pub probe: ProbeConfig,
+
+    /// Log filter, e.g. `info` or `capstan_controller=debug,kube=info`.
+    #[arg(long, env = "CAPSTAN_LOG", default_value = "info")]
+    pub log: String,
+
+    /// Log format.
+    #[arg(long, env = "CAPSTAN_LOG_FORMAT", value_enum, default_value = "json")]
+    pub log_format: LogFormat,
+}
+
+/// The Composed probe's flags: how often and how many, and the composer's allow-lists and
+/// timeouts as the sidecar has them.
+#[derive(Debug, clap::Args)]
+pub struct ProbeConfig {
     /// Seconds between Composed probes of one binding (plus up to 10% jitter); 0 turns probing
     /// off (`Composed=Unknown`, NotProbed). A spec change is probed at once.
-    #[arg(long, env = "CAPSTAN_PROBE_INTERVAL_SECONDS", default_value_t = crate::probe::DEFAULT_PROBE_INTERVAL_SECONDS)]
-    pub probe_interval_seconds: u64,
+    #[arg(long = "probe-interval-seconds", env = "CAPSTAN_PROBE_INTERVAL_SECONDS", default_value_t = crate::probe::DEFAULT_PROBE_INTERVAL_SECONDS)]
+    pub interval_seconds: u64,
 
     /// Probes running at once.
-    #[arg(long, env = "CAPSTAN_PROBE_CONCURRENCY", default_value_t = crate::probe::DEFAULT_PROBE_CONCURRENCY)]
-    pub probe_concurrency: usize,
+    #[arg(long = "probe-concurrency", env = "CAPSTAN_PROBE_CONCURRENCY", default_value_t = crate::probe::DEFAULT_PROBE_CONCURRENCY)]
+    pub concurrency: usize,
 
     /// Seconds one probe may take before it is cut (and reads as degraded).
-    #[arg(long, env = "CAPSTAN_PROBE_DEADLINE_SECONDS", default_value_t = crate::probe::DEFAULT_PROBE_DEADLINE_SECONDS)]
-    pub probe_deadline_seconds: u64,
+    #[arg(long = "probe-deadline-seconds", env = "CAPSTAN_PROBE_DEADLINE_SECONDS", default_value_t = crate::probe::DEFAULT_PROBE_DEADLINE_SECONDS)]
+    pub deadline_seconds: u64,
 
     /// Hosts MCP endpoints may name, as the sidecar's setting of the same name: `host`,
     /// `*.suffix`, IPs (each with an optional `:port`) and CIDRs, comma-separated.
@@ -136,14 +153,6 @@ pub struct Config {
     /// name.
     #[arg(long, env = "CAPSTAN_FETCH_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_FETCH_TIMEOUT.as_secs())]
     pub fetch_timeout_seconds: u64,
-
-    /// Log filter, e.g. `info` or `capstan_controller=debug,kube=info`.
-    #[arg(long, env = "CAPSTAN_LOG", default_value = "info")]
-    pub log: String,
-
-    /// Log format.
-    #[arg(long, env = "CAPSTAN_LOG_FORMAT", value_enum, default_value = "json")]
-    pub log_format: LogFormat,
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::cached::{CachedBinding, CachedQualifier};
-use crate::config::Config;
+use crate::config::{Config, ProbeConfig};
 use crate::due::Due;
 use crate::leader::{Leadership, LeaseSettings};
 use crate::metrics::Metrics;
@@ -84,13 +84,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         lease_duration_seconds,
         lease_grace_seconds,
         identity,
-        probe_interval_seconds,
-        probe_concurrency,
-        probe_deadline_seconds,
-        mcp_endpoint_hosts,
-        fetch_hosts,
-        connect_timeout_seconds,
-        fetch_timeout_seconds,
+        probe: probe_config,
         log,
         log_format,
     } = config;
@@ -117,21 +111,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         },
         synced,
     );
-    let (probe, probed) = composed_probe(
-        probe_interval_seconds,
-        probe_concurrency,
-        probe_deadline_seconds,
-        &mcp_endpoint_hosts,
-        &fetch_hosts,
-        Limits {
-            connect_timeout: Duration::from_secs(connect_timeout_seconds),
-            knowledge_timeout: Duration::from_secs(fetch_timeout_seconds),
-            skill_timeout: Duration::from_secs(fetch_timeout_seconds),
-            ..Limits::default()
-        },
-        &admin.metrics,
-    )?
-    .unzip();
+    let (probe, probed) = composed_probe(&probe_config, &admin.metrics)?.unzip();
     let (queue, worker, released) = status_queue(status_queue_capacity);
     let ctx = Arc::new(Context {
         client,
@@ -211,23 +191,25 @@ fn start_leader_election(
 /// The Composed probe, with the sidecar's composer, guards, timeouts and flag names, and the
 /// names its findings concern; `None` when probing is off (interval 0).
 fn composed_probe(
-    interval_seconds: u64,
-    concurrency: usize,
-    deadline_seconds: u64,
-    mcp_endpoint_hosts: &str,
-    fetch_hosts: &str,
-    limits: Limits,
+    config: &ProbeConfig,
     metrics: &Metrics,
 ) -> Result<Option<(Arc<Prober>, ProbedNames)>, SetupError> {
-    if interval_seconds == 0 {
+    if config.interval_seconds == 0 {
         info!("Composed probes are off (--probe-interval-seconds 0)");
         return Ok(None);
     }
-    let composer = Composer::from_allow_lists(mcp_endpoint_hosts, fetch_hosts, limits)?;
+    let limits = Limits {
+        connect_timeout: Duration::from_secs(config.connect_timeout_seconds),
+        knowledge_timeout: Duration::from_secs(config.fetch_timeout_seconds),
+        skill_timeout: Duration::from_secs(config.fetch_timeout_seconds),
+        ..Limits::default()
+    };
+    let composer =
+        Composer::from_allow_lists(&config.mcp_endpoint_hosts, &config.fetch_hosts, limits)?;
     let settings = ProbeSettings {
-        interval: Duration::from_secs(interval_seconds),
-        concurrency,
-        deadline: Duration::from_secs(deadline_seconds),
+        interval: Duration::from_secs(config.interval_seconds),
+        concurrency: config.concurrency,
+        deadline: Duration::from_secs(config.deadline_seconds),
     };
     Ok(Some(Prober::new(composer, settings, metrics.clone())))
 }
