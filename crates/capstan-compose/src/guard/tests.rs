@@ -40,6 +40,8 @@ fn a_wildcard_should_match_only_strictly_below_its_suffix() {
     assert!(g.check("https://a.b.gw.example:8443/mcp").is_ok());
     assert_not_listed(&g, "https://gw.example:8443/mcp");
     assert_not_listed(&g, "https://evilgw.example:8443/mcp");
+    // A host that is the suffix itself, dot and all, is not below it.
+    assert_not_listed(&g, "https://.gw.example:8443/mcp");
     assert_not_listed(&g, "https://a.gw.example/mcp");
 }
 
