@@ -132,21 +132,27 @@ impl CallerCheck {
         self.ttl
     }
 
-    fn cached(&self, key: &[u8; 32]) -> Option<bool> {
+    /// The answer for `key` still live at `now`: an answer lives strictly less than the TTL.
+    fn cached(&self, key: &[u8; 32], now: Instant) -> Option<bool> {
         let answers = self.answers.lock().ok()?;
         answers
             .get(key)
-            .filter(|answer| answer.at.elapsed() < self.ttl)
+            .filter(|answer| self.live(answer, now))
             .map(|answer| answer.allowed)
     }
 
-    fn remember(&self, key: [u8; 32], allowed: bool) {
+    fn live(&self, answer: &Answer, now: Instant) -> bool {
+        now.saturating_duration_since(answer.at) < self.ttl
+    }
+
+    /// Keeps the answer for `key` given at `now`, within the capacity.
+    fn remember(&self, key: [u8; 32], allowed: bool, now: Instant) {
         let Ok(mut answers) = self.answers.lock() else {
             return;
         };
         if answers.len() >= self.capacity && !answers.contains_key(&key) {
             // Expired answers first; then the oldest live one.
-            answers.retain(|_, answer| answer.at.elapsed() < self.ttl);
+            answers.retain(|_, answer| self.live(answer, now));
             if answers.len() >= self.capacity
                 && let Some(oldest) = answers
                     .iter()
@@ -156,13 +162,7 @@ impl CallerCheck {
                 answers.remove(&oldest);
             }
         }
-        answers.insert(
-            key,
-            Answer {
-                at: Instant::now(),
-                allowed,
-            },
-        );
+        answers.insert(key, Answer { at: now, allowed });
     }
 
     /// Admits `identity` or says why not.
@@ -173,7 +173,7 @@ impl CallerCheck {
             return Err(Refusal::NoToken { project });
         };
         let key = identity.fingerprint();
-        if let Some(allowed) = self.cached(&key) {
+        if let Some(allowed) = self.cached(&key, Instant::now()) {
             self.metrics.caller_check(if allowed {
                 "cached_allowed"
             } else {
@@ -187,7 +187,7 @@ impl CallerCheck {
         }
         match capstan_platform::may_list_bindings(&self.plane, &project, token).await {
             Ok(allowed) => {
-                self.remember(key, allowed);
+                self.remember(key, allowed, Instant::now());
                 self.metrics
                     .caller_check(if allowed { "allowed" } else { "denied" });
                 if allowed {
@@ -199,7 +199,7 @@ impl CallerCheck {
             // An invalid or expired token is an answer too: the plane does not know the
             // caller.
             Err(capstan_platform::ApiFailure::Forbidden { .. }) => {
-                self.remember(key, false);
+                self.remember(key, false, Instant::now());
                 self.metrics.caller_check("denied");
                 Err(Refusal::NotAllowed { project })
             }
@@ -268,16 +268,85 @@ mod tests {
     #[test]
     fn the_cache_should_hold_answers_for_the_ttl_and_stay_bounded() {
         let check = check(2);
+        let now = Instant::now();
         let a = Identity::new("a".into(), Some("t")).fingerprint();
         let b = Identity::new("b".into(), Some("t")).fingerprint();
         let c = Identity::new("c".into(), Some("t")).fingerprint();
-        check.remember(a, true);
-        check.remember(b, false);
-        assert_eq!(check.cached(&a), Some(true));
-        assert_eq!(check.cached(&b), Some(false));
-        check.remember(c, true);
+        check.remember(a, true, now);
+        check.remember(b, false, now + Duration::from_secs(1));
+        assert_eq!(check.cached(&a, now), Some(true));
+        assert_eq!(check.cached(&b, now), Some(false));
+        check.remember(c, true, now + Duration::from_secs(2));
         assert_eq!(check.answers.lock().unwrap().len(), 2);
-        assert_eq!(check.cached(&a), None, "the oldest went");
-        assert_eq!(check.cached(&c), Some(true));
+        assert_eq!(check.cached(&a, now), None, "the oldest went");
+        assert_eq!(check.cached(&b, now), Some(false), "a younger one stayed");
+        assert_eq!(check.cached(&c, now), Some(true));
+        // A new answer for a key it holds replaces it in place: nothing else goes.
+        check.remember(c, false, now + Duration::from_secs(3));
+        assert_eq!(check.cached(&b, now), Some(false));
+        assert_eq!(check.cached(&c, now), Some(false));
+    }
+
+    /// An answer is reused for strictly less than the TTL (60 s): at 60 s the plane is asked
+    /// again.
+    #[test]
+    fn an_answer_should_live_until_exactly_the_ttl() {
+        let check = check(4);
+        let given = Instant::now();
+        let key = Identity::new("a".into(), Some("t")).fingerprint();
+        check.remember(key, true, given);
+        let just_before = given + CALLER_CHECK_TTL - Duration::from_millis(1);
+        assert_eq!(check.cached(&key, just_before), Some(true));
+        assert_eq!(check.cached(&key, given + CALLER_CHECK_TTL), None);
+    }
+
+    /// At capacity, expired answers go before any live one: a full cache of stale answers
+    /// keeps the live one, and the newcomer gets in.
+    #[test]
+    fn a_full_cache_should_shed_expired_answers_before_the_oldest_live_one() {
+        let check = check(3);
+        let start = Instant::now();
+        let key = |project: &str| Identity::new(project.into(), Some("t")).fingerprint();
+        check.remember(key("stale-1"), true, start);
+        check.remember(key("stale-2"), true, start + Duration::from_secs(1));
+        let later = start + CALLER_CHECK_TTL + Duration::from_secs(1);
+        check.remember(key("live"), false, later);
+        check.remember(key("new"), true, later + Duration::from_secs(1));
+        assert_eq!(
+            check.answers.lock().unwrap().len(),
+            2,
+            "both stale ones went"
+        );
+        assert_eq!(check.cached(&key("live"), later), Some(false));
+        assert_eq!(check.cached(&key("new"), later), Some(true));
+    }
+
+    /// A remembered answer is the answer: a denial refuses and an admission admits without
+    /// asking the plane (which here cannot be reached, so asking would refuse as unavailable).
+    #[tokio::test]
+    async fn a_cached_answer_should_be_given_without_asking_the_plane() {
+        let check = check(4);
+        let denied = Identity::new("acme".into(), Some("denied"));
+        let allowed = Identity::new("acme".into(), Some("allowed"));
+        check.remember(denied.fingerprint(), false, Instant::now());
+        check.remember(allowed.fingerprint(), true, Instant::now());
+        let refused = check.check(&denied).await.unwrap_err();
+        assert_eq!(
+            refused,
+            Refusal::NotAllowed {
+                project: "acme".into()
+            }
+        );
+        assert!(refused.is_denial(), "a denial ends a live session");
+        assert_eq!(check.check(&allowed).await, Ok(()));
+        // The same token in another project is another question.
+        let elsewhere = check
+            .check(&Identity::new("other".into(), Some("allowed")))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(elsewhere, Refusal::Unavailable { .. }) && !elsewhere.is_denial(),
+            "{elsewhere:?}"
+        );
     }
 }
