@@ -420,4 +420,94 @@ mod tests {
             assert_eq!(response.headers()[header::RETRY_AFTER], "5");
         }
     }
+
+    /// A place given back frees exactly one place of its caller and one of its project: the
+    /// caller (or project) gets exactly one more, not none and not a fresh allowance.
+    #[test]
+    fn a_place_given_back_should_free_exactly_one_of_its_caller_and_project() {
+        let admission = admission();
+        let caller = |project: &str| Identity::new(project.into(), Some("t"));
+        let mut held: Vec<Place> = ["a", "a", "b"]
+            .iter()
+            .map(|p| admission.admit(&caller(p)).unwrap())
+            .collect();
+        held.remove(0);
+        held.push(admission.admit(&caller("c")).unwrap());
+        assert_eq!(
+            admission.admit(&caller("c")).unwrap_err(),
+            Full::Caller { max: 3 }
+        );
+        drop(held);
+
+        let in_p = |token: &str| Identity::new("p".into(), Some(token));
+        let mut held: Vec<Place> = ["t1", "t2", "t3", "t4"]
+            .iter()
+            .map(|t| admission.admit(&in_p(t)).unwrap())
+            .collect();
+        held.remove(0);
+        held.push(admission.admit(&in_p("t5")).unwrap());
+        assert_eq!(
+            admission.admit(&in_p("t6")).unwrap_err(),
+            Full::Project {
+                project: "p".into(),
+                max: 4
+            }
+        );
+        drop(held);
+        assert_eq!(admission.held(), 0);
+    }
+
+    /// What `/metrics` shows of admission: places held now, and refusals by the cap that was
+    /// full, under the label the dashboards read (`outcome`).
+    #[test]
+    fn admission_should_be_counted_under_the_caps_label() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let admission = Admission::with(
+            HeaderName::from_static("x-capstan-project"),
+            caps(),
+            None,
+            Some(metrics),
+        );
+        let text = |registry: &prometheus_client::registry::Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+            text
+        };
+        let caller = Identity::new("a".into(), Some("t"));
+        let held: Vec<Place> = (0..3).map(|_| admission.admit(&caller).unwrap()).collect();
+        assert!(admission.admit(&caller).is_err());
+        admission.refused(&Full::Streams { max: 2 });
+        let shown = text(&registry);
+        for line in [
+            "places_held 3",
+            "admission_refusals_total{outcome=\"caller\"} 1",
+            "admission_refusals_total{outcome=\"task_streams\"} 1",
+            "admission_refusals_total{outcome=\"total\"} 0",
+            "admission_refusals_total{outcome=\"project\"} 0",
+        ] {
+            assert!(shown.lines().any(|l| l.ends_with(line)), "{line}:\n{shown}");
+        }
+        drop(held);
+        assert!(
+            text(&registry)
+                .lines()
+                .any(|l| l.ends_with("places_held 0")),
+            "the places went back"
+        );
+        for (full, label) in [
+            (Full::Total { max: 1 }, "total"),
+            (Full::Caller { max: 1 }, "caller"),
+            (
+                Full::Project {
+                    project: "p".into(),
+                    max: 1,
+                },
+                "project",
+            ),
+            (Full::Streams { max: 1 }, "task_streams"),
+        ] {
+            assert_eq!(full.label(), label, "{full}");
+        }
+    }
 }
