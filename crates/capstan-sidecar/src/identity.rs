@@ -203,7 +203,10 @@ mod tests {
         assert_eq!(a.token(), Some("t"));
         assert_eq!(c.token(), None);
         let secret = Identity::new("p".into(), Some("s3cret-token"));
-        assert!(!format!("{secret:?}").contains("s3cret"), "{secret:?}");
+        assert_eq!(
+            format!("{secret:?}"),
+            r#"Identity { project: "p", token: Some("(redacted)") }"#
+        );
         assert_eq!(
             a.fingerprint(),
             Identity::new("p".into(), Some("t")).fingerprint()
@@ -271,6 +274,26 @@ mod tests {
             refused.message.contains("contains 'é'"),
             "{}",
             refused.message
+        );
+    }
+
+    /// A refused identity answers with its status and the JSON error body every refusal of
+    /// the sidecar has, naming what to send instead.
+    #[tokio::test]
+    async fn a_refused_identity_should_answer_with_its_status_and_a_json_error() {
+        let refused =
+            identity(&[("x-capstan-project", "p"), ("authorization", "Bearer ")]).unwrap_err();
+        let response = refused.into_response();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .unwrap();
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+            json!({"error": {
+                "kind": "forbidden",
+                "message": "the Authorization header must be `Bearer <token>`",
+            }})
         );
     }
 }
