@@ -488,6 +488,11 @@ mod tests {
         ] {
             assert!(shown.lines().any(|l| l.ends_with(line)), "{line}:\n{shown}");
         }
+        assert_eq!(
+            format!("{:?}", held[0]),
+            r#"Place { project: "a", .. }"#,
+            "a place names its project and nothing of its caller"
+        );
         drop(held);
         assert!(
             text(&registry)

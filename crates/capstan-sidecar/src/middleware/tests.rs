@@ -136,6 +136,51 @@ async fn a_request_without_a_session_should_pass_only_as_2026_07_28_with_an_iden
     assert_eq!(reached.load(Ordering::SeqCst), 1);
 }
 
+/// With the caller check on (`CAPSTAN_CALLER_CHECK=sar`), a caller the project's plane does
+/// not vouch for never reaches rmcp and holds no place: no token is refused at once (401); a
+/// plane that cannot be asked (here: nothing listens) refuses (503), it never admits.
+#[tokio::test]
+async fn a_caller_the_plane_does_not_vouch_for_should_never_pass() {
+    use tower::ServiceExt as _;
+    let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = crate::metrics::Metrics::register(&mut registry);
+    let check = crate::caller_check::CallerCheck::new(
+        capstan_compose::ControlPlane::new(config, None),
+        metrics.clone(),
+        crate::caller_check::CALLER_CHECK_TTL,
+    );
+    let admission = crate::admission::Admission::with(
+        HeaderName::from_static("x-capstan-project"),
+        crate::admission::Caps::default(),
+        Some(Arc::new(check)),
+        Some(metrics),
+    );
+    let tasks = Arc::new(Tasks::new(
+        admission.clone(),
+        crate::tasks::Lifetimes::default(),
+    ));
+    let (router, reached) = guarded(&tasks);
+    let mut tokenless = sessionless(MODERN_LIST, Some("p"), "2026-07-28");
+    tokenless.headers_mut().remove(header::AUTHORIZATION);
+    for (request, status) in [
+        (tokenless, StatusCode::UNAUTHORIZED),
+        (
+            sessionless(MODERN_LIST, Some("p"), "2026-07-28"),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+    ] {
+        let response = router.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), status);
+    }
+    assert_eq!(
+        reached.load(Ordering::SeqCst),
+        0,
+        "a refused caller reached rmcp"
+    );
+    assert_eq!(admission.held(), 0, "a refused caller holds a place");
+}
+
 #[tokio::test]
 async fn a_poisoned_session_table_should_refuse_with_500_not_pass() {
     use tower::ServiceExt as _;
