@@ -80,9 +80,9 @@ pub enum HarnessError {
     NotEstablished(String),
 }
 
-/// The repository root.
+/// The repository root (as the testkit finds it: at run time first).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    capstan_testkit::repo_root()
 }
 
 /// How a control plane is started beyond the defaults.

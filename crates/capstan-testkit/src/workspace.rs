@@ -4,11 +4,21 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The workspace root.
+/// The workspace root: above the package cargo runs the test or bench of (its
+/// `CARGO_MANIFEST_DIR` at run time), else above this crate as it was built. At run time
+/// first: two checkouts sharing one build directory reuse each other's compiled testkit,
+/// and the path built into it may be the other checkout's.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
+    let running = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from);
+    running
+        .iter()
+        .map(PathBuf::as_path)
+        .chain([Path::new(env!("CARGO_MANIFEST_DIR"))])
+        .find_map(|package| {
+            package
+                .ancestors()
+                .find(|dir| dir.join("Cargo.lock").is_file())
+        })
         .map(Path::to_path_buf)
         .unwrap_or_else(|| panic!("no workspace root above {}", env!("CARGO_MANIFEST_DIR")))
 }
