@@ -178,6 +178,25 @@ fn addresses_should_be_scoped_by_where_they_lead() {
         ("64:ff9b::808:808", Public),
         ("64:ff9b::a00:1", Private),
         ("::ffff:10.0.0.1", Private),
+        // Each range exactly at its edges.
+        ("9.255.255.255", Public),
+        ("11.0.0.0", Public),
+        ("100.63.255.255", Public),
+        ("100.127.255.255", Private),
+        ("100.128.0.0", Public),
+        ("198.17.255.255", Public),
+        ("198.19.255.255", Private),
+        ("198.20.0.0", Public),
+        ("239.255.255.255", Refused("not a unicast address")),
+        ("240.0.0.0", Private),
+        ("2001:1ff:ffff::1", Private),
+        ("2001:200::1", Public),
+        ("1fff:ffff::1", Private),
+        ("3fef:ffff::1", Public),
+        ("3ff0::1", Private),
+        ("4000::1", Private),
+        ("2002::1", Private),
+        ("2003::1", Public),
     ] {
         assert_eq!(AddressScope::of(ip(address)), scope, "{address}");
     }
@@ -187,6 +206,7 @@ fn addresses_should_be_scoped_by_where_they_lead() {
         "192.0.0.192",
         "fd00:ec2::254",
         "fe80::1",
+        "febf:ffff::1",
         "0.0.0.0",
         "0.1.2.3",
         "224.0.0.1",
