@@ -182,3 +182,7 @@ pub(super) fn refuse_unless_accepted(reports: &[Report], what: &str) -> Result<(
     )
     .at(first))
 }
+
+#[cfg(test)]
+#[path = "report/tests.rs"]
+mod tests;
