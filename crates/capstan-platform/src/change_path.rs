@@ -303,4 +303,54 @@ mod tests {
         assert!(printed.contains("90s"), "{printed}");
         assert!(!printed.contains(secret), "{printed}");
     }
+
+    /// A plane that cannot be reached (nothing listens at its address) is no verdict on the
+    /// manifests: validate, plan and apply each fail saying the plane could not be asked —
+    /// not that the manifests are invalid, nor that the plan is stale — and apply records
+    /// nothing.
+    #[tokio::test]
+    async fn a_plane_that_cannot_be_reached_should_fail_every_step_saying_so() {
+        capstan_compose::install_crypto_provider();
+        let plane = capstan_compose::ControlPlane::new(
+            kube::Config::new("https://127.0.0.1:1".parse().unwrap()),
+            None,
+        );
+        let api = ProjectApi::for_caller(&plane, "acme", "t").unwrap();
+        let manifests = [json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "a"},
+            "data": {"a": "1"},
+        })];
+        let ledger = Arc::new(PlanLedger::in_memory().unwrap());
+        let path = ChangePath::with_system_clock(
+            Arc::new(PlanKeys::generate().unwrap()),
+            ledger.clone(),
+            DEFAULT_PLAN_TTL,
+        );
+        let token = "capstan-plan.v1.k.1.aaaa.bbbb";
+        let failed = [
+            ("validate", path.validate(&api, &manifests).await),
+            ("plan", path.plan(&api, &manifests).await),
+            ("apply", path.apply(&api, &manifests, token).await),
+        ];
+        for (step, outcome) in failed {
+            let error = outcome.unwrap_err();
+            assert_eq!(
+                error.kind,
+                ErrorKind::UpstreamUnavailable,
+                "{step}: {error:?}"
+            );
+            assert!(
+                error
+                    .message
+                    .starts_with("project acme's control plane could not look up ConfigMap (v1): "),
+                "{step}: {}",
+                error.message
+            );
+        }
+        if let Some(digest) = ledger_digest(token) {
+            assert!(!ledger.was_applied(&digest), "apply recorded its token");
+        }
+    }
 }

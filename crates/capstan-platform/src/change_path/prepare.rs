@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use super::{MAX_MANIFESTS, item_error};
+use crate::failures::read_failure;
 use crate::manifest::{Identity, editable};
 use crate::project_api::{ApiFailure, DEFAULT_NAMESPACE, Kind, ProjectApi};
 use capstan_compose::{ErrorKind, ToolError};
@@ -33,7 +34,7 @@ pub(super) async fn prepare_all(
     check_count(manifests.len())?;
     let mut prepared = Vec::with_capacity(manifests.len());
     for (index, manifest) in manifests.iter().enumerate() {
-        prepared.push(prepare(api, index, manifest).await);
+        prepared.push(prepare(api, index, manifest).await?);
     }
     refuse_duplicates(&mut prepared);
     Ok(prepared)
@@ -74,29 +75,50 @@ fn refuse_duplicates(prepared: &mut [Result<Prepared, Vec<Value>>]) {
 }
 
 /// The canonical form of manifest `index`, or the errors that keep it from being judged
-/// (each with its field path).
-async fn prepare(api: &ProjectApi, index: usize, manifest: &Value) -> Result<Prepared, Vec<Value>> {
-    let named = named(index, manifest)?;
+/// (each with its field path). A plane that cannot be asked what the kind is (unavailable,
+/// timed out, an unreadable answer) ends the call, as it does when judging (`judge.rs`): that
+/// is no verdict on the manifest.
+async fn prepare(
+    api: &ProjectApi,
+    index: usize,
+    manifest: &Value,
+) -> Result<Result<Prepared, Vec<Value>>, ToolError> {
+    let named = match named(index, manifest) {
+        Ok(named) => named,
+        Err(errors) => return Ok(Err(errors)),
+    };
     let (group, version) = named
         .api_version
         .rsplit_once('/')
         .unwrap_or(("", named.api_version));
-    let found = api
-        .kind(group, version, named.kind)
-        .await
-        .map_err(|failure| {
-            let message = match failure {
-                ApiFailure::NotServed { .. } => format!(
-                    "project {} does not serve {} ({})",
-                    api.project(),
-                    named.kind,
-                    named.api_version
-                ),
-                other => format!("could not look up {}: {other}", named.kind),
-            };
-            vec![item_error(index, "kind", message)]
-        })?;
-    canonical(index, manifest, found)
+    let found = match api.kind(group, version, named.kind).await {
+        Ok(found) => found,
+        Err(
+            failure @ (ApiFailure::Unavailable { .. }
+            | ApiFailure::TimedOut { .. }
+            | ApiFailure::Malformed { .. }),
+        ) => {
+            return Err(read_failure(
+                failure,
+                &format!("look up {} ({})", named.kind, named.api_version),
+                api.project(),
+            ));
+        }
+        Err(ApiFailure::NotServed { .. }) => {
+            let message = format!(
+                "project {} does not serve {} ({})",
+                api.project(),
+                named.kind,
+                named.api_version
+            );
+            return Ok(Err(vec![item_error(index, "kind", message)]));
+        }
+        Err(other) => {
+            let message = format!("could not look up {}: {other}", named.kind);
+            return Ok(Err(vec![item_error(index, "kind", message)]));
+        }
+    };
+    Ok(canonical(index, manifest, found))
 }
 
 /// What a manifest must name before its kind can be looked up.
