@@ -213,3 +213,7 @@ async fn undo(api: &ProjectApi, steps: &[Step], written: &[Written]) -> (Vec<Str
     left.reverse();
     (undone, left)
 }
+
+#[cfg(test)]
+#[path = "undo/tests.rs"]
+mod tests;
