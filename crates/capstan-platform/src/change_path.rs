@@ -22,6 +22,8 @@ use crate::project_api::{ApiFailure, ProjectApi};
 use capstan_compose::{ErrorKind, ToolError};
 
 mod apply;
+#[cfg(test)]
+mod fixtures;
 mod judge;
 mod prepare;
 mod report;
@@ -310,12 +312,7 @@ mod tests {
     /// nothing.
     #[tokio::test]
     async fn a_plane_that_cannot_be_reached_should_fail_every_step_saying_so() {
-        capstan_compose::install_crypto_provider();
-        let plane = capstan_compose::ControlPlane::new(
-            kube::Config::new("https://127.0.0.1:1".parse().unwrap()),
-            None,
-        );
-        let api = ProjectApi::for_caller(&plane, "acme", "t").unwrap();
+        let api = fixtures::unreachable();
         let manifests = [json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",

@@ -146,3 +146,7 @@ pub(super) async fn write_all(api: &ProjectApi, steps: &[Step]) -> Result<Vec<Va
     }
     Ok(applied)
 }
+
+#[cfg(test)]
+#[path = "apply/tests.rs"]
+mod tests;

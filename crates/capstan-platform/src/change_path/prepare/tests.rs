@@ -4,23 +4,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use kube::api::ApiResource;
 use serde_json::{Value, json};
 
 use super::*;
-
-fn kind(kind: &str, namespaced: bool) -> Kind {
-    Kind {
-        resource: ApiResource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: kind.into(),
-            plural: format!("{}s", kind.to_lowercase()),
-        },
-        namespaced,
-    }
-}
+use crate::change_path::fixtures::core_kind as kind;
 
 fn config_map(name: &str, namespace: Option<&str>) -> Value {
     let mut manifest = json!({

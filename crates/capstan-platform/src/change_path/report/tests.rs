@@ -6,12 +6,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use kube::api::ApiResource;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::change_path::prepare::Prepared;
-use crate::project_api::Kind;
+use crate::change_path::fixtures::prepared_config_map;
 
 fn config_map(name: &str, data: Value) -> Value {
     json!({
@@ -24,20 +22,7 @@ fn config_map(name: &str, data: Value) -> Value {
 
 fn judged(manifest: &Value, existing: Option<Value>, verdict: Result<Value, ApiFailure>) -> Judged {
     Judged {
-        prepared: Prepared {
-            kind: Kind {
-                resource: ApiResource {
-                    group: String::new(),
-                    version: "v1".into(),
-                    api_version: "v1".into(),
-                    kind: "ConfigMap".into(),
-                    plural: "configmaps".into(),
-                },
-                namespaced: true,
-            },
-            canonical: manifest.clone(),
-            identity: Identity::of(manifest),
-        },
+        prepared: prepared_config_map(manifest),
         existing,
         verdict,
     }

@@ -5,47 +5,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use kube::api::ApiResource;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::change_path::prepare::Prepared;
-use crate::project_api::Kind;
-
-fn step(name: &str, before: Option<&str>) -> Step {
-    let canonical = json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "default"},
-    });
-    Step {
-        prepared: Prepared {
-            kind: Kind {
-                resource: ApiResource {
-                    group: String::new(),
-                    version: "v1".into(),
-                    api_version: "v1".into(),
-                    kind: "ConfigMap".into(),
-                    plural: "configmaps".into(),
-                },
-                namespaced: true,
-            },
-            identity: Identity::of(&canonical),
-            canonical,
-        },
-        before: before.map(|version| json!({"metadata": {"resourceVersion": version}})),
-    }
-}
-
-/// A client of a plane nothing answers: these stops never ask it anything.
-fn unreachable() -> ProjectApi {
-    capstan_compose::install_crypto_provider();
-    let plane = capstan_compose::ControlPlane::new(
-        kube::Config::new("https://127.0.0.1:1".parse().unwrap()),
-        None,
-    );
-    ProjectApi::for_caller(&plane, "acme", "t").unwrap()
-}
+use crate::change_path::fixtures::{step, unreachable};
 
 fn steps() -> Vec<Step> {
     vec![step("a", None), step("b", Some("7")), step("c", None)]
