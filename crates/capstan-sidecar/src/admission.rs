@@ -322,7 +322,11 @@ mod tests {
     }
 
     fn admission() -> Arc<Admission> {
-        Admission::new(HeaderName::from_static("x-capstan-project"), caps())
+        let admission = Admission::new(HeaderName::from_static("x-capstan-project"), caps());
+        // The caps it enforces are the ones it reports (the stream cap is read through
+        // `caps()`; through the middleware in `tests/test_tenancy.rs`).
+        assert_eq!(admission.caps(), caps());
+        admission
     }
 
     #[test]

@@ -179,6 +179,16 @@ async fn a_caller_the_plane_does_not_vouch_for_should_never_pass() {
         "a refused caller reached rmcp"
     );
     assert_eq!(admission.held(), 0, "a refused caller holds a place");
+    // What /metrics shows of it: both checks by outcome, the client error by status.
+    let mut shown = String::new();
+    prometheus_client::encoding::text::encode(&mut shown, &registry).unwrap();
+    for line in [
+        "caller_checks_total{outcome=\"no_token\"} 1",
+        "caller_checks_total{outcome=\"error\"} 1",
+        "requests_refused_total{code=\"401\"} 1",
+    ] {
+        assert!(shown.lines().any(|l| l.ends_with(line)), "{line}:\n{shown}");
+    }
 }
 
 #[tokio::test]
