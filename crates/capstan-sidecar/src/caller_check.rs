@@ -127,9 +127,11 @@ impl CallerCheck {
         }
     }
 
-    /// How long an answer is reused.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
+    /// How often the callers of open streams are checked again (`reaper.rs`): every half of
+    /// the time an answer is reused, so a denial reaches a stream at most half a TTL after its
+    /// cached admission expires; at least a second apart.
+    pub fn revalidation_period(&self) -> Duration {
+        (self.ttl / 2).max(Duration::from_secs(1))
     }
 
     /// The answer for `key` still live at `now`: an answer lives strictly less than the TTL.
@@ -285,6 +287,23 @@ mod tests {
         check.remember(c, false, now + Duration::from_secs(3));
         assert_eq!(check.cached(&b, now), Some(false));
         assert_eq!(check.cached(&c, now), Some(false));
+    }
+
+    /// Streams are checked again every half TTL, never more often than every second.
+    #[test]
+    fn streams_should_be_checked_again_every_half_ttl() {
+        let mut check = check(4);
+        assert_eq!(check.revalidation_period(), Duration::from_secs(30));
+        check.ttl = Duration::from_secs(3);
+        assert_eq!(check.revalidation_period(), Duration::from_millis(1500));
+        for ttl in [Duration::from_secs(1), Duration::ZERO] {
+            check.ttl = ttl;
+            assert_eq!(
+                check.revalidation_period(),
+                Duration::from_secs(1),
+                "{ttl:?}"
+            );
+        }
     }
 
     /// An answer is reused for strictly less than the TTL (60 s): at 60 s the plane is asked

@@ -39,8 +39,7 @@ pub async fn reap(tasks: Arc<Tasks>) {
 /// session's next request is 404. Answers come from the caller check's cache, so a caller is
 /// asked at most once per TTL.
 pub async fn revalidate_streams(check: Arc<CallerCheck>, tasks: Arc<Tasks>) {
-    let period = (check.ttl() / 2).max(Duration::from_secs(1));
-    let mut tick = tokio::time::interval(period);
+    let mut tick = tokio::time::interval(check.revalidation_period());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
