@@ -157,7 +157,15 @@ async fn a_name_resolving_outside_the_allow_list_should_never_be_dialed() {
     let lanes = lanes(&["mcp.example.com"]);
     let lane = lane(&lanes, &format!("http://localhost:{port}/mcp"));
     let request = lane.post().body(Full::new(Bytes::new())).unwrap();
-    let error = lane.exchange(request, |_| async {}).await.unwrap_err();
+    // Bounded: were the address dialed, the listener would take the connection and never
+    // answer, and the exchange would wait for ever.
+    let error = tokio::time::timeout(
+        Duration::from_secs(10),
+        lane.exchange(request, |_| async {}),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the lane dialed a refused address and waited for its answer"))
+    .unwrap_err();
     let refused = find_in_chain::<AddressRefused>(&error).unwrap();
     assert_eq!(refused.host, "localhost");
     // Nothing reached the listener.
