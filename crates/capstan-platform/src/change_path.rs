@@ -102,6 +102,11 @@ impl ChangePath {
         Self::new(keys, ledger, ttl, Arc::new(SystemTime::now))
     }
 
+    /// When a plan made now expires.
+    fn expires(&self) -> SystemTime {
+        (self.clock)() + self.ttl
+    }
+
     fn now_seconds(&self) -> u64 {
         (self.clock)()
             .duration_since(UNIX_EPOCH)
@@ -173,7 +178,7 @@ impl ChangePath {
             manifests: ordered.iter().map(|r| r.manifest.clone()).collect(),
             resource_versions: ordered.iter().map(|r| r.resource_version()).collect(),
         };
-        let expires = (self.clock)() + self.ttl;
+        let expires = self.expires();
         let token = self.keys.sign(&payload, self.ledger.id(), expires);
         let steps: Vec<Value> = ordered
             .iter()
@@ -349,5 +354,25 @@ mod tests {
         if let Some(digest) = ledger_digest(token) {
             assert!(!ledger.was_applied(&digest), "apply recorded its token");
         }
+    }
+
+    /// The clock a plan's life is measured with: a plan made at T lives until T + the TTL,
+    /// said in RFC 3339 (`expiresAt`); the ledger forgets applied tokens by the same clock's
+    /// seconds.
+    #[test]
+    fn a_plan_should_expire_one_ttl_after_it_is_made_by_the_injected_clock() {
+        let made = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let path = ChangePath::new(
+            Arc::new(PlanKeys::generate().unwrap()),
+            Arc::new(PlanLedger::in_memory().unwrap()),
+            Duration::from_secs(900),
+            Arc::new(move || made),
+        );
+        assert_eq!(path.now_seconds(), 1_700_000_000);
+        assert_eq!(
+            path.expires(),
+            UNIX_EPOCH + Duration::from_secs(1_700_000_900)
+        );
+        assert_eq!(timestamp(path.expires()), "2023-11-14T22:28:20Z");
     }
 }
