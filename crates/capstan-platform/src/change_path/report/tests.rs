@@ -229,3 +229,25 @@ fn a_report_should_say_what_applying_would_do() {
         json!([{"field": "manifests[4]", "message": "no"}])
     );
 }
+
+/// An update of more leaves than a report lists names the first 100 and counts the rest.
+#[test]
+fn a_report_should_count_the_changes_it_leaves_out() {
+    let data = |value: &str| -> Value {
+        (0..105)
+            .map(|i| (format!("k{i:03}"), json!(value)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let manifest = config_map("a", data("new"));
+    let mut existing = config_map("a", data("old"));
+    existing["metadata"]["resourceVersion"] = json!("41");
+    let shown =
+        Report::judged(0, judged(&manifest, Some(existing), Ok(manifest.clone()))).to_json();
+    assert_eq!(shown["changes"].as_array().map(Vec::len), Some(100));
+    assert_eq!(shown["changesOmitted"], 5);
+    // Within the limit nothing is said to be left out.
+    let small = config_map("a", json!({"a": "2"}));
+    let shown = Report::judged(0, judged(&small, None, Ok(small.clone()))).to_json();
+    assert!(shown.get("changesOmitted").is_none(), "{shown}");
+}
