@@ -191,6 +191,36 @@ async fn a_caller_the_plane_does_not_vouch_for_should_never_pass() {
     }
 }
 
+/// A body of exactly 4 MiB (`MAX_BODY_BYTES`) is read; one byte more is refused with 413
+/// before it reaches rmcp.
+#[tokio::test]
+async fn a_body_should_be_read_up_to_exactly_four_mebibytes() {
+    use tower::ServiceExt as _;
+    let sessions = sessions();
+    let (router, reached) = guarded(&sessions);
+    let sized = |size: usize| {
+        let head = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}},"pad":""#;
+        let tail = r#""}}"#;
+        let body = format!("{head}{}{tail}", "x".repeat(size - head.len() - tail.len()));
+        assert_eq!(body.len(), size);
+        sessionless(&body, Some("p"), "2026-07-28")
+    };
+    let response = router
+        .clone()
+        .oneshot(sized(4 * 1024 * 1024))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(reached.load(Ordering::SeqCst), 1);
+    let response = router.oneshot(sized(4 * 1024 * 1024 + 1)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        reached.load(Ordering::SeqCst),
+        1,
+        "an oversized body reached rmcp"
+    );
+}
+
 #[tokio::test]
 async fn a_poisoned_session_table_should_refuse_with_500_not_pass() {
     use tower::ServiceExt as _;
