@@ -83,6 +83,10 @@ fn main() -> ExitCode {
                 created_meanwhile,
             ),
             trial(
+                "a_policy_taken_on_after_the_plan_should_refuse_the_apply_before_any_write",
+                policy_after_plan,
+            ),
+            trial(
                 "a_plan_should_be_applied_once_even_after_what_it_created_is_deleted",
                 applied_once,
             ),
@@ -1445,6 +1449,95 @@ impl Drop for RaceWebhook {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A ValidatingAdmissionPolicy that refuses a ConfigMap carrying the key `forbidden`.
+const FORBIDDEN_KEY_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: no-forbidden-key}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [configmaps]}
+  validations:
+  - expression: "!has(object.data) || !('forbidden' in object.data)"
+    message: configmaps may not carry the key forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: no-forbidden-key}
+spec: {policyName: no-forbidden-key, validationActions: [Deny]}
+"#;
+
+/// A policy the plane takes on between plan and apply refuses the apply at its dry run of
+/// every step: nothing is written (not written and undone), and the refusal names the
+/// manifest and the policy's words.
+fn policy_after_plan(env: &Env) -> Outcome {
+    let before = writes_by(env, &user(ALICE)).len();
+    let outcome = with_sidecar(|sidecar| {
+        let session = alice(env, sidecar)?;
+        let plan = session.ok(
+            "resources_plan",
+            json!({"manifests": [
+                configmap("vp-first", json!({"a": "1"})),
+                configmap("vp-second", json!({"forbidden": "yes"})),
+            ]}),
+        )?;
+        kubectl(env, &["apply", "-f", "-"], Some(FORBIDDEN_KEY_POLICY))?;
+        // The policy is in force once the plane refuses a dry run it covers (its informer
+        // syncs on its own time); each try is bounded, and so is the wait.
+        let probe = [
+            "-n",
+            "team-a",
+            "create",
+            "configmap",
+            "vp-probe",
+            "--from-literal=forbidden=yes",
+            "--dry-run=server",
+        ];
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while kubectl(env, &probe, None).is_ok() {
+            check(std::time::Instant::now() < deadline, || {
+                "the policy was not in force within 60 s".into()
+            })?;
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let error = session.error(
+            "resources_apply",
+            json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
+        )?;
+        let message = error["message"].as_str().unwrap_or_default();
+        check(
+            error["kind"] == "rejected"
+                && message
+                    .starts_with("nothing was applied: the platform refused 1 of 2 manifests — ")
+                && message.contains("(ConfigMap team-a/vp-second)")
+                && message.contains("configmaps may not carry the key forbidden"),
+            || format!("want the apply refused at its dry run: {error}"),
+        )?;
+        session.end();
+        Ok(())
+    });
+    let removed = kubectl(
+        env,
+        &[
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            "no-forbidden-key",
+        ],
+        None,
+    );
+    outcome?;
+    removed?;
+    let written = writes_by(env, &user(ALICE));
+    check(written.len() == before, || {
+        format!("the refused apply wrote: {:?}", &written[before..])
+    })?;
+    check(configmap_data(env, "vp-first").is_none(), || {
+        "vp-first exists".into()
+    })
 }
 
 /// Finding: a planned create overwrote an object another manager created between the check
