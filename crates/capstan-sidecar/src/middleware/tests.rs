@@ -221,6 +221,62 @@ async fn a_body_should_be_read_up_to_exactly_four_mebibytes() {
     );
 }
 
+/// Only `localhost`, with or without a port of digits, passes the Host check, on every path;
+/// anything else is refused with 403 naming what to send, before any handler.
+#[tokio::test]
+async fn only_a_localhost_host_should_pass() {
+    use tower::ServiceExt as _;
+    let reached = Arc::new(AtomicU64::new(0));
+    let counter = reached.clone();
+    let router = axum::Router::new()
+        .fallback(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { "served" }
+        })
+        .layer(axum::middleware::from_fn(check_host));
+    let request = |host: Option<&str>| {
+        let mut request = Request::builder().uri("/v1/composition");
+        if let Some(host) = host {
+            request = request.header(header::HOST, host);
+        }
+        request.body(Body::empty()).unwrap()
+    };
+    for host in ["localhost", "localhost:80", "localhost:7810"] {
+        let response = router.clone().oneshot(request(Some(host))).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{host}");
+    }
+    assert_eq!(reached.load(Ordering::SeqCst), 3);
+    for host in [
+        Some("localhost:"),
+        Some("localhost:8a"),
+        Some("localhost.evil.example"),
+        Some("localhostx"),
+        Some("evil.example"),
+        None,
+    ] {
+        let response = router.clone().oneshot(request(host)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{host:?}");
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body["error"]["message"],
+            format!(
+                "the Host header must be localhost (connect to http://localhost/mcp over the \
+                 socket), not {}",
+                host.unwrap_or("missing")
+            ),
+            "{host:?}"
+        );
+    }
+    assert_eq!(
+        reached.load(Ordering::SeqCst),
+        3,
+        "a refused Host reached a handler"
+    );
+}
+
 #[tokio::test]
 async fn a_poisoned_session_table_should_refuse_with_500_not_pass() {
     use tower::ServiceExt as _;
