@@ -288,6 +288,24 @@ async fn a_poisoned_session_table_should_refuse_with_500_not_pass() {
     assert_eq!(reached.load(Ordering::SeqCst), 0);
 }
 
+/// A minted session id is 128 bits as 32 lowercase hex digits, a new one each time.
+#[test]
+fn a_session_id_should_be_128_random_bits_in_hex() {
+    let ids: Vec<String> = (0..3).map(|_| session_id().unwrap()).collect();
+    for id in &ids {
+        assert_eq!(id.len(), 32, "{id}");
+        assert!(
+            id.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+            "{id}"
+        );
+    }
+    assert!(
+        ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2],
+        "{ids:?}"
+    );
+}
+
 #[test]
 fn only_initialize_should_open_a_session() {
     let initialize = |text: &str| Message::parse(text.as_bytes()).unwrap().is_initialize();
