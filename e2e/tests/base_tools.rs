@@ -840,11 +840,7 @@ fn plan_and_apply(env: &Env) -> Outcome {
         )?;
         let nothing_yet = writes_by(env, &user(ALICE)).len();
         check(nothing_yet == before, || "resources_plan wrote".into())?;
-        let applied = session.ok(
-            "resources_apply",
-            json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
-        )?;
-        check(applied["complete"] == true, || format!("apply: {applied}"))?;
+        applied_as_planned(&session, &plan)?;
         session.end();
         Ok(())
     })?;
@@ -1391,13 +1387,21 @@ fn managers(env: &Env, name: &str) -> Result<Vec<String>, Failed> {
     Ok(text.split_whitespace().map(str::to_owned).collect())
 }
 
+/// The arguments of `resources_apply` for `plan` as it was planned: its manifests and token.
+fn as_planned(plan: &Value) -> Value {
+    json!({"manifests": plan["manifests"], "planToken": plan["planToken"]})
+}
+
+/// Applies `plan` as it was planned, which must complete.
+fn applied_as_planned(session: &Session<'_>, plan: &Value) -> Outcome {
+    let applied = session.ok("resources_apply", as_planned(plan))?;
+    check(applied["complete"] == true, || format!("apply: {applied}"))
+}
+
 /// Expects `resources_apply` of `plan` (its manifests and token) in `session` to be refused as
 /// stale, its message containing each of `reasons`; returns the message.
 fn refused_apply(session: &Session<'_>, plan: &Value, reasons: &[&str]) -> Result<String, Failed> {
-    let error = session.error(
-        "resources_apply",
-        json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
-    )?;
+    let error = session.error("resources_apply", as_planned(plan))?;
     let message = error["message"].as_str().unwrap_or_default().to_owned();
     check(
         error["kind"] == "stale_plan"
@@ -1504,10 +1508,7 @@ fn policy_after_plan(env: &Env) -> Outcome {
             })?;
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        let error = session.error(
-            "resources_apply",
-            json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
-        )?;
+        let error = session.error("resources_apply", as_planned(&plan))?;
         let message = error["message"].as_str().unwrap_or_default();
         check(
             error["kind"] == "rejected"
@@ -1660,10 +1661,7 @@ fn created_meanwhile(env: &Env) -> Outcome {
                 configmap("rt-victim-2", json!({"mine": "yes"})),
             ]}),
         )?;
-        let error = session.error(
-            "resources_apply",
-            json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
-        )?;
+        let error = session.error("resources_apply", as_planned(&plan))?;
         let message = error["message"].as_str().unwrap_or_default();
         check(
             error["kind"] == "rejected"
@@ -1725,11 +1723,7 @@ fn applied_once(env: &Env) -> Outcome {
             "resources_plan",
             json!({"manifests": [configmap("rt-once", json!({"k": "v"}))]}),
         )?;
-        let applied = session.ok(
-            "resources_apply",
-            json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
-        )?;
-        check(applied["complete"] == true, || format!("apply: {applied}"))?;
+        applied_as_planned(&session, &plan)?;
         kubectl(
             env,
             &["-n", "team-a", "delete", "configmap", "rt-once"],
@@ -1774,11 +1768,7 @@ fn borrowed_plan(env: &Env) -> Outcome {
         })?;
         carol.end();
         // The token itself was good: its caller applies it.
-        let applied = alice_session.ok(
-            "resources_apply",
-            json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
-        )?;
-        check(applied["complete"] == true, || format!("apply: {applied}"))?;
+        applied_as_planned(&alice_session, &plan)?;
         alice_session.end();
         Ok(())
     })
@@ -1811,13 +1801,6 @@ fn rotation_through_the_binary(env: &Env) -> Outcome {
             json!({"manifests": [configmap(name, json!({"k": "v"}))]}),
         )
     };
-    let apply = |session: &Session<'_>, plan: &Value| -> Outcome {
-        let applied = session.ok(
-            "resources_apply",
-            json!({"manifests": plan["manifests"], "planToken": plan["planToken"]}),
-        )?;
-        check(applied["complete"] == true, || format!("apply: {applied}"))
-    };
 
     // 1. Key `old`: three plans, one applied.
     let (first, second, retired) = {
@@ -1837,7 +1820,7 @@ fn rotation_through_the_binary(env: &Env) -> Outcome {
                 .is_some_and(|t| t.starts_with("cpt2.old.")),
             || format!("signed with: {}", first["planToken"]),
         )?;
-        apply(&session, &first)?;
+        applied_as_planned(&session, &first)?;
         let second = plan(&session, "rot-b")?;
         let retired = plan(&session, "rot-e")?;
         session.end();
@@ -1856,7 +1839,7 @@ fn rotation_through_the_binary(env: &Env) -> Outcome {
         )?;
         let session = sidecar.session(PROJECT, Some(&alice_token))?;
         refused_apply(&session, &first, &["the plan token was applied already"])?;
-        apply(&session, &second)?;
+        applied_as_planned(&session, &second)?;
         let third = plan(&session, "rot-c")?;
         check(
             third["planToken"]
@@ -1884,7 +1867,7 @@ fn rotation_through_the_binary(env: &Env) -> Outcome {
             &retired,
             &["signed with key \"old\", which this sidecar does not hold"],
         )?;
-        apply(&session, &third)?;
+        applied_as_planned(&session, &third)?;
         session.end();
     }
     // 4. The same key without the ledger: it cannot know what was applied, so it refuses.

@@ -296,11 +296,8 @@ mod tests {
     /// plan lives — and never the key's secret.
     #[test]
     fn the_change_path_should_debug_print_its_key_id_and_never_its_secret() {
-        let secret = "a secret nobody may read in a log!";
-        let keys = PlanKeys::from_key_file(&format!(
-            r#"{{"keys": [{{"id": "visible-id", "secret": "{secret}"}}]}}"#
-        ))
-        .unwrap();
+        let secret = crate::plan_token::UNLOGGABLE_SECRET;
+        let keys = crate::plan_token::keys_with_unloggable_secret();
         let ledger = Arc::new(PlanLedger::in_memory().unwrap());
         let path =
             ChangePath::with_system_clock(Arc::new(keys), ledger.clone(), Duration::from_secs(90));

@@ -495,6 +495,21 @@ impl PlanPayload {
     }
 }
 
+/// A secret no log may show, and keys signing with it under the id `visible-id`: for the
+/// tests that a debug form names the key and never its secret.
+#[cfg(test)]
+pub(crate) const UNLOGGABLE_SECRET: &str = "a secret nobody may read in a log!";
+
+/// See [`UNLOGGABLE_SECRET`].
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn keys_with_unloggable_secret() -> PlanKeys {
+    PlanKeys::from_key_file(&format!(
+        r#"{{"keys": [{{"id": "visible-id", "secret": "{UNLOGGABLE_SECRET}"}}]}}"#
+    ))
+    .unwrap()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;

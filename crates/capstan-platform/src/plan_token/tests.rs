@@ -242,11 +242,8 @@ fn key_settings_should_hold_exactly_at_their_documented_edges() {
 /// structs that hold them).
 #[test]
 fn a_key_should_debug_print_its_id_and_never_its_secret() {
-    let secret = "a secret nobody may read in a log!";
-    let keys = PlanKeys::from_key_file(&format!(
-        r#"{{"keys": [{{"id": "visible-id", "secret": "{secret}"}}]}}"#
-    ))
-    .unwrap();
+    let secret = UNLOGGABLE_SECRET;
+    let keys = keys_with_unloggable_secret();
     let printed = format!("{keys:?}");
     assert!(printed.contains("visible-id"), "{printed}");
     assert!(!printed.contains(secret), "{printed}");

@@ -10,22 +10,27 @@ use capstan_api::wire::MCP_PROTOCOL_VERSION;
 
 use super::*;
 
-/// A router whose only handler counts what reaches it, behind the identity middleware.
-fn guarded(tasks: &Arc<Tasks>) -> (axum::Router, Arc<AtomicU64>) {
+/// A router whose only handler counts what reaches it.
+fn counting() -> (axum::Router, Arc<AtomicU64>) {
     let reached = Arc::new(AtomicU64::new(0));
     let counter = reached.clone();
-    let router = axum::Router::new()
-        .fallback(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async { "served" }
-        })
-        .layer(axum::middleware::from_fn_with_state(
-            Gate {
-                tasks: tasks.clone(),
-                starter: None,
-            },
-            check,
-        ));
+    let router = axum::Router::new().fallback(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { "served" }
+    });
+    (router, reached)
+}
+
+/// [`counting`] behind the identity middleware.
+fn guarded(tasks: &Arc<Tasks>) -> (axum::Router, Arc<AtomicU64>) {
+    let (router, reached) = counting();
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        Gate {
+            tasks: tasks.clone(),
+            starter: None,
+        },
+        check,
+    ));
     (router, reached)
 }
 
@@ -227,14 +232,8 @@ async fn a_body_should_be_read_up_to_exactly_four_mebibytes() {
 #[tokio::test]
 async fn only_a_localhost_host_should_pass() {
     use tower::ServiceExt as _;
-    let reached = Arc::new(AtomicU64::new(0));
-    let counter = reached.clone();
-    let router = axum::Router::new()
-        .fallback(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async { "served" }
-        })
-        .layer(axum::middleware::from_fn(check_host));
+    let (router, reached) = counting();
+    let router = router.layer(axum::middleware::from_fn(check_host));
     let request = |host: Option<&str>| {
         let mut request = Request::builder().uri("/v1/composition");
         if let Some(host) = host {
