@@ -207,12 +207,14 @@ async fn admit(
         Kind::Sessionless { .. } => !gate.tasks.has_caller_task(identity),
         _ => false,
     };
-    let admitted = match kind {
-        Kind::Initialize | Kind::Sessionless { .. } if needs_place => Some(Admitted::with_place(
+    // A caller's live task without a session needs nothing admitted: rmcp serves the task
+    // resolved below (`mcp.rs`), and only `initialize` reads what is admitted back.
+    let admitted = if needs_place {
+        Some(Admitted::with_place(
             admission.admit(identity).map_err(refused_by)?,
-        )),
-        Kind::Initialize | Kind::Sessionless { .. } => Some(Admitted::default()),
-        _ => None,
+        ))
+    } else {
+        None
     };
     let caller_task = match (kind, &gate.starter) {
         (Kind::Sessionless { .. }, Some(starter)) => {

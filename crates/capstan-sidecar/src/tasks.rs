@@ -427,7 +427,7 @@ impl Tasks {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::admission::Caps;
 
@@ -457,8 +457,9 @@ mod tests {
         assert!(tasks.admission().admit(&caller).is_ok());
     }
 
-    /// A starter over a source that holds nothing; a refused caller never reaches it.
-    fn starter() -> Arc<TaskStarter> {
+    /// A starter over a source that holds nothing (its tasks serve no tools); a refused
+    /// caller never reaches it.
+    pub(crate) fn starter() -> Arc<TaskStarter> {
         capstan_compose::install_crypto_provider();
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = crate::metrics::Metrics::register(&mut registry);
