@@ -127,3 +127,6 @@ fn is_sessionless(headers: &axum::http::HeaderMap, message: &Message) -> bool {
     let meta = message.meta_str(PROTOCOL_VERSION_META).is_some_and(modern);
     header || meta || message.method() == Some("server/discover")
 }
+
+#[cfg(test)]
+mod tests;
