@@ -253,10 +253,10 @@ fn expand(root: Value) -> Vec<Value> {
 
 /// A List has an `items` array and no `spec`; its kind, when given, ends in `List`.
 fn is_list(map: &Map<String, Value>) -> bool {
+    // As `json_items` reads it: a kind that is not a string is no List's.
     let kind_is_list = map
         .get("kind")
-        .and_then(Value::as_str)
-        .is_none_or(|kind| kind.ends_with("List"));
+        .is_none_or(|kind| kind.as_str().is_some_and(|kind| kind.ends_with("List")));
     matches!(map.get("items"), Some(Value::Array(_))) && !map.contains_key("spec") && kind_is_list
 }
 
@@ -490,6 +490,55 @@ spec: {constraint: {kind: pinned}}
             matches!(error, Some(ParseError::Json { line: 3, .. })),
             "{error:?}"
         );
+    }
+
+    /// An object is read as a List only without `spec`, with no kind or one ending in
+    /// `List`, and with an array of `items`; anything else is one object — the same in JSON
+    /// and in YAML.
+    #[test]
+    fn an_object_should_be_a_list_only_with_a_list_kind_an_array_of_items_and_no_spec() {
+        let items = format!("[{}, {}]", doc("a"), doc("b"));
+        let cases = [
+            (format!(r#"{{"items": {items}}}"#), 2),
+            (
+                format!(r#"{{"kind": "CapabilityBindingList", "items": {items}}}"#),
+                2,
+            ),
+            (
+                format!(r#"{{"kind": "CapabilityBinding", "items": {items}}}"#),
+                1,
+            ),
+            (format!(r#"{{"kind": 3, "items": {items}}}"#), 1),
+            (
+                format!(r#"{{"items": {items}, "spec": {BINDING_SPEC}}}"#),
+                1,
+            ),
+            (r#"{"kind": "List", "items": {"a": 1}}"#.to_owned(), 1),
+            (r#"{"items": "a"}"#.to_owned(), 1),
+        ];
+        for (json, objects) in cases {
+            // YAML reads JSON; a leading document marker keeps it from being read as JSON.
+            for text in [json.clone(), format!("---\n{json}")] {
+                let parsed = parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+                assert_eq!(
+                    parsed.objects.len() + parsed.invalid.len(),
+                    objects,
+                    "{text}"
+                );
+            }
+        }
+    }
+
+    /// A long multi-document YAML reads whole: the parser's budget grows with the input
+    /// (its default stops at 1,024 documents).
+    #[test]
+    fn a_yaml_stream_past_the_parsers_default_budget_should_read_whole() {
+        let text: String = (0..1500)
+            .map(|i| format!("---\n{}\n", doc(&format!("d{i}"))))
+            .collect();
+        let parsed = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parsed.objects.len(), 1500);
+        assert!(parsed.invalid.is_empty());
     }
 
     #[test]

@@ -286,3 +286,20 @@ fn the_cr_and_document_forms_of_streamco_should_carry_the_same_spec() {
         assert_eq!(&serde_json::to_value(&spec).unwrap_or_default(), raw);
     }
 }
+
+/// A knowledge source's type is named in the instructions as documents spell it (the names
+/// written out, as the CRD's enum gives them), the same name it is read and written by.
+#[test]
+fn a_knowledge_source_type_should_be_named_as_documents_spell_it() {
+    for (kind, name) in [
+        (KnowledgeSourceType::LlmDocs, "LLMDocs"),
+        (KnowledgeSourceType::Runbook, "Runbook"),
+        (KnowledgeSourceType::Markdown, "Markdown"),
+    ] {
+        assert_eq!(kind.as_str(), name);
+        assert_eq!(
+            serde_json::to_value(kind).ok(),
+            Some(serde_json::json!(name))
+        );
+    }
+}

@@ -3,7 +3,6 @@
 
 use std::fmt::Write as _;
 
-use capstan_api::binding::KnowledgeSourceType;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, debug_span};
 
@@ -83,13 +82,6 @@ fn fetch_span(binding: &str, url: &str) -> Span {
     span
 }
 
-fn kind_label(kind: &KnowledgeSourceType) -> String {
-    serde_json::to_value(kind)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_else(|| format!("{kind:?}"))
-}
-
 /// The prompt additions: each fetched source under its provenance header (in document order,
 /// cut once `total_cap` bytes of knowledge are in), the concepts, and the skills list.
 pub fn instructions(
@@ -139,7 +131,7 @@ fn write_knowledge(
             "\n## {title} — {service}\nSource: {url} ({kind}) · binding {binding} · configuration {version}\n\n",
             service = document.spec.service_name,
             url = source.url,
-            kind = kind_label(&source.kind),
+            kind = source.kind.as_str(),
             binding = document.binding,
             version = document.spec.configuration_version,
         );
