@@ -146,12 +146,12 @@ pub struct ProbeConfig {
     /// Seconds to connect, initialize and list one MCP upstream in a probe, as the sidecar's
     /// setting of the same name: set both alike, or a provider the sidecars compose reads as
     /// degraded here (or the other way round).
-    #[arg(long, env = "CAPSTAN_CONNECT_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CONNECT_TIMEOUT.as_secs())]
+    #[arg(long, env = "CAPSTAN_CONNECT_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CONNECT_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub connect_timeout_seconds: u64,
 
     /// Seconds to fetch one knowledge source in a probe, as the sidecar's setting of the same
     /// name.
-    #[arg(long, env = "CAPSTAN_FETCH_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_FETCH_TIMEOUT.as_secs())]
+    #[arg(long, env = "CAPSTAN_FETCH_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_FETCH_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub fetch_timeout_seconds: u64,
 }
 
@@ -171,6 +171,26 @@ mod tests {
             capstan_process::check_reference(&path, "capstan-controller", &Config::command())
         {
             panic!("{stale}");
+        }
+    }
+
+    /// A timeout of 0 s would fail every upstream at once: refused when the process starts,
+    /// naming the flag.
+    #[test]
+    fn a_zero_upstream_timeout_should_be_refused_at_start() {
+        use clap::Parser as _;
+        for flag in ["--connect-timeout-seconds", "--fetch-timeout-seconds"] {
+            let Err(refused) = Config::try_parse_from(["capstan-controller", flag, "0"]) else {
+                panic!("{flag} 0 was taken");
+            };
+            assert_eq!(
+                refused.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{flag}"
+            );
+            assert!(refused.to_string().contains(flag), "{refused}");
+            let taken = Config::try_parse_from(["capstan-controller", flag, "1"]);
+            assert!(taken.is_ok(), "{flag} 1: {taken:?}");
         }
     }
 }

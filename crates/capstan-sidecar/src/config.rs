@@ -129,15 +129,15 @@ pub struct Config {
     pub fetch_hosts: String,
 
     /// Seconds to connect, initialize and list one MCP upstream.
-    #[arg(long, env = "CAPSTAN_CONNECT_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CONNECT_TIMEOUT.as_secs())]
+    #[arg(long, env = "CAPSTAN_CONNECT_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CONNECT_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub connect_timeout_seconds: u64,
 
     /// Seconds one forwarded tool call may take.
-    #[arg(long, env = "CAPSTAN_CALL_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CALL_TIMEOUT.as_secs())]
+    #[arg(long, env = "CAPSTAN_CALL_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CALL_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub call_timeout_seconds: u64,
 
     /// Seconds to fetch one knowledge source or skill body.
-    #[arg(long, env = "CAPSTAN_FETCH_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_FETCH_TIMEOUT.as_secs())]
+    #[arg(long, env = "CAPSTAN_FETCH_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_FETCH_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub fetch_timeout_seconds: u64,
 
     /// Bytes kept of one knowledge source.
@@ -258,6 +258,33 @@ mod tests {
             capstan_process::check_reference(&path, "capstan-sidecar", &Config::command())
         {
             panic!("{stale}");
+        }
+    }
+
+    /// A timeout of 0 s would fail every upstream at once: refused when the process starts,
+    /// naming the flag.
+    #[test]
+    fn a_zero_upstream_timeout_should_be_refused_at_start() {
+        use clap::Parser as _;
+        for flag in [
+            "--connect-timeout-seconds",
+            "--call-timeout-seconds",
+            "--fetch-timeout-seconds",
+        ] {
+            let Err(refused) =
+                Config::try_parse_from(["capstan-sidecar", "--source", "fixture", flag, "0"])
+            else {
+                panic!("{flag} 0 was taken");
+            };
+            assert_eq!(
+                refused.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{flag}"
+            );
+            assert!(refused.to_string().contains(flag), "{refused}");
+            let taken =
+                Config::try_parse_from(["capstan-sidecar", "--source", "fixture", flag, "1"]);
+            assert!(taken.is_ok(), "{flag} 1: {taken:?}");
         }
     }
 }
