@@ -296,7 +296,7 @@ fn example_binding(name: &str) -> CapabilityBinding {
 /// Files in the invalid corpus. Every one becomes a case here (one object each, or the list
 /// trial for `mixed-list`); a file added, removed or left unread fails the suite instead of
 /// shrinking it.
-const CORPUS_FILES: usize = 83;
+const CORPUS_FILES: usize = 85;
 
 /// The one corpus file that is a List: applied as a List, its valid items must be admitted.
 const LIST_CASE: &str = "mixed-list";
@@ -347,6 +347,16 @@ const ENVELOPE: &[(&str, &str, &str)] = &[
         "doc-metadata-name-number",
         "cannot unmarshal number into Go struct field ObjectMeta.metadata.name of type string",
         "cannot unmarshal number into Go struct field ObjectMeta.name of type string",
+    ),
+    (
+        "doc-metadata-name-empty",
+        "resource name may not be empty",
+        "metadata.name: Required value",
+    ),
+    (
+        "doc-metadata-namespace-number",
+        "cannot unmarshal number into Go struct field ObjectMeta.metadata.namespace of type string",
+        "cannot unmarshal number into Go struct field ObjectMeta.namespace of type string",
     ),
 ];
 
