@@ -110,18 +110,6 @@ pub enum RouteConstraint {
     },
 }
 
-impl RouteConstraint {
-    /// The `kind` as written in the spec.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Only { .. } => "only",
-            Self::Ignore { .. } => "ignore",
-            Self::Pin { .. } => "pin",
-        }
-    }
-}
-
 /// The kinds a constraint may have, in the order the schema lists them.
 pub const CONSTRAINT_KINDS: [&str; 4] = ["none", "only", "ignore", "pin"];
 

@@ -230,6 +230,30 @@ mod tests {
         );
     }
 
+    /// The typed entry points hold a spec built in code to the same rules as its JSON form.
+    #[test]
+    fn a_typed_spec_should_be_held_to_the_same_rules() {
+        let mut spec = valid_spec();
+        spec["tools"]["mcpServers"][0]["mutating"] = json!(["drop_all"]);
+        let spec: crate::CapabilityBindingSpec = serde_json::from_value(spec).unwrap();
+        assert_eq!(
+            lines(&validate(&spec)),
+            [
+                "spec.tools.mcpServers[0].mutating[0]: \"drop_all\" is not in \
+              spec.tools.mcpServers[0].toolSelector.include; a tool the allow-list does not \
+              admit cannot be flagged mutating"
+            ]
+        );
+        let qualifier = crate::RouteQualifierSpec {
+            constraint: crate::qualifier::RouteConstraint::Only { targets: vec![] },
+            ..Default::default()
+        };
+        assert_eq!(
+            lines(&validate_qualifier(&qualifier)),
+            ["spec.constraint.targets: must not be empty when kind is only"]
+        );
+    }
+
     #[test]
     fn errors_should_sort_indices_numerically() {
         let mut errors = vec![
