@@ -254,6 +254,31 @@ mod tests {
         );
     }
 
+    /// A schema made from a type reports an instance's errors in the same path-qualified
+    /// words as the CRD specs' validation, under the prefix given; it debug-prints by name
+    /// (a compiled schema is long and says nothing to a reader).
+    #[test]
+    fn a_type_schema_should_name_each_error_under_its_prefix() {
+        #[derive(schemars::JsonSchema)]
+        #[allow(dead_code)] // Only its schema is used.
+        struct Pack {
+            name: String,
+            #[schemars(range(max = 10))]
+            size: Option<u8>,
+        }
+        let schema = TypeSchema::of::<Pack>().unwrap();
+        assert_eq!(format!("{schema:?}"), "TypeSchema");
+        assert_eq!(
+            lines(&schema.errors("pack", &json!({"size": 11}))),
+            ["pack.name: required", "pack.size: must be at most 10"]
+        );
+        assert!(
+            schema
+                .errors("pack", &json!({"name": "a", "size": null}))
+                .is_empty()
+        );
+    }
+
     #[test]
     fn errors_should_sort_indices_numerically() {
         let mut errors = vec![
