@@ -212,6 +212,10 @@ mod tests {
         let mut spec = valid_spec();
         spec["knowledge"] = Value::Null;
         assert!(validate_binding_spec(&spec).is_empty());
+        // Inside a list's entries too, where it is the only null.
+        let mut spec = valid_spec();
+        spec["tools"]["mcpServers"][0]["mutating"] = Value::Null;
+        assert_eq!(lines(&validate_binding_spec(&spec)), Vec::<String>::new());
     }
 
     #[test]
