@@ -269,12 +269,22 @@ mod tests {
             name: String,
             #[schemars(range(max = 10))]
             size: Option<u8>,
+            #[schemars(length(min = 3))]
+            code: Option<String>,
+            #[schemars(extend("const" = "v1"))]
+            version: Option<String>,
         }
         let schema = TypeSchema::of::<Pack>().unwrap();
         assert_eq!(format!("{schema:?}"), "TypeSchema");
+        let instance = json!({"size": 11, "code": "ab", "version": "V2"});
         assert_eq!(
-            lines(&schema.errors("pack", &json!({"size": 11}))),
-            ["pack.name: required", "pack.size: must be at most 10"]
+            lines(&schema.errors("pack", &instance)),
+            [
+                "pack.code: must be at least 3 characters",
+                "pack.name: required",
+                "pack.size: must be at most 10",
+                "pack.version: must be v1",
+            ]
         );
         assert!(
             schema
