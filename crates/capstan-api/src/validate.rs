@@ -273,6 +273,10 @@ mod tests {
             code: Option<String>,
             #[schemars(extend("const" = "v1"))]
             version: Option<String>,
+            #[schemars(length(min = 1, max = 2))]
+            tags: Option<Vec<String>>,
+            #[schemars(length(min = 2))]
+            pair: Option<Vec<String>>,
         }
         let schema = TypeSchema::of::<Pack>().unwrap();
         assert_eq!(format!("{schema:?}"), "TypeSchema");
@@ -291,6 +295,22 @@ mod tests {
                 .errors("pack", &json!({"name": "a", "size": null}))
                 .is_empty()
         );
+        for (field, items, error) in [
+            ("tags", json!([]), "pack.tags: must not be empty"),
+            (
+                "tags",
+                json!(["a", "b", "c"]),
+                "pack.tags: must have at most 2 items, got 3",
+            ),
+            (
+                "pair",
+                json!(["a"]),
+                "pack.pair: must have at least 2 items",
+            ),
+        ] {
+            let instance = json!({"name": "a", field: items});
+            assert_eq!(lines(&schema.errors("pack", &instance)), [error]);
+        }
     }
 
     #[test]

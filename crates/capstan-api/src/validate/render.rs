@@ -75,6 +75,7 @@ pub(super) fn render_schema_error(
             "must be at most {limit} characters, got {}",
             error.instance().as_str().map_or(0, |s| s.chars().count())
         ),
+        ValidationErrorKind::MinItems { limit: 1 } => "must not be empty".to_owned(),
         ValidationErrorKind::MinItems { limit } => format!("must have at least {limit} items"),
         ValidationErrorKind::MaxItems { limit } => format!(
             "must have at most {limit} items, got {}",
