@@ -205,6 +205,19 @@ mod tests {
             lines(&validate_binding_spec(&spec)),
             ["spec.skills: must be an array, got string"]
         );
+        // Whole numbers are integers at either end of their range, fractions numbers.
+        for (value, got) in [
+            (json!(-1), "integer"),
+            (json!(u64::MAX), "integer"),
+            (json!(1.5), "number"),
+        ] {
+            let mut spec = valid_spec();
+            spec["serviceName"] = value;
+            assert_eq!(
+                lines(&validate_binding_spec(&spec)),
+                [format!("spec.serviceName: must be a string, got {got}")]
+            );
+        }
     }
 
     #[test]

@@ -114,4 +114,59 @@ mod tests {
         LazyLock::force(&BINDING_SPEC_SCHEMA);
         LazyLock::force(&QUALIFIER_SPEC_SCHEMA);
     }
+
+    fn transformed(schema: Value) -> Value {
+        let mut schema = Schema::try_from(schema).unwrap_or_default();
+        DropNullAlternatives.transform(&mut schema);
+        schema.to_value()
+    }
+
+    /// What the schema pass rewrites so errors can name the field's own type and list the
+    /// allowed values — and what it leaves as it is.
+    #[test]
+    fn null_alternatives_and_one_constant_variants_should_be_rewritten() {
+        use serde_json::json;
+        let cases = [
+            // `Option<T>` of a simple type: the null goes.
+            (
+                json!({"type": ["string", "null"]}),
+                json!({"type": "string"}),
+            ),
+            (
+                json!({"type": ["string", "integer", "null"]}),
+                json!({"type": ["string", "integer"]}),
+            ),
+            // `Option<T>` of a schema: T's own keywords, where the field had none of its own.
+            (
+                json!({"description": "d", "anyOf": [{"type": "null"}, {"type": "integer", "minimum": 0, "description": "t"}]}),
+                json!({"description": "d", "type": "integer", "minimum": 0}),
+            ),
+            // A union of three, or of two without null, is no Option.
+            (
+                json!({"anyOf": [{"type": "null"}, {"type": "string"}, {"type": "integer"}]}),
+                json!({"anyOf": [{"type": "null"}, {"type": "string"}, {"type": "integer"}]}),
+            ),
+            (
+                json!({"anyOf": [{"type": "string"}, {"type": "integer"}]}),
+                json!({"anyOf": [{"type": "string"}, {"type": "integer"}]}),
+            ),
+            // A documented unit enum: one constant a variant, as `const` or a one-value `enum`.
+            (
+                json!({"oneOf": [{"const": "a", "description": "A"}, {"enum": ["b"]}]}),
+                json!({"enum": ["a", "b"]}),
+            ),
+            // A variant of two values, or with no constant, keeps the union.
+            (
+                json!({"oneOf": [{"const": "a"}, {"enum": ["b", "c"]}]}),
+                json!({"oneOf": [{"const": "a"}, {"enum": ["b", "c"]}]}),
+            ),
+            (
+                json!({"oneOf": [{"const": "a"}, {"type": "object"}]}),
+                json!({"oneOf": [{"const": "a"}, {"type": "object"}]}),
+            ),
+        ];
+        for (schema, expected) in cases {
+            assert_eq!(transformed(schema.clone()), expected, "{schema}");
+        }
+    }
 }
