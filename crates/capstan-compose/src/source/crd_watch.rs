@@ -271,8 +271,14 @@ async fn keep<K>(
             }
             Ok(watcher::Event::InitDone) => {
                 this.healthy.store(true, Ordering::Release);
+                // Synced before the bump: any read that sees the new version sees the kind
+                // as read. The other way round, a read in the instant between built "not read
+                // yet" under the new version, and that snapshot was served until the next
+                // change of either kind (routed calls refused as if the qualifiers were
+                // unreadable). No test reaches that instant; the order is the whole fix.
+                let first = !this.synced.swap(true, Ordering::AcqRel);
                 shared.bump();
-                if !this.synced.swap(true, Ordering::AcqRel) {
+                if first {
                     info!(%kind, count = this.store.len(), "first sync");
                 }
                 if shared.bindings.synced.load(Ordering::Acquire)
