@@ -265,6 +265,17 @@ fn scraped(env: &Env) -> Result<Exposed, Failed> {
             ("CAPSTAN_CALLER_CHECK", "none"),
         ],
     )?;
+    // A routed call is refused until the sidecar has read the project's RouteQualifiers
+    // (fail closed); its readiness says when both kinds are read.
+    env.runtime.block_on(eventually(
+        std::time::Duration::from_secs(30),
+        || async {
+            let url = format!("http://{address}/readyz");
+            let response = capstan_testkit::client().get(&url).send().await.ok()?;
+            response.status().is_success().then_some(())
+        },
+        || "the sidecar never became ready".into(),
+    ))?;
     let session = sidecar.session("acme", Some("any-token"))?;
     session.call("metrics__echo", json!({ "text": "hi" }))?;
     session.call("cap__web_search", json!({ "query": "metrics" }))?;
