@@ -204,13 +204,14 @@ async fn a_listen_stream_without_a_session_should_count_against_the_tasks_cap() 
 
 /// A router that serves as rmcp does what the middleware hands it: an `initialize` starts
 /// the caller's task in the place admitted and leaves it for the middleware to bind (or,
-/// with `fail`, answers 500 and starts nothing); a DELETE is accepted (202).
+/// with `fail`, answers 500 and starts nothing); a request in a session is accepted (202).
 fn serving(tasks: &Arc<Tasks>, fail: bool) -> axum::Router {
     let starter = crate::tasks::tests::starter();
     let handler = move |request: Request| {
         let starter = starter.clone();
         async move {
-            if request.method() == Method::DELETE {
+            // In a session (a DELETE, a notification): accepted, as rmcp answers.
+            if request.extensions().get::<SessionTask>().is_some() {
                 return StatusCode::ACCEPTED.into_response();
             }
             if fail {
@@ -239,7 +240,8 @@ fn serving(tasks: &Arc<Tasks>, fail: bool) -> axum::Router {
 
 /// An answered `initialize` is bound under the id the sidecar mints and answers with: that
 /// id then names the caller's task, which holds the place admitted; an `initialize` that
-/// fails gets no id and leaves no place held. A DELETE accepted is answered 204.
+/// fails gets no id and leaves no place held. A DELETE accepted is answered 204, a
+/// notification 202.
 #[tokio::test]
 async fn an_answered_initialize_should_be_bound_under_the_id_it_is_answered_with() {
     use tower::ServiceExt as _;
@@ -270,6 +272,13 @@ async fn an_answered_initialize_should_be_bound_under_the_id_it_is_answered_with
         .header(MCP_SESSION_ID, &id)
         .body(Body::empty())
         .unwrap();
+    // Only a DELETE's 202 becomes 204: a notification is answered 202, as MCP says.
+    let notified = in_session(
+        &id,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    let notified = router.clone().oneshot(notified).await.unwrap();
+    assert_eq!(notified.status(), StatusCode::ACCEPTED);
     let deleted = router.oneshot(delete).await.unwrap();
     assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
 }
