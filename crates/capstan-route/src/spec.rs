@@ -298,11 +298,6 @@ impl Catalog {
         self.specs.values().find(|s| s.tool_name() == tool)
     }
 
-    /// Every spec, in id order.
-    pub fn specs(&self) -> impl Iterator<Item = &CapabilitySpec> {
-        self.specs.values()
-    }
-
     /// The ids, in order.
     pub fn ids(&self) -> BTreeSet<&str> {
         self.specs.keys().map(String::as_str).collect()

@@ -219,15 +219,19 @@ fn the_quality_floor_should_take_the_max_and_the_ceiling_the_min() {
     assert_eq!(winner(&d), Some("bundled"));
 }
 
+/// Every name docs/routing.md gives candidate `beta` of [`three`]: its binding as `ns/name` and
+/// `name`, its namespaced tool, its server, its service.
+const BETA_NAMES: [&str; 5] = [
+    "providers/beta",
+    "beta",
+    "beta-mcp__search",
+    "beta-mcp",
+    "beta.example",
+];
+
 #[test]
 fn a_target_should_match_a_binding_a_tool_a_server_or_a_service() {
-    for target in [
-        "providers/beta",
-        "beta",
-        "beta-mcp__search",
-        "beta-mcp",
-        "beta.example",
-    ] {
+    for target in BETA_NAMES {
         let q = [qualifier("p", pin(target), None, None)];
         let d = plain(&three(), &q, json!({})).unwrap();
         assert_eq!(winner(&d), Some("beta"), "target {target}");
@@ -393,6 +397,90 @@ fn equal_scores_should_tie_break_by_binding_then_tool() {
     ];
     let d = plain(&same, &[], json!({})).unwrap();
     assert_eq!(winner(&d), Some("alpha"));
+}
+
+/// `only` and `ignore` name a candidate by any of the names a pin takes (docs/routing.md):
+/// its binding as `ns/name` or `name`, its namespaced tool, its server, its service.
+#[test]
+fn only_and_ignore_should_name_a_candidate_by_any_of_its_names() {
+    for target in BETA_NAMES {
+        for (kind, constraint, serves, excluded, reason) in [
+            (
+                "only",
+                only(&[target]),
+                "beta",
+                "alpha",
+                Reason::QualifierOnly,
+            ),
+            (
+                "ignore",
+                ignore(&[target]),
+                "alpha",
+                "beta",
+                Reason::QualifierIgnore,
+            ),
+        ] {
+            let q = [qualifier(kind, constraint, None, None)];
+            let d = plain(&three(), &q, json!({})).unwrap();
+            assert_eq!(winner(&d), Some(serves), "{kind} {target}");
+            assert_eq!(reason_of(&d, excluded), Some(reason), "{kind} {target}");
+        }
+    }
+}
+
+/// A price exactly at the ceiling and a quality exactly at the floor are within them; one
+/// micro-dollar dearer or one basis point lower is excluded.
+#[test]
+fn the_ceiling_and_the_floor_should_admit_exactly_their_own_values() {
+    // beta: 4000 micro-USD, quality 8000.
+    for (route, beta) in [
+        (json!({"maxCostMicrosUsd": 4000}), None),
+        (json!({"maxCostMicrosUsd": 3999}), Some(Reason::CostCeiling)),
+        (json!({"minQuality": 8000}), None),
+        (json!({"minQuality": 8001}), Some(Reason::QualityFloor)),
+    ] {
+        let d = plain(&three(), &[], route.clone()).unwrap();
+        assert_eq!(reason_of(&d, "beta"), beta, "{route}: {:?}", d.exclusions);
+    }
+}
+
+/// A candidate listed twice is decided on the copy that can serve — composed, then active —
+/// whichever order the copies come in.
+#[test]
+fn a_candidate_listed_twice_should_be_decided_on_its_serving_copy() {
+    let serving = candidate("alpha", Some(1000), Some(9000));
+    let mut missing = serving.clone();
+    missing.composed = false;
+    let mut quarantined = serving.clone();
+    quarantined.status = CapabilityStatus::Quarantined;
+    for other in [missing, quarantined] {
+        for copies in [
+            [serving.clone(), other.clone()],
+            [other.clone(), serving.clone()],
+        ] {
+            let d = plain(&copies, &[], json!({})).unwrap();
+            assert_eq!(winner(&d), Some("alpha"), "{copies:?}");
+            assert!(d.exclusions.is_empty(), "{:?}", d.exclusions);
+        }
+    }
+}
+
+/// Records and metrics spell each exclusion as docs/routing.md lists them.
+#[test]
+fn each_reason_should_be_spelled_as_the_routing_docs_list_it() {
+    for (reason, word) in [
+        (Reason::TargetMissing, "target_missing"),
+        (Reason::Quarantined, "quarantined"),
+        (Reason::QualifierPin, "qualifier_pin"),
+        (Reason::QualifierOnly, "qualifier_only"),
+        (Reason::QualifierIgnore, "qualifier_ignore"),
+        (Reason::CostCeiling, "cost_ceiling"),
+        (Reason::QualityFloor, "quality_floor"),
+        (Reason::CoverageMissing, "coverage_missing"),
+        (Reason::CandidateCap, "candidate_cap"),
+    ] {
+        assert_eq!(reason.as_str(), word);
+    }
 }
 
 mod properties {
