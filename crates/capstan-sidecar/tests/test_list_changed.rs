@@ -185,12 +185,20 @@ async fn a_refresh_that_changes_no_tool_should_send_no_notification() {
             .unwrap_or(0)
     };
     let before = count(&metrics(&address).await);
+    let lists_before = provider_messages(&provider, "tools/list").await;
 
-    // The upstream says its list changed, but it did not: composed again, nothing sent.
+    // The upstream says its list changed, but it did not: composed again, nothing sent. A
+    // refresh tick alone lists nothing and counts nothing (idle for 4 s: no `tools/list`, no
+    // refresh counted), so both counts growing is the notification's doing — the second one
+    // read from the provider's own record.
     assert!(provider.notify_list_changed().await >= 1);
-    eventually("the session is composed again", || async {
-        (count(&metrics(&address).await) > before).then_some(())
-    })
+    eventually(
+        "the session is composed again, its upstream listed anew",
+        || async {
+            let listed = provider_messages(&provider, "tools/list").await > lists_before;
+            (listed && count(&metrics(&address).await) > before).then_some(())
+        },
+    )
     .await;
 
     // A real change afterwards is the first notification the client sees.
