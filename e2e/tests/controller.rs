@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use capstan_controller::status::MAX_MESSAGE_LEN;
+use capstan_controller::{Leadership, LeaseSettings};
 use capstan_e2e::controller::{
     CONTROLLER_ROLE, ControllerProcess, LEADER_ELECTION_ROLE, NAMESPACE, apply_controller_rbac,
     bind_cluster_role, bind_role, service_account, service_account_kubeconfig,
@@ -19,7 +20,10 @@ use capstan_e2e::controller::{
 use capstan_e2e::objects::{ConditionView, apply, delete, wait_condition};
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
 use capstan_e2e::{HarnessError, printed, repo_root};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// How long an outcome may take to appear before a trial fails: generous, because the machine
@@ -77,6 +81,10 @@ fn main() -> ExitCode {
             trial(
                 "a_missing_lease_namespace_should_be_retried_not_fatal",
                 lease_namespace_later,
+            ),
+            trial(
+                "a_replica_taking_a_lease_another_holds_should_be_refused",
+                held_lease_take_refused,
             ),
         ],
     )
@@ -694,6 +702,67 @@ fn lease_namespace_later(env: &Env) -> Outcome {
         )
         .await
         .map(drop)
+    })
+}
+
+/// Two replicas that both read their Lease free both try to take it, each with the server-side
+/// apply kube-lease-manager sends for a free lease; the apiserver must let only one through.
+/// Here replica A holds the lease (a real `Leadership`), and replica B's take, sent as B would
+/// from its stale read, is refused with a conflict: the holder stays A and A still leads. When
+/// every replica wrote the Lease as one field manager, that apply went through and both
+/// replicas led until A's next renewal (a binding's writes came from both pods on a node).
+fn held_lease_take_refused(env: &Env) -> Outcome {
+    let settings = |identity: &str| LeaseSettings {
+        name: "capstan-e2e-take".into(),
+        // The apiserver makes `default` itself; this trial starts no controller process.
+        namespace: "default".into(),
+        identity: identity.into(),
+        duration_seconds: 300,
+        grace_seconds: 5,
+    };
+    env.runtime.block_on(async {
+        let (_synced, synced) = tokio::sync::watch::channel(true);
+        let a = Leadership::start(env.client.clone(), settings("take-a"), synced);
+        let mut leads = a.leader();
+        let led = tokio::time::timeout(PATIENCE, leads.wait_for(|leads| *leads)).await;
+        check(matches!(led, Ok(Ok(_))), || "replica A never led".into())?;
+        let leases: Api<Lease> = Api::namespaced(env.client.clone(), "default");
+        let holder = || async {
+            leases
+                .get("capstan-e2e-take")
+                .await
+                .ok()
+                .and_then(|lease| lease.spec?.holder_identity)
+        };
+        check(holder().await.as_deref() == Some("take-a"), || {
+            "the Lease does not name replica A".into()
+        })?;
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let take = json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "spec": {
+                "acquireTime": now,
+                "renewTime": now,
+                "holderIdentity": "take-b",
+                "leaseDurationSeconds": 300,
+            },
+        });
+        let as_b = PatchParams::apply(&settings("take-b").field_manager());
+        let taken = leases
+            .patch("capstan-e2e-take", &as_b, &Patch::Apply(take))
+            .await;
+        let refused = matches!(&taken, Err(kube::Error::Api(status)) if status.code == 409);
+        let after = holder().await;
+        let still_leads = *a.leader().borrow();
+        a.stop().await;
+        check(refused, || {
+            let holder = taken.map(|lease| lease.spec.and_then(|spec| spec.holder_identity));
+            format!("replica B's take of A's lease was not refused; the Lease names {holder:?}")
+        })?;
+        check(after.as_deref() == Some("take-a") && still_leads, || {
+            format!("after B's take the Lease names {after:?}; A leads: {still_leads}")
+        })
     })
 }
 

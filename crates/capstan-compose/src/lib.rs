@@ -41,6 +41,7 @@ pub use interned::{Interned, content_key};
 pub use limits::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FETCH_TIMEOUT,
     DEFAULT_KNOWLEDGE_SOURCE_CAP, DEFAULT_KNOWLEDGE_TOTAL_CAP, DEFAULT_SKILL_CAP, Limits,
+    UpstreamTimeouts,
 };
 pub use names::{
     MAX_TOOL_NAME, composed_name, composed_name_as, full_name, full_name_as, sanitize, shortened,

@@ -95,12 +95,14 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_LEASE_DURATION_SECONDS", default_value_t = DEFAULT_LEASE_DURATION_SECONDS)]
     pub lease_duration_seconds: u64,
 
-    /// Seconds before expiry at which the leader renews.
+    /// Seconds before expiry at which the leader renews: at least 1, and less than the lease's
+    /// duration.
     #[arg(long, env = "CAPSTAN_LEASE_GRACE_SECONDS", default_value_t = DEFAULT_LEASE_GRACE_SECONDS)]
     pub lease_grace_seconds: u64,
 
-    /// This replica's identity in the Lease; defaults to the pod name (POD_NAME) or the host
-    /// name, with the process id.
+    /// This replica's identity in the Lease, at most 103 bytes, all printable (its field
+    /// manager's name is built from it); defaults to the pod name (POD_NAME) or the host name,
+    /// with the process id.
     #[arg(long, env = "CAPSTAN_IDENTITY")]
     pub identity: Option<String>,
 
@@ -143,16 +145,9 @@ pub struct ProbeConfig {
     #[arg(long, env = "CAPABILITY_FETCH_HOSTS", default_value = "")]
     pub fetch_hosts: String,
 
-    /// Seconds to connect, initialize and list one MCP upstream in a probe, as the sidecar's
-    /// setting of the same name: set both alike, or a provider the sidecars compose reads as
-    /// degraded here (or the other way round).
-    #[arg(long, env = "CAPSTAN_CONNECT_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CONNECT_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-    pub connect_timeout_seconds: u64,
-
-    /// Seconds to fetch one knowledge source in a probe, as the sidecar's setting of the same
-    /// name.
-    #[arg(long, env = "CAPSTAN_FETCH_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_FETCH_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-    pub fetch_timeout_seconds: u64,
+    /// The upstream timeouts, the sidecar's flags of the same names.
+    #[command(flatten)]
+    pub timeouts: capstan_compose::UpstreamTimeouts,
 }
 
 #[cfg(test)]
@@ -174,23 +169,31 @@ mod tests {
         }
     }
 
-    /// A timeout of 0 s would fail every upstream at once: refused when the process starts,
-    /// naming the flag.
-    #[test]
-    fn a_zero_upstream_timeout_should_be_refused_at_start() {
+    /// A grace the lease cannot renew with stops the controller before it reads its kubeconfig
+    /// or serves anything, naming both flags.
+    #[tokio::test]
+    async fn a_lease_grace_not_below_its_duration_should_stop_the_controller_at_start() {
         use clap::Parser as _;
-        for flag in ["--connect-timeout-seconds", "--fetch-timeout-seconds"] {
-            let Err(refused) = Config::try_parse_from(["capstan-controller", flag, "0"]) else {
-                panic!("{flag} 0 was taken");
-            };
-            assert_eq!(
-                refused.kind(),
-                clap::error::ErrorKind::ValueValidation,
-                "{flag}"
-            );
-            assert!(refused.to_string().contains(flag), "{refused}");
-            let taken = Config::try_parse_from(["capstan-controller", flag, "1"]);
-            assert!(taken.is_ok(), "{flag} 1: {taken:?}");
-        }
+        let config = Config::try_parse_from([
+            "capstan-controller",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--lease-duration-seconds",
+            "15",
+            "--lease-grace-seconds",
+            "15",
+        ]);
+        let Ok(config) = config else {
+            panic!("{config:?}");
+        };
+        let Err(refused) = crate::run(config).await else {
+            panic!("the controller ran");
+        };
+        let message = refused.to_string();
+        assert!(
+            message.contains("--lease-grace-seconds (15) must be at least 1 and less than")
+                && message.contains("--lease-duration-seconds (15)"),
+            "{message}"
+        );
     }
 }

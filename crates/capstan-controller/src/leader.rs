@@ -10,11 +10,25 @@
 //!
 //! A replica campaigns only once its caches have synced: a pod that has just started must not
 //! win a released Lease from a warm standby and leave the writes waiting for its first list
-//! (found on a real node, docs/architecture.md "Leadership"). Either may still win once both
-//! are synced; both can then write at once.
+//! (found on a real node, docs/architecture.md "Leadership"). Either may win once both are
+//! synced.
 //!
 //! A lease that cannot be reached yet (its namespace missing, RBAC not bound) is retried with
 //! a log line naming it, as the caches retry CRDs that are not installed yet.
+//!
+//! Each replica writes the Lease under a field manager of its own ([`LeaseSettings::field_manager`]).
+//! A replica takes a free lease with a server-side apply of `holderIdentity`; the apiserver
+//! refuses that apply with a conflict when another manager already owns the field, and that
+//! refusal is all that keeps two replicas which both read the lease free from both leading. Under
+//! one shared manager the second apply silently overwrote the first, and the first replica,
+//! which had already read itself back as holder, kept writing statuses until its next renewal
+//! (found on a real node: a binding's writes came from both pods, docs/reliability.md). What a
+//! lease cannot prevent remains: a holder whose renewal comes after its lease expired (a
+//! stalled process) writes on until that renewal reads the new holder back; its writes are
+//! the same server-side applies of the same conditions. Nor is kube-lease-manager's takeover
+//! of an expired lease conditioned on what it read (a forced clear, then a take): with two
+//! standbys, both can lead until the first one's renewal (docs/reliability.md "Leadership
+//! with more than one standby"; the chart runs one standby).
 
 use std::time::Duration;
 
@@ -51,8 +65,72 @@ pub struct LeaseSettings {
     pub duration_seconds: u64,
     /// Seconds before expiry the holder renews.
     pub grace_seconds: u64,
-    /// The field manager of the lease's writes.
-    pub field_manager: String,
+}
+
+/// The longest identity whose field manager fits the apiserver's 128 characters.
+pub const MAX_IDENTITY_LEN: usize = 128 - LEASE_FIELD_MANAGER_PREFIX.len();
+
+/// [`crate::FIELD_MANAGER`], the status writes' manager, with the lease's suffix.
+const LEASE_FIELD_MANAGER_PREFIX: &str = "capstan-controller-lease-";
+
+impl LeaseSettings {
+    /// The field manager of this replica's Lease writes: its own, so that the apiserver refuses
+    /// one replica's take of a lease another holds (the module's comment says why).
+    pub fn field_manager(&self) -> String {
+        format!("{LEASE_FIELD_MANAGER_PREFIX}{}", self.identity)
+    }
+
+    /// Refuses settings a replica cannot elect with, naming the flag: a grace that is 0 (the
+    /// holder would renew only as its lease expires) or not below the duration (it would renew
+    /// without pause), and an identity too long for its field manager.
+    pub fn check(&self) -> Result<(), LeaseSettingsError> {
+        if self.grace_seconds == 0 || self.grace_seconds >= self.duration_seconds {
+            return Err(LeaseSettingsError::Grace {
+                grace: self.grace_seconds,
+                duration: self.duration_seconds,
+            });
+        }
+        // The apiserver takes a field manager of at most 128 bytes, every character printable:
+        // a newline carried in from a file-fed variable would fail every Lease write.
+        let unprintable = |c: char| c.is_control() || (c.is_whitespace() && c != ' ');
+        if self.identity.is_empty()
+            || self.identity.len() > MAX_IDENTITY_LEN
+            || self.identity.chars().any(unprintable)
+        {
+            return Err(LeaseSettingsError::Identity {
+                identity: self.identity.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Lease settings refused when the controller starts.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum LeaseSettingsError {
+    /// The grace is not between 1 and the duration.
+    #[error(
+        "--lease-grace-seconds ({grace}) must be at least 1 and less than \
+         --lease-duration-seconds ({duration}): the leader renews its lease that many seconds \
+         before it expires"
+    )]
+    Grace {
+        /// The grace asked for.
+        grace: u64,
+        /// The duration asked for.
+        duration: u64,
+    },
+    /// The identity is empty, too long, or has a character the apiserver would refuse.
+    #[error(
+        "--identity {identity:?} must have 1 to {MAX_IDENTITY_LEN} bytes, every character \
+         printable (no control characters, no spacing but ' '): this replica writes its Lease as \
+         the field manager `capstan-controller-lease-<identity>`, which the apiserver takes up \
+         to 128 bytes long and printable"
+    )]
+    Identity {
+        /// The identity asked for.
+        identity: String,
+    },
 }
 
 /// Leadership could not be set up.
@@ -111,7 +189,7 @@ async fn build(client: &Client, settings: &LeaseSettings) -> Result<LeaseManager
         .with_identity(&settings.identity)
         .with_duration(settings.duration_seconds)
         .with_grace(settings.grace_seconds)
-        .with_field_manager(settings.field_manager.clone())
+        .with_field_manager(settings.field_manager())
         .build()
         .await
         .map_err(|source| LeaseError {
@@ -249,6 +327,78 @@ mod tests {
                 ..LeaseSpec::default()
             }),
             ..Lease::default()
+        }
+    }
+
+    fn settings(identity: &str, duration_seconds: u64, grace_seconds: u64) -> LeaseSettings {
+        LeaseSettings {
+            name: "capstan".into(),
+            namespace: "capstan".into(),
+            identity: identity.into(),
+            duration_seconds,
+            grace_seconds,
+        }
+    }
+
+    /// Two replicas must write the Lease as two field managers: the apiserver refuses one's
+    /// take of a lease the other holds only then (e2e/tests/controller.rs shows the refusal).
+    #[test]
+    fn each_replica_should_write_its_lease_as_a_field_manager_of_its_own() {
+        let a = settings("capstan-7d9f-abcde-1", 15, 5).field_manager();
+        let b = settings("capstan-7d9f-fghij-1", 15, 5).field_manager();
+        assert_eq!(a, "capstan-controller-lease-capstan-7d9f-abcde-1");
+        assert_eq!(b, "capstan-controller-lease-capstan-7d9f-fghij-1");
+        assert!(a.starts_with(crate::FIELD_MANAGER));
+    }
+
+    #[test]
+    fn a_grace_not_between_one_and_the_duration_should_be_refused() {
+        for (duration, grace) in [(15, 0), (15, 15), (15, 16), (0, 0), (1, 1)] {
+            let refused = settings("replica", duration, grace).check();
+            assert_eq!(
+                refused,
+                Err(LeaseSettingsError::Grace { grace, duration }),
+                "duration {duration}, grace {grace}"
+            );
+            let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                message.contains("--lease-grace-seconds")
+                    && message.contains("--lease-duration-seconds"),
+                "{message}"
+            );
+        }
+        assert_eq!(settings("replica", 15, 5).check(), Ok(()));
+        assert_eq!(settings("replica", 2, 1).check(), Ok(()));
+    }
+
+    /// The field manager may be 128 bytes long, every character printable: an identity of 103
+    /// makes it exactly that long; a newline or tab in it is refused.
+    #[test]
+    fn an_identity_should_fit_its_field_manager_in_128_characters() {
+        assert_eq!(MAX_IDENTITY_LEN, 103);
+        let longest = "a".repeat(103);
+        assert_eq!(settings(&longest, 15, 5).check(), Ok(()));
+        assert_eq!(settings(&longest, 15, 5).field_manager().len(), 128);
+        assert_eq!(
+            settings("pod a-1", 15, 5).check(),
+            Ok(()),
+            "a space is printable"
+        );
+        for identity in [
+            String::new(),
+            "a".repeat(104),
+            "capstan-7d9f-abcde-1\n".to_owned(),
+            "capstan\t7d9f".to_owned(),
+        ] {
+            let refused = settings(&identity, 15, 5).check();
+            assert_eq!(
+                refused,
+                Err(LeaseSettingsError::Identity {
+                    identity: identity.clone()
+                }),
+                "{} characters",
+                identity.len()
+            );
         }
     }
 

@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 use crate::cached::{CachedBinding, CachedQualifier};
 use crate::config::{Config, ProbeConfig};
 use crate::due::Due;
-use crate::leader::{Leadership, LeaseSettings};
+use crate::leader::{Leadership, LeaseSettings, LeaseSettingsError};
 use crate::metrics::Metrics;
 use crate::probe::{ProbeSettings, Prober};
 use crate::qualifiers::run_qualifiers;
@@ -38,7 +38,7 @@ use crate::triggers::{
     ProbedNames, all_on_leadership, named_for_reconcile, probed_bindings, resync_walk,
     spawn_marker, split_released,
 };
-use crate::writer::{FIELD_MANAGER, StatusWriter};
+use crate::writer::StatusWriter;
 
 /// Why the controller could not start or stopped with an error.
 #[derive(Debug, Error)]
@@ -60,6 +60,9 @@ pub enum RunError {
     /// The probe's composer settings.
     #[error(transparent)]
     Composer(#[from] SetupError),
+    /// The lease settings.
+    #[error(transparent)]
+    Lease(#[from] LeaseSettingsError),
 }
 
 impl Config {
@@ -88,6 +91,14 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         log,
         log_format,
     } = config;
+    let lease = LeaseSettings {
+        name: lease_name,
+        namespace: lease_namespace,
+        identity: identity.unwrap_or_else(default_identity),
+        duration_seconds: lease_duration_seconds,
+        grace_seconds: lease_grace_seconds,
+    };
+    lease.check()?;
     // Before any TLS client is built: the probe's and the trace exporter's.
     capstan_compose::install_crypto_provider();
     // Held to the end: dropping it exports the spans still buffered.
@@ -99,18 +110,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     // Turned true once both caches have synced: readiness, the qualifier loop and the
     // election wait for it.
     let (synced_tx, synced) = watch::channel(false);
-    let leadership = start_leader_election(
-        client.clone(),
-        LeaseSettings {
-            name: lease_name,
-            namespace: lease_namespace,
-            identity: identity.unwrap_or_else(default_identity),
-            duration_seconds: lease_duration_seconds,
-            grace_seconds: lease_grace_seconds,
-            field_manager: format!("{FIELD_MANAGER}-lease"),
-        },
-        synced,
-    );
+    let leadership = start_leader_election(client.clone(), lease, synced);
     let (probe, probed) = composed_probe(&probe_config, &admin.metrics)?.unzip();
     let (queue, worker, released) = status_queue(status_queue_capacity);
     let ctx = Arc::new(Context {
@@ -198,12 +198,7 @@ fn composed_probe(
         info!("Composed probes are off (--probe-interval-seconds 0)");
         return Ok(None);
     }
-    let limits = Limits {
-        connect_timeout: Duration::from_secs(config.connect_timeout_seconds),
-        knowledge_timeout: Duration::from_secs(config.fetch_timeout_seconds),
-        skill_timeout: Duration::from_secs(config.fetch_timeout_seconds),
-        ..Limits::default()
-    };
+    let limits = config.timeouts.applied_to(Limits::default());
     let composer =
         Composer::from_allow_lists(&config.mcp_endpoint_hosts, &config.fetch_hosts, limits)?;
     let settings = ProbeSettings {

@@ -128,17 +128,13 @@ pub struct Config {
     #[arg(long, env = "CAPABILITY_FETCH_HOSTS", default_value = "")]
     pub fetch_hosts: String,
 
-    /// Seconds to connect, initialize and list one MCP upstream.
-    #[arg(long, env = "CAPSTAN_CONNECT_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CONNECT_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-    pub connect_timeout_seconds: u64,
-
     /// Seconds one forwarded tool call may take.
     #[arg(long, env = "CAPSTAN_CALL_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CALL_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub call_timeout_seconds: u64,
 
-    /// Seconds to fetch one knowledge source or skill body.
-    #[arg(long, env = "CAPSTAN_FETCH_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_FETCH_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-    pub fetch_timeout_seconds: u64,
+    /// The upstream timeouts the controller's Composed probe shares.
+    #[command(flatten)]
+    pub timeouts: capstan_compose::UpstreamTimeouts,
 
     /// Bytes kept of one knowledge source.
     #[arg(long, env = "CAPSTAN_KNOWLEDGE_SOURCE_CAP", default_value_t = capstan_compose::DEFAULT_KNOWLEDGE_SOURCE_CAP)]
@@ -261,30 +257,20 @@ mod tests {
         }
     }
 
-    /// A timeout of 0 s would fail every upstream at once: refused when the process starts,
-    /// naming the flag.
+    /// A call timeout of 0 s would fail every call at once: refused when the process starts,
+    /// naming the flag (the timeouts it shares with the controller: capstan-compose's limits).
     #[test]
-    fn a_zero_upstream_timeout_should_be_refused_at_start() {
+    fn a_zero_call_timeout_should_be_refused_at_start() {
         use clap::Parser as _;
-        for flag in [
-            "--connect-timeout-seconds",
-            "--call-timeout-seconds",
-            "--fetch-timeout-seconds",
-        ] {
-            let Err(refused) =
-                Config::try_parse_from(["capstan-sidecar", "--source", "fixture", flag, "0"])
-            else {
-                panic!("{flag} 0 was taken");
-            };
-            assert_eq!(
-                refused.kind(),
-                clap::error::ErrorKind::ValueValidation,
-                "{flag}"
-            );
-            assert!(refused.to_string().contains(flag), "{refused}");
-            let taken =
-                Config::try_parse_from(["capstan-sidecar", "--source", "fixture", flag, "1"]);
-            assert!(taken.is_ok(), "{flag} 1: {taken:?}");
-        }
+        let flag = "--call-timeout-seconds";
+        let Err(refused) =
+            Config::try_parse_from(["capstan-sidecar", "--source", "fixture", flag, "0"])
+        else {
+            panic!("{flag} 0 was taken");
+        };
+        assert_eq!(refused.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(refused.to_string().contains(flag), "{refused}");
+        let taken = Config::try_parse_from(["capstan-sidecar", "--source", "fixture", flag, "1"]);
+        assert!(taken.is_ok(), "{flag} 1: {taken:?}");
     }
 }

@@ -243,15 +243,13 @@ fn crd_reader(
 
 /// The composer of the allow-list and limit settings.
 fn composer(config: &Settings) -> Result<Composer, RunError> {
-    let limits = Limits {
-        connect_timeout: Duration::from_secs(config.connect_timeout_seconds),
+    let limits = config.timeouts.applied_to(Limits {
         call_timeout: Duration::from_secs(config.call_timeout_seconds),
-        knowledge_timeout: Duration::from_secs(config.fetch_timeout_seconds),
         knowledge_source_cap: config.knowledge_source_cap,
         knowledge_total_cap: config.knowledge_total_cap,
-        skill_timeout: Duration::from_secs(config.fetch_timeout_seconds),
         skill_cap: config.skill_cap,
-    };
+        ..Limits::default()
+    });
     let composer =
         Composer::from_allow_lists(&config.mcp_endpoint_hosts, &config.fetch_hosts, limits)?;
     if composer.dials_nothing() {
