@@ -172,9 +172,12 @@ fn walk(path: &str, before: &Value, after: &Value, changes: &mut Vec<Change>, om
     }
 }
 
-/// What one manifest is, for ordering: its kind, name and namespace.
+/// What one manifest is, for ordering: its API group, kind, name and namespace — one object
+/// whatever the version it is written in; one kind's name in two groups is two kinds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
+    /// The API group (empty for the core group), without the version.
+    pub group: String,
     /// The kind.
     pub kind: String,
     /// The name.
@@ -192,7 +195,12 @@ impl Identity {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         };
+        let api_version = text("/apiVersion").unwrap_or_default();
+        let group = api_version
+            .rsplit_once('/')
+            .map_or("", |(group, _version)| group);
         Self {
+            group: group.to_owned(),
             kind: text("/kind").unwrap_or_default(),
             name: text("/metadata/name").unwrap_or_default(),
             namespace: text("/metadata/namespace"),

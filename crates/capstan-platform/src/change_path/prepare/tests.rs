@@ -184,3 +184,50 @@ fn a_second_manifest_for_one_object_should_be_refused_naming_the_first() {
         ]
     );
 }
+
+/// One kind's name in two API groups is two kinds (`Widget` of `a.example` and of `b.example`
+/// are different objects), so neither manifest is refused as the other; two versions of one
+/// group serve the same object, so the second of those is.
+#[test]
+fn one_object_should_be_one_group_kind_namespace_and_name_whatever_the_version() {
+    let widget = |api_version: &str| {
+        let (group, version) = api_version.split_once('/').unwrap();
+        let kind = Kind {
+            resource: kube::api::ApiResource {
+                group: group.into(),
+                version: version.into(),
+                api_version: api_version.into(),
+                kind: "Widget".into(),
+                plural: "widgets".into(),
+            },
+            namespaced: true,
+        };
+        let manifest = json!({
+            "apiVersion": api_version,
+            "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "team-a"},
+        });
+        canonical(0, &manifest, kind)
+    };
+    let mut batch = vec![
+        widget("a.example/v1"),
+        widget("b.example/v1"),
+        widget("a.example/v2"),
+    ];
+    refuse_duplicates(&mut batch);
+    let outcome: Vec<Result<String, Vec<Value>>> = batch
+        .into_iter()
+        .map(|p| p.map(|p| p.canonical["apiVersion"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(
+        outcome,
+        [
+            Ok("a.example/v1".to_owned()),
+            Ok("b.example/v1".to_owned()),
+            Err(vec![json!({
+                "field": "manifests[2].metadata.name",
+                "message": "Widget team-a/w is also manifests[0]: one manifest per object",
+            })]),
+        ]
+    );
+}
