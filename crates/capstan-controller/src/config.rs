@@ -100,8 +100,8 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_LEASE_GRACE_SECONDS", default_value_t = DEFAULT_LEASE_GRACE_SECONDS)]
     pub lease_grace_seconds: u64,
 
-    /// This replica's identity in the Lease, at most 103 bytes, all printable (its field
-    /// manager's name is built from it); defaults to the pod name (POD_NAME) or the host name,
+    /// This replica's identity in the Lease, at most 103 characters of printable ASCII (its
+    /// field manager's name is built from it); defaults to the pod name (POD_NAME) or the host name,
     /// with the process id.
     #[arg(long, env = "CAPSTAN_IDENTITY")]
     pub identity: Option<String>,

@@ -91,11 +91,14 @@ impl LeaseSettings {
             });
         }
         // The apiserver takes a field manager of at most 128 bytes, every character printable:
-        // a newline carried in from a file-fed variable would fail every Lease write.
-        let unprintable = |c: char| c.is_control() || (c.is_whitespace() && c != ' ');
+        // a newline carried in from a file-fed variable would fail every Lease write. Printable
+        // is held to ASCII here: the apiserver's rule also refuses invisible Unicode (a
+        // zero-width space, a direction mark) that std cannot tell apart without Unicode's
+        // category tables, and a pod or host name is ASCII anyway.
+        let printable = |c: char| c.is_ascii_graphic() || c == ' ';
         if self.identity.is_empty()
             || self.identity.len() > MAX_IDENTITY_LEN
-            || self.identity.chars().any(unprintable)
+            || !self.identity.chars().all(printable)
         {
             return Err(LeaseSettingsError::Identity {
                 identity: self.identity.clone(),
@@ -120,10 +123,10 @@ pub enum LeaseSettingsError {
         /// The duration asked for.
         duration: u64,
     },
-    /// The identity is empty, too long, or has a character the apiserver would refuse.
+    /// The identity is empty, too long, or has a character that is not printable ASCII.
     #[error(
-        "--identity {identity:?} must have 1 to {MAX_IDENTITY_LEN} bytes, every character \
-         printable (no control characters, no spacing but ' '): this replica writes its Lease as \
+        "--identity {identity:?} must have 1 to {MAX_IDENTITY_LEN} characters, each printable \
+         ASCII (letters, digits, punctuation, ' '): this replica writes its Lease as \
          the field manager `capstan-controller-lease-<identity>`, which the apiserver takes up \
          to 128 bytes long and printable"
     )]
@@ -372,7 +375,8 @@ mod tests {
     }
 
     /// The field manager may be 128 bytes long, every character printable: an identity of 103
-    /// makes it exactly that long; a newline or tab in it is refused.
+    /// makes it exactly that long; a newline, a tab, or an invisible or other non-ASCII
+    /// character in it is refused.
     #[test]
     fn an_identity_should_fit_its_field_manager_in_128_characters() {
         assert_eq!(MAX_IDENTITY_LEN, 103);
@@ -389,6 +393,9 @@ mod tests {
             "a".repeat(104),
             "capstan-7d9f-abcde-1\n".to_owned(),
             "capstan\t7d9f".to_owned(),
+            "capstan\u{200b}7d9f".to_owned(),
+            "capstan-\u{e9}".to_owned(),
+            "capstan\u{7f}".to_owned(),
         ] {
             let refused = settings(&identity, 15, 5).check();
             assert_eq!(
