@@ -485,16 +485,20 @@ fn a_listen_stream_should_hear_updates_of_the_resources_it_names_and_no_others()
     // A 2026-07-28 caller (no session) listens for one resource; the server says three were
     // updated. Its upstream is spoken to in 2026-07-28 too: the server's record of what its
     // open listen streams name is the oracle for the subscription, while the caller's stream
-    // is open and after it closed.
+    // is open and after it closed. The updates are sent once that record names the resource:
+    // the acknowledgement precedes the sidecar's stream to the server (docs/mcp-surface.md),
+    // and an update sent before that stream opened went unheard on a loaded machine.
+    let listening = json!({"until": {"contains": "orders"}, "seconds": 10,
+                           "name": "streamco__touch", "arguments": {"uris": []}});
     let report = offerings(
         sidecar.socket.to_str().unwrap(),
         "2026-07-28",
         &json!([
             {"op": "listen", "subscriptions": [shown("orders")], "seconds": 3, "events": 2,
+             "ready": listening,
              "call": "streamco__touch",
              "arguments": {"uris": [stream("clicks"), "streamco://runbooks/lag", stream("orders")]},
-             "then": {"until": {"contains": "orders"}, "seconds": 10, "name": "streamco__touch",
-                      "arguments": {"uris": []}}},
+             "then": listening},
             {"op": "call", "until": {"lacks": "orders"}, "seconds": 10, "name": "streamco__touch",
              "arguments": {"uris": []}},
         ]),

@@ -16,11 +16,12 @@ revision) or `2026-07-28`; OPS: a JSON list of operations, each one of
   {"op": "until", "method": M, "seconds": S} (until a notification M came, for at most S seconds)
   {"op": "slow", "seconds": S} (from now on, the client takes S seconds over each notification)
   {"op": "write", "path": P, "json": J} (replaces file P with J, atomically: a sidecar's fixture)
-  {"op": "listen", "call": N, "arguments": {...}, "subscriptions": [U...], "events": K,
-   "seconds": S, "then": CALL} (2026-07-28: a listen stream for prompt and resource list
-  changes and updates of the URIs U; calls tool N; the first K events within S seconds, by
-  their type's name (the first as "event"), the URIs the server honored, and the result of
-  the call op CALL made while the stream is still open)
+  {"op": "listen", "ready": CALL, "call": N, "arguments": {...}, "subscriptions": [U...],
+   "events": K, "seconds": S, "then": CALL} (2026-07-28: a listen stream for prompt and
+  resource list changes and updates of the URIs U; once the call op `ready` (optional) has
+  returned, calls tool N; the first K events within S seconds, by their type's name (the
+  first as "event"), the URIs the server honored, and the result of the call op CALL made
+  while the stream is still open)
 An op with `"client": NAME` runs in a second session of its own, opened at its first op with
 the token `token-of-NAME` and kept to the end. The report's last entry holds the notifications
 each client received: {"notifications": [{"method": M, "uri": U}, ...], "peers": {NAME: [...]}}.
@@ -76,6 +77,8 @@ async def run(client: Client, op: dict, notifications: list) -> dict:
             resource_subscriptions=op.get("subscriptions", ()),
         )
         async with listen as sub:
+            if "ready" in op:
+                await call(client, op["ready"])
             await client.call_tool(op["call"], op.get("arguments", {}))
             events: list = []
             with anyio.move_on_after(op["seconds"]):
