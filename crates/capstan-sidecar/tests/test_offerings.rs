@@ -273,7 +273,12 @@ fn a_sessions_subscriptions_and_prompt_changes_should_reach_it_and_nothing_else(
 fn a_listen_stream_should_be_told_when_the_prompts_change() {
     let server = PythonServer::start_script(SERVER);
     let endpoint = format!("http://{}/mcp", server.address);
-    let mut document = binding_document("streamco-binding", "streamco", &endpoint, &["add_prompt"]);
+    let mut document = binding_document(
+        "streamco-binding",
+        "streamco",
+        &endpoint,
+        &["add_prompt", "touch"],
+    );
     document["metadata"]["namespace"] = json!("demo-project");
     let entry = &mut document["spec"]["tools"]["mcpServers"][0];
     entry["promptSelector"] = json!({"include": ["triage", "escalate"]});
@@ -286,7 +291,11 @@ fn a_listen_stream_should_be_told_when_the_prompts_change() {
         "2026-07-28",
         &json!([
             {"op": "prompts"},
-            {"op": "listen", "call": "streamco__add_prompt", "seconds": 10},
+            // The prompt is added once the sidecar's own stream to the server is open (the
+            // server's count of its listen streams): a change said before it would not be heard.
+            {"op": "listen", "call": "streamco__add_prompt", "seconds": 10,
+             "ready": {"name": "streamco__touch", "arguments": {"uris": []},
+                       "until": {"contains": "\"streams\": 1"}, "seconds": 10}},
             {"op": "prompts"},
         ]),
     );

@@ -157,7 +157,8 @@ async def touch(
     """Says each of `uris` was updated, in order, `times[i]` times each (once by default), on
     the standalone stream of the session, or with `everyone` of every session that ever
     subscribed — and to the 2026-07-28 listen streams naming it; reports what is subscribed,
-    by any session, by the calling one (its id), and by the open listen streams."""
+    by any session, by the calling one (its id), and by the open listen streams, and how many
+    listen streams are open."""
     session = session_id(ctx.request_context.request)
     told = list(sessions.values()) if everyone else [ctx.request_context.session] if session else []
     for i, uri in enumerate(uris):
@@ -167,7 +168,13 @@ async def touch(
             await ctx.notify_resource_updated(uri)
     mine = by_session.get(session, set())
     streams = sorted({uri for uris in listening.values() for uri in uris})
-    return {"subscribed": sorted(subscribed), "mine": sorted(mine), "session": session, "listening": streams}
+    return {
+        "subscribed": sorted(subscribed),
+        "mine": sorted(mine),
+        "session": session,
+        "listening": streams,
+        "streams": len(listening),
+    }
 
 
 @server.tool()
