@@ -186,6 +186,12 @@ pub struct Identity {
     pub namespace: Option<String>,
 }
 
+/// The group and version an `apiVersion` names: `apps/v1` is (`apps`, `v1`), the core
+/// group's `v1` is (``, `v1`).
+pub fn group_version(api_version: &str) -> (&str, &str) {
+    api_version.rsplit_once('/').unwrap_or(("", api_version))
+}
+
 impl Identity {
     /// The identity of a manifest (missing fields read as empty).
     pub fn of(manifest: &Value) -> Self {
@@ -196,9 +202,7 @@ impl Identity {
                 .map(str::to_owned)
         };
         let api_version = text("/apiVersion").unwrap_or_default();
-        let group = api_version
-            .rsplit_once('/')
-            .map_or("", |(group, _version)| group);
+        let (group, _version) = group_version(&api_version);
         Self {
             group: group.to_owned(),
             kind: text("/kind").unwrap_or_default(),

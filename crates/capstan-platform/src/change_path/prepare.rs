@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::{MAX_MANIFESTS, item_error};
 use crate::failures::read_failure;
-use crate::manifest::{Identity, editable};
+use crate::manifest::{Identity, editable, group_version};
 use crate::project_api::{ApiFailure, DEFAULT_NAMESPACE, Kind, ProjectApi};
 use capstan_compose::{ErrorKind, ToolError};
 
@@ -87,10 +87,7 @@ async fn prepare(
         Ok(named) => named,
         Err(errors) => return Ok(Err(errors)),
     };
-    let (group, version) = named
-        .api_version
-        .rsplit_once('/')
-        .unwrap_or(("", named.api_version));
+    let (group, version) = group_version(named.api_version);
     let found = match api.kind(group, version, named.kind).await {
         Ok(found) => found,
         Err(
