@@ -9,6 +9,7 @@ mod connect;
 mod live;
 mod offerings;
 mod skill_files;
+mod uri_scope;
 
 use rmcp::model::{ErrorData, JsonObject};
 use thiserror::Error;
@@ -90,6 +91,18 @@ pub enum OfferingError {
     UnknownResource {
         /// The URI asked for.
         uri: String,
+    },
+    /// The URI's path holds what could climb out of a template's literal prefix
+    /// (`composer/offerings.rs` `unsafe_path`): it reaches no template.
+    #[error(
+        "resource URI {uri:?} holds {holds} in its path, which no resource template of this \
+         assistant reads: name the resource by its plain path"
+    )]
+    UnsafeUri {
+        /// The URI asked for.
+        uri: String,
+        /// What it holds (a dot segment, an encoded separator, a backslash).
+        holds: &'static str,
     },
     /// A completion names a prompt or template that is not composed.
     #[error("no prompt or resource template {name:?} is available to this assistant")]

@@ -366,7 +366,11 @@ impl Task {
         for uri in uris {
             let params = serde_json::json!({ "uri": uri });
             match served.composed().subscription(method, params).await {
-                Ok(_) | Err(capstan_compose::OfferingError::UnknownResource { .. }) => {}
+                Ok(_)
+                | Err(
+                    capstan_compose::OfferingError::UnknownResource { .. }
+                    | capstan_compose::OfferingError::UnsafeUri { .. },
+                ) => {}
                 Err(error) => {
                     warn!(project = %self.identity.project, %uri, %error, "{method} at the provider failed");
                 }

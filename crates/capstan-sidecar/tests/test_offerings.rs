@@ -63,15 +63,17 @@ fn names(list: &Value, items: &str, member: &str) -> Vec<String> {
         .collect()
 }
 
-/// Asserts a refusal: -32602 naming what was asked in `data.<member>`.
+/// Asserts a refusal: -32602 naming what was asked in `data.<member>` — an unknown name or
+/// URI, or a URI whose path could climb out of a template's prefix.
 fn assert_unknown(answer: &Value, member: &str, asked: &str) {
     let error = &answer["error"];
     assert_eq!(error["code"], -32602, "{asked}: {answer}");
     assert_eq!(error["data"][member], asked, "{answer}");
     assert!(
-        error["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("is available to this assistant")),
+        error["message"].as_str().is_some_and(|m| {
+            m.contains("is available to this assistant")
+                || m.contains("which no resource template of this assistant reads")
+        }),
         "{answer}"
     );
 }

@@ -13,6 +13,7 @@ use tracing::{debug, warn};
 use super::connect::{ServerPlan, ServerResult};
 use super::live::{Composed, Connected};
 use super::offerings::{Route, capstan_prefix};
+use super::uri_scope::UriScope;
 use crate::capabilities::{CapabilitySummary, RoutedCapability, routed_capabilities};
 use crate::composition::{
     BUILT_IN, BindingOutcome, Collision, ComposedPrompt, ComposedResource, ComposedTool,
@@ -103,8 +104,14 @@ impl<'a> Assembly<'a> {
             ));
         }
         debug!(%binding, server = %plan.server, "upstream composed");
+        let scope = match plan.resource_uris {
+            ResourceUris::Capstan => UriScope::Prefixed(capstan_prefix(&binding, &plan.server)),
+            ResourceUris::AsListed => UriScope::AsListed,
+        };
         self.composed.upstreams.push(Connected {
             key: plan.key,
+            binding,
+            scope,
             upstream,
             tools: listed,
             offerings,

@@ -8,7 +8,8 @@ use rmcp::model::{CallToolResponse, CallToolResult, JsonObject, Tool};
 use serde_json::Value;
 
 use super::OfferingError;
-use super::offerings::{Offered, Route};
+use super::offerings::{Offered, Route, unsafe_path};
+use super::uri_scope::UriScope;
 use super::{SkillError, ToolCallError};
 use crate::capabilities::RoutedCapability;
 use crate::composition::{ComposedTool, Composition};
@@ -25,6 +26,10 @@ pub(super) struct Connected {
     /// The binding's name and whole spec, and the server's name, digested: a composition of
     /// the same task keeps this session while this stays the same.
     pub(super) key: [u8; 32],
+    /// The binding whose server it is.
+    pub(super) binding: String,
+    /// Whose URIs its answers may name (`composer/uri_scope.rs`).
+    pub(super) scope: UriScope,
     pub(super) upstream: Arc<Upstream>,
     pub(super) tools: Arc<Vec<Tool>>,
     /// Its prompts, resources and templates its selectors name.
@@ -147,9 +152,13 @@ impl Composed {
             });
         };
         let upstream = &self.upstreams[*index].upstream;
-        Ok(upstream
+        let mut response = upstream
             .call(tool, arguments, self.limits.call_timeout, traffic)
-            .await?)
+            .await?;
+        if let CallToolResponse::Complete(result) = &mut response {
+            self.confine_tool_result(*index, result)?;
+        }
+        Ok(response)
     }
 
     /// Sends `logging/setLevel` with `level` to every upstream session of this composition
@@ -223,23 +232,18 @@ impl Composed {
             });
         };
         params["name"] = Value::String(route.upstream.clone());
-        self.forward(&route, "prompts/get", params).await
+        let mut result = self.forward(&route, "prompts/get", params).await?;
+        self.confine_prompt(route.index, &mut result)?;
+        Ok(result)
     }
 
     /// `resources/read` of a composed resource or of a URI a composed template produces; the
-    /// contents' URIs come back as the caller named them.
+    /// contents' URIs come back in the answering server's URI space (`uri_scope.rs`): under
+    /// its prefix, or as listed when no other upstream serves them.
     pub async fn read_resource(&self, params: Value) -> Result<Value, OfferingError> {
         let (route, params) = self.resolved(params)?;
         let mut result = self.forward(&route, "resources/read", params).await?;
-        if !route.prefix.is_empty()
-            && let Some(contents) = result.get_mut("contents").and_then(Value::as_array_mut)
-        {
-            for content in contents {
-                if let Some(uri) = content.get("uri").and_then(Value::as_str) {
-                    content["uri"] = Value::String(format!("{}{uri}", route.prefix));
-                }
-            }
-        }
+        self.confine_contents(route.index, &mut result)?;
         Ok(result)
     }
 
@@ -305,6 +309,14 @@ impl Composed {
     fn resolved(&self, mut params: Value) -> Result<(Route, Value), OfferingError> {
         let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
         let Some(route) = self.offered.resolve(uri) else {
+            if !self.offered.resources.contains_key(uri)
+                && let Some(holds) = unsafe_path(uri)
+            {
+                return Err(OfferingError::UnsafeUri {
+                    uri: uri.to_owned(),
+                    holds,
+                });
+            }
             return Err(OfferingError::UnknownResource {
                 uri: uri.to_owned(),
             });

@@ -57,6 +57,11 @@ impl Offered {
             .templates
             .iter()
             .filter(|(_, r)| r.prefix.is_empty() && !is_capstan_uri(uri));
+        // A template's literal prefix is a boundary: a URI whose path could climb out of it
+        // (a dot segment, an encoded separator) reaches no template.
+        if unsafe_path(uri).is_some() {
+            return None;
+        }
         prefixed.chain(as_listed).find_map(|(_, route)| {
             let upstream = uri.strip_prefix(route.prefix.as_str())?;
             template_matches(&route.upstream, upstream).then(|| Route {
@@ -109,6 +114,36 @@ impl Offered {
             _ => None,
         }
     }
+}
+
+/// Why the path of `uri` (what follows its scheme, up to its query or fragment) may not reach a
+/// template, if it may not: a dot segment (`.` or `..`, however percent-encoded), an encoded
+/// separator (`%2F`, `%5C`, also encoded twice) or a backslash. A server that resolves the
+/// path it is handed (a file server, a path-joining handler) would read any of them as leaving
+/// the directory the template's literal text names (`file:///docs/{+path}` reading
+/// `file:///docs/../../etc/passwd`), so such a URI is refused before it is matched rather than
+/// normalised into another: the caller names the resource it means.
+pub(crate) fn unsafe_path(uri: &str) -> Option<&'static str> {
+    let after_scheme = uri.split_once(':').map_or(uri, |(_, rest)| rest);
+    let path = after_scheme
+        .split(['?', '#'])
+        .next()
+        .unwrap_or(after_scheme);
+    if path.contains('\\') {
+        return Some("a backslash");
+    }
+    let lower = path.to_ascii_lowercase();
+    if ["%2f", "%5c", "%252f", "%255c"]
+        .iter()
+        .any(|encoded| lower.contains(encoded))
+    {
+        return Some("an encoded separator");
+    }
+    let dot_segment = lower.split('/').any(|segment| {
+        let decoded = segment.replace("%252e", ".").replace("%2e", ".");
+        decoded == "." || decoded == ".."
+    });
+    dot_segment.then_some("a dot segment")
 }
 
 /// Whether `uri` is one `template` (RFC 6570) can produce, read loosely: literal text must match
@@ -212,6 +247,43 @@ mod tests {
         // Its own URIs still reach it.
         let own = offered.resolve("test://anything/at/all").unwrap();
         assert_eq!(own.index, 0);
+    }
+
+    #[test]
+    fn a_path_that_could_leave_a_templates_prefix_should_reach_no_template() {
+        let offered = Offered {
+            templates: vec![(
+                "file:///docs/{+path}".to_owned(),
+                route(0, "file:///docs/{+path}", ""),
+            )],
+            ..Offered::default()
+        };
+        for (uri, why) in [
+            ("file:///docs/../../etc/passwd", "a dot segment"),
+            ("file:///docs/%2e%2e/%2E%2E/etc/passwd", "a dot segment"),
+            ("file:///docs/.%2e/secret", "a dot segment"),
+            ("file:///docs/%252e%252e/secret", "a dot segment"),
+            ("file:///docs/./guide.md", "a dot segment"),
+            ("file:///docs/..", "a dot segment"),
+            ("file:///docs/..%2Fetc%2Fpasswd", "an encoded separator"),
+            ("file:///docs/..%2fsecret", "an encoded separator"),
+            ("file:///docs/..%5Csecret", "an encoded separator"),
+            ("file:///docs/..%252Fsecret", "an encoded separator"),
+            ("file:///docs/..\\secret", "a backslash"),
+        ] {
+            assert_eq!(super::unsafe_path(uri), Some(why), "{uri}");
+            assert!(offered.resolve(uri).is_none(), "{uri} reached the template");
+        }
+        // Dots that are no segment, and a query or fragment, are the server's own business.
+        for uri in [
+            "file:///docs/guide.md",
+            "file:///docs/a..b/.hidden/v1.2",
+            "file:///docs/guide.md?range=../x#..",
+            "file:///docs/%2e%2e.md",
+        ] {
+            assert_eq!(super::unsafe_path(uri), None, "{uri}");
+            assert!(offered.resolve(uri).is_some(), "{uri} was refused");
+        }
     }
 
     #[test]

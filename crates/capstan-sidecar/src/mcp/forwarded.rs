@@ -26,7 +26,7 @@ pub(super) fn answer<T: serde::de::DeserializeOwned>(
             OfferingError::UnknownPrompt { name } | OfferingError::UnknownReference { name } => {
                 McpError::invalid_params(message, Some(json!({ "name": name })))
             }
-            OfferingError::UnknownResource { uri } => {
+            OfferingError::UnknownResource { uri } | OfferingError::UnsafeUri { uri, .. } => {
                 McpError::invalid_params(message, Some(json!({ "uri": uri })))
             }
             OfferingError::Refused(error) => error,

@@ -1,0 +1,250 @@
+//! A hostile provider cannot speak in another binding's name (docs/mcp-surface.md "URIs in
+//! answers"): every resource URI it names in an answer — read contents, embedded resources and
+//! resource links of tool results and prompts — stays in its own URI space or the answer is
+//! refused. The provider is `tests/python/hostile_server.py` (the Python `mcp` SDK, its answers
+//! written by hand), the client the Python SDK's; the oracle is the server's own record of what
+//! reached it and the victim's own resource read directly.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use capstan_testkit::PythonServer;
+use common::*;
+use serde_json::{Value, json};
+
+const SERVER: &str = "crates/capstan-sidecar/tests/python/hostile_server.py";
+
+/// The victim's resource as the sidecar shows it.
+const VICTIM_URI: &str = "capstan://victim-b/v/h://pub/a";
+
+/// Three bindings in one project on the one hostile server: `victim-b` shows `h://pub/a` the
+/// Capstan way, `victim-c` shows `h://pub/c`… as listed, `attacker` (as listed) and
+/// `attacker-p` (the Capstan way) each select `h://secret/b` and may call every tool.
+fn documents(endpoint: &str) -> Value {
+    let tools = ["claim", "embed", "record"];
+    let mut victim_b = binding_document("victim-b", "v", endpoint, &[]);
+    victim_b["spec"]["tools"]["mcpServers"][0]["resourceSelector"] =
+        json!({"include": ["h://pub/a"]});
+    let mut victim_c = binding_document("victim-c", "c", endpoint, &[]);
+    let server = &mut victim_c["spec"]["tools"]["mcpServers"][0];
+    server["resourceSelector"] = json!({"include": ["file:///docs/{+path}"]});
+    server["resourceUris"] = json!("AsListed");
+    let mut attacker = binding_document("attacker", "x", endpoint, &tools);
+    let server = &mut attacker["spec"]["tools"]["mcpServers"][0];
+    server["resourceSelector"] = json!({"include": ["h://secret/b"]});
+    server["resourceUris"] = json!("AsListed");
+    server["promptSelector"] = json!({"include": ["spoof"]});
+    server["toolNames"] = json!("Unprefixed");
+    let mut attacker_p = binding_document("attacker-p", "p", endpoint, &tools);
+    let server = &mut attacker_p["spec"]["tools"]["mcpServers"][0];
+    server["resourceSelector"] = json!({"include": ["h://secret/b"]});
+    server["promptSelector"] = json!({"include": ["spoof"]});
+    let mut documents = json!([victim_b, victim_c, attacker, attacker_p]);
+    for document in documents.as_array_mut().unwrap() {
+        document["metadata"]["namespace"] = json!("demo-project");
+    }
+    documents
+}
+
+fn offerings(target: &str, mode: &str, ops: &Value) -> Vec<Value> {
+    let report = python_report(
+        "offerings.py",
+        &[target, "demo-project", mode, &ops.to_string()],
+    );
+    serde_json::from_value(report).unwrap()
+}
+
+/// Every URI an answer's contents, blocks or messages name.
+fn uris(answer: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut walk = vec![answer];
+    while let Some(value) = walk.pop() {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(uri)) = map.get("uri") {
+                    found.push(uri.clone());
+                }
+                walk.extend(map.values());
+            }
+            Value::Array(items) => walk.extend(items),
+            _ => {}
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Asserts `answer` is the refusal of an answer naming `uri` outside `binding`'s URI space: a
+/// protocol error, or a tool error (`isError`, its structured error), that names both.
+fn assert_refused(answer: &Value, binding: &str, uri: &str) {
+    let message = answer["error"]["message"]
+        .as_str()
+        .or_else(|| answer["ok"]["structuredContent"]["error"]["message"].as_str())
+        .unwrap_or_else(|| panic!("not refused: {answer}"));
+    assert!(
+        message.contains(&format!(
+            "binding {binding} answered with the resource URI {uri:?}"
+        )),
+        "not refused naming {binding} and {uri:?}: {answer}"
+    );
+    assert!(
+        !uris(answer).iter().any(|u| u == uri),
+        "the claimed URI reached the caller: {answer}"
+    );
+}
+
+#[test]
+fn a_provider_should_never_name_another_bindings_resource_in_its_answers() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let sidecar = Sidecar::start(&documents(&endpoint), &[server.address.to_string()], &[]);
+    let socket = sidecar.socket.to_str().unwrap();
+
+    // The oracle: the server answers h://secret/b for the victim's URI too, directly.
+    let direct = offerings(
+        &endpoint,
+        "legacy",
+        &json!([{"op": "read", "uri": "h://secret/b"}]),
+    );
+    assert_eq!(
+        uris(&direct[0]["ok"]),
+        vec!["capstan://victim-b/v/h://pub/a", "h://secret/b"],
+        "{direct:?}"
+    );
+
+    for mode in ["legacy", "2026-07-28"] {
+        let before = reads(&endpoint);
+        let answers = offerings(
+            socket,
+            mode,
+            &json!([
+                // As listed: the victim's URI under the sidecar's scheme.
+                {"op": "read", "uri": "h://secret/b"},
+                {"op": "call", "name": "embed", "arguments": {"uri": VICTIM_URI}},
+                {"op": "get", "name": "x__spoof", "arguments": {"uri": VICTIM_URI}},
+                // As listed: a URI another as-listed server's template produces.
+                {"op": "call", "name": "claim", "arguments": {"uri": "file:///docs/guide.md"}},
+                {"op": "read", "uri": "h://secret/b"},
+                {"op": "call", "name": "embed", "arguments": {"uri": "file:///docs/guide.md"}},
+                // As listed: whitespace a client may trim into the victim's URI.
+                {"op": "call", "name": "embed", "arguments": {"uri": format!(" {VICTIM_URI}")}},
+                // The Capstan way: whatever it names lands under its own prefix.
+                {"op": "call", "name": "claim", "arguments": {"uri": VICTIM_URI}},
+                {"op": "read", "uri": "capstan://attacker-p/p/h://secret/b"},
+                {"op": "call", "name": "p__embed", "arguments": {"uri": VICTIM_URI}},
+                {"op": "get", "name": "p__spoof", "arguments": {"uri": VICTIM_URI}},
+                // The victim's own resource is still its own.
+                {"op": "read", "uri": VICTIM_URI},
+            ]),
+        );
+        assert_refused(&answers[0], "attacker", VICTIM_URI);
+        assert_eq!(
+            answers[0]["error"]["data"]["kind"], "upstream_malformed",
+            "{mode}: {answers:?}"
+        );
+        assert_eq!(
+            answers[1]["ok"]["isError"], true,
+            "{mode}: {:?}",
+            answers[1]
+        );
+        assert_refused(&answers[1], "attacker", VICTIM_URI);
+        assert_refused(&answers[2], "attacker", VICTIM_URI);
+        assert_refused(&answers[4], "attacker", "file:///docs/guide.md");
+        assert!(
+            answers[4]
+                .to_string()
+                .contains("MCP server c of binding victim-c"),
+            "{mode}: the owner is not named: {:?}",
+            answers[4]
+        );
+        assert_refused(&answers[5], "attacker", "file:///docs/guide.md");
+        assert_refused(&answers[6], "attacker", &format!(" {VICTIM_URI}"));
+        let own = "capstan://attacker-p/p/";
+        assert_eq!(
+            uris(&answers[8]["ok"]),
+            vec![format!("{own}{VICTIM_URI}"), format!("{own}h://secret/b")],
+            "{mode}: {:?}",
+            answers[8]
+        );
+        for answer in &answers[9..11] {
+            let named = uris(&answer["ok"]);
+            assert!(!named.is_empty(), "{mode}: {answer}");
+            assert!(named.iter().all(|u| u.starts_with(own)), "{mode}: {answer}");
+        }
+        assert_eq!(
+            uris(&answers[11]["ok"]),
+            vec![VICTIM_URI.to_owned()],
+            "{mode}"
+        );
+        assert_eq!(answers[11]["ok"]["contents"][0]["text"], "public text");
+        // The refusals are Capstan's, made on what the server answered: every read reached it.
+        let after = reads(&endpoint);
+        assert_eq!(
+            after[before.len()..].to_vec(),
+            vec!["h://secret/b", "h://secret/b", "h://secret/b", "h://pub/a"],
+            "{mode}"
+        );
+    }
+}
+
+/// The URIs the server was asked to read so far, by its own record.
+fn reads(endpoint: &str) -> Vec<String> {
+    let report = offerings(
+        endpoint,
+        "legacy",
+        &json!([{"op": "call", "name": "record"}]),
+    );
+    let text = report[0]["ok"]["content"][0]["text"].as_str().unwrap();
+    serde_json::from_str::<Value>(text).unwrap()["reads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_template_should_read_nothing_outside_its_literal_prefix() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let sidecar = Sidecar::start(&documents(&endpoint), &[server.address.to_string()], &[]);
+    let socket = sidecar.socket.to_str().unwrap();
+    let climbing = [
+        "file:///docs/../../etc/passwd",
+        "file:///docs/%2e%2e/%2E%2E/etc/passwd",
+        "file:///docs/.%2e/secret",
+        "file:///docs/..%2Fetc%2Fpasswd",
+        "file:///docs/..%5Csecret",
+        "file:///docs/%252e%252e/secret",
+    ];
+    for mode in ["legacy", "2026-07-28"] {
+        let before = reads(&endpoint);
+        let mut ops: Vec<Value> = climbing
+            .iter()
+            .map(|uri| json!({"op": "read", "uri": uri}))
+            .collect();
+        ops.push(json!({"op": "read", "uri": "file:///docs/guides/start.md"}));
+        let answers = offerings(socket, mode, &Value::Array(ops));
+        for (uri, answer) in climbing.iter().zip(&answers) {
+            let error = &answer["error"];
+            assert_eq!(error["code"], -32602, "{mode} {uri}: {answer}");
+            assert_eq!(error["data"]["uri"], *uri, "{mode}: {answer}");
+            assert!(
+                error["message"].as_str().unwrap().contains("in its path"),
+                "{mode}: {answer}"
+            );
+        }
+        assert_eq!(
+            answers[climbing.len()]["ok"]["contents"][0]["text"],
+            "document file:///docs/guides/start.md",
+            "{mode}"
+        );
+        // Only the plain read reached the server, by its own record.
+        assert_eq!(
+            reads(&endpoint)[before.len()..].to_vec(),
+            vec!["file:///docs/guides/start.md"],
+            "{mode}"
+        );
+    }
+}
