@@ -28,11 +28,12 @@ pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 16;
 pub const DEFAULT_RESYNC_SECONDS: u64 = 300;
 
 /// Seconds a lease stays valid after a renewal. 15 s: client-go's leader-election default; a
-/// killed leader is replaced within it, a gracefully stopped one at once.
+/// killed leader is replaced within it and two retry periods, a gracefully stopped one at once.
 pub const DEFAULT_LEASE_DURATION_SECONDS: u64 = 15;
 
-/// Seconds before expiry the leader renews. 5 s: a third of the duration, room for one slow
-/// apiserver answer.
+/// Seconds between a leader that cannot renew stopping its writes and a standby taking over.
+/// 5 s: client-go's margin (its renew deadline is 10 s of 15), room for a slow write to finish
+/// and for clocks that do not run at quite the same rate.
 pub const DEFAULT_LEASE_GRACE_SECONDS: u64 = 5;
 
 /// Capstan's controller. Every flag can also be set from the environment variable shown.
@@ -90,19 +91,20 @@ pub struct Config {
     )]
     pub lease_namespace: String,
 
-    /// Seconds a lease stays valid after its last renewal; a standby takes over this long
-    /// after the leader stops renewing.
+    /// Seconds a lease stays valid after its last renewal: a standby takes over once it has
+    /// seen the Lease unchanged this long, on its own clock.
     #[arg(long, env = "CAPSTAN_LEASE_DURATION_SECONDS", default_value_t = DEFAULT_LEASE_DURATION_SECONDS)]
     pub lease_duration_seconds: u64,
 
-    /// Seconds before expiry at which the leader renews: at least 1, and less than the lease's
+    /// Seconds of margin: a leader that has not renewed for the duration less this stops
+    /// writing, this long before a standby may take over. At least 1, and less than the
     /// duration.
     #[arg(long, env = "CAPSTAN_LEASE_GRACE_SECONDS", default_value_t = DEFAULT_LEASE_GRACE_SECONDS)]
     pub lease_grace_seconds: u64,
 
     /// This replica's identity in the Lease, at most 103 characters of printable ASCII (its
     /// field manager's name is built from it); defaults to the pod name (POD_NAME) or the host name,
-    /// with the process id.
+    /// with the process id and a random suffix (a restarted container is a new candidate).
     #[arg(long, env = "CAPSTAN_IDENTITY")]
     pub identity: Option<String>,
 

@@ -1,12 +1,27 @@
-//! Leadership on a `coordination.k8s.io` Lease: one replica writes, the other keeps its caches
-//! warm and takes over when the lease is released or expires.
+//! Leadership on a `coordination.k8s.io` Lease: exactly one replica writes statuses at any
+//! instant; the others keep their caches warm and take over when the lease is released or has
+//! gone unrenewed for its whole duration.
 //!
-//! kube-lease-manager holds and renews the lease. Its standby, though, sleeps until the expiry
-//! of the lease it last saw, so a lease released by a graceful shutdown would only be taken
-//! over when it would have expired anyway. The standby therefore reads the Lease every
-//! [`STANDBY_POLL`]: when it shows no holder, the standby's manager is started afresh, and a
-//! fresh manager takes a free lease at once. (A GET, not a watch, so the controller's Role
-//! needs no list or watch on Leases: get, create and patch are all it uses.)
+//! The election is written here, after client-go's (`tools/leaderelection`), in
+//! [`election`] (the decisions, pure) and [`lease_store`] (the reads and writes). Why not a
+//! crate: kube-lease-manager (0.13, used until issue 55) takes an expired lease by first
+//! clearing its holder with a patch that carries no precondition, so with two standbys the
+//! later one's clear could land after the earlier one's take and both led until the first
+//! one's renewal; it also judged expiry by comparing the holder's renewTime with its own
+//! wall clock. kube-leader-election (0.44) writes merge patches without a precondition and is
+//! built on kube 4; kube-coordinate conditions its writes on the resourceVersion but is a
+//! release candidate on kube 2. The algorithm is small and well known; owning it keeps every
+//! write conditioned and every deadline on this replica's own clock:
+//!
+//! - every write of the Lease carries the resourceVersion the replica read, so of two replicas
+//!   acting on the same Lease exactly one write lands (the other gets 409 and reads again);
+//! - a standby takes a held lease only after it has seen the Lease unchanged for the holder's
+//!   whole lease duration on its own monotonic clock; a released one (no holder) at once;
+//! - a leader renews every [`retry_period`] and leads only until its last successful renewal's
+//!   sending plus the renew deadline (duration − grace): one that cannot renew (partitioned,
+//!   stalled) stops writing statuses before any standby could take its lease. The status
+//!   writer asks [`Term`] at each write, so a replica resumed after a stall writes nothing even
+//!   before this task has run again.
 //!
 //! A replica campaigns only once its caches have synced: a pod that has just started must not
 //! win a released Lease from a warm standby and leave the writes waiting for its first list
@@ -14,43 +29,38 @@
 //! synced.
 //!
 //! A lease that cannot be reached yet (its namespace missing, RBAC not bound) is retried with
-//! a log line naming it, as the caches retry CRDs that are not installed yet.
+//! a log line naming it, as the caches retry CRDs that are not installed yet. Each replica
+//! writes the Lease under a field manager of its own ([`LeaseSettings::field_manager`]), so
+//! the managed fields say which replica wrote last.
 //!
-//! Each replica writes the Lease under a field manager of its own ([`LeaseSettings::field_manager`]).
-//! A replica takes a free lease with a server-side apply of `holderIdentity`; the apiserver
-//! refuses that apply with a conflict when another manager already owns the field, and that
-//! refusal is all that keeps two replicas which both read the lease free from both leading. Under
-//! one shared manager the second apply silently overwrote the first, and the first replica,
-//! which had already read itself back as holder, kept writing statuses until its next renewal
-//! (found on a real node: a binding's writes came from both pods, docs/reliability.md). What a
-//! lease cannot prevent remains: a holder whose renewal comes after its lease expired (a
-//! stalled process) writes on until that renewal reads the new holder back; its writes are
-//! the same server-side applies of the same conditions. Nor is kube-lease-manager's takeover
-//! of an expired lease conditioned on what it read (a forced clear, then a take): with two
-//! standbys, both can lead until the first one's renewal (docs/reliability.md "Leadership
-//! with more than one standby"; the chart runs one standby).
+//! What a lease cannot prevent: a status write already sent when the term ends may still land
+//! (the writer cuts every write at the term's end, but cannot recall a request in flight), and
+//! clocks that run at very different rates eat into the grace.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
-use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use thiserror::Error;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
-/// How long a manager may take to release the lease when it is stopped. 5 s: a release is one
-/// PATCH; past this the standby takes over when the lease expires instead.
+mod election;
+mod lease_store;
+
+use election::{Election, Step};
+use lease_store::{KubeLeases, LeaseStore, StoreError, Write};
+
+/// How long a stopping replica may take to release the lease. 5 s: a release is one PATCH;
+/// past this the standby takes over when the lease has gone unrenewed for its duration.
 pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Pause before building a manager again after a failure (the apiserver may be restarting,
-/// the namespace not created yet).
-const RETRY: Duration = Duration::from_secs(2);
-
-/// How often a standby reads the Lease to see whether it was released. 2 s: a released lease
-/// is taken over within two seconds, for one GET every two seconds per standby.
-pub const STANDBY_POLL: Duration = Duration::from_secs(2);
+/// The longest pause between two rounds of the election (a leader's renewals, a standby's
+/// reads). 2 s: client-go's retry period; a released lease is taken within it, for one GET
+/// every two seconds per standby and a GET and a PATCH per leader.
+pub const MAX_RETRY_PERIOD: Duration = Duration::from_secs(2);
 
 /// The lease to elect on.
 #[derive(Clone, Debug)]
@@ -61,9 +71,10 @@ pub struct LeaseSettings {
     pub namespace: String,
     /// This replica's identity, written as the holder.
     pub identity: String,
-    /// Seconds the lease stays valid after a renewal.
+    /// Seconds a standby waits, having seen the Lease unchanged, before it takes the lease.
     pub duration_seconds: u64,
-    /// Seconds before expiry the holder renews.
+    /// Seconds between the moment a leader that cannot renew stops writing and the moment a
+    /// standby may take its lease: the leader's renew deadline is the duration less this.
     pub grace_seconds: u64,
 }
 
@@ -74,15 +85,16 @@ pub const MAX_IDENTITY_LEN: usize = 128 - LEASE_FIELD_MANAGER_PREFIX.len();
 const LEASE_FIELD_MANAGER_PREFIX: &str = "capstan-controller-lease-";
 
 impl LeaseSettings {
-    /// The field manager of this replica's Lease writes: its own, so that the apiserver refuses
-    /// one replica's take of a lease another holds (the module's comment says why).
+    /// The field manager of this replica's Lease writes: its own, so the Lease's managed fields
+    /// say which replica wrote it last (and a server-side apply by another replica conflicts).
     pub fn field_manager(&self) -> String {
         format!("{LEASE_FIELD_MANAGER_PREFIX}{}", self.identity)
     }
 
-    /// Refuses settings a replica cannot elect with, naming the flag: a grace that is 0 (the
-    /// holder would renew only as its lease expires) or not below the duration (it would renew
-    /// without pause), and an identity too long for its field manager.
+    /// Refuses settings a replica cannot elect with, naming the flag: a grace that is 0 (a
+    /// leader that cannot renew would write until the very moment a standby may take over) or
+    /// not below the duration (it would have no time to renew in), and an identity too long for
+    /// its field manager.
     pub fn check(&self) -> Result<(), LeaseSettingsError> {
         if self.grace_seconds == 0 || self.grace_seconds >= self.duration_seconds {
             return Err(LeaseSettingsError::Grace {
@@ -114,8 +126,8 @@ pub enum LeaseSettingsError {
     /// The grace is not between 1 and the duration.
     #[error(
         "--lease-grace-seconds ({grace}) must be at least 1 and less than \
-         --lease-duration-seconds ({duration}): the leader renews its lease that many seconds \
-         before it expires"
+         --lease-duration-seconds ({duration}): a leader that cannot renew stops writing that \
+         many seconds before a standby may take its lease"
     )]
     Grace {
         /// The grace asked for.
@@ -136,22 +148,76 @@ pub enum LeaseSettingsError {
     },
 }
 
-/// Leadership could not be set up.
-#[derive(Debug, Error)]
-#[error("lease {namespace}/{name}: {source}")]
-pub struct LeaseError {
-    /// The Lease's namespace.
-    pub namespace: String,
-    /// The Lease's name.
-    pub name: String,
-    /// What failed.
-    #[source]
-    pub source: kube_lease_manager::LeaseManagerError,
+/// Until when this replica may act as leader, on its own monotonic clock: what the status
+/// writer asks before every write (a flag set by the election task could be stale after a
+/// stall; the clock cannot).
+#[derive(Clone, Debug, Default)]
+pub struct Term(Arc<Mutex<Option<Instant>>>);
+
+impl Term {
+    /// The end of the term, if this replica leads now. A poisoned lock reads as not leading.
+    pub fn until(&self) -> Option<Instant> {
+        let until = self.0.lock().map(|until| *until).unwrap_or(None);
+        until.filter(|until| Instant::now() < *until)
+    }
+
+    fn set(&self, until: Option<Instant>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = until;
+    }
+}
+
+/// What the rest of the controller reads of the election: the term, and a flag that changes
+/// when leadership is gained or lost.
+struct Publish {
+    term: Term,
+    flag: watch::Sender<bool>,
+}
+
+impl Publish {
+    fn set(&self, until: Option<Instant>) {
+        self.term.set(until);
+        let leads = until.is_some();
+        self.flag
+            .send_if_modified(|flag| std::mem::replace(flag, leads) != leads);
+    }
+}
+
+/// The election's pace, from the settings.
+#[derive(Clone, Debug)]
+struct Timing {
+    identity: String,
+    duration: Duration,
+    renew_deadline: Duration,
+    retry: Duration,
+}
+
+impl Timing {
+    fn of(settings: &LeaseSettings) -> Self {
+        let duration = Duration::from_secs(settings.duration_seconds);
+        let renew_deadline = Duration::from_secs(
+            settings
+                .duration_seconds
+                .saturating_sub(settings.grace_seconds),
+        );
+        Self {
+            identity: settings.identity.clone(),
+            duration,
+            renew_deadline,
+            retry: retry_period(renew_deadline),
+        }
+    }
+}
+
+/// The pause between two rounds: a third of the renew deadline (a leader gets three tries
+/// before its term ends), at most [`MAX_RETRY_PERIOD`], at least 100 ms.
+pub fn retry_period(renew_deadline: Duration) -> Duration {
+    (renew_deadline / 3).clamp(Duration::from_millis(100), MAX_RETRY_PERIOD)
 }
 
 /// Whether this replica leads, kept current by a background task until [`Leadership::stop`].
 pub struct Leadership {
     leader: watch::Receiver<bool>,
+    term: Term,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -161,14 +227,41 @@ impl Leadership {
     /// replica's caches have synced): until then, and until the lease can be reached, this
     /// replica is not leader; each failed attempt is logged and retried.
     pub fn start(client: Client, settings: LeaseSettings, synced: watch::Receiver<bool>) -> Self {
-        let (tx, leader) = watch::channel(false);
+        let store = KubeLeases {
+            api: Api::namespaced(client, &settings.namespace),
+            name: settings.name.clone(),
+            identity: settings.identity.clone(),
+            duration_seconds: i32::try_from(settings.duration_seconds).unwrap_or(i32::MAX),
+            field_manager: settings.field_manager(),
+        };
+        let lease = format!("{}/{}", settings.namespace, settings.name);
+        Self::start_on(store, Timing::of(&settings), lease, synced)
+    }
+
+    fn start_on(
+        store: impl LeaseStore,
+        timing: Timing,
+        lease: String,
+        synced: watch::Receiver<bool>,
+    ) -> Self {
+        let (flag, leader) = watch::channel(false);
+        let term = Term::default();
+        let publish = Publish {
+            term: term.clone(),
+            flag,
+        };
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(async move {
             if campaign_when_synced(synced, stopped.clone()).await {
-                elect(client, settings, tx, stopped).await;
+                campaign(store, timing, lease, publish, stopped).await;
             }
         });
-        Self { leader, stop, task }
+        Self {
+            leader,
+            term,
+            stop,
+            task,
+        }
     }
 
     /// Whether this replica leads now, and every change.
@@ -176,39 +269,20 @@ impl Leadership {
         self.leader.clone()
     }
 
-    /// Gives leadership up: the lease is released (when held) so the standby takes over at
-    /// once. Waits for the release at most [`RELEASE_TIMEOUT`] and says whether it finished.
+    /// The term this replica leads for, read at the moment of each status write.
+    pub fn term(&self) -> Term {
+        self.term.clone()
+    }
+
+    /// Gives leadership up: statuses stop at once, then the lease is released (when held) so a
+    /// standby takes over within its retry period. Waits for the release at most
+    /// [`RELEASE_TIMEOUT`] and says whether it finished.
     pub async fn stop(self) -> bool {
         let _ = self.stop.send(true);
         tokio::time::timeout(RELEASE_TIMEOUT, self.task)
             .await
             .is_ok()
     }
-}
-
-async fn build(client: &Client, settings: &LeaseSettings) -> Result<LeaseManager, LeaseError> {
-    LeaseManagerBuilder::new(client.clone(), &settings.name)
-        .with_namespace(&settings.namespace)
-        .with_identity(&settings.identity)
-        .with_duration(settings.duration_seconds)
-        .with_grace(settings.grace_seconds)
-        .with_field_manager(settings.field_manager())
-        .build()
-        .await
-        .map_err(|source| LeaseError {
-            namespace: settings.namespace.clone(),
-            name: settings.name.clone(),
-            source,
-        })
-}
-
-/// Whether a Lease has no holder: released, or never held.
-pub fn is_free(lease: &Lease) -> bool {
-    lease
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.holder_identity.as_deref())
-        .is_none_or(str::is_empty)
 }
 
 /// Waits until the caches have synced (true) or leadership is given up first (false).
@@ -222,85 +296,90 @@ async fn campaign_when_synced(
     }
 }
 
-/// Why one manager's run ended.
-enum Ended {
-    /// Leadership was given up.
-    Stopped,
-    /// The lease is free while this replica waits: start a fresh manager.
-    LeaseFreed,
-    /// The manager's task ended on its own (an error it gave up on).
-    ManagerExited,
-}
-
-async fn elect(
-    client: Client,
-    settings: LeaseSettings,
-    tx: watch::Sender<bool>,
+/// The election's rounds until `stop`, then the release.
+async fn campaign(
+    store: impl LeaseStore,
+    timing: Timing,
+    lease: String,
+    publish: Publish,
     mut stop: watch::Receiver<bool>,
 ) {
-    let api: Api<Lease> = Api::namespaced(client.clone(), &settings.namespace);
-    let mut poll = tokio::time::interval(STANDBY_POLL);
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut election = Election::new(
+        timing.identity.clone(),
+        timing.duration,
+        timing.renew_deadline,
+    );
     loop {
-        let current = match build(&client, &settings).await {
-            Ok(manager) => manager,
-            Err(error) => {
-                warn!(
-                    %error,
-                    lease = %format!("{}/{}", settings.namespace, settings.name),
-                    "leader election cannot reach its Lease (does the namespace exist, and may \
-                     this account get, create and patch Leases there?); retrying in 2 s"
-                );
-                tokio::select! {
-                    _ = stop.wait_for(|stop| *stop) => return,
-                    () = tokio::time::sleep(RETRY) => continue,
-                }
-            }
+        let round = Instant::now();
+        elect_once(&store, &mut election, &lease).await;
+        let until = election.leading_until(Instant::now());
+        publish.set(until);
+        // Wake at the end of the term too, to say at once that this replica leads no more.
+        let next = round + timing.retry;
+        let wake = until.map_or(next, |until| until.min(next));
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => break,
+            () = tokio::time::sleep_until(wake) => {}
+        }
+    }
+    // Statuses stop before the lease is given up, never after.
+    publish.set(None);
+    election.resign();
+    if let Some(version) = election.held_version().map(str::to_owned) {
+        match store.write(&version, Write::Release).await {
+            Ok(_) => info!(%lease, "lease released"),
+            Err(error) => warn!(
+                %lease, %error,
+                "lease not released; a standby takes it over once it has gone unrenewed for its duration"
+            ),
+        }
+    }
+}
+
+/// One round: read the Lease, and write it if the election says so. A write refused because
+/// another landed first is followed by one more read at once (it may show this replica's own
+/// lease under a new version, or another holder to step down for).
+async fn elect_once(store: &impl LeaseStore, election: &mut Election, lease: &str) {
+    for _ in 0..2 {
+        let step = match store.get().await {
+            Ok(read) => election.observe(read, Instant::now()),
+            Err(error) => return unreachable(lease, &error),
         };
-        let (mut held, handle) = current.watch().await;
-        let ended = loop {
-            let standby = !*held.borrow();
-            let mut read_lease = false;
-            tokio::select! {
-                _ = stop.wait_for(|stop| *stop) => break Ended::Stopped,
-                changed = held.changed() => {
-                    if changed.is_err() {
-                        break Ended::ManagerExited;
+        let sent = Instant::now();
+        let (written, take) = match step {
+            Step::Wait => return,
+            Step::Create => (store.create().await, true),
+            Step::Write { version, take } => {
+                let write = if take {
+                    Write::Take {
+                        transitions: election.transitions().saturating_add(1),
                     }
-                    tx.send_replace(*held.borrow_and_update());
-                }
-                _ = poll.tick(), if standby => read_lease = true,
-            }
-            if read_lease
-                && let Ok(Some(lease)) = api.get_opt(&settings.name).await
-                && is_free(&lease)
-            {
-                break Ended::LeaseFreed;
+                } else {
+                    Write::Renew
+                };
+                (store.write(&version, write).await, take)
             }
         };
-        // Dropping the receiver ends the manager's task, which releases the lease if held.
-        drop(held);
-        let released = tokio::time::timeout(RELEASE_TIMEOUT, handle).await;
-        match ended {
-            Ended::Stopped => {
-                tx.send_replace(false);
-                match released {
-                    Ok(Ok(Ok(_))) => info!("lease released"),
-                    Ok(Ok(Err(error))) => warn!(%error, "releasing the lease"),
-                    Ok(Err(error)) => warn!(%error, "lease task"),
-                    Err(_) => warn!(
-                        "lease not released within {RELEASE_TIMEOUT:?}; the standby takes over when it expires"
-                    ),
+        match written {
+            Ok(record) => {
+                election.written(record, sent, Instant::now());
+                if take {
+                    info!(%lease, "took the lease");
                 }
                 return;
             }
-            Ended::LeaseFreed => info!("the lease was released; taking it over"),
-            Ended::ManagerExited => {
-                tx.send_replace(false);
-                warn!("leader election stopped; starting it again");
-            }
+            Err(StoreError::Conflict) => {}
+            Err(error) => return unreachable(lease, &error),
         }
     }
+}
+
+fn unreachable(lease: &str, error: &StoreError) {
+    warn!(
+        %lease, %error,
+        "leader election cannot reach its Lease (does the namespace exist, and may this account \
+         get, create and patch Leases there?); retrying"
+    );
 }
 
 /// Yields once each time this replica becomes leader, so every object is evaluated by the
@@ -317,9 +396,12 @@ pub fn became_leader(leader: watch::Receiver<bool>) -> impl futures::Stream<Item
 }
 
 #[cfg(test)]
+mod replicas;
+
+#[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 
     use super::*;
 
@@ -410,10 +492,11 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_without_a_holder_should_be_free() {
-        assert!(is_free(&lease(None)));
-        assert!(is_free(&lease(Some(""))));
-        assert!(is_free(&Lease::default()));
-        assert!(!is_free(&lease(Some("replica-a"))));
+    fn a_lease_without_a_holder_should_read_as_free() {
+        let free = |lease: &Lease| lease_store::record(lease).holder.is_none();
+        assert!(free(&lease(None)));
+        assert!(free(&lease(Some(""))));
+        assert!(free(&Lease::default()));
+        assert!(!free(&lease(Some("replica-a"))));
     }
 }

@@ -24,7 +24,7 @@ pub use config::{
     Config, DEFAULT_LEASE_DURATION_SECONDS, DEFAULT_LEASE_GRACE_SECONDS, DEFAULT_RESYNC_SECONDS,
     DEFAULT_STATUS_QUEUE_CAPACITY,
 };
-pub use leader::{Leadership, LeaseError, LeaseSettings, LeaseSettingsError, MAX_IDENTITY_LEN};
+pub use leader::{Leadership, LeaseSettings, LeaseSettingsError, MAX_IDENTITY_LEN, Term};
 pub use probe::{
     DEFAULT_PROBE_CONCURRENCY, DEFAULT_PROBE_DEADLINE_SECONDS, DEFAULT_PROBE_INTERVAL_SECONDS,
 };

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tracing::{debug, instrument, warn};
 
 use crate::cached::CachedBinding;
+use crate::leader::Term;
 use crate::metrics::Metrics;
 use crate::probe::Prober;
 use crate::status::{
@@ -79,6 +80,9 @@ pub struct Context {
     /// `every-reconcile` baseline writes only while it is true, so two baseline replicas
     /// never both write either.
     pub leader: watch::Receiver<bool>,
+    /// Until when this replica leads, on its own clock: what the queue's worker asks before
+    /// each write (the flag above may be stale after a stall; the term's end is not).
+    pub term: Term,
 }
 
 impl Context {
@@ -105,7 +109,7 @@ impl Context {
                 }
                 Ok(())
             }
-            WriteMode::EveryReconcile if !*self.leader.borrow() => Ok(()),
+            WriteMode::EveryReconcile if self.term.until().is_none() => Ok(()),
             WriteMode::EveryReconcile => write_status(&self.client, &key, observed, &desired)
                 .await
                 .map(|_| ())

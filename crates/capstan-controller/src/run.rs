@@ -2,7 +2,7 @@
 //! probe, the status queue, then the caches, reconcilers and the queue's writer — run until
 //! SIGTERM, then handed over.
 
-use std::hash::Hash;
+use std::hash::{BuildHasher as _, Hash, Hasher as _};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -121,6 +121,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         resync: Duration::from_secs(resync_seconds),
         probe,
         leader: leadership.leader(),
+        term: leadership.term(),
     });
 
     let settings = ControllerSettings {
@@ -132,8 +133,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         synced: synced_tx,
     };
     run_controllers(ctx, settings, worker, released, probed, ready, shutdown).await;
-    // The loops have stopped: release the lease so the standby takes over at once instead of
-    // after the lease expires.
+    // The loops have stopped: release the lease so a standby takes over at once instead of
+    // after the lease has gone unrenewed for its duration.
     leadership.stop().await;
     admin.stopped().await
 }
@@ -258,7 +259,7 @@ async fn run_controllers(
         ctx.client.clone(),
         bindings.store.clone(),
         qualifiers.store.clone(),
-        ctx.leader.clone(),
+        ctx.term.clone(),
         ctx.metrics.clone(),
         settings.status_writes_in_flight,
     );
@@ -529,7 +530,9 @@ async fn client(kubeconfig: Option<PathBuf>) -> Result<Client, RunError> {
     Client::try_from(config).map_err(|e| error(format!("building the client: {e}")))
 }
 
-/// The pod name (POD_NAME) or host name, with the process id: unique per replica.
+/// The pod name (POD_NAME) or host name, with the process id and a random suffix: unique per
+/// process, as client-go's. Without the suffix a restarted container (process id 1 again) took
+/// the identity of the leader that had just died and renewed its lease at once.
 fn default_identity() -> String {
     let host = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
@@ -540,5 +543,10 @@ fn default_identity() -> String {
                 .map(|h| h.trim().to_owned())
         })
         .unwrap_or_else(|| "capstan-controller".to_owned());
-    format!("{host}-{}", std::process::id())
+    // RandomState's keys are drawn from the operating system: a random number without a
+    // dependency for it.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("{host}-{}-{:08x}", std::process::id(), random & 0xffff_ffff)
 }

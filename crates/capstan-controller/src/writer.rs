@@ -17,11 +17,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
-use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument as _, Span, debug, debug_span, warn};
 
 use crate::cached::{CachedBinding, CachedQualifier};
+use crate::leader::Term;
 use crate::metrics::{Metrics, WriteOutcome};
 use crate::status::{DesiredStatus, Kind, ObjectKey, ObservedStatus, apply_body, is_transition};
 use crate::status_queue::StatusReceiver;
@@ -94,7 +95,7 @@ pub struct StatusWriter {
     client: Client,
     bindings: Store<CachedBinding>,
     qualifiers: Store<CachedQualifier>,
-    leader: watch::Receiver<bool>,
+    term: Term,
     metrics: Metrics,
     written: HashMap<ObjectKey, Written>,
     in_flight: usize,
@@ -107,13 +108,14 @@ type Answer = Result<Result<DynamicObject, kube::Error>, tokio::time::error::Ela
 type Running = FuturesUnordered<futures::future::BoxFuture<'static, (ObjectKey, Answer)>>;
 
 impl StatusWriter {
-    /// A worker comparing against the given caches, writing only while `leader` is true,
-    /// with up to `in_flight` writes running at once (at least one).
+    /// A worker comparing against the given caches, writing only within this replica's
+    /// leadership `term` (each write cut at the term's end), with up to `in_flight` writes
+    /// running at once (at least one).
     pub fn new(
         client: Client,
         bindings: Store<CachedBinding>,
         qualifiers: Store<CachedQualifier>,
-        leader: watch::Receiver<bool>,
+        term: Term,
         metrics: Metrics,
         in_flight: usize,
     ) -> Self {
@@ -121,7 +123,7 @@ impl StatusWriter {
             client,
             bindings,
             qualifiers,
-            leader,
+            term,
             metrics,
             written: HashMap::new(),
             in_flight: in_flight.max(1),
@@ -169,8 +171,13 @@ impl StatusWriter {
         running: &mut Running,
         busy: &mut HashMap<ObjectKey, Option<DesiredStatus>>,
     ) {
-        let observed = match self.decide(&key, &desired) {
-            Ok(observed) => observed,
+        let decided = self
+            .term
+            .until()
+            .ok_or(WriteOutcome::skipped_not_leader)
+            .and_then(|until| Ok((self.decide(&key, &desired)?, until)));
+        let (observed, until) = match decided {
+            Ok(decided) => decided,
             Err(outcome) => {
                 self.metrics.wrote(outcome);
                 debug!(object = %key, ?outcome, generation = desired.generation, "status handled");
@@ -184,8 +191,11 @@ impl StatusWriter {
             async move {
                 let answer = {
                     let _timer = metrics.time_write();
-                    tokio::time::timeout(
-                        WRITE_TIMEOUT,
+                    // Cut at the end of the term too: a write must not outlive this
+                    // replica's leadership (one already on the wire cannot be recalled).
+                    let deadline = (Instant::now() + WRITE_TIMEOUT).min(until);
+                    tokio::time::timeout_at(
+                        deadline,
                         write_status(&client, &key, &observed, &desired),
                     )
                     .await
@@ -207,9 +217,6 @@ impl StatusWriter {
         key: &ObjectKey,
         desired: &DesiredStatus,
     ) -> Result<ObservedStatus, WriteOutcome> {
-        if !*self.leader.borrow() {
-            return Err(WriteOutcome::skipped_not_leader);
-        }
         let in_cache = match key.kind {
             Kind::Binding => self
                 .bindings
