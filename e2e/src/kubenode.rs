@@ -144,6 +144,8 @@ pub struct Node {
 pub struct PodProcess {
     /// Its process id on the machine.
     pub pid: u32,
+    /// The UID of the pod it runs in (from its cgroup, `…/pod<uid>/<container>`).
+    pub pod_uid: String,
     /// The real, effective, saved and filesystem user ids (`Uid:` of `/proc/<pid>/status`).
     pub uids: Vec<u32>,
     /// Its effective capabilities (`CapEff:`, hexadecimal).
@@ -312,6 +314,12 @@ fn pod_process(pid: u32, proc: &Path) -> PodProcess {
             .trim()
             .to_owned()
     };
+    let cgroup = std::fs::read_to_string(proc.join("cgroup")).unwrap_or_default();
+    let pod_uid = cgroup
+        .split(['/', '\n'])
+        .find_map(|segment| segment.strip_prefix("pod"))
+        .unwrap_or_default()
+        .to_owned();
     let mountinfo = std::fs::read_to_string(proc.join("mountinfo")).unwrap_or_default();
     // The last mount on "/" is the one the process sees (fields: id parent major:minor root
     // mount-point options ...).
@@ -326,6 +334,7 @@ fn pod_process(pid: u32, proc: &Path) -> PodProcess {
         .to_owned();
     PodProcess {
         pid,
+        pod_uid,
         uids: field("Uid")
             .split_whitespace()
             .filter_map(|u| u.parse().ok())

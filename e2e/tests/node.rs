@@ -73,6 +73,10 @@ fn main() -> ExitCode {
                 upgrade_rolls,
             ),
             on_node(
+                "three_replicas_should_never_lead_together_through_leader_kills_and_a_stall",
+                one_leader_among_three,
+            ),
+            on_node(
                 "helm_uninstall_should_keep_the_crds_and_every_binding",
                 uninstall_keeps_crds,
             ),
@@ -424,6 +428,81 @@ fn upgrade_rolls(node: &Node) -> Outcome {
         !seen.is_empty() && seen.iter().all(|&ready| ready >= 1),
         || format!("ready replicas seen during the upgrade: {seen:?}"),
     )
+}
+
+/// The chart with `replicas: 3`: the leader is ended six times — five SIGKILLs (it dies
+/// holding the Lease, both standbys wake to the same expired lease) and, third, a SIGSTOP past
+/// the lease duration (a stalled leader that comes back believing it leads). In each round the
+/// Lease changes hands once, straight to another pod (never cleared by a replica that did not
+/// hold it: the watch sees every version), no earlier holder writes the Lease after the
+/// successor's first write, and every status write in the round comes from the pod holding the
+/// Lease at that moment (the audit log: the pod each token was bound to).
+fn one_leader_among_three(node: &Node) -> Outcome {
+    use k8s_openapi::jiff::Timestamp;
+    use node_steps::leadership::{
+        Fault, LeaseHistory, TICKING_BINDING, Written, end_the_leader, one_writer_at_a_time,
+        pod_of, steady_leader, while_ticking, writes,
+    };
+    // The upgrade trial's log level again, so that only the replica count changes.
+    controller_release(
+        node,
+        "upgrade",
+        &["--set", "controller.logLevel=debug", "--set", "replicas=3"],
+    )?;
+    rollout(node, RELEASE_NAMESPACE, "capstan", 180)?;
+    let history = LeaseHistory::watch(node);
+    let faults = [
+        Fault::Kill,
+        Fault::Kill,
+        Fault::Stall,
+        Fault::Kill,
+        Fault::Kill,
+        Fault::Kill,
+    ];
+    let rounds = while_ticking(node, || {
+        let mut rounds = Vec::new();
+        for fault in faults {
+            let leader = steady_leader(node)?;
+            let since = Timestamp::now();
+            let round = end_the_leader(node, leader, fault)?;
+            // The successor leads a while: its writes are part of the round.
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            rounds.push((round, since, Timestamp::now()));
+        }
+        Ok::<_, Failed>(rounds)
+    })??;
+    let lease = writes(node, Written::Lease);
+    let statuses = writes(node, Written::Status(TICKING_BINDING));
+    for (number, (round, since, until)) in rounds.iter().enumerate() {
+        eprintln!(
+            "round {}: {:?} of {}; {} held the Lease {:?} later",
+            number + 1,
+            round.fault,
+            round.leader,
+            round.successor,
+            round.took_over
+        );
+        let holders = history.holders_between(*since, *until);
+        let expected = [Some(round.leader.clone()), Some(round.successor.clone())];
+        check(holders == expected || holders == expected[1..], || {
+            format!(
+                "round {}: the Lease named {holders:?} in turn; want {expected:?}",
+                number + 1
+            )
+        })?;
+        let leader_pod = pod_of(&round.leader).unwrap_or_default();
+        one_writer_at_a_time((&lease, &statuses), (*since, *until), &leader_pod)
+            .map_err(|e| format!("round {}: {}", number + 1, e.message().unwrap_or_default()))?;
+        check(pod_of(&round.successor) != Some(leader_pod.clone()), || {
+            format!(
+                "round {}: the Lease went from {} to {}, in the same pod: leadership did not move",
+                number + 1,
+                round.leader,
+                round.successor
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// README "Upgrades": uninstalling both releases keeps the CRDs and every binding.

@@ -8,6 +8,8 @@ use capstan_e2e::suite::Outcome;
 use libtest_mimic::Failed;
 use serde_json::{Value, json};
 
+pub mod leadership;
+
 /// The namespace both releases go to.
 pub const RELEASE_NAMESPACE: &str = "capstan";
 /// `kubectl` arguments listing the controller's pods.
@@ -193,24 +195,12 @@ pub fn ready_controller_pods(node: &Node) -> Result<Vec<String>, Failed> {
         .collect())
 }
 
-/// The pod holding the controller's Lease (its identity is `<pod>-<process id>`).
+/// The pod holding the controller's Lease (its identity is `<pod>-<process id>-<random>`).
 pub fn lease_holder(node: &Node) -> Result<String, Failed> {
-    let identity = kubectl(
-        node,
-        &[
-            "-n",
-            RELEASE_NAMESPACE,
-            "get",
-            "lease",
-            "capstan",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ],
-    )?;
-    match identity.rsplit_once('-') {
-        Some((pod, pid)) if pid.parse::<u32>().is_ok() => Ok(pod.to_owned()),
-        _ => Err(format!("the Lease's holder {identity:?} is not <pod>-<process id>").into()),
-    }
+    let identity = leadership::holder_identity(node)?;
+    leadership::pod_of(&identity).ok_or_else(|| {
+        format!("the Lease's holder {identity:?} is not <pod>-<process id>-<random>").into()
+    })
 }
 
 /// The HTTP status of a controller pod's `/readyz`, asked from the node as kubelet does.
