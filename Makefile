@@ -34,8 +34,10 @@ lint: ## cargo fmt --check, clippy with warnings as errors, and the layout rules
 	scripts/check-layout
 
 .PHONY: image
+# The release build of the two binaries the images hold: the node suite (e2e/tests/node.rs)
+# runs this same command, so the images it runs on its node are the ones this target makes.
 image: ## Build the OCI images (capstan-controller, capstan-sidecar) with buildah: no daemon, no base image
-	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release -p capstan-controller -p capstan-sidecar --bins
 	scripts/build-image --smoke --keep
 
 .PHONY: tools

@@ -33,6 +33,10 @@ fn main() -> ExitCode {
         import_images,
         vec![
             on_node(
+                "the_cluster_dns_should_be_a_pod_with_its_own_account",
+                dns_is_a_pod_with_its_own_account,
+            ),
+            on_node(
                 "the_charts_should_install_and_the_controller_roll_out_restricted",
                 install_and_roll_out,
             ),
@@ -51,6 +55,10 @@ fn main() -> ExitCode {
             on_node(
                 "a_caller_without_rights_should_be_refused_at_the_socket",
                 caller_refused,
+            ),
+            on_node(
+                "a_revoked_caller_should_be_refused_in_its_live_session_within_the_ttl",
+                revocation_reaches_the_live_session,
             ),
             on_node(
                 "deleting_the_leader_pod_should_hand_the_lease_and_the_writes_to_a_synced_replica",
@@ -84,14 +92,17 @@ fn main() -> ExitCode {
     )
 }
 
-/// The images the trials run, built from this build's binaries and imported into the node's
-/// containerd: the product's two (scripts/build-image, as `make image` does), the demo
-/// provider's and an assistant's (e2e/kubenode/image).
+/// The images the trials run, imported into the node's containerd: the product's two as
+/// `make image` builds them (release binaries of capstan-controller and capstan-sidecar, then
+/// scripts/build-image) — what users install, not the tests' debug build — and the demo
+/// provider's and an assistant's (e2e/kubenode/image, from the tests' build).
+///
+/// The release build runs here, in the tests' target directory, so the images are always this
+/// tree's (a no-op when nothing changed). `CAPSTAN_NODE_IMAGE_BINARIES=<dir>` takes the two
+/// binaries from `<dir>` instead, unbuilt: to run the suite against another build of them
+/// (an older commit's, to show a trial failing there).
 fn import_images(node: &Node) -> Result<(), String> {
-    let binaries = capstan_testkit::binary("capstan-controller")
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
+    let binaries = release_binaries()?;
     let out = node.state_dir().join("images");
     let built = Command::new(repo_root().join("scripts/build-image"))
         .arg("--binaries")
@@ -125,9 +136,77 @@ fn import_images(node: &Node) -> Result<(), String> {
             (pause, "/pause"),
             (binary("capstanctl"), "/usr/local/bin/capstanctl"),
             (PathBuf::from("/bin/busybox"), "/bin/busybox"),
+            // An MCP session held by hand over the socket (the revocation trial).
+            (PathBuf::from("/usr/bin/curl"), "/usr/bin/curl"),
         ],
     )
 }
+
+/// The tests' target directory (`<target>/debug/capstan-controller` → `<target>`).
+fn target_dir() -> Result<PathBuf, String> {
+    binary("capstan-controller")
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .ok_or_else(|| "the tests' binaries are in no target directory".to_owned())
+}
+
+/// Where the images' binaries are: built now with `make image`'s command, or given.
+fn release_binaries() -> Result<PathBuf, String> {
+    if let Some(given) = std::env::var_os("CAPSTAN_NODE_IMAGE_BINARIES") {
+        return Ok(PathBuf::from(given));
+    }
+    let target = target_dir()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let started = Instant::now();
+    let built = Command::new(cargo)
+        .args(RELEASE_BUILD)
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(repo_root())
+        .output()
+        .map_err(|e| format!("cargo build --release: {e}"))?;
+    if !built.status.success() {
+        return Err(format!(
+            "cargo {}: {}",
+            RELEASE_BUILD.join(" "),
+            printed(&built)
+        ));
+    }
+    eprintln!(
+        "node: the release build of the images' binaries took {:?}",
+        started.elapsed()
+    );
+    Ok(target.join("release"))
+}
+
+/// Whether the process `pid` runs `name` exactly as `make image` puts it in the image: this
+/// tree's release binary, its debug info stripped as scripts/build-image strips it. (With
+/// `CAPSTAN_NODE_IMAGE_BINARIES`, another build's, it does not, and says so.)
+fn runs_the_release_binary(node: &Node, pid: u32, name: &str) -> Result<bool, Failed> {
+    let release = target_dir()?.join("release").join(name);
+    let stripped = node.state_dir().join(format!("{name}.stripped"));
+    let output = Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(&release)
+        .arg(&stripped)
+        .output()
+        .map_err(|e| format!("objcopy: {e}"))?;
+    check(output.status.success(), || printed(&output))?;
+    let running = std::fs::read(format!("/proc/{pid}/exe")).map_err(|e| format!("{pid}: {e}"))?;
+    let built = std::fs::read(&stripped).map_err(|e| format!("{}: {e}", stripped.display()))?;
+    Ok(running == built)
+}
+
+/// `make image`'s build: the two binaries the images hold, release profile.
+const RELEASE_BUILD: [&str; 7] = [
+    "build",
+    "--release",
+    "-p",
+    "capstan-controller",
+    "-p",
+    "capstan-sidecar",
+    "--bins",
+];
 
 fn test_image(
     node: &Node,
@@ -198,10 +277,89 @@ fn install_and_roll_out(node: &Node) -> Outcome {
             },
         )?;
     }
+    // What users install: the release build `make image` makes, not the tests' debug build.
+    for process in &processes {
+        check(
+            runs_the_release_binary(node, process.pid, "capstan-controller")?,
+            || {
+                format!(
+                    "controller process {} does not run the release image's binary",
+                    process.pid
+                )
+            },
+        )?;
+    }
     let holder = lease_holder(node)?;
     check(ready.contains(&holder), || {
         format!("the Lease is held by {holder:?}, not one of the ready pods {ready:?}")
     })
+}
+
+/// The cluster's DNS is a pod, as on any cluster: CoreDNS in kube-system, non-root, reading
+/// the API as its own ServiceAccount (the audit log) — no process of the node's with the admin
+/// credential. Every Service name the suite resolves goes through it.
+fn dns_is_a_pod_with_its_own_account(node: &Node) -> Outcome {
+    const ACCOUNT: &str = "system:serviceaccount:kube-system:coredns";
+    let pods =
+        node.kubectl_json(&["-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns"])?;
+    let uid = pods["items"][0]["metadata"]["uid"]
+        .as_str()
+        .ok_or("no CoreDNS pod (k8s-app=kube-dns) in kube-system")?
+        .to_owned();
+    let processes: Vec<_> = machine_processes_named("coredns");
+    let in_pod = node.pod_processes("coredns");
+    check(
+        processes.len() == 1
+            && in_pod.len() == 1
+            && in_pod[0].pod_uid == uid
+            && in_pod[0].uids.iter().all(|&u| u == 65532),
+        || {
+            format!(
+                "coredns processes on the machine: {processes:?}; in the node's pods: {in_pod:?}; want one, in pod {uid}, as 65532"
+            )
+        },
+    )?;
+    let events = node.audit_events();
+    let by_coredns: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            // CoreDNS/<version> git_commit:… (or coredns/… from client-go's default).
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|agent| agent.to_ascii_lowercase().starts_with("coredns"))
+        })
+        .collect();
+    let others: Vec<&str> = by_coredns
+        .iter()
+        .filter_map(|e| e["user"]["username"].as_str())
+        .filter(|user| *user != ACCOUNT)
+        .collect();
+    let listed = by_coredns.iter().any(|e| {
+        // A list, or a watch sending the initial events in its place (client-go's WatchList).
+        e["objectRef"]["resource"] == "endpointslices"
+            && matches!(e["verb"].as_str(), Some("list" | "watch"))
+            && e["responseStatus"]["code"] == 200
+    });
+    check(listed && others.is_empty(), || {
+        format!(
+            "CoreDNS's requests: {} in all, EndpointSlices read: {listed}, made as others than {ACCOUNT}: {others:?}",
+            by_coredns.len()
+        )
+    })
+}
+
+/// Processes on the whole machine whose executable is named `name`.
+fn machine_processes_named(name: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let exe = std::fs::read_link(entry.path().join("exe")).ok()?;
+            exe.file_name().is_some_and(|n| n == name).then_some(pid)
+        })
+        .collect()
 }
 
 /// The demo provider as a user would run one: a Deployment and a Service in a namespace of
@@ -261,6 +419,10 @@ fn assistant_calls(node: &Node) -> Outcome {
         sidecars.len() == 1 && sidecars[0].uids.iter().all(|&uid| uid == 65532),
         || format!("sidecar processes: {sidecars:?}; want one, as uid 65532"),
     )?;
+    check(
+        runs_the_release_binary(node, sidecars[0].pid, "capstan-sidecar")?,
+        || "the sidecar does not run the release image's binary".to_owned(),
+    )?;
     let token = person_token(node, PERSON)?;
     let composed = capstanctl(node, &["compose", "--project", PROJECT, "--token", &token])?;
     check(composed.contains("streamco__streams_list"), || {
@@ -299,6 +461,68 @@ fn caller_refused(node: &Node) -> Outcome {
             calls_after - calls_before
         )
     })
+}
+
+/// A person admitted by a ClusterRoleBinding of their own holds a live MCP session from the
+/// assistant container (curl over the socket) and calls through it; the binding is deleted;
+/// the next request in that session, sent once the caller check's answer has outlived its TTL,
+/// is refused as forbidden, the session is over, and the provider's own record shows no call
+/// after the revocation.
+fn revocation_reaches_the_live_session(node: &Node) -> Outcome {
+    use node_steps::revocation::{CALLER_CHECK_TTL, call_in_session, open_session};
+    let binding = format!("{REVOKED}-lists-bindings");
+    kubectl(
+        node,
+        &["-n", "assistants", "create", "serviceaccount", REVOKED],
+    )?;
+    kubectl(
+        node,
+        &[
+            "create",
+            "clusterrolebinding",
+            &binding,
+            "--clusterrole=capstan-sidecar",
+            &format!("--serviceaccount=assistants:{REVOKED}"),
+        ],
+    )?;
+    let token = person_token(node, REVOKED)?;
+    let session = open_session(node, &token)?;
+    let calls_before = provider_calls(node, "streams_list")?;
+    let served = call_in_session(node, &token, &session, 2)?;
+    check(
+        served.status == 200 && served.body.contains("clickstream"),
+        || format!("a call in the live session before the revocation: {served:?}"),
+    )?;
+    let calls_admitted = provider_calls(node, "streams_list")?;
+    check(calls_admitted == calls_before + 1, || {
+        format!("the provider recorded {calls_before} calls before, {calls_admitted} after")
+    })?;
+    kubectl(node, &["delete", "clusterrolebinding", &binding])?;
+    let revoked = Instant::now();
+    // The answer cached before the revocation is at most the TTL old by then.
+    std::thread::sleep(CALLER_CHECK_TTL + std::time::Duration::from_secs(1));
+    let refused = call_in_session(node, &token, &session, 3)?;
+    let after = revoked.elapsed();
+    check(
+        refused.status == 403 && refused.body.contains("forbidden"),
+        || format!("the first call {after:?} after the revocation: {refused:?}"),
+    )?;
+    let again = call_in_session(node, &token, &session, 4)?;
+    check(again.status == 403 || again.status == 404, || {
+        format!("a second call after the revocation: {again:?}")
+    })?;
+    let calls_after = provider_calls(node, "streams_list")?;
+    check(calls_after == calls_admitted, || {
+        format!(
+            "the provider recorded {} calls after the revocation",
+            calls_after - calls_admitted
+        )
+    })?;
+    eprintln!(
+        "revocation: the live session's next call, {after:?} after the binding was deleted (TTL {CALLER_CHECK_TTL:?}), was refused: {}",
+        refused.status
+    );
+    Ok(())
 }
 
 /// The leader pod deleted as `kubectl delete pod` does: it releases the Lease, and another

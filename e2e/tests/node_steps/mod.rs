@@ -9,6 +9,7 @@ use libtest_mimic::Failed;
 use serde_json::{Value, json};
 
 pub mod leadership;
+pub mod revocation;
 
 /// The namespace both releases go to.
 pub const RELEASE_NAMESPACE: &str = "capstan";
@@ -45,6 +46,8 @@ pub const PROJECT: &str = "streamco-platform";
 /// A person who may list bindings, and one who may not.
 pub const PERSON: &str = "alice";
 pub const STRANGER: &str = "mallory";
+/// A person admitted by a ClusterRoleBinding of their own, deleted while their session is live.
+pub const REVOKED: &str = "carol";
 /// What the assistant runs at start: one `capstanctl compose` (no token: the sidecar's
 /// refusal proves it was serving), its output kept in /first-ask/compose, then it idles.
 const FIRST_ASK: &str = "/usr/local/bin/capstanctl compose --project streamco-platform \
@@ -495,6 +498,10 @@ fn edit_assistant_pod(pod: &mut Value) -> Outcome {
             {
                 env["value"] = json!(ALLOWED_HOSTS.join(","));
             }
+        }
+        let ttl = revocation::CALLER_CHECK_TTL.as_secs().to_string();
+        if let Some(env) = sidecar["env"].as_array_mut() {
+            env.push(json!({"name": "CAPSTAN_CALLER_CHECK_TTL_SECONDS", "value": ttl}));
         }
     }
     spec["volumes"]
