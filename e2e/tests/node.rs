@@ -4,8 +4,10 @@
 //! with Helm into a namespace enforcing the `restricted` Pod Security level, the controller
 //! rolled out, the demo provider behind a Service, `examples/assistant` applied, and the
 //! assistant calling through its sidecar's socket as another user. Then the faults a platform
-//! team meets first: the leader pod deleted, the sidecar killed, an upgrade rolled, the
-//! release uninstalled.
+//! team meets first: a caller revoked while its session is live, the leader pod deleted, the
+//! sidecar killed, an upgrade rolled, three replicas through repeated leader kills and a
+//! stall, the release uninstalled. The images are what users install (`make image`'s release
+//! build) and the cluster's DNS is a CoreDNS pod with its own account.
 //!
 //! What the kernel enforces is read from `/proc` (user, capabilities, seccomp, read-only root),
 //! who wrote a status from the apiserver's audit log (the pod a service-account token was
