@@ -311,7 +311,17 @@ async fn campaign(
     );
     loop {
         let round = Instant::now();
-        elect_once(&store, &mut election, &lease).await;
+        // A round the apiserver does not answer is cut at the end of the term (or a renew
+        // deadline from now when not leading): the flag must say the term is over when it is
+        // (a write cut short may still have landed; the next round reads it).
+        let limit = round + timing.renew_deadline;
+        let cut = election
+            .leading_until(round)
+            .map_or(limit, |until| until.min(limit));
+        let elected = elect_once(&store, &mut election, &lease);
+        if tokio::time::timeout_at(cut, elected).await.is_err() {
+            warn!(%lease, "the apiserver did not answer the election's round in time");
+        }
         let until = election.leading_until(Instant::now());
         publish.set(until);
         // Wake at the end of the term too, to say at once that this replica leads no more.

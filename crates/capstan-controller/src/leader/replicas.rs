@@ -42,10 +42,12 @@ impl Apiserver {
     }
 }
 
-/// A replica's connection to the apiserver: down (partitioned), or delaying its writes.
+/// A replica's connection to the apiserver: down (partitioned), hanging (nothing answered),
+/// or delaying its writes.
 #[derive(Default)]
 struct Link {
     down: AtomicBool,
+    hanging: AtomicBool,
     write_delay_ms: AtomicU64,
 }
 
@@ -56,7 +58,10 @@ struct FakeLeases {
 }
 
 impl FakeLeases {
-    fn reachable(&self) -> Result<(), StoreError> {
+    async fn reachable(&self) -> Result<(), StoreError> {
+        while self.link.hanging.load(Ordering::SeqCst) {
+            tokio::time::sleep(SAMPLE).await;
+        }
         if self.link.down.load(Ordering::SeqCst) {
             Err(StoreError::Other("connection refused".into()))
         } else {
@@ -73,12 +78,12 @@ impl FakeLeases {
 
 impl LeaseStore for FakeLeases {
     async fn get(&self) -> Result<Option<Record>, StoreError> {
-        self.reachable()?;
+        self.reachable().await?;
         Ok(self.server.lock().unwrap().lease.clone())
     }
 
     async fn create(&self) -> Result<Record, StoreError> {
-        self.reachable()?;
+        self.reachable().await?;
         self.in_flight().await;
         let mut server = self.server.lock().unwrap();
         if server.lease.is_some() {
@@ -93,7 +98,7 @@ impl LeaseStore for FakeLeases {
     }
 
     async fn write(&self, version: &str, write: Write) -> Result<Record, StoreError> {
-        self.reachable()?;
+        self.reachable().await?;
         self.in_flight().await;
         let mut server = self.server.lock().unwrap();
         let Some(current) = server.lease.clone() else {
@@ -343,6 +348,32 @@ async fn a_partitioned_leader_should_stop_leading_a_grace_before_a_standby_takes
     cluster.run_for(DURATION).await;
     assert!(!cluster.replicas[leader].leads());
     assert_eq!(cluster.most_leaders, 1);
+}
+
+/// A leader whose apiserver stops answering (a request that hangs) says it leads no more at
+/// its renew deadline — the flag the probes and the leadership gauge read, not only the term.
+#[tokio::test(start_paused = true)]
+async fn a_leader_whose_apiserver_hangs_should_say_it_leads_no_more_at_its_deadline() {
+    let mut cluster = Cluster::new(1);
+    let (leader, _) = cluster.until_led_by_another(None).await;
+    let flag = cluster.replicas[leader]
+        .leadership
+        .as_ref()
+        .map(Leadership::leader)
+        .unwrap();
+    assert!(*flag.borrow());
+    cluster.replicas[leader]
+        .link
+        .hanging
+        .store(true, Ordering::SeqCst);
+    let hung = Instant::now();
+    cluster.run_for(DURATION - GRACE + SAMPLE * 2).await;
+    assert!(!cluster.replicas[leader].leads());
+    assert!(
+        !*flag.borrow(),
+        "the flag still said leader {:?} after the apiserver hung",
+        hung.elapsed()
+    );
 }
 
 /// A stopped leader (SIGTERM) releases its lease: a standby takes over within a retry period
