@@ -8,8 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::patterns::{
-    CAPABILITY_ID_PATTERN, FEATURE_PATTERN, HTTP_URL_PATTERN, MAX_NAME_LEN, MAX_TEXT_LEN,
-    MAX_URL_LEN, PIN_PATTERN, SERVER_NAME_PATTERN, SKILL_NAME_PATTERN,
+    CAPABILITY_ID_PATTERN, ELICITATION_HOST_PATTERN, FEATURE_PATTERN, HTTP_URL_PATTERN,
+    MAX_NAME_LEN, MAX_TEXT_LEN, MAX_URL_LEN, PIN_PATTERN, SERVER_NAME_PATTERN, SKILL_NAME_PATTERN,
 };
 
 /// What one provider service contributes to a project's assistant: MCP tool endpoints with an
@@ -297,6 +297,19 @@ pub struct McpServer {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub capabilities: Vec<CapabilityMapping>,
+
+    /// Hosts this server may send the person to in a URL-mode elicitation (`https` links
+    /// only): `login.example.com`, or `*.example.com` for any name below it. A URL-mode
+    /// elicitation to any other host — or from a server without this list — is refused and
+    /// never reaches the person; form-mode questions are relayed either way, naming this
+    /// binding and server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(length(max = 253), pattern(ELICITATION_HOST_PATTERN))
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub url_elicitation_hosts: Vec<String>,
 }
 
 /// How a server's tools (`toolNames`) or prompts (`promptNames`) are named in a composition.

@@ -31,6 +31,13 @@ pub const PIN_PATTERN: &str = "^sha256:[0-9a-f]{64}$";
 /// name the server lists, with nothing sanitized or shortened.
 pub const UNPREFIXED_TOOL_PATTERN: &str = "^[a-zA-Z0-9_-]{1,64}$";
 
+/// Hosts a provider may send the person to in a URL-mode elicitation
+/// (`urlElicitationHosts`): a lower-case DNS name of at least two labels, or `*.` and one (any
+/// name below it). No IP address, no port: the link a person is shown names a host, and the
+/// sidecar admits only `https` links to it (docs/mcp-surface.md "A provider's questions").
+pub const ELICITATION_HOST_PATTERN: &str =
+    "^(\\*\\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\\.)+[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
+
 /// The characters the major model APIs accept in a tool name (`[a-zA-Z0-9_-]`): what
 /// composition sanitizes provider tool names to, and what an unprefixed name must already be.
 pub fn is_tool_name_char(c: char) -> bool {
@@ -97,6 +104,10 @@ pub fn pattern_message(pattern: &str) -> Option<&'static str> {
         PIN_PATTERN => Some(
             "must be sha256: followed by 64 lower-case hex digits, as capstanctl pins prints it",
         ),
+        ELICITATION_HOST_PATTERN => Some(
+            "must be a lower-case DNS name of at least two labels, optionally starting with *. \
+             (no scheme, port, path or IP address)",
+        ),
         UNPREFIXED_TOOL_PATTERN => Some(
             "must be 1-64 letters, digits, '_' and '-' to be exposed unprefixed; keep the \
              <server>__ prefix (remove toolNames) for other names",
@@ -117,6 +128,7 @@ mod tests {
             FEATURE_PATTERN,
             HTTP_URL_PATTERN,
             PIN_PATTERN,
+            ELICITATION_HOST_PATTERN,
             UNPREFIXED_TOOL_PATTERN,
         ] {
             assert!(

@@ -151,6 +151,11 @@ fn server(index: usize) -> impl Strategy<Value = McpServer> {
                 resource_uris: (index % 4 == 1).then_some(ResourceUris::AsListed),
                 mutating,
                 capabilities,
+                url_elicitation_hosts: match index % 3 {
+                    0 => vec![],
+                    1 => vec![format!("login-{index}.example.com")],
+                    _ => vec![format!("*.auth-{index}.example.com")],
+                },
             }
         })
 }

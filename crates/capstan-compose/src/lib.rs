@@ -62,7 +62,8 @@ pub use source::{
 pub use tool_error::{ErrorKind, ToolError};
 pub use upstream::{
     CallError, CallTraffic, CallerRevision, CallerSide, ClientAsks, ConnectError, Forwarded,
-    Offerings, RELAY_CAPACITY, ResourceUpdated, ToCaller, Updated, UpstreamChanges, Wanted,
+    ORIGIN_META, Offerings, Origin, RELAY_CAPACITY, ResourceUpdated, ToCaller, Updated,
+    UpstreamChanges, Wanted,
 };
 
 /// Installs the process-wide TLS crypto provider (ring, the one kube uses) unless one is

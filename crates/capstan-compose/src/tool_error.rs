@@ -119,7 +119,7 @@ impl CallError {
     /// The error kind a caller sees for this failure.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            CallError::NotAllowed { .. } => ErrorKind::Forbidden,
+            CallError::NotAllowed { .. } | CallError::Forbidden { .. } => ErrorKind::Forbidden,
             CallError::InvalidInput { .. } => ErrorKind::InvalidInput,
             CallError::Refused { .. } => ErrorKind::Rejected,
             CallError::Unavailable { .. } => ErrorKind::UpstreamUnavailable,

@@ -14,6 +14,7 @@ mod lane;
 mod limited;
 mod listen;
 mod offerings;
+mod origin;
 mod pooled;
 mod relay;
 mod revision;
@@ -36,6 +37,7 @@ pub use self::changes::{ResourceUpdated, Updated, UpstreamChanges};
 pub use self::connector::{CallerRevision, Connector};
 pub use self::error::{CallError, ConnectError};
 pub use self::offerings::{Forwarded, Offerings, Wanted};
+pub use self::origin::{ORIGIN_META, Origin};
 pub use self::relay::{CallTraffic, CallerSide, ClientAsks, RELAY_CAPACITY, ToCaller};
 use crate::error_chain::{chain_text, find_in_chain};
 

@@ -279,12 +279,14 @@ fn a_provider_behind_https_should_be_served_alike_and_only_under_a_trusted_certi
         json!([{"progress": 1.0, "total": 1.0, "message": "mine"}])
     );
     assert_eq!(
-        through["ask"]["answer"], direct["ask"]["answer"],
-        "{through}"
-    );
-    assert_eq!(
         direct["ask"]["answer"],
         json!({"outcome": "accept", "data": "go: What now?"})
+    );
+    // Through Capstan the question reached the client in the provider's name.
+    assert_eq!(
+        through["ask"]["answer"],
+        json!({"outcome": "accept", "data": format!("go: {ASKER}What now?")}),
+        "{through}"
     );
     let cancelled = |report: &Value| {
         report["cancel"]["after"].as_i64().unwrap() - report["cancel"]["before"].as_i64().unwrap()
@@ -297,16 +299,22 @@ fn a_provider_behind_https_should_be_served_alike_and_only_under_a_trusted_certi
 fn a_providers_question_should_reach_a_client_that_can_answer_and_its_answer_the_provider() {
     let (direct, through) = directly_and_through(true);
 
-    // The provider got the client's own answer, through Capstan as directly.
+    // The provider got the client's own answer, through Capstan as directly — to the question
+    // as the client saw it, in the provider's name (docs/mcp-surface.md "A provider's
+    // questions").
     assert_eq!(
         direct["ask"]["answer"],
         json!({"outcome": "accept", "data": "go: What now?"})
     );
     assert_eq!(
-        through["ask"]["answer"], direct["ask"]["answer"],
+        through["ask"]["answer"],
+        json!({"outcome": "accept", "data": format!("go: {ASKER}What now?")}),
         "{through}"
     );
 }
+
+/// How the chatty provider's questions open through Capstan.
+const ASKER: &str = "chatty-binding.example (binding chatty-binding, MCP server chatty) asks: ";
 
 /// Runs `tests/python/input_required.py` against `target` in `mode` (`legacy` or
 /// `2026-07-28`); with `answers`, the client declares elicitation and answers "go".
@@ -346,6 +354,11 @@ fn a_providers_question_should_reach_the_caller_in_its_own_revision_and_the_answ
 
     // Through Capstan, a 2026-07-28 caller: the result passed to it, its retry to the
     // provider (which checks its own request state), the same answer.
+    // The questions reach the caller in the provider's name.
+    let answered = json!([{"type": "text",
+        "text": format!("{{\"answer\": \"go: {ASKER}Proceed?\"}}")}]);
+    let approved = json!([{"role": "user", "content": {"type": "text",
+        "text": format!("approved: go: {ASKER}Approve? (state approve-1)")}}]);
     let through = input_required(socket, "2026-07-28", true);
     assert_eq!(through["result"]["content"], answered, "{through}");
     assert_eq!(

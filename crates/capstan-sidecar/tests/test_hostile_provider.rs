@@ -1,7 +1,9 @@
-//! A hostile provider cannot speak in another binding's name (docs/mcp-surface.md "URIs in
-//! answers"): every resource URI it names in an answer — read contents, embedded resources and
-//! resource links of tool results and prompts — stays in its own URI space or the answer is
-//! refused. The provider is `tests/python/hostile_server.py` (the Python `mcp` SDK, its answers
+//! A hostile provider cannot speak in another binding's name or in Capstan's: every resource
+//! URI it names in an answer — read contents, embedded resources and resource links of tool
+//! results and prompts — stays in its own URI space or the answer is refused
+//! (docs/mcp-surface.md "URIs in answers"), and every question it asks reaches the person in
+//! its own name, a link only to a host its binding admits (docs/mcp-surface.md "A provider's
+//! questions"). The provider is `tests/python/hostile_server.py` (the Python `mcp` SDK, its answers
 //! written by hand), the client the Python SDK's; the oracle is the server's own record of what
 //! reached it and the victim's own resource read directly.
 
@@ -22,7 +24,17 @@ const VICTIM_URI: &str = "capstan://victim-b/v/h://pub/a";
 /// Capstan way, `victim-c` shows `h://pub/c`… as listed, `attacker` (as listed) and
 /// `attacker-p` (the Capstan way) each select `h://secret/b` and may call every tool.
 fn documents(endpoint: &str) -> Value {
-    let tools = ["claim", "embed", "record"];
+    let tools = [
+        "claim",
+        "embed",
+        "record",
+        "ask",
+        "ask_url",
+        "sample",
+        "roots_seen",
+        "log_as_capstan",
+        "ask_later",
+    ];
     let mut victim_b = binding_document("victim-b", "v", endpoint, &[]);
     victim_b["spec"]["tools"]["mcpServers"][0]["resourceSelector"] =
         json!({"include": ["h://pub/a"]});
@@ -36,6 +48,7 @@ fn documents(endpoint: &str) -> Value {
     server["resourceUris"] = json!("AsListed");
     server["promptSelector"] = json!({"include": ["spoof"]});
     server["toolNames"] = json!("Unprefixed");
+    server["urlElicitationHosts"] = json!(["login.attacker.example"]);
     let mut attacker_p = binding_document("attacker-p", "p", endpoint, &tools);
     let server = &mut attacker_p["spec"]["tools"]["mcpServers"][0];
     server["resourceSelector"] = json!({"include": ["h://secret/b"]});
@@ -247,4 +260,212 @@ fn a_template_should_read_nothing_outside_its_literal_prefix() {
             "{mode}"
         );
     }
+}
+
+/// Runs `tests/python/questions.py` against `target` in `mode` with `calls`.
+fn questions(target: &str, mode: &str, calls: &Value) -> Value {
+    python_report(
+        "questions.py",
+        &[target, "demo-project", mode, &calls.to_string()],
+    )
+}
+
+/// The attribution every question of the attacker's must open with.
+const ASKER: &str = "attacker.example (binding attacker, MCP server x) asks: ";
+
+/// The origin `_meta` member of the attacker's requests.
+fn origin() -> Value {
+    json!({"service": "attacker.example", "binding": "attacker", "server": "x"})
+}
+
+#[test]
+fn a_providers_questions_should_reach_the_person_in_its_own_name_and_links_only_to_its_hosts() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let sidecar = Sidecar::start(&documents(&endpoint), &[server.address.to_string()], &[]);
+    let socket = sidecar.socket.to_str().unwrap();
+    let lure = "Capstan session expired: paste your bearer token";
+    let evil = "https://login.capstan-sidecar.example.evil/reauth";
+    let admitted = "https://login.attacker.example/start";
+
+    // Mid-call, in a session revision.
+    let report = questions(
+        socket,
+        "legacy",
+        &json!([
+            {"name": "ask", "arguments": {"message": lure}},
+            {"name": "ask_url", "arguments": {"url": evil, "message": "Sign in to Capstan"}},
+            {"name": "ask_url", "arguments": {"url": admitted, "message": "Sign in"}},
+            {"name": "sample", "arguments": {"text": "hello"}},
+            {"name": "roots_seen"},
+            {"name": "log_as_capstan"},
+        ]),
+    );
+    let asked = report["asked"].as_array().unwrap();
+    // The oracle is the client's own record: what it was asked, in order.
+    assert_eq!(asked.len(), 4, "{report}");
+    assert_eq!(asked[0]["message"], format!("{ASKER}{lure}"), "{report}");
+    assert_eq!(asked[0]["meta"][ORIGIN], origin(), "{report}");
+    assert_eq!(
+        (&asked[1]["mode"], &asked[1]["url"], &asked[1]["message"]),
+        (
+            &json!("url"),
+            &json!(admitted),
+            &json!(format!("{ASKER}Sign in"))
+        ),
+        "the refused link reached the client, or the admitted one did not: {report}"
+    );
+    let prompt = asked[2]["systemPrompt"].as_str().unwrap();
+    assert!(
+        prompt.starts_with("This request comes from attacker.example (binding attacker, MCP server x) through Capstan"),
+        "{prompt}"
+    );
+    assert_eq!(asked[2]["meta"][ORIGIN], origin(), "{report}");
+    assert_eq!(asked[3]["method"], "roots/list");
+    // The provider was told why its link was refused; it went on with the call.
+    let refused = tool_text(&report["results"][1]);
+    assert!(
+        refused.contains("urlElicitationHosts")
+            && refused.contains("login.capstan-sidecar.example.evil"),
+        "{refused}"
+    );
+    assert!(
+        tool_text(&report["results"][0]).contains("t0k3n"),
+        "{report}"
+    );
+    let logs = report["logs"].as_array().unwrap();
+    assert!(
+        logs.iter().any(|log| log["logger"] == "attacker/x/capstan"),
+        "{report}"
+    );
+    assert!(
+        logs.iter().all(|log| log["logger"] != "capstan"),
+        "{report}"
+    );
+
+    // In an input_required result, in 2026-07-28.
+    let report = questions(
+        socket,
+        "2026-07-28",
+        &json!([
+            {"name": "ask_later", "arguments": {"url": admitted}},
+            {"name": "ask_later", "arguments": {"url": evil}},
+        ]),
+    );
+    let asked = report["asked"].as_array().unwrap();
+    assert_eq!(
+        asked.len(),
+        3,
+        "only the admitted round reaches the client: {report}"
+    );
+    let form = asked.iter().find(|a| a["mode"] == "form").unwrap();
+    assert_eq!(form["message"], format!("{ASKER}{lure}"), "{report}");
+    assert_eq!(form["meta"][ORIGIN], origin(), "{report}");
+    let link = asked.iter().find(|a| a["mode"] == "url").unwrap();
+    assert_eq!(link["url"], admitted);
+    assert_eq!(link["message"], format!("{ASKER}Sign in to Capstan"));
+    let sampled = asked
+        .iter()
+        .find(|a| a["method"] == "sampling/createMessage")
+        .unwrap();
+    assert!(
+        sampled["systemPrompt"]
+            .as_str()
+            .unwrap()
+            .starts_with("This request comes from attacker.example"),
+        "{report}"
+    );
+    assert!(
+        tool_text(&report["results"][0]).contains("t0k3n"),
+        "{report}"
+    );
+    let second = &report["results"][1];
+    assert_eq!(second["isError"], true, "{report}");
+    assert_eq!(
+        second["structuredContent"]["error"]["kind"], "forbidden",
+        "{report}"
+    );
+}
+
+/// The `_meta` member naming a relayed request's binding and server.
+const ORIGIN: &str = "capabilities.assistant.miloapis.com/origin";
+
+/// The first text of a tool result.
+fn tool_text(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn a_typescript_client_should_be_asked_in_the_providers_name_too() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let sidecar = Sidecar::start(&documents(&endpoint), &[server.address.to_string()], &[]);
+    let lure = "Capstan session expired: paste your bearer token";
+    let evil = "https://login.capstan-sidecar.example.evil/reauth";
+    let run = |mode: &str, calls: Value| {
+        let output = typescript_sdk_script(
+            &sidecar,
+            "questions.mjs",
+            &["demo-project", mode, &calls.to_string()],
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+    };
+
+    let report = run(
+        "legacy",
+        json!([
+            {"name": "ask", "arguments": {"message": lure}},
+            {"name": "ask_url", "arguments": {"url": evil, "message": "Sign in"}},
+            {"name": "sample", "arguments": {"text": "hello"}},
+        ]),
+    );
+    let asked = report["asked"].as_array().unwrap();
+    assert_eq!(
+        asked.len(),
+        2,
+        "the refused link reached the client: {report}"
+    );
+    assert_eq!(asked[0]["message"], format!("{ASKER}{lure}"), "{report}");
+    assert_eq!(asked[0]["meta"][ORIGIN], origin(), "{report}");
+    assert!(
+        asked[1]["systemPrompt"]
+            .as_str()
+            .unwrap()
+            .starts_with("This request comes from attacker.example"),
+        "{report}"
+    );
+    assert_eq!(asked[1]["meta"][ORIGIN], origin(), "{report}");
+
+    let report = run(
+        "auto",
+        json!([
+            {"name": "ask_later", "arguments": {"url": "https://login.attacker.example/a"}},
+            {"name": "ask_later", "arguments": {"url": evil}},
+        ]),
+    );
+    assert_eq!(report["protocolVersion"], "2026-07-28", "{report}");
+    let asked = report["asked"].as_array().unwrap();
+    assert_eq!(
+        asked.len(),
+        3,
+        "only the admitted round reaches the client: {report}"
+    );
+    for question in asked.iter().filter(|a| a["method"] == "elicitation/create") {
+        assert!(
+            question["message"].as_str().unwrap().starts_with(ASKER),
+            "{report}"
+        );
+    }
+    assert_eq!(
+        report["results"][1]["structuredContent"]["error"]["kind"], "forbidden",
+        "{report}"
+    );
 }

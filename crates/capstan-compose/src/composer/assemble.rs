@@ -3,6 +3,7 @@
 //! text, in document order whatever answered first.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use capstan_api::patterns::{is_built_in_tool, is_capstan_uri};
 use capstan_api::{Naming, ResourceUris};
@@ -26,7 +27,7 @@ use crate::pins::{
     definition_digest, offering_digest,
 };
 use crate::source::snapshot::Document;
-use crate::upstream::{ConnectError, Offerings};
+use crate::upstream::{ConnectError, Offerings, Origin};
 
 /// A composition being assembled: the live composition, one outcome per document, and which
 /// binding owns each composed tool name (first wins).
@@ -108,9 +109,16 @@ impl<'a> Assembly<'a> {
             ResourceUris::Capstan => UriScope::Prefixed(capstan_prefix(&binding, &plan.server)),
             ResourceUris::AsListed => UriScope::AsListed,
         };
+        let origin = Arc::new(Origin {
+            service: self.documents[plan.doc].spec.service_name.clone(),
+            binding: binding.clone(),
+            server: plan.server.clone(),
+            url_hosts: plan.url_elicitation_hosts.clone(),
+        });
         self.composed.upstreams.push(Connected {
             key: plan.key,
             binding,
+            origin,
             scope,
             upstream,
             tools: listed,

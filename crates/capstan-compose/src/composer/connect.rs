@@ -45,6 +45,8 @@ pub(super) struct ServerPlan {
     pub resources: Vec<String>,
     pub resource_uris: ResourceUris,
     pub resource_pins: BTreeMap<String, String>,
+    /// `urlElicitationHosts`: where its URL-mode elicitations may send the person.
+    pub url_elicitation_hosts: Vec<String>,
     /// The session key ([`connection_key`]).
     pub key: [u8; 32],
 }
@@ -264,6 +266,7 @@ fn plan(doc: usize, server: &McpServer, key: [u8; 32]) -> ServerPlan {
             .flat_map(|s| s.include.iter().cloned())
             .collect(),
         resource_uris: server.resource_uris.unwrap_or_default(),
+        url_elicitation_hosts: server.url_elicitation_hosts.clone(),
         resource_pins: server
             .resource_selector
             .as_ref()

@@ -17,7 +17,8 @@ use crate::fetch::Fetcher;
 use crate::knowledge;
 use crate::limits::Limits;
 use crate::upstream::{
-    CallError, CallTraffic, Forwarded, Offerings, ResourceUpdated, Upstream, UpstreamChanges,
+    CallError, CallTraffic, Forwarded, Offerings, Origin, ResourceUpdated, Upstream,
+    UpstreamChanges,
 };
 
 /// One upstream session of a composition, with what it listed and what it was opened for.
@@ -28,6 +29,8 @@ pub(super) struct Connected {
     pub(super) key: [u8; 32],
     /// The binding whose server it is.
     pub(super) binding: String,
+    /// Who its requests to the person come from (`upstream/origin.rs`).
+    pub(super) origin: Arc<Origin>,
     /// Whose URIs its answers may name (`composer/uri_scope.rs`).
     pub(super) scope: UriScope,
     pub(super) upstream: Arc<Upstream>,
@@ -123,7 +126,7 @@ impl Composed {
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, ToolCallError> {
         match self
-            .call_tool_with(name, arguments, &CallTraffic::default())
+            .call_tool_with(name, arguments, CallTraffic::default())
             .await?
         {
             CallToolResponse::Complete(result) => Ok(result),
@@ -139,24 +142,32 @@ impl Composed {
     }
 
     /// [`Self::call_tool`] carrying the caller's `_meta`, the provider's messages about the
-    /// call going to `traffic` (`upstream/relay.rs`).
+    /// call going to `traffic` (`upstream/relay.rs`) in the provider's name.
     pub async fn call_tool_with(
         &self,
         name: &str,
         arguments: Option<JsonObject>,
-        traffic: &CallTraffic,
+        mut traffic: CallTraffic,
     ) -> Result<CallToolResponse, ToolCallError> {
         let Some((index, tool)) = self.routes.get(name) else {
             return Err(ToolCallError::Unknown {
                 name: name.to_owned(),
             });
         };
-        let upstream = &self.upstreams[*index].upstream;
-        let mut response = upstream
-            .call(tool, arguments, self.limits.call_timeout, traffic)
+        let connected = &self.upstreams[*index];
+        traffic.origin = Some(connected.origin.clone());
+        let mut response = connected
+            .upstream
+            .call(tool, arguments, self.limits.call_timeout, &traffic)
             .await?;
-        if let CallToolResponse::Complete(result) = &mut response {
-            self.confine_tool_result(*index, result)?;
+        match &mut response {
+            CallToolResponse::Complete(result) => self.confine_tool_result(*index, result)?,
+            CallToolResponse::InputRequired(asked) => {
+                if let Some(requests) = &mut asked.input_requests {
+                    attribute_input_requests(&connected.origin, requests, &connected.upstream)?;
+                }
+            }
+            _ => {}
         }
         Ok(response)
     }
@@ -331,13 +342,55 @@ impl Composed {
         method: &str,
         params: Value,
     ) -> Result<Value, OfferingError> {
-        let upstream = &self.upstreams[route.index].upstream;
-        upstream
+        let connected = &self.upstreams[route.index];
+        let mut result = connected
+            .upstream
             .forward(method, params, self.limits.call_timeout)
             .await
             .map_err(|forwarded| match forwarded {
                 Forwarded::Refused(error) => OfferingError::Refused(error),
                 Forwarded::Failed(error) => OfferingError::Upstream(error),
-            })
+            })?;
+        // A 2026-07-28 provider's questions (`input_required`) reach the caller in its name.
+        if let Some(requests) = result
+            .get_mut("inputRequests")
+            .and_then(Value::as_object_mut)
+        {
+            for request in requests.values_mut() {
+                connected
+                    .origin
+                    .attribute(request)
+                    .map_err(|why| forbidden(&connected.upstream, why))?;
+            }
+        }
+        Ok(result)
+    }
+}
+
+/// Puts every question of an `input_required` result of `upstream`'s in `origin`'s name; one
+/// that may not reach the person (a URL elicitation to a host its binding does not admit)
+/// refuses the whole result.
+fn attribute_input_requests(
+    origin: &Origin,
+    requests: &mut rmcp::model::InputRequests,
+    upstream: &Upstream,
+) -> Result<(), CallError> {
+    for request in requests.values_mut() {
+        let mut asked = serde_json::to_value(&*request)
+            .map_err(|e| forbidden(upstream, format!("a question Capstan cannot read: {e}")))?;
+        origin
+            .attribute(&mut asked)
+            .map_err(|why| forbidden(upstream, why))?;
+        *request = serde_json::from_value(asked)
+            .map_err(|e| forbidden(upstream, format!("a question Capstan cannot carry: {e}")))?;
+    }
+    Ok(())
+}
+
+/// A provider's act the platform does not allow.
+fn forbidden(upstream: &Upstream, message: String) -> CallError {
+    CallError::Forbidden {
+        server: upstream.server.clone(),
+        message,
     }
 }

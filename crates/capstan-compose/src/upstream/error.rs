@@ -68,6 +68,15 @@ pub enum CallError {
         /// What failed.
         message: String,
     },
+    /// The upstream asked for something the platform does not let it ask (a URL-mode
+    /// elicitation to a host its binding does not admit): refused before the person saw it.
+    #[error("{server} asked for something its binding does not allow: {message}")]
+    Forbidden {
+        /// The MCP server entry.
+        server: String,
+        /// What it asked and what is allowed.
+        message: String,
+    },
     /// The upstream answered with something that is not a tool result.
     #[error("{server} answered with a malformed response: {message}")]
     Malformed {

@@ -17,8 +17,12 @@ use rmcp::model::{
     ClientCapabilities, InputResponses, ProgressToken, RequestMetaObject, ServerNotification,
     ServerRequest,
 };
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+
+use super::origin::Origin;
 
 /// What goes to the caller's side of one call.
 #[derive(Debug)]
@@ -150,6 +154,9 @@ pub struct CallTraffic {
     /// The provider's `requestState` the caller sends back with them: opaque to Capstan, never
     /// read, only carried.
     pub request_state: Option<String>,
+    /// Who the call's provider is: its requests and log messages reach the caller in its name
+    /// (`upstream/origin.rs`). Set by the composition once the call's upstream is known.
+    pub origin: Option<Arc<Origin>>,
 }
 
 impl CallTraffic {
@@ -165,6 +172,7 @@ impl CallTraffic {
             asks,
             input_responses: None,
             request_state: None,
+            origin: None,
         }
     }
 
@@ -237,7 +245,13 @@ impl CallTraffic {
                     serde_json::to_value(&token).unwrap_or(Value::Null);
                 rewritten
             }
-            "notifications/message" => message.clone(),
+            "notifications/message" => {
+                let mut said = message.clone();
+                if let Some(origin) = &self.origin {
+                    origin.attribute_log(&mut said["params"]);
+                }
+                said
+            }
             _ => return Relayed::Dropped,
         };
         let (Some(caller), Ok(notification)) = (
@@ -259,7 +273,14 @@ impl CallTraffic {
         let Some(caller) = caller else {
             return error_response(id, -32601, &not_available(request));
         };
-        let outgoing = json!({ "method": request["method"], "params": request["params"] });
+        let mut outgoing = json!({ "method": request["method"], "params": request["params"] });
+        // Nothing reaches the person but in its asker's name.
+        let Some(origin) = &self.origin else {
+            return error_response(id, -32603, "Capstan could not tell who is asking");
+        };
+        if let Err(why) = origin.attribute(&mut outgoing) {
+            return error_response(id, -32602, &why);
+        }
         let Ok(typed) = serde_json::from_value::<ServerRequest>(outgoing) else {
             return error_response(
                 id,
@@ -423,6 +444,12 @@ mod tests {
     async fn a_request_the_caller_can_be_asked_should_go_up_with_the_callers_answer() {
         let (mut traffic, mut receiver) = traffic(json!({}));
         traffic.asks = ClientAsks::from_capabilities(&json!({"elicitation": {}}));
+        traffic.origin = Some(Arc::new(Origin {
+            service: "s.example".into(),
+            binding: "b".into(),
+            server: "s".into(),
+            url_hosts: Vec::new(),
+        }));
         let request = json!({"jsonrpc": "2.0", "id": "p-7", "method": "elicitation/create",
                              "params": {"message": "?", "requestedSchema": {"type": "object", "properties": {}}}});
         let caller = tokio::spawn(async move {
@@ -431,6 +458,10 @@ mod tests {
             };
             let asked = serde_json::to_value(&request).unwrap();
             assert_eq!(asked["method"], "elicitation/create");
+            assert_eq!(
+                asked["params"]["message"],
+                "s.example (binding b, MCP server s) asks: ?"
+            );
             answer
                 .send(json!({"jsonrpc": "2.0", "id": "capstan-ask-1", "result": {"action": "decline"}}))
                 .unwrap();
@@ -443,6 +474,19 @@ mod tests {
             answer,
             json!({"jsonrpc": "2.0", "id": "p-7", "result": {"action": "decline"}})
         );
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_asker_is_unknown_should_reach_nobody() {
+        let (mut traffic, mut receiver) = traffic(json!({}));
+        traffic.asks = ClientAsks::from_capabilities(&json!({"elicitation": {}}));
+        let request = json!({"jsonrpc": "2.0", "id": 5, "method": "elicitation/create",
+                             "params": {"message": "?", "requestedSchema": {"type": "object", "properties": {}}}});
+        let Relayed::Answer(answer) = traffic.relay(&request, "capstan-1").await else {
+            panic!("not answered");
+        };
+        assert_eq!(answer["error"]["code"], -32603);
+        assert!(receiver.try_recv().is_err(), "the caller was asked");
     }
 
     #[test]

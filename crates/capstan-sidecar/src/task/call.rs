@@ -83,10 +83,10 @@ impl Task {
         }
         if let Some(routed) = composed.capability(&name) {
             return Ok(self
-                .call_capability(&served, routed, arguments, &traffic)
+                .call_capability(&served, routed, arguments, traffic)
                 .await);
         }
-        self.call_provider_tool(&served, &name, arguments, &traffic)
+        self.call_provider_tool(&served, &name, arguments, traffic)
             .await
     }
 
@@ -137,7 +137,7 @@ impl Task {
         served: &Served,
         routed: &RoutedCapability,
         arguments: Option<JsonObject>,
-        traffic: &CallTraffic,
+        traffic: CallTraffic,
     ) -> CallToolResponse {
         let capability = routed.spec.capability_id.as_str();
         let (taken, arguments) = match routing_arguments(served, routed, arguments) {
@@ -324,7 +324,7 @@ impl Task {
         served: &Served,
         name: &str,
         arguments: Option<JsonObject>,
-        traffic: &CallTraffic,
+        traffic: CallTraffic,
     ) -> Result<CallToolResponse, McpError> {
         let Some(tool) = served.composed().tool(name) else {
             return Err(McpError::invalid_params(
@@ -350,9 +350,10 @@ impl Task {
         tool: &ComposedTool,
         arguments: Value,
         capability: Option<&str>,
-        traffic: &CallTraffic,
+        traffic: CallTraffic,
     ) -> CallToolResponse {
         request_span::served_by(&tool.service_name, capability);
+        let takes_input = traffic.takes_input();
         let started = Instant::now();
         let arguments = match arguments {
             Value::Object(map) => Some(map),
@@ -370,7 +371,7 @@ impl Task {
                 Ok(CallToolResponse::Complete(result)) => Ok(CallToolResponse::Complete(result)),
                 // Only a 2026-07-28 caller can answer a question this way; a session-revision
                 // caller is asked mid-call (and its requests declare no capability upstream).
-                Ok(asked) if traffic.takes_input() => Ok(asked),
+                Ok(asked) if takes_input => Ok(asked),
                 Ok(_) => Err(ToolError::new(
                     ErrorKind::UpstreamMalformed,
                     format!(
