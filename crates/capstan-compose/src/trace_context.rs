@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use opentelemetry::Context;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
 use opentelemetry::trace::TraceContextExt as _;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -62,6 +62,105 @@ impl Outgoing {
                 meta.insert(key.to_owned(), Value::String(value.to_owned()));
             }
         }
+    }
+}
+
+/// The `_meta` key carrying W3C baggage (as the `baggage` header would).
+pub const BAGGAGE_KEY: &str = "baggage";
+
+/// The longest `traceparent` read: version 00 is 55 characters; a later version may append
+/// fields, which a reader ignores. Anything longer is no trace context.
+const MAX_TRACEPARENT_LEN: usize = 512;
+
+/// The longest `tracestate` passed on: the W3C recommends propagating at least 512 characters
+/// and lets a carrier drop whole members past its limit.
+const MAX_TRACESTATE_LEN: usize = 512;
+
+/// The longest `baggage` read (the W3C Baggage limit, which the propagator enforces too).
+const MAX_BAGGAGE_LEN: usize = 8192;
+
+/// Makes the trace context in a caller's `_meta` (`meta`) what a provider may be handed,
+/// whether anything is traced or not: `traceparent` and `tracestate` only as a valid W3C trace
+/// context re-written in canonical form (`tracestate` within its limits, whole members kept);
+/// `baggage` only as valid W3C baggage, re-encoded, within its limits. Whatever is not valid —
+/// too long, a newline, a malformed id, a key of the wrong shape — is dropped, not repaired
+/// into something the caller did not send.
+pub fn sanitize_meta(meta: &mut Map<String, Value>) {
+    if TRACE_CONTEXT_KEYS
+        .iter()
+        .chain(&[BAGGAGE_KEY])
+        .all(|key| !meta.contains_key(*key))
+    {
+        return;
+    }
+    // Printable ASCII only, as each header's grammar allows: a control character (a line
+    // break that would split a header) makes the whole entry invalid.
+    let text = |meta: &Map<String, Value>, key: &str, limit: usize| {
+        meta.get(key)
+            .and_then(Value::as_str)
+            .filter(|v| v.len() <= limit && v.bytes().all(|b| (0x20..0x7f).contains(&b)))
+            .map(str::to_owned)
+    };
+    let mut given = HashMap::new();
+    if let Some(parent) = text(meta, "traceparent", MAX_TRACEPARENT_LEN) {
+        given.insert("traceparent".to_owned(), parent);
+        // A tracestate without a valid traceparent means nothing.
+        if let Some(state) = meta
+            .get("tracestate")
+            .and_then(Value::as_str)
+            .filter(|v| v.bytes().all(|b| (0x20..0x7f).contains(&b)))
+        {
+            given.insert("tracestate".to_owned(), bounded_tracestate(state));
+        }
+    }
+    if let Some(baggage) = text(meta, BAGGAGE_KEY, MAX_BAGGAGE_LEN) {
+        given.insert(BAGGAGE_KEY.to_owned(), baggage);
+    }
+    for key in TRACE_CONTEXT_KEYS.iter().chain(&[BAGGAGE_KEY]) {
+        meta.remove(*key);
+    }
+    let carrier = Carrier(given);
+    let context = TraceContextPropagator::new().extract(&carrier);
+    let context = BaggagePropagator::new().extract_with_context(&context, &carrier);
+    let mut clean = Outgoing::default();
+    if is_remote_parent(&context) {
+        TraceContextPropagator::new().inject_context(&context, &mut clean);
+    }
+    BaggagePropagator::new().inject_context(&context, &mut clean);
+    for (key, value) in clean.entries() {
+        if !value.is_empty() {
+            meta.insert(key.to_owned(), Value::String(value.to_owned()));
+        }
+    }
+}
+
+/// The leading whole members of `state` that fit [`MAX_TRACESTATE_LEN`] (the propagator then
+/// checks each member's shape and count).
+fn bounded_tracestate(state: &str) -> String {
+    let mut kept = String::new();
+    for member in state.split(',') {
+        let extra = usize::from(!kept.is_empty()) + member.len();
+        if kept.len() + extra > MAX_TRACESTATE_LEN {
+            break;
+        }
+        if !kept.is_empty() {
+            kept.push(',');
+        }
+        kept.push_str(member);
+    }
+    kept
+}
+
+/// Entries read as carrier fields.
+struct Carrier(HashMap<String, String>);
+
+impl Extractor for Carrier {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
     }
 }
 
@@ -131,6 +230,7 @@ impl Extractor for Meta<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
@@ -194,6 +294,74 @@ mod tests {
         let mut params = json!({"_meta": {"traceparent": PARENT}});
         outgoing.stamp_meta(&mut params);
         assert_eq!(params["_meta"]["traceparent"], PARENT);
+    }
+
+    #[test]
+    fn a_valid_trace_context_should_pass_in_canonical_form() {
+        let mut meta = json!({"traceparent": PARENT, "tracestate": "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
+                              "baggage": "userId=alice,serverNode=DF%2028", "progressToken": 7});
+        sanitize_meta(meta.as_object_mut().unwrap());
+        assert_eq!(meta["traceparent"], PARENT);
+        assert_eq!(
+            meta["tracestate"],
+            "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
+        );
+        let baggage = meta["baggage"].as_str().unwrap();
+        let mut members: Vec<&str> = baggage.split(',').collect();
+        members.sort_unstable();
+        assert_eq!(members, ["serverNode=DF%2028", "userId=alice"], "{baggage}");
+        assert_eq!(meta["progressToken"], 7);
+    }
+
+    #[test]
+    fn an_invalid_or_oversized_trace_context_should_be_dropped() {
+        let huge = format!("{PARENT}-{}", "a".repeat(200 * 1024));
+        let cases = [
+            json!({"traceparent": huge}),
+            json!({"traceparent": "00-zz-00f067aa0ba902b7-01", "tracestate": "a=b"}),
+            json!({"tracestate": "a=b"}),
+            json!({"traceparent": 7}),
+        ];
+        for case in cases {
+            let mut meta = case.clone();
+            sanitize_meta(meta.as_object_mut().unwrap());
+            assert_eq!(meta, json!({}), "{case}");
+        }
+        // A line break is no part of any of them: the entry is dropped whole.
+        let mut meta = json!({"traceparent": format!("{PARENT}\r\n"), "baggage": "a=b\nX: 1"});
+        sanitize_meta(meta.as_object_mut().unwrap());
+        assert_eq!(meta, json!({}));
+        // A valid parent with a tracestate that is not one: the parent alone.
+        let mut meta = json!({"traceparent": PARENT, "tracestate": "a=b\nc=d"});
+        sanitize_meta(meta.as_object_mut().unwrap());
+        assert_eq!(meta, json!({"traceparent": PARENT}));
+        // A 100 KB tracestate keeps the whole members that fit 512 characters.
+        let state = (0..10_000)
+            .map(|i| format!("k{i}=v{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut meta = json!({"traceparent": PARENT, "tracestate": state});
+        sanitize_meta(meta.as_object_mut().unwrap());
+        let kept = meta["tracestate"].as_str().unwrap();
+        assert!(
+            kept.len() <= 512 && kept.starts_with("k0=v0,k1=v1"),
+            "{kept}"
+        );
+        assert!(kept.split(',').count() <= 32, "{kept}");
+        // Baggage over the W3C limit, or with a newline, reaches nobody.
+        for baggage in ["a=".repeat(5000), "a=b\nc=d".to_owned()] {
+            let mut meta = json!({"baggage": baggage});
+            sanitize_meta(meta.as_object_mut().unwrap());
+            assert!(
+                meta.get("baggage")
+                    .is_none_or(|b| !b.as_str().unwrap().contains('\n')),
+                "{meta}"
+            );
+            assert!(
+                meta.get("baggage")
+                    .is_none_or(|b| b.as_str().unwrap().len() <= 8192)
+            );
+        }
     }
 
     #[test]

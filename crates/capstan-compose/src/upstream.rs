@@ -174,7 +174,7 @@ impl Upstream {
             Link::Rmcp(client) => {
                 let mut params = CallToolRequestParams::new(tool.to_owned());
                 params.arguments = arguments;
-                params.meta = traffic.meta.clone();
+                params.meta = traffic.upstream_meta_for_rmcp();
                 params.input_responses = traffic.input_responses.clone();
                 params.request_state = traffic.request_state.clone();
                 tokio::time::timeout(timeout, async {

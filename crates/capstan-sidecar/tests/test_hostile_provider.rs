@@ -25,6 +25,7 @@ const VICTIM_URI: &str = "capstan://victim-b/v/h://pub/a";
 /// `attacker-p` (the Capstan way) each select `h://secret/b` and may call every tool.
 fn documents(endpoint: &str) -> Value {
     let tools = [
+        "meta_seen",
         "claim",
         "embed",
         "record",
@@ -468,4 +469,79 @@ fn a_typescript_client_should_be_asked_in_the_providers_name_too() {
         report["results"][1]["structuredContent"]["error"]["kind"], "forbidden",
         "{report}"
     );
+}
+
+/// The `_meta` the server recorded for the last call, by its own record.
+fn last_meta(endpoint: &str) -> Value {
+    let report = offerings(
+        endpoint,
+        "legacy",
+        &json!([{"op": "call", "name": "record"}]),
+    );
+    let text = report[0]["ok"]["content"][0]["text"].as_str().unwrap();
+    let record = serde_json::from_str::<Value>(text).unwrap();
+    record["metas"].as_array().unwrap().last().cloned().unwrap()
+}
+
+#[test]
+fn a_callers_trace_context_should_reach_a_provider_only_valid_and_bounded() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let sidecar = Sidecar::start(&documents(&endpoint), &[server.address.to_string()], &[]);
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
+    let hostile = json!({
+        "traceparent": format!("{parent}-{}", "a".repeat(200 * 1024)),
+        "tracestate": format!("a=b\nX-Injected: 1,{}", "k=v,".repeat(25 * 1024)),
+        "baggage": "user=alice\nX-Injected: 1",
+        "note": "kept",
+    });
+    let valid = json!({"traceparent": parent, "tracestate": "rojo=00f067aa0ba902b7",
+                       "baggage": "user=alice"});
+    let session = sidecar.curl_initialize("demo-project", "t");
+    let in_session = |meta: &Value| {
+        let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                          "params": {"name": "meta_seen", "arguments": {}, "_meta": meta}});
+        let (status, body) = sidecar.curl_in_session(&session, &body.to_string());
+        assert_eq!(status, 200, "{body}");
+    };
+    let sessionless = |meta: &Value| {
+        let mut meta = meta.clone();
+        meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+        meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "curl", "version": "1"});
+        meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+        let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                          "params": {"name": "meta_seen", "arguments": {}, "_meta": meta}});
+        let headers = [
+            ("mcp-protocol-version", "2026-07-28"),
+            (PROJECT_HEADER, "demo-project"),
+            ("authorization", "Bearer t"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "meta_seen"),
+        ];
+        let (status, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(&body.to_string()));
+        assert_eq!(status, 200, "{body}");
+    };
+    for (revision, send) in [
+        ("session", &in_session as &dyn Fn(&Value)),
+        ("2026-07-28", &sessionless),
+    ] {
+        // Tracing is off in this sidecar: nothing of its own replaces what the caller sent.
+        send(&hostile);
+        let seen = last_meta(&endpoint);
+        assert_eq!(seen["note"], "kept", "{revision}: {seen}");
+        for key in ["traceparent", "tracestate", "baggage"] {
+            assert!(
+                seen.get(key).is_none(),
+                "{revision}: {key} reached the provider: {seen}"
+            );
+        }
+        send(&valid);
+        let seen = last_meta(&endpoint);
+        assert_eq!(seen["traceparent"], parent, "{revision}: {seen}");
+        assert_eq!(
+            seen["tracestate"], "rojo=00f067aa0ba902b7",
+            "{revision}: {seen}"
+        );
+        assert_eq!(seen["baggage"], "user=alice", "{revision}: {seen}");
+    }
 }

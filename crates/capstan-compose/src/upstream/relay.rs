@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::origin::Origin;
+use crate::trace_context::sanitize_meta;
 
 /// What goes to the caller's side of one call.
 #[derive(Debug)]
@@ -54,7 +55,8 @@ const CONNECTION_MEMBERS: &[&str] = &[
 
 /// The caller's `_meta` of a forwarded request that is not a tool call (`prompts/get`,
 /// `resources/read`, …) as a provider may see it: without the members describing the caller's
-/// connection, and without a progress token (nothing of such a request is relayed back).
+/// connection, without a progress token (nothing of such a request is relayed back), and with
+/// only valid, bounded trace context (`trace_context::sanitize_meta`).
 pub(crate) fn forwardable_meta(params: &mut Value) {
     let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) else {
         return;
@@ -62,6 +64,7 @@ pub(crate) fn forwardable_meta(params: &mut Value) {
     for member in CONNECTION_MEMBERS.iter().chain(&["progressToken"]) {
         meta.remove(*member);
     }
+    sanitize_meta(meta);
     if meta.is_empty()
         && let Some(params) = params.as_object_mut()
     {
@@ -209,16 +212,28 @@ impl CallTraffic {
         self.meta.as_ref()?.get_progress_token()
     }
 
+    /// The `_meta` sent through rmcp's client, which sets its own progress token: as
+    /// [`Self::upstream_meta`], without one.
+    pub(crate) fn upstream_meta_for_rmcp(&self) -> Option<RequestMetaObject> {
+        let mut meta = self.upstream_meta("")?;
+        if let Some(members) = meta.as_object_mut() {
+            members.remove("progressToken");
+        }
+        serde_json::from_value(meta).ok()
+    }
+
     /// The `_meta` sent to the provider: the caller's members, its progress token replaced by
     /// `minted` — or left out when the caller asked for no progress —, without the members
     /// that describe the caller's own connection to Capstan (its revision, client and
-    /// capabilities: the provider's session has its own).
+    /// capabilities: the provider's session has its own), with only valid, bounded trace
+    /// context (`trace_context::sanitize_meta`).
     pub(crate) fn upstream_meta(&self, minted: &str) -> Option<Value> {
         let meta = self.meta.as_ref()?;
         let mut members = meta.0.0.clone();
         for connection in CONNECTION_MEMBERS {
             members.remove(*connection);
         }
+        sanitize_meta(&mut members);
         let asked = members.remove("progressToken").is_some();
         if asked {
             members.insert("progressToken".into(), Value::String(minted.to_owned()));
@@ -370,6 +385,8 @@ mod tests {
         }
     }
 
+    const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
+
     fn traffic(meta: Value) -> (CallTraffic, tokio::sync::mpsc::Receiver<ToCaller>) {
         let (sink, receiver) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
         let meta = serde_json::from_value::<RequestMetaObject>(meta).unwrap();
@@ -383,24 +400,24 @@ mod tests {
     fn the_provider_should_see_a_minted_token_and_every_other_member() {
         let (traffic, _) = traffic(json!({
             "progressToken": 7,
-            "traceparent": "00-ab-cd-01",
+            "traceparent": PARENT,
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {},
         }));
         assert_eq!(
             traffic.upstream_meta("capstan-3"),
-            Some(json!({"progressToken": "capstan-3", "traceparent": "00-ab-cd-01"}))
+            Some(json!({"progressToken": "capstan-3", "traceparent": PARENT}))
         );
         let (no_progress, _) = traffic_without_token();
         assert_eq!(
             no_progress.upstream_meta("capstan-3"),
-            Some(json!({"traceparent": "00-ab-cd-01"}))
+            Some(json!({"traceparent": PARENT}))
         );
         assert_eq!(CallTraffic::default().upstream_meta("capstan-3"), None);
     }
 
     fn traffic_without_token() -> (CallTraffic, tokio::sync::mpsc::Receiver<ToCaller>) {
-        traffic(json!({"traceparent": "00-ab-cd-01"}))
+        traffic(json!({"traceparent": PARENT}))
     }
 
     #[tokio::test]
