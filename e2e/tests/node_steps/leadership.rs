@@ -320,12 +320,31 @@ pub fn end_the_leader(node: &Node, leader: String, fault: Fault) -> Result<Round
         std::thread::sleep(Duration::from_secs(6));
     }
     let successor = successor?;
+    if let Fault::Kill = fault {
+        // The killed process is gone (its restarted container is another process, another
+        // identity, and may win like any standby).
+        wait(
+            Duration::from_secs(10),
+            &format!("process {pid} to be gone after SIGKILL"),
+            || process_gone(pid).then_some(()),
+        )?;
+    }
     Ok(Round {
         fault,
         leader,
         successor,
         took_over,
     })
+}
+
+/// Whether `pid` has exited (no such process, or a zombie not yet reaped).
+fn process_gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let state = stat.rsplit_once(") ").map(|(_, rest)| rest);
+            state.is_some_and(|rest| rest.starts_with('Z') || rest.starts_with('X'))
+        })
+        .unwrap_or(true)
 }
 
 fn signal_process(pid: u32, signal: &str) -> Outcome {
@@ -337,13 +356,14 @@ fn signal_process(pid: u32, signal: &str) -> Outcome {
 }
 
 /// Checks the writes the audit log recorded from `since` to `until`, `leader_pod` holding the
-/// Lease at `since`: the Lease is written by one pod at a time (another pod's first write
-/// begins its term, and no earlier holder writes the Lease after that), and every status write
-/// comes from the pod whose term it fell in.
+/// Lease at `since`, `successor_pod` at `until` (the same pod when a killed leader's restarted
+/// container won: the audit log names pods, not processes): the Lease is written by one pod at
+/// a time (another pod's first write begins its term, and no earlier holder writes the Lease
+/// after that), and every status write comes from the pod whose term it fell in.
 pub fn one_writer_at_a_time(
     (lease, statuses): (&[Write], &[Write]),
     (since, until): (Timestamp, Timestamp),
-    leader_pod: &str,
+    (leader_pod, successor_pod): (&str, &str),
 ) -> Outcome {
     let within = |w: &&Write| w.received >= since && w.received < until;
     let lease: Vec<Write> = lease.iter().filter(within).cloned().collect();
@@ -380,16 +400,20 @@ pub fn one_writer_at_a_time(
             )
         })?;
     }
-    check(terms.len() == 2, || {
+    let pods: Vec<&str> = terms.iter().map(|(_, pod)| pod.as_str()).collect();
+    let expected: &[&str] = if leader_pod == successor_pod {
+        &[leader_pod]
+    } else {
+        &[leader_pod, successor_pod]
+    };
+    check(pods == expected, || {
         format!(
-            "the Lease was written by {} pods in turn, not 2: {}",
-            terms.len(),
+            "the Lease was written by {pods:?} in turn, not {expected:?}: {}",
             describe(&lease)
         )
     })?;
-    let successor = &terms[1].1;
-    check(statuses.iter().any(|w| &w.pod == successor), || {
-        format!("no status write of {TICKING_BINDING} by {successor}, the new leader")
+    check(statuses.iter().any(|w| w.pod == successor_pod), || {
+        format!("no status write of {TICKING_BINDING} by {successor_pod}, the new leader's pod")
     })
 }
 
