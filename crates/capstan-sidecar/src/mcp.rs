@@ -14,9 +14,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use capstan_compose::{CallerRevision, ClientAsks, RELAY_CAPACITY, ToCaller};
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use capstan_compose::{CallerRevision, ClientAsks, RELAY_CAPACITY};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
     DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
@@ -24,13 +22,12 @@ use rmcp::model::{
     InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListSkillsResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
     ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType,
-    ServerCapabilities, ServerConfig, ServerRequest, SubscribeRequestParams, SubscriptionFilter,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
     UnsubscribeRequestParams,
 };
-use rmcp::service::{Peer, RequestContext, ServiceError, SubscriptionContext};
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 use tracing::{Instrument as _, info};
 
 use crate::identity::Identity;
@@ -40,9 +37,11 @@ use crate::task::{ANOTHER_CALLER, MAX_SUBSCRIPTIONS, Task};
 use crate::tasks::{Admitted, TaskStarter, Tasks};
 
 mod forwarded;
+mod relaying;
 mod skills;
 
 use self::forwarded::{answer, params, response};
+use self::relaying::relaying;
 
 /// The protocol revisions served: 2026-07-28 (without sessions) and every session-based one.
 pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
@@ -361,7 +360,11 @@ impl ServerHandler for SessionHandler {
         let span = request_span_of(&context);
         async {
             let task = self.task(&context).await?.live()?;
-            let result = task.served().composed().get_prompt(params(&request)?).await;
+            let mut params = params(&request)?;
+            task.open_params(&mut params, "prompts/get", &request.name)?;
+            let result = task.served().composed().get_prompt(params).await;
+            let result =
+                result.map(|answer| task.seal_answer(answer, "prompts/get", &request.name));
             response::<GetPromptResult, _>(result, "prompts/get", is_sessionless(&context))
         }
         .instrument(span)
@@ -380,7 +383,11 @@ impl ServerHandler for SessionHandler {
             if let Some(read) = skills::read(served.composed(), &request.uri).await {
                 return read.map(ReadResourceResponse::Complete);
             }
-            let result = served.composed().read_resource(params(&request)?).await;
+            let mut params = params(&request)?;
+            task.open_params(&mut params, "resources/read", &request.uri)?;
+            let result = served.composed().read_resource(params).await;
+            let result =
+                result.map(|answer| task.seal_answer(answer, "resources/read", &request.uri));
             response::<ReadResourceResult, _>(result, "resources/read", is_sessionless(&context))
         }
         .instrument(span)
@@ -551,46 +558,3 @@ cached_list!(
     ListResourcesResult,
     ListResourceTemplatesResult
 );
-
-/// Runs `call`, sending what the provider says about it to the caller through the session's
-/// peer as it comes; `None` when the caller cancelled it (rmcp cancels the request's token;
-/// dropping the call gives it up at the provider too, `upstream/call.rs`). A question of the
-/// provider's is asked alongside, so that the call's own time limit still applies.
-async fn relaying(
-    call: impl Future<Output = Result<CallToolResponse, McpError>>,
-    mut relayed: tokio::sync::mpsc::Receiver<ToCaller>,
-    context: &RequestContext<RoleServer>,
-) -> Option<Result<CallToolResponse, McpError>> {
-    tokio::pin!(call);
-    let mut asking = FuturesUnordered::new();
-    let answer = loop {
-        tokio::select! {
-            answer = &mut call => break answer,
-            () = context.ct.cancelled() => return None,
-            Some(message) = relayed.recv() => match message {
-                ToCaller::Notification(notification) => {
-                    let _ = context.peer.send_notification(notification).await;
-                }
-                ToCaller::Request { request, answer } => {
-                    asking.push(ask_peer(&context.peer, request, answer));
-                }
-            },
-            Some(()) = asking.next(), if !asking.is_empty() => {}
-        }
-    };
-    while let Ok(ToCaller::Notification(notification)) = relayed.try_recv() {
-        let _ = context.peer.send_notification(notification).await;
-    }
-    Some(answer)
-}
-
-/// Asks the caller a provider's question through the session's peer; its response goes to
-/// `answer`.
-async fn ask_peer(peer: &Peer<RoleServer>, request: ServerRequest, answer: oneshot::Sender<Value>) {
-    let response = match peer.send_request(request).await {
-        Ok(result) => json!({ "result": result }),
-        Err(ServiceError::McpError(error)) => json!({ "error": error }),
-        Err(other) => json!({ "error": { "code": -32603, "message": other.to_string() } }),
-    };
-    let _ = answer.send(response);
-}

@@ -13,8 +13,7 @@ use tracing::{debug, warn};
 
 use super::connect::{ServerPlan, ServerResult};
 use super::live::{Composed, Connected};
-use super::offerings::{Route, capstan_prefix};
-use super::uri_scope::UriScope;
+use super::offerings::{Route, UriScope, capstan_prefix};
 use crate::capabilities::{CapabilitySummary, RoutedCapability, routed_capabilities};
 use crate::composition::{
     BUILT_IN, BindingOutcome, Collision, ComposedPrompt, ComposedResource, ComposedTool,

@@ -8,8 +8,7 @@ use rmcp::model::{CallToolResponse, CallToolResult, JsonObject, Tool};
 use serde_json::Value;
 
 use super::OfferingError;
-use super::offerings::{Offered, Route, unsafe_path};
-use super::uri_scope::UriScope;
+use super::offerings::{Offered, Route, UriScope, unsafe_path};
 use super::{SkillError, ToolCallError};
 use crate::capabilities::RoutedCapability;
 use crate::composition::{ComposedTool, Composition};

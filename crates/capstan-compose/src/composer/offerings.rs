@@ -36,6 +36,15 @@ pub(super) struct Offered {
     pub templates: Vec<(String, Route)>,
 }
 
+/// How the URIs an upstream's answers name reach the caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum UriScope {
+    /// Shown under this prefix (`capstan://<binding>/<server>/`).
+    Prefixed(String),
+    /// Shown as the server wrote them, within what no other upstream serves.
+    AsListed,
+}
+
 /// The prefix of the URIs of `server` of `binding` shown the Capstan way.
 pub(crate) fn capstan_prefix(binding: &str, server: &str) -> String {
     format!("capstan://{binding}/{server}/")

@@ -18,16 +18,8 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::Value;
 
 use super::live::Composed;
+use super::offerings::UriScope;
 use crate::upstream::CallError;
-
-/// How the URIs an upstream's answers name reach the caller.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum UriScope {
-    /// Shown under this prefix (`capstan://<binding>/<server>/`).
-    Prefixed(String),
-    /// Shown as the server wrote them, within what no other upstream serves.
-    AsListed,
-}
 
 impl Composed {
     /// `uri`, named in an answer of upstream `index`, as the caller is shown it; an error
