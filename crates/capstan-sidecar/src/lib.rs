@@ -23,6 +23,7 @@ mod project_composer;
 mod reaper;
 mod refresh;
 mod request_span;
+mod request_states;
 mod route_decision;
 mod routing_endpoints;
 mod run;

@@ -30,6 +30,7 @@ use crate::metering::Meter;
 use crate::metrics::{Metrics, WatchMetrics};
 use crate::project_composer::{BaseToolsSetup, ProjectComposer};
 use crate::reaper::revalidate_streams;
+use crate::request_states::RequestStates;
 use crate::server::router;
 use crate::socket::{self, SocketError};
 use crate::task::TaskContext;
@@ -138,6 +139,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         meter: Arc::new(meter),
         clock: Instant::now(),
         decisions: Arc::new(DecisionLog::new(DECISION_LOG_CAPACITY)),
+        states: Arc::new(RequestStates::new()),
     };
     let composer = with_base_tools(
         ProjectComposer::new(documents, composer, context),

@@ -7,6 +7,7 @@
 mod call;
 mod in_flight;
 mod outbox;
+mod questions;
 mod served;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +29,7 @@ use crate::decisions::DecisionLog;
 use crate::identity::Identity;
 use crate::metering::Meter;
 use crate::metrics::Metrics;
+use crate::request_states::RequestStates;
 
 /// The one refusal of a request (or call) whose caller is not the task's: another project or
 /// token than the session was started with.
@@ -48,11 +50,9 @@ pub struct TaskContext {
     pub clock: Instant,
     /// Routing decisions, for `GET /v1/route-decisions`.
     pub decisions: Arc<DecisionLog>,
+    /// Seals the `requestState` of the questions its callers are asked (`request_states.rs`).
+    pub states: Arc<RequestStates>,
 }
-
-/// How many questions of routed calls' providers a task remembers for their retries: far more
-/// than a caller answers at once.
-pub(crate) const ROUTED_QUESTIONS: usize = 64;
 
 /// A task: what the session serves now, and who it is for.
 pub struct Task {
@@ -94,10 +94,6 @@ pub struct Task {
     /// session once each (`resources/subscribe`), without one by how many of its open listen
     /// streams hold it.
     subscriptions: Mutex<BTreeMap<String, usize>>,
-    /// The questions providers of routed calls asked (`input_required`), by the digest of
-    /// their `requestState`, with the tool that asked: a retry goes back to it, never through
-    /// routing again (`task/call.rs`). The newest [`ROUTED_QUESTIONS`].
-    routed_questions: Mutex<std::collections::VecDeque<([u8; 32], String)>>,
 }
 
 /// The most resources one session may subscribe to at once: a template can name unboundedly
@@ -193,7 +189,6 @@ impl Task {
             in_flight: InFlight::default(),
             asks: OnceLock::new(),
             subscriptions: Mutex::new(BTreeMap::new()),
-            routed_questions: Mutex::default(),
         });
         task.touch();
         if let Some(limit) = max_duration {

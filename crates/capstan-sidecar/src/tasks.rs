@@ -475,6 +475,7 @@ pub(crate) mod tests {
             meter: Arc::new(crate::metering::Meter::open("off").unwrap()),
             clock: Instant::now(),
             decisions: Arc::new(crate::decisions::DecisionLog::new(2)),
+            states: Arc::default(),
         };
         let composer = Arc::new(ProjectComposer::new(documents.clone(), composer, context));
         TaskStarter::new(composer, ProjectFeeds::new(documents, None, metrics))

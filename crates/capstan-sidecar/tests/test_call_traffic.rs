@@ -402,8 +402,12 @@ fn a_providers_question_should_reach_the_caller_in_its_own_revision_and_the_answ
 
 /// Found attacking the `input_required` pass-through as a hostile caller: a routed call's retry
 /// was routed again, so it could carry one provider's `requestState` and the caller's answers
-/// to another provider of the capability. The retry goes back to the provider that asked; a
-/// state no provider of the task gave is refused and reaches none.
+/// to another provider of the capability; then a state was looked up across the whole task, so
+/// `cap__A`'s could be sent to `cap__B`, metered as `cap__A`. Capstan now seals every state it
+/// hands a caller with who asked, for that caller and that name (`request_states.rs`): a retry
+/// goes back to the provider that asked if it is still eligible, and a state that does not
+/// verify — forged, another capability's, another caller's — is a JSON-RPC error that reaches
+/// no provider.
 #[test]
 fn a_routed_calls_retry_should_go_back_to_the_provider_that_asked_and_a_foreign_state_nowhere() {
     let asker = PythonServer::start_script(SERVER);
@@ -413,8 +417,10 @@ fn a_routed_calls_retry_should_go_back_to_the_provider_that_asked_and_a_foreign_
         let tools = ["create_issue", "confirm_calls"];
         let mut document = binding_document(binding, server, &endpoint, &tools);
         document["metadata"]["namespace"] = json!("demo-project");
-        document["spec"]["tools"]["mcpServers"][0]["capabilities"] =
-            json!([{"capabilityId": "cap.issue.create", "tool": "create_issue"}]);
+        document["spec"]["tools"]["mcpServers"][0]["capabilities"] = json!([
+            {"capabilityId": "cap.issue.create", "tool": "create_issue"},
+            {"capabilityId": "cap.web.search", "tool": "confirm_calls"},
+        ]);
         document
     };
     let documents = json!([
@@ -423,7 +429,8 @@ fn a_routed_calls_retry_should_go_back_to_the_provider_that_asked_and_a_foreign_
     ]);
     let hosts = [asker.address.to_string(), other.address.to_string()];
     let sidecar = Sidecar::start(&documents, &hosts, &[]);
-    let call = |id: u64, params: Value| -> Value {
+    // One request of the caller holding `token`; its JSON-RPC message.
+    let call_as = |token: &str, id: u64, params: Value| -> Value {
         let mut params = params;
         params["_meta"] = json!({
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -432,29 +439,42 @@ fn a_routed_calls_retry_should_go_back_to_the_provider_that_asked_and_a_foreign_
         });
         let name = params["name"].as_str().unwrap().to_owned();
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let authorization = format!("Bearer {token}");
         let headers = [
             ("mcp-protocol-version", "2026-07-28"),
             (PROJECT_HEADER, "demo-project"),
-            ("authorization", "Bearer t"),
+            ("authorization", authorization.as_str()),
             ("mcp-method", "tools/call"),
             ("mcp-name", name.as_str()),
         ];
         let (status, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(&body.to_string()));
         assert_eq!(status, 200, "{body}");
-        let message = body
-            .lines()
+        body.lines()
             .filter_map(|line| line.strip_prefix("data:"))
             .find_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
             .or_else(|| serde_json::from_str(&body).ok())
-            .unwrap_or_else(|| panic!("{body}"));
-        message["result"].clone()
+            .unwrap_or_else(|| panic!("{body}"))
     };
+    let call = |id: u64, params: Value| call_as("t", id, params);
     let counts = |id: u64, server: &str| -> Value {
         let result = call(
             id,
             json!({"name": format!("{server}__confirm_calls"), "arguments": {}}),
-        );
+        )["result"]
+            .clone();
         serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
+    };
+    let refused_as_unverified = |message: &Value| {
+        let error = &message["error"];
+        assert_eq!(error["code"], -32602, "{message}");
+        assert_eq!(error["data"]["field"], "requestState", "{message}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("failed integrity verification"),
+            "{message}"
+        );
     };
 
     // The first call goes to the asker, which asks.
@@ -462,7 +482,8 @@ fn a_routed_calls_retry_should_go_back_to_the_provider_that_asked_and_a_foreign_
         1,
         json!({"name": "cap__issue_create",
                "arguments": {"title": "t", "route": {"only": ["asker-binding"]}}}),
-    );
+    )["result"]
+        .clone();
     assert_eq!(asked["resultType"], "input_required", "{asked}");
     let state = asked["requestState"].as_str().unwrap().to_owned();
     let key = asked["inputRequests"]
@@ -473,33 +494,77 @@ fn a_routed_calls_retry_should_go_back_to_the_provider_that_asked_and_a_foreign_
         .unwrap()
         .clone();
     let responses = json!({key: {"action": "accept", "content": {"answer": "go"}}});
+    let retry = |name: &str, route: Option<Value>, state: &str| {
+        let mut arguments = if name == "cap__web_search" {
+            json!({"query": "q"})
+        } else {
+            json!({"title": "t"})
+        };
+        if let Some(route) = route {
+            arguments["route"] = route;
+        }
+        json!({"name": name, "arguments": arguments,
+               "inputResponses": responses, "requestState": state})
+    };
 
-    // A forged state reaches no provider.
-    let forged = call(
-        2,
+    // Nothing that does not verify reaches a provider: a forged state, the state tampered, the
+    // state sent to another capability, or by another caller.
+    refused_as_unverified(&call(2, retry("cap__issue_create", None, "forged")));
+    refused_as_unverified(&call(
+        3,
+        retry("cap__issue_create", None, &format!("{state}-TAMPERED")),
+    ));
+    refused_as_unverified(&call(4, retry("cap__web_search", None, &state)));
+    refused_as_unverified(&call_as("u", 5, retry("cap__issue_create", None, &state)));
+    // Answers without the state cannot be routed anywhere.
+    let unstated = call(
+        6,
         json!({"name": "cap__issue_create", "arguments": {"title": "t"},
-               "inputResponses": responses, "requestState": "forged"}),
+               "inputResponses": responses}),
+    )["result"]
+        .clone();
+    assert_eq!(
+        unstated["structuredContent"]["error"]["field"], "requestState",
+        "{unstated}"
     );
-    assert_eq!(forged["isError"], true, "{forged}");
-    let error = &forged["structuredContent"]["error"];
-    assert_eq!(error["kind"], "rejected", "{forged}");
-    assert_eq!(error["field"], "requestState", "{forged}");
-    assert_eq!(counts(3, "asker"), json!({"count": 1, "retries": 0}));
-    assert_eq!(counts(4, "other"), json!({"count": 0, "retries": 0}));
+    // A retry whose route now excludes the asker is refused: eligibility is judged again.
+    let excluded = call(
+        7,
+        retry(
+            "cap__issue_create",
+            Some(json!({"only": ["other-binding"]})),
+            &state,
+        ),
+    )["result"]
+        .clone();
+    assert_eq!(excluded["isError"], true, "{excluded}");
+    assert_eq!(
+        excluded["structuredContent"]["error"]["code"], "asker_not_eligible",
+        "{excluded}"
+    );
+    // By the providers' own counts, none of the above reached either; and none was metered
+    // (a state crossing capabilities was once forwarded, metered as the capability that asked).
+    assert_eq!(counts(8, "asker"), json!({"count": 1, "retries": 0}));
+    assert_eq!(counts(9, "other"), json!({"count": 0, "retries": 0}));
+    let routed: Vec<Value> = sidecar
+        .meter_events()
+        .into_iter()
+        .filter(|event| event.get("capability").is_some_and(|c| !c.is_null()))
+        .collect();
+    assert_eq!(
+        routed.len(),
+        1,
+        "only the first call was forwarded: {routed:?}"
+    );
 
-    // The retry, routed as the caller now asks (to the other provider), goes back to the asker.
-    let answered = call(
-        5,
-        json!({"name": "cap__issue_create",
-               "arguments": {"title": "t", "route": {"only": ["other-binding"]}},
-               "inputResponses": responses, "requestState": state}),
-    );
+    // The retry itself goes back to the asker, which reads its own state.
+    let answered = call(10, retry("cap__issue_create", None, &state))["result"].clone();
     assert_eq!(
         answered["content"][0]["text"], "{\"title\": \"t\", \"answer\": \"go\"}",
         "{answered}"
     );
-    assert_eq!(counts(6, "asker"), json!({"count": 2, "retries": 1}));
-    assert_eq!(counts(7, "other"), json!({"count": 0, "retries": 0}));
+    assert_eq!(counts(11, "asker"), json!({"count": 2, "retries": 1}));
+    assert_eq!(counts(12, "other"), json!({"count": 0, "retries": 0}));
 }
 
 #[test]

@@ -20,13 +20,12 @@ use serde_json::Value;
 use tracing::field::Empty;
 use tracing::{Instrument, Span, debug_span, info, warn};
 
-use sha2::{Digest as _, Sha256};
-
-use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, ROUTED_QUESTIONS, Served, Task, lock};
+use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, Served, Task};
 use crate::decisions::DecisionRecord;
 use crate::identity::Identity;
 use crate::metering::ToolInvocation;
 use crate::request_span;
+use crate::request_states::Asked;
 use crate::route_decision::{decide, no_eligible_provider};
 
 impl Task {
@@ -59,8 +58,18 @@ impl Task {
             request_state,
             ..
         } = request;
+        // A retry answering a provider's question: the state Capstan sealed with the question
+        // says who asked (`request_states.rs`); one that does not verify reaches no provider.
+        let asked = match request_state.as_deref() {
+            Some(sealed) => match self.open_state("tools/call", &name, sealed) {
+                Ok(asked) => Some(asked),
+                Err(error) => return Err(error),
+            },
+            None => None,
+        };
+        let provider_state = asked.as_ref().and_then(|a| a.state.clone());
         let traffic = CallTraffic::new(meta, caller_side, self.client_asks())
-            .retrying(input_responses, request_state);
+            .retrying(input_responses, provider_state);
         // The call runs on what the session serves as it starts, to its end.
         let served = self.served();
         let composed = served.composed();
@@ -83,7 +92,7 @@ impl Task {
         }
         if let Some(routed) = composed.capability(&name) {
             return Ok(self
-                .call_capability(&served, routed, arguments, traffic)
+                .call_capability(&served, routed, arguments, traffic, asked)
                 .await);
         }
         self.call_provider_tool(&served, &name, arguments, traffic)
@@ -131,38 +140,48 @@ impl Task {
     }
 
     /// A routed call: take out the routing arguments, check the rest against the capability's
-    /// schema, decide (recorded whatever the outcome), and forward to the chosen provider.
+    /// schema, decide (recorded whatever the outcome), and forward to the chosen provider. A
+    /// retry answering a question (`asked`) goes back to the provider that asked, if it is
+    /// still a candidate of this capability and eligible for this call.
     async fn call_capability(
         &self,
         served: &Served,
         routed: &RoutedCapability,
         arguments: Option<JsonObject>,
         traffic: CallTraffic,
+        asked: Option<Asked>,
     ) -> CallToolResponse {
         let capability = routed.spec.capability_id.as_str();
+        let called: &str = &routed.tool.name;
         let (taken, arguments) = match routing_arguments(served, routed, arguments) {
             Ok(split) => split,
             Err(error) => return self.refuse(error).into(),
         };
-        // A retry answering a provider's question goes back to the provider that asked, not
-        // through routing again: another provider must never see one provider's state or the
-        // caller's answers to it.
-        if let Some(state) = &traffic.request_state {
-            let Some(tool) = self
-                .asked_by(state)
-                .and_then(|asker| served.composed().tool(&asker))
-            else {
-                return self.refuse(ToolError::new(
-                    ErrorKind::Rejected,
-                    format!(
-                        "this requestState was not given by a provider of {capability} in this \
-                         task; call again without inputResponses and requestState"
-                    ),
-                ).at("requestState")).into();
+        if let Some(asked) = asked {
+            // Not routed again: another provider must never see one provider's state or the
+            // caller's answers to it. The seal binds the state to this capability and caller;
+            // eligibility is judged again, as the call is made again.
+            return match self.asker_still_eligible(served, routed, &taken, &asked.by) {
+                Ok(tool) => {
+                    self.forward(served, tool, arguments, Some(capability), called, traffic)
+                        .await
+                }
+                Err(error) => self.refuse(error).into(),
             };
+        }
+        if traffic.input_responses.is_some() {
             return self
-                .forward(served, tool, arguments, Some(capability), traffic)
-                .await;
+                .refuse(
+                    ToolError::new(
+                        ErrorKind::Rejected,
+                        format!(
+                            "inputResponses answer a question of one provider of {capability}; \
+                             send them with the requestState that came with the question"
+                        ),
+                    )
+                    .at("requestState"),
+                )
+                .into();
         }
         let digest = taken
             .intent
@@ -192,35 +211,49 @@ impl Task {
                 .with_code("no_eligible_provider");
             return self.refuse(error).into();
         };
-        let answer = self
-            .forward(served, tool, arguments, Some(capability), traffic)
-            .await;
-        if let CallToolResponse::InputRequired(asked) = &answer
-            && let Some(state) = &asked.request_state
-        {
-            self.remember_question(state, &tool.name);
-        }
-        answer
+        self.forward(served, tool, arguments, Some(capability), called, traffic)
+            .await
     }
 
-    /// The tool whose provider gave `state` with a question, in a routed call of this task.
-    fn asked_by(&self, state: &str) -> Option<String> {
-        let digest: [u8; 32] = Sha256::digest(state.as_bytes()).into();
-        lock(&self.routed_questions)
+    /// The provider tool `asker` of a routed capability, if it is still one of its composed
+    /// candidates and not excluded from this call (the route and requirements the retry
+    /// carries, the qualifiers in force now).
+    fn asker_still_eligible<'a>(
+        &self,
+        served: &'a Served,
+        routed: &RoutedCapability,
+        taken: &Taken,
+        asker: &str,
+    ) -> Result<&'a ComposedTool, ToolError> {
+        let capability = routed.spec.capability_id.as_str();
+        let refused = |why: String| {
+            ToolError::new(
+                ErrorKind::Rejected,
+                format!(
+                    "the provider that asked ({asker}) {why}; call {capability} again without \
+                     inputResponses and requestState"
+                ),
+            )
+            .with_code("asker_not_eligible")
+        };
+        let candidate = routed
+            .candidates
             .iter()
-            .find(|(asked, _)| *asked == digest)
-            .map(|(_, tool)| tool.clone())
-    }
-
-    /// Notes that `tool`'s provider asked a question with `state` (the newest
-    /// [`ROUTED_QUESTIONS`] are kept).
-    fn remember_question(&self, state: &str, tool: &str) {
-        let digest: [u8; 32] = Sha256::digest(state.as_bytes()).into();
-        let mut questions = lock(&self.routed_questions);
-        if questions.len() >= ROUTED_QUESTIONS {
-            questions.pop_front();
+            .any(|c| c.tool == asker && c.composed);
+        let tool = served
+            .composed()
+            .tool(asker)
+            .filter(|_| candidate)
+            .ok_or_else(|| refused(format!("is no longer a provider of {capability}")))?;
+        let decision = decide(routed, served.snapshot(), &taken.route, &taken.requirements)
+            .map_err(|why| refused(format!("cannot be routed to now: {why}")))?;
+        if let Some(excluded) = decision.exclusions.iter().find(|e| e.tool == asker) {
+            return Err(refused(format!(
+                "is not eligible for this call: {}",
+                excluded.reason.as_str()
+            )));
         }
-        questions.push_back((digest, tool.to_owned()));
+        Ok(tool)
     }
 
     /// A route refused before any candidate was looked at: counted, logged and recorded.
@@ -339,17 +372,22 @@ impl Task {
             self.meter(tool, error.kind.as_str(), Instant::now(), None);
             return Ok(self.refuse(error).into());
         }
-        Ok(self.forward(served, tool, arguments, None, traffic).await)
+        Ok(self
+            .forward(served, tool, arguments, None, name, traffic)
+            .await)
     }
 
     /// Calls provider `tool` with `arguments` (already checked), counted, traced and metered;
-    /// `capability` names the routed capability the call serves, if any.
+    /// `capability` names the routed capability the call serves, if any, and `called` what the
+    /// caller called (the tool, or the capability's `cap__*` tool): a question the provider
+    /// answers with reaches the caller with its state sealed for a retry of `called`.
     async fn forward(
         &self,
         served: &Served,
         tool: &ComposedTool,
         arguments: Value,
         capability: Option<&str>,
+        called: &str,
         traffic: CallTraffic,
     ) -> CallToolResponse {
         request_span::served_by(&tool.service_name, capability);
@@ -359,7 +397,7 @@ impl Task {
             Value::Object(map) => Some(map),
             _ => None,
         };
-        let called = served
+        let call = served
             .composed()
             .call_tool_with(&tool.name, arguments, traffic);
         // The time limit ends the task's upstream sessions; a call running then is cut here
@@ -367,11 +405,18 @@ impl Task {
         let result = tokio::select! {
             biased;
             () = self.until_expired() => Err(self.time_limit(true)),
-            called = called => match called {
+            answered = call => match answered {
                 Ok(CallToolResponse::Complete(result)) => Ok(CallToolResponse::Complete(result)),
                 // Only a 2026-07-28 caller can answer a question this way; a session-revision
                 // caller is asked mid-call (and its requests declare no capability upstream).
-                Ok(asked) if takes_input => Ok(asked),
+                Ok(CallToolResponse::InputRequired(mut asked)) if takes_input => {
+                    let sealed = Asked {
+                        by: tool.name.clone(),
+                        state: asked.request_state.take(),
+                    };
+                    asked.request_state = Some(self.seal_state("tools/call", called, &sealed));
+                    Ok(CallToolResponse::InputRequired(asked))
+                }
                 Ok(_) => Err(ToolError::new(
                     ErrorKind::UpstreamMalformed,
                     format!(
