@@ -705,8 +705,9 @@ fn lease_namespace_later(env: &Env) -> Outcome {
     })
 }
 
-/// Two replicas that both read their Lease free both try to take it, each with the server-side
-/// apply kube-lease-manager sends for a free lease; the apiserver must let only one through.
+/// Two replicas that both read their Lease free both try to take it, each with a server-side
+/// apply of its own field manager (the take of the election used until issue 55); the
+/// apiserver must let only one through.
 /// Here replica A holds the lease (a real `Leadership`), and replica B's take, sent as B would
 /// from its stale read, is refused with a conflict: the holder stays A and A still leads. When
 /// every replica wrote the Lease as one field manager, that apply went through and both
