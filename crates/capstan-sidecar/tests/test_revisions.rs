@@ -451,3 +451,60 @@ async fn a_body_naming_a_member_twice_should_be_refused_and_reach_no_provider() 
         ["streams_get", "streams_get"]
     );
 }
+
+/// A provider that answers `initialize` with 2026-07-28 (a revision without `initialize`), as
+/// `tests/python/odd_revision_server.py` does, is spoken to as that revision; asked a question
+/// mid-call all the same, the session caller's answer must reach it — on the session it
+/// assigned — and a provider that assigned none, which nothing can answer, must fail the call
+/// at once as malformed, never leave it waiting to its time limit. The oracles: the client's
+/// own record of what it was asked, and the server's of the answers it received.
+#[test]
+fn a_provider_answering_initialize_with_a_sessionless_revision_should_still_be_answered() {
+    for mode in ["session", "stateless"] {
+        let server = capstan_testkit::PythonServer::start_script_with(
+            "crates/capstan-sidecar/tests/python/odd_revision_server.py",
+            &[mode],
+        );
+        let endpoint = format!("http://{}/mcp", server.address);
+        let mut document = binding_document("odd-binding", "odd", &endpoint, &["ask", "record"]);
+        document["metadata"]["namespace"] = json!("demo-project");
+        document["spec"]["tools"]["mcpServers"][0]["toolNames"] = json!("Unprefixed");
+        let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+        let socket = sidecar.socket.to_str().unwrap();
+        let report = python_report(
+            "questions.py",
+            &[
+                socket,
+                "demo-project",
+                "legacy",
+                &json!([{"name": "ask"}, {"name": "record"}]).to_string(),
+            ],
+        );
+        let asked = report["asked"].as_array().unwrap();
+        let text = |i: usize| {
+            report["results"][i]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let received: Value = serde_json::from_str(&text(1)).unwrap();
+        if mode == "session" {
+            assert_eq!(asked.len(), 1, "{report}");
+            assert!(text(0).contains("t0k3n"), "{report}");
+            assert_eq!(
+                received["received"][0]["session"], "odd-session",
+                "{report}"
+            );
+            assert_eq!(
+                received["received"][0]["result"]["content"]["token"], "t0k3n",
+                "{report}"
+            );
+        } else {
+            // Nobody was asked a question whose answer could go nowhere.
+            assert!(asked.is_empty(), "{report}");
+            let error = &report["results"][0]["structuredContent"]["error"];
+            assert_eq!(error["kind"], "upstream_malformed", "{report}");
+            assert_eq!(received["received"], json!([]), "{report}");
+        }
+    }
+}

@@ -395,10 +395,10 @@ impl DirectCalls {
 
     /// POSTs a JSON-RPC response to a request of the provider's on the session. The provider
     /// answers 202; a failure only means the provider waits for its own timeout, which is not
-    /// this call's error. Without a session there is nowhere to answer (a 2026-07-28 server
-    /// asks through an `input_required` result instead).
+    /// this call's error. A 2026-07-28 server without a session is never asked
+    /// (`answer_in_stream` gives the call up first).
     async fn post_answer(&self, answer: &Value) {
-        if !self.target.revision.is_stateless() {
+        if self.target.revision.answerable() {
             self.posting(answer).await;
         }
     }

@@ -294,7 +294,9 @@ impl Connector {
             return (Link::Rmcp(client), None);
         };
         let revision = if version.as_str() > SESSION_REVISIONS_UP_TO {
-            Revision::stateless(version, json!({}))
+            // A server that answered `initialize` with this revision may have assigned a
+            // session all the same: kept, so that what it asks mid-call can be answered.
+            Revision::stateless(version, json!({}), pooled.session().map(str::to_owned))
         } else {
             // A server that assigned no session keeps none: its requests go without the header
             // (it was once left with rmcp's client, at twice the memory and more CPU per call:

@@ -344,7 +344,7 @@ pub(crate) enum Relayed {
 }
 
 /// Whether `message` is a JSON-RPC request (a method and an id).
-fn is_request(message: &Value) -> bool {
+pub(crate) fn is_request(message: &Value) -> bool {
     message.get("method").is_some() && message.get("id").is_some_and(|id| !id.is_null())
 }
 

@@ -48,18 +48,21 @@ pub(crate) enum Revision {
     /// A revision with sessions: the session rmcp opened (none when the server assigned
     /// none), and the revision it negotiated.
     Session { id: Option<String>, version: String },
-    /// 2026-07-28 or later: no session; `context` is the client context every request's
-    /// `_meta` carries.
+    /// 2026-07-28 or later: `context` is the client context every request's `_meta` carries.
+    /// `session` is one the server assigned all the same (it answered `initialize` with this
+    /// revision, which has none): its requests carry it, so that an answer to a question it
+    /// asks mid-call — which this revision does not provide for — reaches it.
     Stateless {
         version: String,
         context: Map<String, Value>,
+        session: Option<String>,
     },
 }
 
 impl Revision {
     /// The client context of a request without a session in `version`, for a client declaring
     /// `capabilities` (Capstan's own: the caller's replace them per call, `stamp`).
-    pub(crate) fn stateless(version: String, capabilities: Value) -> Self {
+    pub(crate) fn stateless(version: String, capabilities: Value, session: Option<String>) -> Self {
         let mut context = Map::new();
         context.insert(
             "io.modelcontextprotocol/protocolVersion".into(),
@@ -70,7 +73,11 @@ impl Revision {
             serde_json::json!({ "name": "capstan-sidecar", "version": env!("CARGO_PKG_VERSION") }),
         );
         context.insert(CLIENT_CAPABILITIES.into(), capabilities);
-        Self::Stateless { version, context }
+        Self::Stateless {
+            version,
+            context,
+            session,
+        }
     }
 
     /// The revision's name, as `MCP-Protocol-Version` carries it.
@@ -80,11 +87,21 @@ impl Revision {
         }
     }
 
-    /// The session, in a revision that has one.
+    /// The session the server assigned, if it assigned one.
     pub(crate) fn session(&self) -> Option<&str> {
         match self {
             Self::Session { id, .. } => id.as_deref(),
-            Self::Stateless { .. } => None,
+            Self::Stateless { session, .. } => session.as_deref(),
+        }
+    }
+
+    /// Whether an answer to a question the server asks mid-call can reach it: always in a
+    /// session revision (on its session, or to a stateless server on the request's own
+    /// connection's server), in 2026-07-28 only on a session the server assigned.
+    pub(crate) fn answerable(&self) -> bool {
+        match self {
+            Self::Session { .. } => true,
+            Self::Stateless { session, .. } => session.is_some(),
         }
     }
 
@@ -130,11 +147,11 @@ impl Revision {
         headed: Option<&[ParamHeader]>,
     ) -> R {
         request = request.with_header(MCP_PROTOCOL_VERSION, self.version());
-        if let Self::Session { id, .. } = self {
-            return match id {
-                Some(session) => request.with_header(MCP_SESSION_ID, session),
-                None => request,
-            };
+        if let Some(session) = self.session() {
+            request = request.with_header(MCP_SESSION_ID, session);
+        }
+        if let Self::Session { .. } = self {
+            return request;
         }
         let Some(method) = message.get("method").and_then(Value::as_str) else {
             return request;
@@ -346,7 +363,7 @@ mod tests {
 
     #[test]
     fn a_stateless_request_should_carry_the_context_and_the_callers_capabilities() {
-        let revision = Revision::stateless("2026-07-28".into(), json!({}));
+        let revision = Revision::stateless("2026-07-28".into(), json!({}), None);
         let mut params = json!({"name": "t", "_meta": {"progressToken": "capstan-1"}});
         revision.stamp(
             &mut params,

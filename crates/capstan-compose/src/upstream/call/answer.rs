@@ -18,7 +18,7 @@ use crate::upstream::changes::is_list_changed;
 use crate::upstream::error::CallError;
 use crate::upstream::limited::{limited_bytes, read_limited};
 use crate::upstream::pooled::DrainOnDrop;
-use crate::upstream::relay::{CallTraffic, Relayed};
+use crate::upstream::relay::{CallTraffic, Relayed, is_request};
 
 /// A JSON-RPC message of the provider's read as an answer: its id, its `result` as text, its
 /// `error` (rare) as a `Value`. Other members are not read (a member named twice is an error,
@@ -123,6 +123,17 @@ impl DirectCalls {
                     changes.note();
                 }
                 continue;
+            }
+            // A question nothing could answer (a 2026-07-28 server without a session asks
+            // through an `input_required` result, not mid-call): the call is given up now,
+            // rather than the person asked and the call left waiting for its time limit.
+            if is_request(&message) && !self.target.revision.answerable() {
+                return Err(self.malformed(format!(
+                    "it asked {} mid-call, which its revision ({}) gives no way to answer \
+                     without a session; it should ask with an input_required result",
+                    message["method"].as_str().unwrap_or("something"),
+                    self.target.revision.version()
+                )));
             }
             // Boxed, as the rarer turns of a call's stream: every call's future would
             // otherwise be as large as theirs.
