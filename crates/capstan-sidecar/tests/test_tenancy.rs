@@ -11,56 +11,17 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use capstan_testkit::read_until_end;
+use capstan_testkit::{read_head, read_until_end, status_of as status};
 use common::*;
 use serde_json::{Value, json};
 
-const REVISION: &str = "2026-07-28";
-
-/// A `subscriptions/listen` request of the 2026-07-28 revision, as raw HTTP/1.1.
-fn listen_request(project: &str, token: &str) -> String {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": {
-    "notifications": {"toolsListChanged": true},
-    "_meta": {
-        "io.modelcontextprotocol/protocolVersion": REVISION,
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
-    }}})
-    .to_string();
-    format!(
-        "POST /mcp HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\
-         content-type: application/json\r\n\
-         accept: application/json, text/event-stream\r\nmcp-protocol-version: {REVISION}\r\n\
-         mcp-method: subscriptions/listen\r\n{PROJECT_HEADER}: {project}\r\n\
-         authorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-}
-
-/// Opens a listen stream: the stream and the response head (read up to the blank line).
+/// Opens a listen stream of caller `token` in `project`: the stream and the response head.
 fn open_listen(sidecar: &Sidecar, project: &str, token: &str) -> (UnixStream, String) {
-    let mut stream = UnixStream::connect(&sidecar.socket).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    stream
-        .write_all(listen_request(project, token).as_bytes())
-        .unwrap();
-    let head = read_head(&mut stream);
-    (stream, head)
-}
-
-/// A response head, read up to its blank line.
-fn read_head(stream: &mut UnixStream) -> String {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => head.push(byte[0]),
-            _ => break,
-        }
-    }
-    String::from_utf8_lossy(&head).into_owned()
+    let authorization = format!("Bearer {token}");
+    capstan_testkit::open_listen(
+        &sidecar.socket,
+        &[(PROJECT_HEADER, project), ("authorization", &authorization)],
+    )
 }
 
 /// The StreamCo fixture without a task time limit: only the idle rule can end a task.
@@ -71,13 +32,6 @@ fn untimed_streamco(provider: &DemoProvider) -> Value {
         .unwrap()
         .remove("maxTaskDurationSeconds");
     documents
-}
-
-fn status(head: &str) -> u16 {
-    head.split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The rest of a response whose head was read: its body as far as `content-length` says.
@@ -186,51 +140,53 @@ fn a_task_should_hold_at_most_its_streams() {
 
 /// Finding: an open listen stream kept its task from ever going idle. It keeps a task without
 /// a session only as long as a session is kept without a request
-/// (`CAPSTAN_SESSION_IDLE_SECONDS`); then the task ends, its upstream session closes and the
-/// stream ends.
+/// (`CAPSTAN_SESSION_IDLE_SECONDS`); then the task ends, the stream ends and the listen's two
+/// places (its task's and its stream's) are given back. The oracles are what callers see: with
+/// the sidecar's cap at those two places, another caller's listen is refused while the stream
+/// is open; the stream closes; then that other listen, which needs both places, is admitted.
+/// (The caller's own next request would not tell: it replaces an ended task still holding its
+/// place, which frees it.)
 #[tokio::test(flavor = "multi_thread")]
 async fn an_open_stream_should_not_keep_its_task_forever() {
     let provider = DemoProvider::start(&[]);
-    let address = free_address();
     let sidecar = Sidecar::start(
         &untimed_streamco(&provider),
         &[provider.host()],
         &[
             ("CAPSTAN_SESSIONLESS_TTL_SECONDS", "1"),
             ("CAPSTAN_SESSION_IDLE_SECONDS", "2"),
-            ("CAPSTAN_METRICS_ADDRESS", &address),
+            ("CAPSTAN_MAX_SESSIONS", "2"),
         ],
     );
-    let socket = sidecar.socket.clone();
-    let ended = tokio::task::spawn_blocking(move || {
-        let sidecar_socket = socket;
-        let mut stream = UnixStream::connect(&sidecar_socket).unwrap();
-        // Bounded: a stream the sidecar never ends fails the test, it does not hang it.
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
+    let (mut stream, head) = open_listen(&sidecar, "demo-project", "t");
+    assert_eq!(status(&head), 200, "{head}");
+    // The listen holds both places: another caller's is refused, the sidecar's cap named.
+    let (refused, head) = open_listen(&sidecar, "demo-project", "u");
+    assert_eq!(status(&head), 503, "{head}");
+    assert_refusal(
+        &body_after(refused, &head),
+        "unavailable",
+        "2 sessions, tasks and streams are open, the most this sidecar serves \
+         (CAPSTAN_MAX_SESSIONS)",
+    );
+    // Bounded: a stream the sidecar never ends fails the test, it does not hang it.
+    let ended =
+        tokio::task::spawn_blocking(move || read_until_end(&mut stream, Duration::from_secs(30)))
+            .await
             .unwrap();
-        stream
-            .write_all(listen_request("demo-project", "t").as_bytes())
-            .unwrap();
-        read_until_end(&mut stream, Duration::from_secs(30))
-    })
-    .await
-    .unwrap();
     let text = ended.expect("the stream ended");
     // Acknowledged, then ended with the listen request's final result.
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(
         text.contains("notifications/subscriptions/acknowledged")
             && text.contains(r#""id":1,"result":{"resultType":"complete""#),
         "{text}"
     );
-    // The task ended: its place is given up (its upstream, spoken to in 2026-07-28 as the
-    // caller is, has no session to close).
-    eventually("the task ends", || async {
-        metrics(&address)
-            .await
-            .contains("capstan_sidecar_places_held 0")
-            .then_some(())
+    // The task ended and gave both places back: the other caller's listen is admitted. (Its
+    // upstream, spoken to in 2026-07-28 as the caller is, has no session to close: the
+    // provider sees nothing of the end.)
+    let _admitted = eventually("the ended task's places are given back", || async {
+        let (stream, head) = open_listen(&sidecar, "demo-project", "u");
+        (status(&head) == 200).then_some(stream)
     })
     .await;
 }
