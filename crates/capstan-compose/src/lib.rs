@@ -40,8 +40,8 @@ pub use guard::{AddressRefused, AddressScope, EndpointGuard, HostPattern, Patter
 pub use interned::{Interned, content_key};
 pub use limits::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FETCH_TIMEOUT,
-    DEFAULT_KNOWLEDGE_SOURCE_CAP, DEFAULT_KNOWLEDGE_TOTAL_CAP, DEFAULT_SKILL_CAP, Limits,
-    UpstreamTimeouts,
+    DEFAULT_KNOWLEDGE_SOURCE_CAP, DEFAULT_KNOWLEDGE_TOTAL_CAP, DEFAULT_QUESTION_TIMEOUT,
+    DEFAULT_SKILL_CAP, Limits, UpstreamTimeouts,
 };
 pub use names::{
     MAX_TOOL_NAME, composed_name, composed_name_as, full_name, full_name_as, sanitize, shortened,

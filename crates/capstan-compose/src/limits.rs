@@ -13,6 +13,11 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// stuck upstream frees the model's turn.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a provider's question may wait for the caller's answer. 300 s: a person reads and
+/// answers a form; the time spent waiting does not count against the call's own time, and the
+/// caller's client ends the wait sooner by cancelling the call (its own request timeout).
+pub const DEFAULT_QUESTION_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// One knowledge source or skill body. 5 s: the contract's number.
 pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -32,8 +37,11 @@ pub const DEFAULT_SKILL_CAP: usize = 64 * 1024;
 pub struct Limits {
     /// Connect plus `initialize` plus `tools/list` per upstream.
     pub connect_timeout: Duration,
-    /// One forwarded `tools/call`.
+    /// One forwarded `tools/call`, not counting the time its provider's questions wait for the
+    /// caller's answers.
     pub call_timeout: Duration,
+    /// How long one of those questions waits for the caller's answer.
+    pub question_timeout: Duration,
     /// One knowledge source.
     pub knowledge_timeout: Duration,
     /// Bytes kept of one knowledge source.
@@ -51,6 +59,7 @@ impl Default for Limits {
         Self {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            question_timeout: DEFAULT_QUESTION_TIMEOUT,
             knowledge_timeout: DEFAULT_FETCH_TIMEOUT,
             knowledge_source_cap: DEFAULT_KNOWLEDGE_SOURCE_CAP,
             knowledge_total_cap: DEFAULT_KNOWLEDGE_TOTAL_CAP,

@@ -24,6 +24,9 @@ pub enum ErrorKind {
     OutcomeUnknown,
     /// A plan token was refused: nothing changed, plan again.
     StalePlan,
+    /// The provider asked the caller something during the call and the caller did not answer
+    /// in time: the call was cancelled; answer the question next time.
+    Unanswered,
 }
 
 impl ErrorKind {
@@ -37,12 +40,13 @@ impl ErrorKind {
             Self::UpstreamMalformed => "upstream_malformed",
             Self::OutcomeUnknown => "outcome_unknown",
             Self::StalePlan => "stale_plan",
+            Self::Unanswered => "unanswered",
         }
     }
 
     /// Whether calling again unchanged may succeed.
     pub fn retryable(self) -> bool {
-        matches!(self, Self::UpstreamUnavailable)
+        matches!(self, Self::UpstreamUnavailable | Self::Unanswered)
     }
 }
 
@@ -124,6 +128,7 @@ impl CallError {
             CallError::Refused { .. } => ErrorKind::Rejected,
             CallError::Unavailable { .. } => ErrorKind::UpstreamUnavailable,
             CallError::Malformed { .. } => ErrorKind::UpstreamMalformed,
+            CallError::Unanswered { .. } => ErrorKind::Unanswered,
         }
     }
 }

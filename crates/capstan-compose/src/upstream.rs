@@ -168,9 +168,14 @@ impl Upstream {
                     message: "the session with the server has ended".into(),
                 });
             }
-            Link::Direct(direct) => {
-                tokio::time::timeout(timeout, direct.call(tool, arguments, traffic)).await
-            }
+            // The call's own time: its questions' wait for the caller is not the provider's.
+            Link::Direct(direct) => relay::within_call_time(
+                timeout,
+                &traffic.asking,
+                direct.call(tool, arguments, traffic),
+            )
+            .await
+            .ok_or(()),
             Link::Rmcp(client) => {
                 let mut params = CallToolRequestParams::new(tool.to_owned());
                 params.arguments = arguments;
@@ -184,6 +189,7 @@ impl Upstream {
                         .map_err(|error| self.classify(tool, &error))
                 })
                 .await
+                .map_err(drop)
             }
         };
         answer.unwrap_or_else(|_| {

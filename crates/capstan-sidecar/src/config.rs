@@ -128,9 +128,16 @@ pub struct Config {
     #[arg(long, env = "CAPABILITY_FETCH_HOSTS", default_value = "")]
     pub fetch_hosts: String,
 
-    /// Seconds one forwarded tool call may take.
+    /// Seconds one forwarded tool call may take, not counting the time its provider's
+    /// questions wait for the caller's answers.
     #[arg(long, env = "CAPSTAN_CALL_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CALL_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub call_timeout_seconds: u64,
+
+    /// Seconds a provider's question (elicitation, sampling, roots) asked during a call waits
+    /// for the caller's answer; unanswered by then, the call is cancelled at the provider and
+    /// fails as `unanswered`. The caller's client ends the wait sooner by cancelling the call.
+    #[arg(long, env = "CAPSTAN_QUESTION_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_QUESTION_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub question_timeout_seconds: u64,
 
     /// The upstream timeouts the controller's Composed probe shares.
     #[command(flatten)]

@@ -247,6 +247,7 @@ fn crd_reader(
 fn composer(config: &Settings) -> Result<Composer, RunError> {
     let limits = config.timeouts.applied_to(Limits {
         call_timeout: Duration::from_secs(config.call_timeout_seconds),
+        question_timeout: Duration::from_secs(config.question_timeout_seconds),
         knowledge_source_cap: config.knowledge_source_cap,
         knowledge_total_cap: config.knowledge_total_cap,
         skill_cap: config.skill_cap,

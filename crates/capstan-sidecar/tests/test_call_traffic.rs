@@ -585,3 +585,51 @@ fn a_callers_per_request_log_level_should_reach_its_provider_in_2026_07_28() {
         assert_eq!(through["logs"], expected, "through Capstan at {level}");
     }
 }
+
+/// A provider's question waits for the person, not against the provider's time: with a 1 s
+/// call limit, a question answered after 2 s still completes the call. A question nobody
+/// answers within the question timeout ends the call as `unanswered` (naming what was asked and
+/// the setting), not as the provider's `upstream_unavailable` at the call limit.
+#[test]
+fn a_question_should_wait_for_the_person_and_an_unanswered_one_say_so() {
+    let server = PythonServer::start_script(SERVER);
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut document = binding_document("chatty-binding", "chatty", &endpoint, &ALLOWED);
+    document["metadata"]["namespace"] = json!("demo-project");
+    let run = |question_timeout: &str, delay: &str| {
+        let sidecar = Sidecar::start(
+            &json!([document]),
+            &[server.address.to_string()],
+            &[
+                ("CAPSTAN_CALL_TIMEOUT_SECONDS", "1"),
+                ("CAPSTAN_QUESTION_TIMEOUT_SECONDS", question_timeout),
+            ],
+        );
+        let calls = json!([{"name": "chatty__ask_user"}]).to_string();
+        let socket = sidecar.socket.to_str().unwrap().to_owned();
+        python_report(
+            "questions.py",
+            &[&socket, "demo-project", "legacy", &calls, delay],
+        )
+    };
+
+    // Answered after 2 s: twice the call's own limit, well within the question's.
+    let answered = run("30", "2");
+    let text = answered["results"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains("\"outcome\": \"accept\""), "{answered}");
+    assert_eq!(answered["results"][0]["isError"], false, "{answered}");
+
+    // Never answered in time (the client takes 10 s, the question may wait 2 s).
+    let unanswered = run("2", "10");
+    let error = &unanswered["results"][0]["structuredContent"]["error"];
+    assert_eq!(error["kind"], "unanswered", "{unanswered}");
+    assert_eq!(error["retryable"], true, "{unanswered}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("elicitation/create")
+            && message.contains("CAPSTAN_QUESTION_TIMEOUT_SECONDS"),
+        "{message}"
+    );
+}

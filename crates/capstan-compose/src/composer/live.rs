@@ -155,6 +155,7 @@ impl Composed {
         };
         let connected = &self.upstreams[*index];
         traffic.origin = Some(connected.origin.clone());
+        traffic.question_timeout = self.limits.question_timeout;
         let mut response = connected
             .upstream
             .call(tool, arguments, self.limits.call_timeout, &traffic)

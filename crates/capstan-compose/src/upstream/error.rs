@@ -68,6 +68,20 @@ pub enum CallError {
         /// What failed.
         message: String,
     },
+    /// The upstream asked the caller something (elicitation, sampling, roots) mid-call and the
+    /// caller did not answer in time: the call was given up (cancelled at the provider).
+    #[error(
+        "{server} asked the client {method} and it did not answer within {}s (CAPSTAN_QUESTION_TIMEOUT_SECONDS); the call was cancelled at the provider",
+        waited.as_secs()
+    )]
+    Unanswered {
+        /// The MCP server entry.
+        server: String,
+        /// What it asked.
+        method: String,
+        /// How long the question waited.
+        waited: std::time::Duration,
+    },
     /// The upstream asked for something the platform does not let it ask (a URL-mode
     /// elicitation to a host its binding does not admit): refused before the person saw it.
     #[error("{server} asked for something its binding does not allow: {message}")]

@@ -17,7 +17,8 @@ use rmcp::model::{
     ClientCapabilities, InputResponses, ProgressToken, RequestMetaObject, ServerNotification,
     ServerRequest,
 };
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -160,6 +161,82 @@ pub struct CallTraffic {
     /// Who the call's provider is: its requests and log messages reach the caller in its name
     /// (`upstream/origin.rs`). Set by the composition once the call's upstream is known.
     pub origin: Option<Arc<Origin>>,
+    /// How long a provider's question waits for the caller's answer (the composition's
+    /// `question_timeout`).
+    pub question_timeout: Duration,
+    /// The time the call's questions waited for answers: not the call's own time.
+    pub asking: QuestionClock,
+}
+
+/// The time a call's questions wait for the caller's answers, so that the call's own time
+/// limit counts only the provider's time: a person answering a form is not a slow provider.
+#[derive(Debug, Default)]
+pub struct QuestionClock(Mutex<AskTimes>);
+
+#[derive(Debug, Default)]
+struct AskTimes {
+    /// Waited by questions already answered (or given up).
+    done: Duration,
+    /// Since when some question has been waiting, and how many are.
+    since: Option<Instant>,
+    waiting: usize,
+}
+
+impl QuestionClock {
+    fn begin(&self) {
+        let mut times = lock(&self.0);
+        if times.waiting == 0 {
+            times.since = Some(Instant::now());
+        }
+        times.waiting += 1;
+    }
+
+    fn end(&self) {
+        let mut times = lock(&self.0);
+        times.waiting = times.waiting.saturating_sub(1);
+        if times.waiting == 0
+            && let Some(since) = times.since.take()
+        {
+            times.done += since.elapsed();
+        }
+    }
+
+    /// The time spent waiting for answers so far, and whether a question waits now.
+    pub(crate) fn asked(&self) -> (Duration, bool) {
+        let times = lock(&self.0);
+        let ongoing = times.since.map(|since| since.elapsed()).unwrap_or_default();
+        (times.done + ongoing, times.waiting > 0)
+    }
+}
+
+fn lock(times: &Mutex<AskTimes>) -> std::sync::MutexGuard<'_, AskTimes> {
+    times
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `call` within `limit` of its own time — the time its questions waited for the caller
+/// (`clock`) not counted; `None` when the limit passed.
+pub(crate) async fn within_call_time<T>(
+    limit: Duration,
+    clock: &QuestionClock,
+    call: impl Future<Output = T>,
+) -> Option<T> {
+    let started = Instant::now();
+    tokio::pin!(call);
+    loop {
+        let (asked, waiting) = clock.asked();
+        let deadline = started + limit + asked;
+        tokio::select! {
+            out = &mut call => return Some(out),
+            () = tokio::time::sleep_until(deadline.into()) => {
+                let (asked_now, waiting_now) = clock.asked();
+                if !waiting && !waiting_now && asked_now == asked {
+                    return None;
+                }
+            }
+        }
+    }
 }
 
 impl CallTraffic {
@@ -176,6 +253,8 @@ impl CallTraffic {
             input_responses: None,
             request_state: None,
             origin: None,
+            question_timeout: crate::limits::DEFAULT_QUESTION_TIMEOUT,
+            asking: QuestionClock::default(),
         }
     }
 
@@ -244,7 +323,13 @@ impl CallTraffic {
     /// What to do with `message`, a message on the call's stream that is not its answer.
     pub(crate) async fn relay(&self, message: &Value, minted: &str) -> Relayed {
         if is_request(message) {
-            return Relayed::Answer(self.ask(message).await);
+            return match self.ask(message).await {
+                Ok(answer) => Relayed::Answer(answer),
+                Err(waited) => Relayed::Unanswered {
+                    method: message["method"].as_str().unwrap_or_default().to_owned(),
+                    waited,
+                },
+            };
         }
         let Some(method) = message.get("method").and_then(Value::as_str) else {
             return Relayed::Dropped;
@@ -281,27 +366,32 @@ impl CallTraffic {
     }
 
     /// The response to a request of the provider's: the caller's answer when it can be asked,
-    /// an error at once otherwise. Under the provider's own id either way.
-    async fn ask(&self, request: &Value) -> Value {
+    /// an error at once otherwise. Under the provider's own id either way. `Err` with the time
+    /// waited when the caller did not answer within the question timeout.
+    async fn ask(&self, request: &Value) -> Result<Value, Duration> {
         let id = request["id"].clone();
         let caller = self.caller.as_ref().filter(|_| self.asks.allow(request));
         let Some(caller) = caller else {
-            return error_response(id, -32601, &not_available(request));
+            return Ok(error_response(id, -32601, &not_available(request)));
         };
         let mut outgoing = json!({ "method": request["method"], "params": request["params"] });
         // Nothing reaches the person but in its asker's name.
         let Some(origin) = &self.origin else {
-            return error_response(id, -32603, "Capstan could not tell who is asking");
+            return Ok(error_response(
+                id,
+                -32603,
+                "Capstan could not tell who is asking",
+            ));
         };
         if let Err(why) = origin.attribute(&mut outgoing) {
-            return error_response(id, -32602, &why);
+            return Ok(error_response(id, -32602, &why));
         }
         let Ok(typed) = serde_json::from_value::<ServerRequest>(outgoing) else {
-            return error_response(
+            return Ok(error_response(
                 id,
                 -32602,
                 "the request's params are not what its method takes",
-            );
+            ));
         };
         let (answer, answered) = oneshot::channel();
         let asked = ToCaller::Request {
@@ -309,26 +399,37 @@ impl CallTraffic {
             answer,
         };
         if caller.send(asked).await.is_err() {
-            return error_response(id, -32603, "the client behind Capstan went away");
+            return Ok(error_response(
+                id,
+                -32603,
+                "the client behind Capstan went away",
+            ));
         }
-        match answered.await {
+        self.asking.begin();
+        let waited = Instant::now();
+        let answered = tokio::time::timeout(self.question_timeout, answered).await;
+        self.asking.end();
+        let Ok(answered) = answered else {
+            return Err(waited.elapsed());
+        };
+        Ok(match answered {
             Ok(response) => {
                 let mut upstream = json!({ "jsonrpc": "2.0", "id": id });
                 match (response.get("result"), response.get("error")) {
                     (Some(result), _) => upstream["result"] = result.clone(),
                     (None, Some(error)) => upstream["error"] = error.clone(),
                     (None, None) => {
-                        return error_response(
+                        return Ok(error_response(
                             id,
                             -32603,
                             "the client's answer has neither a result nor an error",
-                        );
+                        ));
                     }
                 }
                 upstream
             }
             Err(_) => error_response(id, -32603, "the client behind Capstan did not answer"),
-        }
+        })
     }
 }
 
@@ -341,6 +442,13 @@ pub(crate) enum Relayed {
     Dropped,
     /// A request of the provider's: this response goes up to it.
     Answer(Value),
+    /// A request of the provider's the caller did not answer within the question timeout.
+    Unanswered {
+        /// What it asked.
+        method: String,
+        /// How long it waited.
+        waited: Duration,
+    },
 }
 
 /// Whether `message` is a JSON-RPC request (a method and an id).

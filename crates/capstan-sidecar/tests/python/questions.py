@@ -3,10 +3,11 @@ elicitation (form and URL mode), sampling, roots — and reports exactly what it
 text a person would read (an elicitation's message and URL, a sampling request's system
 prompt), each request's `_meta`, and the logger of every log message it received.
 
-Usage: questions.py URL_OR_SOCKET PROJECT MODE CALLS
+Usage: questions.py URL_OR_SOCKET PROJECT MODE CALLS [DELAY]
 MODE: `legacy` (a session revision: questions arrive mid-call) or `2026-07-28` (they arrive as
 `input_required` results the SDK answers by calling again). CALLS: a JSON list of
-{"name": N, "arguments": {...}}. Prints one JSON object: {"results": [...], "asked": [...],
+{"name": N, "arguments": {...}}. DELAY: seconds the client takes over each question before
+answering (a person reading it). Prints one JSON object: {"results": [...], "asked": [...],
 "logs": [...]}.
 """
 
@@ -22,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 asked: list = []
 logs: list = []
+delay = {"seconds": 0.0}
 
 
 def meta_of(params) -> dict:
@@ -39,9 +41,10 @@ async def on_elicit(context, params):
         "url": getattr(params, "url", None),
         "meta": meta_of(params),
     })
+    await asyncio.sleep(delay["seconds"])
     if getattr(params, "mode", None) == "url":
         return types.ElicitResult(action="accept")
-    return types.ElicitResult(action="accept", content={"token": "t0k3n"})
+    return types.ElicitResult(action="accept", content={"token": "t0k3n", "answer": "t0k3n"})
 
 
 async def on_sample(context, params):
@@ -60,8 +63,9 @@ async def on_log(params) -> None:
     logs.append({"logger": params.logger, "data": params.data, "meta": meta_of(params)})
 
 
-async def main(target: str, project: str, mode: str, calls: str) -> None:
+async def main(target: str, project: str, mode: str, calls: str, seconds: str = "0") -> None:
     warnings.simplefilter("ignore")
+    delay["seconds"] = float(seconds)
     http, url = http_target(target, project, "caller-token")
     results: list = []
     async with http:
@@ -81,4 +85,4 @@ async def main(target: str, project: str, mode: str, calls: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:5]))
+    asyncio.run(main(*sys.argv[1:6]))

@@ -137,8 +137,17 @@ impl DirectCalls {
             }
             // Boxed, as the rarer turns of a call's stream: every call's future would
             // otherwise be as large as theirs.
-            if let Relayed::Answer(answer) = Box::pin(traffic.relay(&message, id)).await {
-                Box::pin(self.post_answer(&answer)).await;
+            match Box::pin(traffic.relay(&message, id)).await {
+                Relayed::Answer(answer) => Box::pin(self.post_answer(&answer)).await,
+                // Given up: dropping the call cancels it at the provider.
+                Relayed::Unanswered { method, waited } => {
+                    return Err(CallError::Unanswered {
+                        server: self.server.clone(),
+                        method,
+                        waited,
+                    });
+                }
+                Relayed::Sent | Relayed::Dropped => {}
             }
         }
     }
