@@ -6,6 +6,7 @@
 
 mod assemble;
 mod connect;
+pub mod fuzzing;
 mod live;
 mod offerings;
 mod skill_files;

@@ -25,6 +25,7 @@ mod upstream;
 pub use capabilities::{
     CapabilitySummary, MAX_INTENT_LEN, RoutedCapability, capability_tool, routed_capabilities,
 };
+pub use composer::fuzzing;
 pub use composer::{
     Composed, Composer, OfferingError, SKILLS_URI_PREFIX, SetupError, SkillError, SkillFile,
     ToolCallError, skill_uri,
