@@ -1,4 +1,5 @@
-//! The fixture and HTTP sources, against a real file and a real HTTP server on loopback.
+//! The fixture and HTTP sources, against a real file and a real HTTP server on loopback; the
+//! watched cluster against a fake apiserver there.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -343,4 +344,140 @@ async fn a_fixture_should_hand_over_its_qualifiers_scoped_like_documents() {
     assert_eq!(qualifiers, ["pin-mine", "everyone"]);
     assert!(snapshot.qualifiers_error.is_none());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// How long a condition may take to hold before a test fails: generous, the machine may be busy.
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Polls `probe` until it yields a value, failing the test with `what` after [`PATIENCE`].
+async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "not within {PATIENCE:?}: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A fake apiserver on loopback holding no CapabilityBindings and no RouteQualifiers: each list
+/// is answered at once — the qualifiers' once `open` says so — and each watch is held open with
+/// nothing sent. Returns its URL.
+async fn empty_apiserver(open: tokio::sync::watch::Receiver<bool>) -> String {
+    async fn kind(
+        Path(plural): Path<String>,
+        uri: axum::http::Uri,
+        axum::extract::State(mut open): axum::extract::State<tokio::sync::watch::Receiver<bool>>,
+    ) -> axum::response::Response {
+        if uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "watch=true"))
+        {
+            let nothing = futures::stream::pending::<Result<String, std::io::Error>>();
+            return axum::body::Body::from_stream(nothing).into_response();
+        }
+        let list = match plural.as_str() {
+            "capabilitybindings" => "CapabilityBindingList",
+            "routequalifiers" => {
+                let _ = open.wait_for(|open| *open).await;
+                "RouteQualifierList"
+            }
+            _ => return StatusCode::NOT_FOUND.into_response(),
+        };
+        axum::Json(json!({
+            "apiVersion": "capabilities.assistant.miloapis.com/v1alpha1",
+            "kind": list,
+            "metadata": {"resourceVersion": "1"},
+            "items": [],
+        }))
+        .into_response()
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let app = axum::Router::new()
+        .route(
+            "/apis/capabilities.assistant.miloapis.com/v1alpha1/{plural}",
+            axum::routing::get(kind),
+        )
+        .with_state(open);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+/// A watched cluster marks a kind read before it tells its followers that the stores changed,
+/// so a read that sees the new version sees the kind as read. The other way round (fixed in
+/// 20df0b9), a read in the instant between the two built "RouteQualifiers have not been read
+/// yet" under the new version and served it until the next change of either kind: every routed
+/// call refused. That instant lasts as long as waking the followers takes, so it is widened
+/// here as many followers widen it — 20,000 waiting on the change — while a reader on a thread
+/// of its own reads without pause. The oracle: once the qualifiers' first sync is told and
+/// nothing changes after it, a read must say they were read. Each round is a new watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_sees_the_qualifiers_first_sync_should_see_them_read() {
+    const FOLLOWERS: usize = 20_000;
+    const ROUNDS: usize = 5;
+    for round in 0..ROUNDS {
+        let (open, opened) = tokio::sync::watch::channel(false);
+        let url = empty_apiserver(opened).await;
+        let config = kube::Config::new(url.parse().unwrap());
+        let watched = Arc::new(capstan_compose::WatchedCluster::connect(config).unwrap());
+        // The bindings are read first (a read is no longer an outage); the qualifiers' list is
+        // held, so their first sync is the last change.
+        eventually("the bindings are read", || async {
+            let (_, outcome) = watched.read("demo-project").await;
+            (outcome == ReadOutcome::Empty).then_some(())
+        })
+        .await;
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let followers: Vec<_> = (0..FOLLOWERS)
+            .map(|_| {
+                let mut changes = watched.changes().unwrap();
+                let waiting = waiting.clone();
+                tokio::spawn(async move {
+                    waiting.fetch_add(1, Ordering::SeqCst);
+                    while changes.changed().await.is_ok() {}
+                })
+            })
+            .collect();
+        eventually("every follower waits on the change", || async {
+            (waiting.load(Ordering::SeqCst) == FOLLOWERS).then_some(())
+        })
+        .await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = std::thread::spawn({
+            let (watched, stop) = (watched.clone(), stop.clone());
+            move || {
+                let mut reads = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    futures::executor::block_on(watched.read("demo-project"));
+                    reads += 1;
+                }
+                reads
+            }
+        });
+        open.send_replace(true);
+        let mut synced = watched.first_sync();
+        tokio::time::timeout(PATIENCE, synced.wait_for(|synced| *synced))
+            .await
+            .expect("the qualifiers are read")
+            .unwrap();
+        stop.store(true, Ordering::SeqCst);
+        let reads = reader.join().unwrap();
+        let (snapshot, _) = watched.read("demo-project").await;
+        assert_eq!(
+            snapshot.qualifiers_error, None,
+            "round {round}: a read after the first sync ({reads} reads during it)"
+        );
+        for follower in followers {
+            follower.abort();
+        }
+    }
 }
