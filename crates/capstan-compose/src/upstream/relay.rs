@@ -17,11 +17,16 @@ use rmcp::model::{
     ClientCapabilities, InputResponses, ProgressToken, RequestMetaObject, ServerNotification,
     ServerRequest,
 };
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+
+mod question_clock;
+
+pub use question_clock::QuestionClock;
+pub(crate) use question_clock::within_call_time;
 
 use super::origin::Origin;
 use crate::trace_context::sanitize_meta;
@@ -166,77 +171,6 @@ pub struct CallTraffic {
     pub question_timeout: Duration,
     /// The time the call's questions waited for answers: not the call's own time.
     pub asking: QuestionClock,
-}
-
-/// The time a call's questions wait for the caller's answers, so that the call's own time
-/// limit counts only the provider's time: a person answering a form is not a slow provider.
-#[derive(Debug, Default)]
-pub struct QuestionClock(Mutex<AskTimes>);
-
-#[derive(Debug, Default)]
-struct AskTimes {
-    /// Waited by questions already answered (or given up).
-    done: Duration,
-    /// Since when some question has been waiting, and how many are.
-    since: Option<Instant>,
-    waiting: usize,
-}
-
-impl QuestionClock {
-    fn begin(&self) {
-        let mut times = lock(&self.0);
-        if times.waiting == 0 {
-            times.since = Some(Instant::now());
-        }
-        times.waiting += 1;
-    }
-
-    fn end(&self) {
-        let mut times = lock(&self.0);
-        times.waiting = times.waiting.saturating_sub(1);
-        if times.waiting == 0
-            && let Some(since) = times.since.take()
-        {
-            times.done += since.elapsed();
-        }
-    }
-
-    /// The time spent waiting for answers so far, and whether a question waits now.
-    pub(crate) fn asked(&self) -> (Duration, bool) {
-        let times = lock(&self.0);
-        let ongoing = times.since.map(|since| since.elapsed()).unwrap_or_default();
-        (times.done + ongoing, times.waiting > 0)
-    }
-}
-
-fn lock(times: &Mutex<AskTimes>) -> std::sync::MutexGuard<'_, AskTimes> {
-    times
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Runs `call` within `limit` of its own time — the time its questions waited for the caller
-/// (`clock`) not counted; `None` when the limit passed.
-pub(crate) async fn within_call_time<T>(
-    limit: Duration,
-    clock: &QuestionClock,
-    call: impl Future<Output = T>,
-) -> Option<T> {
-    let started = Instant::now();
-    tokio::pin!(call);
-    loop {
-        let (asked, waiting) = clock.asked();
-        let deadline = started + limit + asked;
-        tokio::select! {
-            out = &mut call => return Some(out),
-            () = tokio::time::sleep_until(deadline.into()) => {
-                let (asked_now, waiting_now) = clock.asked();
-                if !waiting && !waiting_now && asked_now == asked {
-                    return None;
-                }
-            }
-        }
-    }
 }
 
 impl CallTraffic {
