@@ -241,6 +241,7 @@ impl Upstream {
                 CallError::Refused {
                     server,
                     message: data.message.to_string(),
+                    required: error::required_capabilities(data.data.as_ref()),
                 }
             }
             ServiceError::UnexpectedResponse => CallError::Malformed {

@@ -156,7 +156,11 @@ async fn serve(
                 let ended: PendingCall = Box::pin(std::future::ready(answer));
                 streamed(&asking, id, first, relayed, ended)
             }
-            (Some(answer), Err(_)) => json_answer(&answer_message(&id, answer)),
+            (Some(answer), Err(_)) => {
+                let message = answer_message(&id, answer);
+                let status = status_of(&message, in_session);
+                with_status(json_answer(&message), status)
+            }
             (None, Err(_)) => no_answer(),
         },
         Some(first) = relayed.recv() => streamed(&asking, id, first, relayed, call),
@@ -307,6 +311,32 @@ struct AnswerMessage<'a> {
     result: Option<ServerResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<McpError>,
+}
+
+/// The HTTP status of a JSON answer: 200, but in 2026-07-28 (no session) 400 for the errors
+/// that revision answers with it — a missing client capability (-32021), an unsupported
+/// revision, a header that contradicts the body — as rmcp answers the requests it serves.
+fn status_of(message: &AnswerMessage<'_>, in_session: bool) -> StatusCode {
+    match &message.error {
+        Some(error)
+            if !in_session
+                && matches!(
+                    error.code,
+                    rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+                        | rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+                        | rmcp::model::ErrorCode::HEADER_MISMATCH
+                ) =>
+        {
+            StatusCode::BAD_REQUEST
+        }
+        _ => StatusCode::OK,
+    }
+}
+
+/// `response` with `status`.
+fn with_status(mut response: Response, status: StatusCode) -> Response {
+    *response.status_mut() = status;
+    response
 }
 
 /// The answer as one `application/json` body.

@@ -150,7 +150,8 @@ impl ServerHandler for SessionHandler {
         // prompts, resources, completions: what the task's bindings select, forwarded to the
         // provider that offers it (`composer/offerings.rs` in capstan-compose); their list
         // changes and the updates of subscribed resources reach the session (`refresh.rs`).
-        // skills: the bindings' skills through the MCP skills extension (`mcp/skills.rs`).
+        // skills: the bindings' skills through the MCP skills extension (`mcp/skills.rs`),
+        // told to a caller only when its composition has one (`skills::declare`).
         let capabilities = ServerCapabilities::builder()
             .enable_logging()
             .enable_tools()
@@ -200,6 +201,7 @@ impl ServerHandler for SessionHandler {
             if !instructions.is_empty() {
                 result.instructions = Some(instructions.clone());
             }
+            skills::declare(&mut result.capabilities, &project.composed);
             let admitted = parts(&context).and_then(|parts| parts.extensions.get::<Admitted>());
             let task = self.starter.start(
                 identity,
@@ -245,6 +247,7 @@ impl ServerHandler for SessionHandler {
             if !instructions.is_empty() {
                 info.instructions = Some(instructions.clone());
             }
+            skills::declare(&mut info.capabilities, served.composed());
             Ok(DiscoverResult::from_server_info(
                 self.supported_protocol_versions().into_owned(),
                 info,

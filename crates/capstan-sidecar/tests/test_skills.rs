@@ -2,7 +2,8 @@
 //! official TypeScript SDK's SkillsClient lists, gets and reads the bindings' skills and checks
 //! each file against its entry itself (size, digest, frontmatter), in both revisions; a skill
 //! whose body cannot be fetched is listed as `dynamic` and its read fails naming it; a name the
-//! extension does not admit stays with `load_skill`.
+//! extension does not admit stays with `load_skill`; a composition without a skill does not
+//! declare the extension.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -94,4 +95,24 @@ async fn skills_should_be_listed_and_read_through_the_extension_and_verified_by_
     let text = serde_json::to_string(&loaded.content).unwrap();
     assert!(text.contains("Triage consumer lag"), "{text}");
     session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_extension_should_be_declared_only_to_a_caller_whose_composition_has_a_skill() {
+    let provider = DemoProvider::start(&[]);
+    let mut documents = streamco(&provider);
+    let spec = documents["items"][0]["spec"].as_object_mut().unwrap();
+    assert!(spec.remove("skills").is_some(), "the fixture has skills");
+    let sidecar = Sidecar::start(&documents, &[provider.host()], &[]);
+    for mode in ["legacy", "auto"] {
+        let output = typescript_sdk_script(&sidecar, "skills.mjs", &["demo-project", mode]);
+        assert!(output.status.success(), "{output:?}");
+        let report: Value =
+            serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {output:?}"));
+        // The SDK's own reading of what the sidecar declared (initialize or server/discover).
+        assert_eq!(report["supported"], false, "{mode}: {report}");
+        if mode == "auto" {
+            assert_eq!(report["protocolVersion"], "2026-07-28", "{report}");
+        }
+    }
 }

@@ -448,6 +448,7 @@ impl DirectCalls {
                     CallError::Refused {
                         server: self.server.clone(),
                         message,
+                        required: super::error::required_capabilities(error.get("data")),
                     }
                 }
                 _ => self.unavailable(format!("error {code}: {message}")),

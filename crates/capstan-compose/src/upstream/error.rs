@@ -59,6 +59,9 @@ pub enum CallError {
         server: String,
         /// The upstream's message.
         message: String,
+        /// The capabilities it requires, as far as a caller can declare them through Capstan
+        /// (`required_capabilities`).
+        required: Option<serde_json::Value>,
     },
     /// The upstream cannot be reached or did not answer in time.
     #[error("{server} is unavailable: {message}")]
@@ -99,4 +102,49 @@ pub enum CallError {
         /// What was wrong.
         message: String,
     },
+}
+
+/// The client capabilities a provider's -32021 says it requires (`data.requiredCapabilities`),
+/// confined to those a caller can declare to a provider through Capstan — the requests the
+/// relay carries (`sampling`, `elicitation`, `roots`), each an object — so that what reaches
+/// the caller in Capstan's error asks only for what Capstan can carry; `None` when nothing
+/// such is named.
+pub(crate) fn required_capabilities(data: Option<&serde_json::Value>) -> Option<serde_json::Value> {
+    let named = data?.get("requiredCapabilities")?.as_object()?;
+    let kept: serde_json::Map<String, serde_json::Value> = ["sampling", "elicitation", "roots"]
+        .into_iter()
+        .filter_map(|key| {
+            let value = named.get(key)?;
+            value.is_object().then(|| (key.to_owned(), value.clone()))
+        })
+        .collect();
+    (!kept.is_empty()).then_some(serde_json::Value::Object(kept))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::required_capabilities;
+
+    #[test]
+    fn a_providers_required_capabilities_should_name_only_what_a_caller_can_declare() {
+        let data = json!({"requiredCapabilities": {
+            "sampling": {"tools": {}},
+            "elicitation": "yes",
+            "x-capstan-admin": {},
+            "experimental": {"anything": {}}
+        }});
+        assert_eq!(
+            required_capabilities(Some(&data)),
+            Some(json!({"sampling": {"tools": {}}}))
+        );
+        let nothing_carried = json!({"requiredCapabilities": {"experimental": {}}});
+        assert_eq!(required_capabilities(Some(&nothing_carried)), None);
+        assert_eq!(
+            required_capabilities(Some(&json!({"requiredCapabilities": ["sampling"]}))),
+            None
+        );
+        assert_eq!(required_capabilities(None), None);
+    }
 }

@@ -8,7 +8,8 @@ use capstan_compose::{Composed, SkillFile};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CacheScope, GetSkillResult, ListSkillsResult, ReadResourceResult, ResourceContents, ResultType,
-    Skill, SkillFrontmatter, SkillResource, SkillResources,
+    SKILLS_EXTENSION_ID, ServerCapabilities, Skill, SkillFrontmatter, SkillResource,
+    SkillResources,
 };
 use serde_json::json;
 
@@ -27,6 +28,29 @@ fn entry(file: &SkillFile) -> Option<Skill> {
     let frontmatter = SkillFrontmatter::new(file.name.as_str(), file.description.as_str());
     let skill = Skill::new(file.uri.as_str(), frontmatter, resources);
     skill.validate().is_ok().then_some(skill)
+}
+
+/// Takes the skills extension out of the `capabilities` a caller is told when `composed` serves
+/// no skill through it: a client told of the extension looks for a skill behind it. The methods
+/// stay implemented (rmcp answers them by the server's own declaration), so a session whose
+/// bindings gain a skill later can still list it (docs/mcp-surface.md "Skills").
+pub(super) fn declare(capabilities: &mut ServerCapabilities, composed: &Composed) {
+    let serves = composed.composition.skills.iter().any(|skill| {
+        let frontmatter = SkillFrontmatter::new(skill.name.as_str(), skill.description.as_str());
+        let uri = capstan_compose::skill_uri(&skill.name);
+        Skill::new(uri.as_str(), frontmatter, SkillResources::Dynamic)
+            .validate()
+            .is_ok()
+    });
+    if serves {
+        return;
+    }
+    if let Some(extensions) = capabilities.extensions.as_mut() {
+        extensions.remove(SKILLS_EXTENSION_ID);
+        if extensions.is_empty() {
+            capabilities.extensions = None;
+        }
+    }
 }
 
 /// `skills/list`: every skill of the composition the extension admits.

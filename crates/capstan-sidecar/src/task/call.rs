@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use capstan_compose::{
-    CallTraffic, CallerSide, Composed, ComposedTool, ErrorKind, MAX_INTENT_LEN, RoutedCapability,
-    SkillError, ToolCallError, ToolError,
+    CallError, CallTraffic, CallerSide, Composed, ComposedTool, ErrorKind, MAX_INTENT_LEN,
+    RoutedCapability, SkillError, ToolCallError, ToolError,
 };
 use capstan_platform::BaseTools;
 use capstan_route::{Decision, Taken};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, JsonObject,
 };
 use serde_json::Value;
 use tracing::field::Empty;
@@ -91,9 +91,9 @@ impl Task {
             return Ok(result.into());
         }
         if let Some(routed) = composed.capability(&name) {
-            return Ok(self
+            return self
                 .call_capability(&served, routed, arguments, traffic, asked)
-                .await);
+                .await;
         }
         self.call_provider_tool(&served, &name, arguments, traffic)
             .await
@@ -150,12 +150,12 @@ impl Task {
         arguments: Option<JsonObject>,
         traffic: CallTraffic,
         asked: Option<Asked>,
-    ) -> CallToolResponse {
+    ) -> Result<CallToolResponse, McpError> {
         let capability = routed.spec.capability_id.as_str();
         let called: &str = &routed.tool.name;
         let (taken, arguments) = match routing_arguments(served, routed, arguments) {
             Ok(split) => split,
-            Err(error) => return self.refuse(error).into(),
+            Err(error) => return Ok(self.refuse(error).into()),
         };
         if let Some(asked) = asked {
             // Not routed again: another provider must never see one provider's state or the
@@ -166,11 +166,11 @@ impl Task {
                     self.forward(served, tool, arguments, Some(capability), called, traffic)
                         .await
                 }
-                Err(error) => self.refuse(error).into(),
+                Err(error) => Ok(self.refuse(error).into()),
             };
         }
         if traffic.input_responses.is_some() {
-            return self
+            return Ok(self
                 .refuse(
                     ToolError::new(
                         ErrorKind::Rejected,
@@ -181,7 +181,7 @@ impl Task {
                     )
                     .at("requestState"),
                 )
-                .into();
+                .into());
         }
         let digest = taken
             .intent
@@ -201,7 +201,7 @@ impl Task {
         // Refused in the request's span, which carries the error.
         let decision = match decided {
             Ok(decision) => decision,
-            Err(why) => return self.route_refused(capability, why, digest).into(),
+            Err(why) => return Ok(self.route_refused(capability, why, digest).into()),
         };
         let Some(tool) = decision
             .selected()
@@ -209,7 +209,7 @@ impl Task {
         else {
             let error = ToolError::new(ErrorKind::Rejected, no_eligible_provider(&decision))
                 .with_code("no_eligible_provider");
-            return self.refuse(error).into();
+            return Ok(self.refuse(error).into());
         };
         self.forward(served, tool, arguments, Some(capability), called, traffic)
             .await
@@ -372,9 +372,8 @@ impl Task {
             self.meter(tool, error.kind.as_str(), Instant::now(), None);
             return Ok(self.refuse(error).into());
         }
-        Ok(self
-            .forward(served, tool, arguments, None, name, traffic)
-            .await)
+        self.forward(served, tool, arguments, None, name, traffic)
+            .await
     }
 
     /// Calls provider `tool` with `arguments` (already checked), counted, traced and metered;
@@ -389,7 +388,7 @@ impl Task {
         capability: Option<&str>,
         called: &str,
         traffic: CallTraffic,
-    ) -> CallToolResponse {
+    ) -> Result<CallToolResponse, McpError> {
         request_span::served_by(&tool.service_name, capability);
         let takes_input = traffic.takes_input();
         let started = Instant::now();
@@ -402,6 +401,7 @@ impl Task {
             .call_tool_with(&tool.name, arguments, traffic);
         // The time limit ends the task's upstream sessions; a call running then is cut here
         // (dropping it cancels it at the provider) rather than failing as the provider's fault.
+        let mut protocol = None;
         let result = tokio::select! {
             biased;
             () = self.until_expired() => Err(self.time_limit(true)),
@@ -425,6 +425,18 @@ impl Task {
                         tool.service_name
                     ),
                 )),
+                // A 2026-07-28 caller is told a capability it lacks as the revision says a
+                // server tells it: -32021 naming what is required (HTTP 400), not a tool error.
+                Err(ToolCallError::Upstream(CallError::Refused { server, message, required: Some(required) }))
+                    if takes_input =>
+                {
+                    protocol = Some(McpError::new(
+                        ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                        format!("{server} refused the call: {message}"),
+                        Some(serde_json::json!({ "requiredCapabilities": required })),
+                    ));
+                    Err(ToolError::new(ErrorKind::Rejected, message))
+                }
                 Err(ToolCallError::Upstream(error)) => Err(ToolError::from(error)),
                 Err(error @ ToolCallError::Unknown { .. }) => {
                     Err(ToolError::new(ErrorKind::Forbidden, error.to_string()))
@@ -442,7 +454,10 @@ impl Task {
         }
         self.context.metrics.tool_call_answered(outcome, started);
         self.meter(tool, outcome, started, capability);
-        result.unwrap_or_else(|error| error.into_result().into())
+        match protocol {
+            Some(error) => Err(error),
+            None => Ok(result.unwrap_or_else(|error| error.into_result().into())),
+        }
     }
 
     fn meter(

@@ -24,6 +24,12 @@ const client = new Client(
 );
 await client.connect(transport);
 const skills = new SkillsClient(client);
+if (!skills.supported) {
+  // The sidecar did not declare the extension: nothing to list.
+  console.log(JSON.stringify({ protocolVersion: transport.protocolVersion ?? null, supported: false }));
+  await client.close();
+  process.exit(0);
+}
 const failure = (error) => ({ error: error.message, code: error.code ?? null, reason: error.reason ?? null });
 const listing = await skills.list();
 const reads = [];
