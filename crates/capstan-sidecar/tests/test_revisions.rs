@@ -193,21 +193,21 @@ async fn a_2026_07_28_request_that_fails_a_check_should_never_reach_a_tool() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_without_a_session_should_be_kept_per_token_and_end_after_its_ttl() {
     let provider = DemoProvider::start(&[]);
-    let address = free_address();
+    // Room for two tasks: whether an ended task gave its place back is seen by a third caller.
     let sidecar = Sidecar::start(
         &streamco(&provider),
         &[provider.host()],
         &[
             ("CAPSTAN_SESSIONLESS_TTL_SECONDS", "2"),
-            ("CAPSTAN_METRICS_ADDRESS", &address),
+            ("CAPSTAN_MAX_SESSIONS", "2"),
         ],
     );
     // A task of a 2026-07-28 caller speaks 2026-07-28 to the provider, which offers it: each
     // composition opens it with one `server/discover` (and never `initialize`).
     let discovers = || provider_messages(&provider, "server/discover");
-    let list = |token: &str, id: u64| {
+    let ask = |token: &str, id: u64| {
         let authorization = format!("Bearer {token}");
-        let (status, body) = post(
+        post(
             &sidecar,
             &[
                 (PROJECT_HEADER, "demo-project"),
@@ -215,7 +215,10 @@ async fn a_task_without_a_session_should_be_kept_per_token_and_end_after_its_ttl
                 ("mcp-method", "tools/list"),
             ],
             &modern(id, "tools/list", json!({})),
-        );
+        )
+    };
+    let list = |token: &str, id: u64| {
+        let (status, body) = ask(token, id);
         assert_eq!(status, 200, "{body}");
         message(&body)["result"]["tools"].as_array().unwrap().len()
     };
@@ -227,16 +230,21 @@ async fn a_task_without_a_session_should_be_kept_per_token_and_end_after_its_ttl
     assert_eq!(list("b", 3), 4);
     assert_eq!(discovers().await, 2);
     assert_eq!(provider_messages(&provider, "initialize").await, 0);
-    // Unused past its TTL, a task ends and gives up its place.
-    eventually("both tasks end after their TTL", || async {
-        metrics(&address)
-            .await
-            .contains("capstan_sidecar_places_held 0")
-            .then_some(())
-    })
+    // Both places held: a third caller is refused, the sidecar's cap named, and composes nothing.
+    let (status, body) = ask("c", 4);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("(CAPSTAN_MAX_SESSIONS)"), "{body}");
+    assert_eq!(discovers().await, 2);
+    // Unused past their TTL, both tasks end and give their places back: the third caller is
+    // admitted (composed for itself), and then a's next request composes a new task.
+    eventually(
+        "the tasks past their TTL give their places back",
+        || async { (ask("c", 5).0 == 200).then_some(()) },
+    )
     .await;
-    assert_eq!(list("a", 4), 4);
-    assert_eq!(discovers().await, 3, "the next request composes a new task");
+    assert_eq!(discovers().await, 3);
+    assert_eq!(list("a", 6), 4);
+    assert_eq!(discovers().await, 4, "the next request composes a new task");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -244,11 +252,11 @@ async fn max_task_duration_should_end_a_task_without_a_session_and_the_next_call
     let provider = DemoProvider::start(&[]);
     let mut documents = streamco(&provider);
     documents["items"][0]["spec"]["authority"] = json!({"maxTaskDurationSeconds": 1});
-    let address = free_address();
+    // Room for one task: whether the ended task gave its place back is seen by another caller.
     let sidecar = Sidecar::start(
         &documents,
         &[provider.host()],
-        &[("CAPSTAN_METRICS_ADDRESS", &address)],
+        &[("CAPSTAN_MAX_SESSIONS", "1")],
     );
     let headers = call_get_headers();
     let (status, body) = post(&sidecar, &headers, &call_get_body(1));
@@ -257,21 +265,36 @@ async fn max_task_duration_should_end_a_task_without_a_session_and_the_next_call
         (200, json!(false))
     );
     assert_eq!(provider_messages(&provider, "server/discover").await, 1);
-    // The time limit ends the task: it gives up its place.
-    eventually("the task ends at its time limit", || async {
-        metrics(&address)
-            .await
-            .contains("capstan_sidecar_places_held 0")
-            .then_some(())
+    // The time limit ends the task and it gives up its place: another caller is admitted — it
+    // is refused, the cap named, while the task lives — and its own task, composed for it, ends
+    // at the same limit.
+    let mut other = call_get_headers();
+    other[1] = ("authorization", "Bearer u");
+    eventually(
+        "the task at its time limit gives its place back",
+        || async {
+            let (status, body) = post(&sidecar, &other, &call_get_body(9));
+            if status == 503 {
+                assert!(body.contains("(CAPSTAN_MAX_SESSIONS)"), "{body}");
+            }
+            (status == 200).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(provider_messages(&provider, "server/discover").await, 2);
+    // Without a session there is nothing to start again by hand: the next call is a new task,
+    // composed anew (its upstream opened again), once the other caller's has ended too.
+    let body = eventually("the first caller's next call is served", || async {
+        let (status, body) = post(&sidecar, &headers, &call_get_body(2));
+        (status == 200).then_some(body)
     })
     .await;
-    // Without a session there is nothing to start again by hand: the next call is a new task,
-    // composed anew (its upstream opened again).
-    let (status, body) = post(&sidecar, &headers, &call_get_body(2));
-    assert_eq!(status, 200, "{body}");
     assert_eq!(message(&body)["result"]["isError"], false, "{body}");
-    assert_eq!(provider.tool_calls().await, ["streams_get", "streams_get"]);
-    assert_eq!(provider_messages(&provider, "server/discover").await, 2);
+    assert_eq!(
+        provider.tool_calls().await,
+        ["streams_get", "streams_get", "streams_get"]
+    );
+    assert_eq!(provider_messages(&provider, "server/discover").await, 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
