@@ -10,7 +10,8 @@ mod selectors;
 pub use self::selectors::{PromptSelector, ResourceSelector, ToolSelector};
 use crate::patterns::{
     CAPABILITY_ID_PATTERN, ELICITATION_HOST_PATTERN, FEATURE_PATTERN, HTTP_URL_PATTERN,
-    MAX_NAME_LEN, MAX_TEXT_LEN, MAX_URL_LEN, SERVER_NAME_PATTERN, SKILL_NAME_PATTERN,
+    MAX_NAME_LEN, MAX_TEXT_LEN, MAX_URL_LEN, PIN_PATTERN, SERVER_NAME_PATTERN,
+    SKILL_NAME_PATTERN,
 };
 
 /// What one provider service contributes to a project's assistant: MCP tool endpoints with an
@@ -405,6 +406,15 @@ pub struct Skill {
     /// Where the body is fetched from (5 s, 64 KiB): an absolute http or https URL.
     #[schemars(length(max = MAX_URL_LEN), pattern(HTTP_URL_PATTERN))]
     pub source: String,
+
+    /// The reviewed body: `sha256:<64 hex digits>`, the SHA-256 of the body as fetched from
+    /// `source` (`capstanctl pins` prints it; docs/pins.md "Skills"). A pinned skill is served
+    /// only while its body has that digest; a body that changed is withheld from `load_skill`
+    /// and the skills extension, and the binding reports Composed=False naming it. Omitted:
+    /// served as fetched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(PIN_PATTERN))]
+    pub pin: Option<String>,
 }
 
 /// What the assistant may do on the provider's behalf.

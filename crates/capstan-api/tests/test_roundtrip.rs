@@ -162,14 +162,16 @@ fn server(index: usize) -> impl Strategy<Value = McpServer> {
 
 fn spec() -> impl Strategy<Value = CapabilityBindingSpec> {
     let servers = (0usize..4).prop_flat_map(|n| (0..n).map(server).collect::<Vec<_>>());
-    let skills = vec((prose(), url()), 0..3).prop_map(|skills| {
+    let pin = option::of("[0-9a-f]{64}".prop_map(|hex| format!("sha256:{hex}")));
+    let skills = vec((prose(), url(), pin), 0..3).prop_map(|skills| {
         skills
             .into_iter()
             .enumerate()
-            .map(|(i, (description, source))| Skill {
+            .map(|(i, (description, source, pin))| Skill {
                 name: format!("skill-{i}"),
                 description,
                 source,
+                pin,
             })
             .collect()
     });
