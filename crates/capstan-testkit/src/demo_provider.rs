@@ -78,6 +78,29 @@ impl DemoProvider {
             .count()
     }
 
+    /// How many times the provider was asked for its runbook (`/runbooks/lag.md`, the demo
+    /// skill's body).
+    pub async fn runbook_requests(&self) -> usize {
+        self.requests()
+            .await
+            .iter()
+            .filter(|r| r["path"] == "/runbooks/lag.md")
+            .count()
+    }
+
+    /// The runbook as the provider serves it now, read with a plain HTTP GET (counted among
+    /// [`Self::runbook_requests`]).
+    pub async fn runbook(&self) -> String {
+        client()
+            .get(self.url("/runbooks/lag.md"))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("reading the runbook: {e}"))
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("reading the runbook: {e}"))
+    }
+
     /// The tools named by the `tools/call` requests the provider received, in order.
     pub async fn tool_calls(&self) -> Vec<String> {
         self.requests()

@@ -1,4 +1,5 @@
-//! The pin of a listed tool, computed apart from Capstan's code (docs/pins.md defines it).
+//! The pin of a listed tool or a skill body, computed apart from Capstan's code (docs/pins.md
+//! defines them).
 
 use serde_json::Value;
 
@@ -24,6 +25,15 @@ pub fn pin_oracle_of(listed: &Value, members: &[&str]) -> String {
     let mut text = String::new();
     sorted_compact(&Value::Object(covered), &mut text);
     let digest = sha2::Sha256::digest(text.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// The pin of a skill body, computed apart from Capstan's code: `sha256:` and the lower-case
+/// hex SHA-256 of its bytes (what `sha256sum` prints for the file the provider serves).
+pub fn body_pin_oracle(body: &[u8]) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(body);
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }

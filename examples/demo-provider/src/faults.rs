@@ -71,8 +71,8 @@ fn slow_calls(shared: &Shared) -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
-/// `response` with its body sent one byte every 200 ms (`slow-drip`).
-async fn drip(response: Response) -> Response {
+/// `response` with its body sent one byte every 200 ms (`slow-drip`, `slow-runbook`).
+pub(crate) async fn drip(response: Response) -> Response {
     let (parts, body) = response.into_parts();
     let bytes = axum::body::to_bytes(body, MAX_RECORDED_BODY)
         .await

@@ -10,7 +10,11 @@
 //! with that description: a changed definition), `oversized-knowledge` (1 MiB of knowledge),
 //! `slow-calls:<ms>` (`tools/call` answered after that long), `slow-drip` (MCP answers sent one
 //! byte every 200 ms), `list-changed` (sessions opened while it is set advertise
-//! `tools.listChanged`; `POST /debug/list-changed` sends them `notifications/tools/list_changed`).
+//! `tools.listChanged`; `POST /debug/list-changed` sends them `notifications/tools/list_changed`),
+//! `runbook:<text>` (the runbook served as that text: a changed skill body),
+//! `runbook-per-request` (another runbook on every request, ending `Served as response <n>.`),
+//! `runbook-unavailable` (the runbook answers 503), `oversized-runbook` (1 MiB of runbook),
+//! `slow-runbook` (the runbook sent one byte every 200 ms).
 //! `drop-tool` and `describe` apply to every session at once, open ones included: after a list
 //! change, `tools/list` on the same session shows the new list, as a server must.
 //! Every request's method, path and headers are recorded, and for MCP POSTs the JSON-RPC

@@ -26,6 +26,8 @@ pub(crate) struct Shared {
     /// The tools as the faults now shape them, rebuilt when the faults change: every session
     /// lists and calls what is current, as a server announcing list changes must.
     pub(crate) router: Mutex<Option<Arc<ToolRouter<StreamCo>>>>,
+    /// How many times the runbook was asked for (`runbook-per-request` says which answer).
+    pub(crate) runbooks_served: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
