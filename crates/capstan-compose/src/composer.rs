@@ -9,8 +9,11 @@ mod connect;
 pub mod fuzzing;
 mod live;
 mod offerings;
+mod skill_bodies;
 mod skill_files;
 mod uri_scope;
+
+use std::sync::Arc;
 
 use rmcp::model::{ErrorData, JsonObject};
 use thiserror::Error;
@@ -19,11 +22,13 @@ use tracing::{Instrument as _, debug_span};
 
 use self::assemble::Assembly;
 pub use self::live::Composed;
+pub use self::skill_bodies::REFETCH_AFTER;
 pub use self::skill_files::{SKILLS_URI_PREFIX, SkillFile, skill_uri};
 use crate::fetch::{ClientError, FetchError, Fetcher};
 use crate::guard::{EndpointGuard, PatternError};
 use crate::knowledge;
 use crate::limits::Limits;
+use crate::pins::PinMismatch;
 use crate::source::snapshot::Document;
 use crate::upstream::{CallError, CallerRevision, Connector};
 
@@ -36,15 +41,19 @@ pub enum SkillError {
         /// The name asked for.
         name: String,
     },
-    /// The body could not be fetched.
+    /// The body could not be fetched (the failure is kept a moment for the composition:
+    /// `composer/skill_bodies.rs`).
     #[error("skill {name} could not be loaded: {source}")]
     Fetch {
         /// The skill.
         name: String,
         /// Why.
         #[source]
-        source: FetchError,
+        source: Arc<FetchError>,
     },
+    /// The skill is pinned and its body has another digest: withheld.
+    #[error("{0}")]
+    Withheld(Box<PinMismatch>),
 }
 
 /// A composer could not be set up from its settings; each names the setting to fix.
@@ -229,15 +238,23 @@ impl Composer {
             revision,
         );
         let knowledge = knowledge::fetch_all(&self.fetcher, documents, &self.limits);
-        let (servers, knowledge) = futures::join!(servers, knowledge);
         let mut assembly = Assembly::new(
             documents,
-            Composed::empty(self.fetcher.clone(), self.limits.clone(), changes, revision),
+            Composed::empty(
+                self.fetcher.clone(),
+                self.limits.clone(),
+                changes.clone(),
+                revision,
+            ),
         );
+        // Skills first (no I/O): the pinned ones' bodies are fetched with everything else.
+        assembly.add_skills();
+        let pinned = assembly.composed().fetch_pinned_skills();
+        let (servers, knowledge, pinned) = futures::join!(servers, knowledge, pinned);
         for server in servers {
             assembly.add_server(server);
         }
-        assembly.add_skills();
+        assembly.add_skill_pins(&pinned);
         assembly.add_knowledge(&knowledge, self.limits.knowledge_total_cap);
         assembly.finish()
     }

@@ -97,6 +97,9 @@ pub struct SkillSummary {
     pub source: String,
     /// The binding's `configurationVersion`.
     pub configuration_version: String,
+    /// The digest its body must have to be served (`skills[].pin`), if pinned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin: Option<String>,
 }
 
 /// [`Collision::won_by`] for a name the sidecar's own tools hold (`load_skill`, the base tools,

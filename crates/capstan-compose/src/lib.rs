@@ -27,8 +27,8 @@ pub use capabilities::{
 };
 pub use composer::fuzzing;
 pub use composer::{
-    Composed, Composer, OfferingError, SKILLS_URI_PREFIX, SetupError, SkillError, SkillFile,
-    ToolCallError, skill_uri,
+    Composed, Composer, OfferingError, REFETCH_AFTER, SKILLS_URI_PREFIX, SetupError, SkillError,
+    SkillFile, ToolCallError, skill_uri,
 };
 pub use composition::{
     BUILT_IN, BindingOutcome, Collision, ComposedPrompt, ComposedResource, ComposedTool,
@@ -48,8 +48,8 @@ pub use names::{
     MAX_TOOL_NAME, composed_name, composed_name_as, full_name, full_name_as, sanitize, shortened,
 };
 pub use pins::{
-    ListedDefinition, Offering, PINNED_MEMBERS, PinMismatch, Pinned, covered_definition,
-    covered_offering, definition_digest, offering_digest,
+    ListedDefinition, Offering, PINNED_MEMBERS, PinMismatch, Pinned, body_digest,
+    covered_definition, covered_offering, definition_digest, offering_digest,
 };
 pub use source::cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
 pub use source::crd_list::CrdSource;

@@ -62,12 +62,26 @@ pub enum Offering<'a> {
     Template(&'a ResourceTemplate),
 }
 
+/// The digest of a skill body as `skills[].pin` holds it: `sha256:` and the lower-case hex
+/// SHA-256 of the body's text as fetched (docs/pins.md "Skills"). For a UTF-8 body within the
+/// skill cap that is the SHA-256 of the bytes the provider serves, which it can compute itself
+/// (`sha256sum`); bytes that are not UTF-8 are hashed as served, replaced by U+FFFD, and a
+/// body cut at the cap as cut.
+pub fn body_digest(text: &str) -> String {
+    hex_digest(text.as_bytes())
+}
+
 /// `sha256:` and the lower-case hex SHA-256 of `covered`'s RFC 8785 form.
 fn digest_of<T: Serialize>(covered: &T) -> String {
     // Canonicalizing fails only on numbers JSON cannot carry, which a parsed listing never
     // holds; an empty input would still yield a digest no pin matches.
     let canonical = covered.to_canon_json_vec().unwrap_or_default();
-    let digest = Sha256::digest(&canonical);
+    hex_digest(&canonical)
+}
+
+/// `sha256:` and the lower-case hex SHA-256 of `bytes`.
+fn hex_digest(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
     let mut text = String::with_capacity(7 + 64);
     text.push_str("sha256:");
     for byte in digest {
@@ -167,6 +181,8 @@ pub enum Pinned {
     Prompt,
     /// `resourceSelector.pins` (a resource or a template).
     Resource,
+    /// `skills[].pin`: a skill's body.
+    Skill,
 }
 
 impl Pinned {
@@ -176,6 +192,7 @@ impl Pinned {
             Self::Tool => "tool",
             Self::Prompt => "prompt",
             Self::Resource => "resource",
+            Self::Skill => "skill",
         }
     }
 }
@@ -185,24 +202,33 @@ impl Pinned {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PinMismatch {
-    /// A tool, a prompt, or a resource (or template).
+    /// A tool, a prompt, a resource (or template), or a skill.
     pub kind: Pinned,
-    /// The `mcpServers[].name` entry.
+    /// The `mcpServers[].name` entry (empty for a skill, which no server lists).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub server: String,
     /// The upstream's own name for it: a tool's or prompt's name, a resource's URI or a
-    /// template's URI template (the key of the selector's `pins`).
+    /// template's URI template (the key of the selector's `pins`), or the skill's name.
     pub name: String,
     /// The digest the binding pins.
     pub pinned: String,
-    /// The digest of the definition the server lists now.
+    /// The digest of the definition the server lists now (of a skill: of the body fetched).
     pub live: String,
-    /// What the server lists now, as the digest covers it: what a reviewer reads before
-    /// re-pinning.
+    /// What the server lists now, as the digest covers it (of a skill: the body's text): what
+    /// a reviewer reads before re-pinning.
     pub listed: Value,
 }
 
 impl std::fmt::Display for PinMismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.kind == Pinned::Skill {
+            return write!(
+                f,
+                "skill {} does not match its pin (pinned {}, fetched {}): withheld until its \
+                 new body is reviewed and re-pinned (capstanctl pins)",
+                self.name, self.pinned, self.live
+            );
+        }
         write!(
             f,
             "{} {}/{} does not match its pin (pinned {}, listed {}): withheld until its new \
@@ -221,13 +247,14 @@ impl std::fmt::Display for PinMismatch {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListedDefinition {
-    /// A tool, a prompt, or a resource (or template).
+    /// A tool, a prompt, a resource (or template), or a skill.
     pub kind: Pinned,
-    /// The `mcpServers[].name` entry.
+    /// The `mcpServers[].name` entry (empty for a skill).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub server: String,
-    /// The upstream's own name for it (the key of the selector's `pins`).
+    /// The upstream's own name for it (the key of the selector's `pins`), or the skill's name.
     pub name: String,
-    /// The digest of the definition the server lists now.
+    /// The digest of the definition the server lists now (of a skill: of the body fetched).
     pub digest: String,
     /// The digest the binding pins, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -337,6 +364,35 @@ mod tests {
                 r#"{"mimeType":"text/plain","name":"stream","uriTemplate":"s://streams/{name}"}"#
             )
         );
+    }
+
+    /// FIPS 180-2's example, "abc": a digest `sha256sum` prints for the same bytes.
+    #[test]
+    fn a_skill_bodys_digest_should_be_the_sha256_of_its_bytes() {
+        assert_eq!(
+            body_digest("abc"),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn a_withheld_skill_should_be_explained_by_its_name_and_both_digests() {
+        let mismatch = PinMismatch {
+            kind: Pinned::Skill,
+            server: String::new(),
+            name: "lag-triage".into(),
+            pinned: "sha256:aa".into(),
+            live: "sha256:bb".into(),
+            listed: Value::Null,
+        };
+        assert_eq!(
+            mismatch.to_string(),
+            "skill lag-triage does not match its pin (pinned sha256:aa, fetched sha256:bb): \
+             withheld until its new body is reviewed and re-pinned (capstanctl pins)"
+        );
+        let shown = serde_json::to_value(&mismatch).unwrap();
+        assert_eq!(shown["kind"], "skill");
+        assert!(shown.get("server").is_none(), "{shown}");
     }
 
     #[test]

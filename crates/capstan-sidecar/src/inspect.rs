@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
-use capstan_compose::{CallerRevision, Composed};
+use capstan_compose::{BindingOutcome, CallerRevision, Composed};
 use capstan_platform::BaseTools;
 use serde_json::{Value, json};
 
@@ -60,9 +60,11 @@ pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts
     let live = inspection.live_task(&parts, &identity);
     if let Some(task) = live {
         let served = task.served();
+        let outcomes = served.composed().outcomes_with_skill_digests().await;
         return axum::Json(composition_view(
             &identity.project,
             served.composed(),
+            &outcomes,
             served.base(),
         ))
         .into_response();
@@ -80,8 +82,14 @@ pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts
                 .composer
                 .compose(&identity, CallerRevision::default())
                 .await;
-            let body =
-                composition_view(&identity.project, &project.composed, project.base.as_ref());
+            let composed = &project.composed;
+            let outcomes = composed.outcomes_with_skill_digests().await;
+            let body = composition_view(
+                &identity.project,
+                composed,
+                &outcomes,
+                project.base.as_ref(),
+            );
             project.composed.close().await;
             body
         })
@@ -89,11 +97,18 @@ pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts
     axum::Json(body.clone()).into_response()
 }
 
-/// The JSON view of a composition and the platform tools `base` beside it: their names under
-/// `baseTools`, the change path's among the `mutating`.
-fn composition_view(project: &str, composed: &Composed, base: Option<&BaseTools>) -> Value {
+/// The JSON view of a composition, its bindings' `outcomes` (with every skill's digest:
+/// `Composed::outcomes_with_skill_digests`), and the platform tools `base` beside it: their
+/// names under `baseTools`, the change path's among the `mutating`.
+fn composition_view(
+    project: &str,
+    composed: &Composed,
+    outcomes: &[BindingOutcome],
+    base: Option<&BaseTools>,
+) -> Value {
     let composition = &composed.composition;
     let mut body = serde_json::to_value(composition).unwrap_or(Value::Null);
+    body["bindings"] = serde_json::to_value(outcomes).unwrap_or(Value::Null);
     let names: Vec<&str> = base
         .map(|base| base.tools().iter().map(|t| t.name.as_ref()).collect())
         .unwrap_or_default();
@@ -102,7 +117,7 @@ fn composition_view(project: &str, composed: &Composed, base: Option<&BaseTools>
         mutating.extend(base.mutating().into_iter().map(Value::from));
     }
     if let Some(bindings) = body.get_mut("bindings").and_then(Value::as_array_mut) {
-        for (view, outcome) in bindings.iter_mut().zip(&composition.bindings) {
+        for (view, outcome) in bindings.iter_mut().zip(outcomes) {
             view["degraded"] = json!(outcome.degraded());
             view["reasons"] = json!(outcome.reasons());
         }

@@ -3,7 +3,8 @@
 //! each file against its entry itself (size, digest, frontmatter), in both revisions; a skill
 //! whose body cannot be fetched is listed as `dynamic` and its read fails naming it; a name the
 //! extension does not admit stays with `load_skill`; a composition without a skill does not
-//! declare the extension.
+//! declare the extension; a provider serving another body on every request is seen once per
+//! session, the same through the extension and `load_skill`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -95,6 +96,37 @@ async fn skills_should_be_listed_and_read_through_the_extension_and_verified_by_
     let text = serde_json::to_string(&loaded.content).unwrap();
     assert!(text.contains("Triage consumer lag"), "{text}");
     session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn load_skill_and_the_extension_should_serve_one_body_when_the_provider_swaps_it() {
+    // Each request for the runbook is answered with another body ("Served as response <n>.").
+    let provider = DemoProvider::start(&["runbook-per-request"]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    for mode in ["legacy", "auto"] {
+        // Listed, read and got through the SkillsClient, then loaded, in one session.
+        let output = typescript_sdk_script(
+            &sidecar,
+            "skills.mjs",
+            &["demo-project", mode, "lag-triage"],
+        );
+        assert!(output.status.success(), "{output:?}");
+        let report: Value =
+            serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {output:?}"));
+        let entry = &report["entries"][0];
+        let read = &report["reads"][0];
+        assert_eq!(read["verified"], true, "{mode}: {read}");
+        // The digest the client computed of the bytes it read is the one it was listed.
+        assert_eq!(read["sha256"], entry["resources"][0]["digest"], "{report}");
+        let named = &report["named"][0];
+        assert_eq!(named["get"]["uri"], entry["uri"], "{named}");
+        assert_eq!(named["load"]["isError"], false, "{named}");
+        // load_skill returns the body the file carries after its frontmatter, byte for byte.
+        let loaded = named["load"]["text"].as_str().unwrap();
+        let body = read["body"].as_str().unwrap();
+        assert_eq!(body.trim_start_matches('\n'), loaded, "{mode}");
+        assert!(loaded.contains("Served as response "), "{loaded}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

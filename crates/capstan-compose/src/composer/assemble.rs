@@ -14,6 +14,7 @@ use tracing::{debug, warn};
 use super::connect::{ServerPlan, ServerResult};
 use super::live::{Composed, Connected};
 use super::offerings::{Route, UriScope, capstan_prefix};
+use super::skill_bodies::{SkillBodies, SkillFetch, skill_pin};
 use crate::capabilities::{CapabilitySummary, RoutedCapability, routed_capabilities};
 use crate::composition::{
     BUILT_IN, BindingOutcome, Collision, ComposedPrompt, ComposedResource, ComposedTool,
@@ -256,6 +257,8 @@ impl<'a> Assembly<'a> {
             Pinned::Tool => &plan.pins,
             Pinned::Prompt => &plan.prompt_pins,
             Pinned::Resource => &plan.resource_pins,
+            // A skill's pin is of its body, checked when it is fetched (`skill_bodies.rs`).
+            Pinned::Skill => return true,
         };
         let pinned = pins.get(name).cloned();
         let outcome = &mut self.outcomes[plan.doc];
@@ -431,8 +434,38 @@ impl<'a> Assembly<'a> {
                     service_name: document.spec.service_name.clone(),
                     source: skill.source.clone(),
                     configuration_version: document.spec.configuration_version.clone(),
+                    pin: skill.pin.clone(),
                 });
             }
+        }
+        let count = self.composed.composition.skills.len();
+        self.composed.skill_bodies = SkillBodies::new(count);
+    }
+
+    /// The composition, for fetching its pinned skills' bodies while servers are connected.
+    pub(super) fn composed(&self) -> &Composed {
+        &self.composed
+    }
+
+    /// The pinned skills' bodies fetched at composition: each one's digest recorded, and one
+    /// that differs from its pin reported (to be withheld where it is served). A body that
+    /// could not be fetched is fetched again on use and compared then.
+    pub(super) fn add_skill_pins(&mut self, fetched: &[(usize, SkillFetch)]) {
+        for (index, result) in fetched {
+            let (Some(skill), Ok(body)) = (self.composed.composition.skills.get(*index), result)
+            else {
+                continue;
+            };
+            let Some(outcome) = self
+                .outcomes
+                .iter_mut()
+                .find(|o| o.binding == skill.binding)
+            else {
+                continue;
+            };
+            let (definition, mismatch) = skill_pin(skill, body);
+            outcome.definitions.push(definition);
+            outcome.pin_mismatches.extend(mismatch);
         }
     }
 

@@ -1,5 +1,6 @@
 //! A live composition: the composition as data plus the open upstream sessions that serve its
-//! tools, the routes from composed names to them, and the skill fetcher.
+//! tools, the routes from composed names to them, and the skill fetcher with the bodies it
+//! fetched (`skill_bodies.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,13 +8,11 @@ use std::sync::Arc;
 use rmcp::model::{CallToolResponse, CallToolResult, JsonObject, Tool};
 use serde_json::Value;
 
-use super::OfferingError;
 use super::offerings::{Offered, Route, UriScope, unsafe_path};
-use super::{SkillError, ToolCallError};
+use super::{OfferingError, ToolCallError};
 use crate::capabilities::RoutedCapability;
 use crate::composition::{ComposedTool, Composition};
 use crate::fetch::Fetcher;
-use crate::knowledge;
 use crate::limits::Limits;
 use crate::upstream::{
     CallError, CallTraffic, Forwarded, Offerings, Origin, ResourceUpdated, Upstream,
@@ -52,8 +51,9 @@ pub struct Composed {
     pub(super) limits: Limits,
     pub(super) capabilities: Vec<RoutedCapability>,
     pub(super) changes: UpstreamChanges,
-    /// The skills as `SKILL.md` files, once listed or read (`skill_files.rs`).
-    pub(super) skill_files: tokio::sync::OnceCell<Vec<super::SkillFile>>,
+    /// The skills' bodies, each fetched once for `load_skill` and the skills extension alike
+    /// (`skill_bodies.rs`).
+    pub(super) skill_bodies: super::skill_bodies::SkillBodies,
     /// The revisions its upstreams were opened for (kept by later compositions of the task).
     pub(super) revision: crate::CallerRevision,
 }
@@ -76,7 +76,7 @@ impl Composed {
             limits,
             capabilities: Vec::new(),
             changes,
-            skill_files: tokio::sync::OnceCell::new(),
+            skill_bodies: Default::default(),
             revision,
         }
     }
@@ -187,28 +187,6 @@ impl Composed {
     /// The tool of a composed name.
     pub fn tool(&self, name: &str) -> Option<&ComposedTool> {
         self.composition.tools.iter().find(|t| t.name == name)
-    }
-
-    /// Fetches a skill's body and frames it with its provenance.
-    pub async fn load_skill(&self, name: &str) -> Result<String, SkillError> {
-        let Some(skill) = self.composition.skills.iter().find(|s| s.name == name) else {
-            return Err(SkillError::Unknown {
-                name: name.to_owned(),
-            });
-        };
-        let fetched = self
-            .fetcher
-            .fetch(
-                &skill.source,
-                self.limits.skill_timeout,
-                self.limits.skill_cap,
-            )
-            .await
-            .map_err(|source| SkillError::Fetch {
-                name: name.to_owned(),
-                source,
-            })?;
-        Ok(knowledge::frame_skill(skill, &fetched))
     }
 
     /// Ends every upstream session without waiting (usable from `Drop`), shared or not: the

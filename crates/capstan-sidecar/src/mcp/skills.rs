@@ -1,10 +1,11 @@
 //! Capstan's skills through the MCP skills extension (SEP-2640): `skills/list`, `skills/get`
 //! and each skill's `SKILL.md` through `resources/read` (docs/mcp-surface.md "Skills"), beside
 //! `load_skill` for clients that do not speak it. A skill's file carries its digest and size;
-//! a skill whose body could not be fetched is listed as `dynamic` (read it to see why), and a
-//! skill whose name the extension does not admit (upper case, `_`) is left to `load_skill`.
+//! a skill whose body could not be fetched is listed as `dynamic` (read it to see why), one
+//! whose body its pin withholds is not listed (a get or read names the pin), and a skill whose
+//! name the extension does not admit (upper case, `_`) is left to `load_skill`.
 
-use capstan_compose::{Composed, SkillFile};
+use capstan_compose::{Composed, PinMismatch, SkillError, SkillFile};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CacheScope, GetSkillResult, ListSkillsResult, ReadResourceResult, ResourceContents, ResultType,
@@ -16,13 +17,14 @@ use serde_json::json;
 use super::LIST_TTL_MS;
 
 /// `skill`'s entry: its `SKILL.md` with digest and size, or `dynamic` when the body could not
-/// be fetched; `None` when the extension does not admit its name.
+/// be fetched; `None` when the extension does not admit its name, or its pin withholds it.
 fn entry(file: &SkillFile) -> Option<Skill> {
     let resources = match &file.text {
         Ok(text) => SkillResources::Files(vec![SkillResource::from_bytes(
             file.uri.as_str(),
             text.as_bytes(),
         )]),
+        Err(SkillError::Withheld(_)) => return None,
         Err(_) => SkillResources::Dynamic,
     };
     let frontmatter = SkillFrontmatter::new(file.name.as_str(), file.description.as_str());
@@ -53,17 +55,25 @@ pub(super) fn declare(capabilities: &mut ServerCapabilities, composed: &Composed
     }
 }
 
-/// `skills/list`: every skill of the composition the extension admits.
+/// `skills/list`: every skill of the composition the extension admits and no pin withholds.
 pub(super) async fn list(composed: &Composed) -> ListSkillsResult {
-    let skills = composed.skill_files().await.iter().filter_map(entry);
+    let files = composed.skill_files().await;
+    let skills = files.iter().filter_map(entry);
     ListSkillsResult::with_all_items(skills.collect())
         .with_ttl_ms(LIST_TTL_MS)
         .with_cache_scope(CacheScope::Private)
 }
 
-/// `skills/get`: the entry of the skill whose `SKILL.md` is `uri`; -32602 naming it otherwise.
+/// `skills/get`: the entry of the skill whose `SKILL.md` is `uri`; -32602 naming it otherwise,
+/// or naming the pin that withholds it.
 pub(super) async fn get(composed: &Composed, uri: &str) -> Result<GetSkillResult, McpError> {
-    match composed.skill_file(uri).await.and_then(entry) {
+    let Some(file) = composed.skill_file(uri).await else {
+        return Err(unknown(uri));
+    };
+    if let Err(SkillError::Withheld(mismatch)) = &file.text {
+        return Err(withheld(uri, mismatch));
+    }
+    match entry(&file) {
         Some(skill) => Ok(GetSkillResult::new(skill)
             .with_ttl_ms(LIST_TTL_MS)
             .with_cache_scope(CacheScope::Private)),
@@ -86,11 +96,25 @@ pub(super) async fn read(
             result.result_type.get_or_insert(ResultType::COMPLETE);
             Ok(result)
         }
+        Err(SkillError::Withheld(mismatch)) => Err(withheld(uri, mismatch)),
+        // The error names the skill ("skill … could not be loaded: …").
         Err(error) => Err(McpError::internal_error(
-            format!("skill {}: {error}", file.name),
+            error.to_string(),
             Some(json!({"uri": uri, "kind": "upstream_unavailable", "retryable": true})),
         )),
     })
+}
+
+/// A skill whose body its pin withholds: -32602 with both digests (not retryable: the binding
+/// must pin the new body first).
+fn withheld(uri: &str, mismatch: &PinMismatch) -> McpError {
+    McpError::invalid_params(
+        mismatch.to_string(),
+        Some(
+            json!({"uri": uri, "kind": "pin_mismatch", "pinned": mismatch.pinned,
+                    "fetched": mismatch.live, "retryable": false}),
+        ),
+    )
 }
 
 /// An unknown skill, as an unknown resource is answered.

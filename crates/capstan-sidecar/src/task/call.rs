@@ -526,6 +526,10 @@ async fn load_skill(composed: &Composed, arguments: &Value) -> Result<CallToolRe
             ErrorKind::UpstreamUnavailable,
             error.to_string(),
         )),
+        // Not retryable: the body stays withheld until the binding pins its digest.
+        Err(error @ SkillError::Withheld(_)) => {
+            Err(ToolError::new(ErrorKind::Forbidden, error.to_string()))
+        }
     }
 }
 
