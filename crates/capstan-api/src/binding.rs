@@ -10,8 +10,7 @@ mod selectors;
 pub use self::selectors::{PromptSelector, ResourceSelector, ToolSelector};
 use crate::patterns::{
     CAPABILITY_ID_PATTERN, ELICITATION_HOST_PATTERN, FEATURE_PATTERN, HTTP_URL_PATTERN,
-    MAX_NAME_LEN, MAX_TEXT_LEN, MAX_URL_LEN, PIN_PATTERN, SERVER_NAME_PATTERN,
-    SKILL_NAME_PATTERN,
+    MAX_NAME_LEN, MAX_TEXT_LEN, MAX_URL_LEN, PIN_PATTERN, SERVER_NAME_PATTERN, SKILL_NAME_PATTERN,
 };
 
 /// What one provider service contributes to a project's assistant: MCP tool endpoints with an
