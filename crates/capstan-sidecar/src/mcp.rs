@@ -287,7 +287,12 @@ impl ServerHandler for SessionHandler {
             .clone()
             .unwrap_or_default();
         let first = task.hold(&uris);
-        task.subscribe_upstream("resources/subscribe", first).await;
+        // The stream was acknowledged before the provider followed these (rmcp acknowledges
+        // before this handler runs): an update it sent in between was heard by no one, so each
+        // is told once now, as "read it again" (docs/mcp-surface.md "Subscriptions").
+        let carried = task.subscribe_upstream("resources/subscribe", first).await;
+        task.notify_resource_updated(carried.into_iter().collect())
+            .await;
         tokio::select! {
             () = subscription.cancelled() => {}
             // The task ended (time limit, shutdown): the stream closes gracefully.

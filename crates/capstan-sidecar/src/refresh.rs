@@ -178,7 +178,7 @@ fn subscribed_upstreams(task: &Task, served: &Served) -> Vec<(String, Option<u64
 
 /// Carries the session's subscriptions over to the composition it serves now: each resource
 /// reached on another upstream session than before (a binding changed, its server's session
-/// was opened again) is subscribed to there. A resource no longer offered stays subscribed in
+/// was opened again) is subscribed to there, and told once. A resource no longer offered stays subscribed in
 /// the session, and is subscribed to again should a later composition offer it.
 async fn resubscribe(task: &Task, subscribed: Vec<(String, Option<u64>)>) {
     let served = task.served();
@@ -192,7 +192,11 @@ async fn resubscribe(task: &Task, subscribed: Vec<(String, Option<u64>)>) {
         .map(|(uri, _)| uri)
         .collect();
     drop(served);
-    task.subscribe_upstream("resources/subscribe", moved).await;
+    // What the new upstream said before it followed them was heard by no one: each is told
+    // once, as "read it again".
+    let carried = task.subscribe_upstream("resources/subscribe", moved).await;
+    task.notify_resource_updated(carried.into_iter().collect())
+        .await;
 }
 
 /// Tells the session of the updates of resources it subscribed to, by the URIs it knows them

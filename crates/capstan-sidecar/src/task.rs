@@ -355,14 +355,17 @@ impl Task {
 
     /// Subscribes to (or unsubscribes from, `method`) each of `uris` at its upstream, those
     /// the composition offers; a failure is logged, never the caller's error (a listen stream
-    /// stays open; a carried subscription is best effort).
-    pub async fn subscribe_upstream(&self, method: &str, uris: Vec<String>) {
+    /// stays open; a carried subscription is best effort). Returns the URIs the providers now
+    /// follow (or no longer do): a subscription is carried once its provider answered — in
+    /// 2026-07-28, once a listen stream naming it was acknowledged.
+    pub async fn subscribe_upstream(&self, method: &str, uris: Vec<String>) -> Vec<String> {
         let served = self.served();
+        let mut carried = Vec::new();
         for uri in uris {
             let params = serde_json::json!({ "uri": uri });
             match served.composed().subscription(method, params).await {
-                Ok(_)
-                | Err(
+                Ok(_) => carried.push(uri),
+                Err(
                     capstan_compose::OfferingError::UnknownResource { .. }
                     | capstan_compose::OfferingError::UnsafeUri { .. },
                 ) => {}
@@ -371,6 +374,7 @@ impl Task {
                 }
             }
         }
+        carried
     }
 
     /// The URIs the task's client subscribed to.

@@ -30,7 +30,9 @@ use super::changes::UpstreamChanges;
 use super::error::CallError;
 use super::lane::Lane;
 use super::relay::CallTraffic;
-use super::revision::{Headers, ParamHeader, Revision, Subscribed, param_headers};
+use super::revision::{
+    Headers, LISTEN_ACKNOWLEDGEMENT_WAIT, ParamHeader, Revision, Subscribed, param_headers,
+};
 use crate::error_chain::chain_text;
 use crate::trace_context::Outgoing;
 
@@ -216,6 +218,22 @@ impl DirectCalls {
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             self.subscribed.set(uri, subscribed);
+            // Carried once a stream naming it is acknowledged: an update the provider sends
+            // from then on is heard (`upstream/listen.rs`).
+            if subscribed
+                && !self
+                    .subscribed
+                    .until_named(uri, LISTEN_ACKNOWLEDGEMENT_WAIT)
+                    .await
+            {
+                return Err(Forwarded::Failed(CallError::Unavailable {
+                    server: self.server.clone(),
+                    message: format!(
+                        "no listen stream naming {uri} was acknowledged within {} s",
+                        LISTEN_ACKNOWLEDGEMENT_WAIT.as_secs()
+                    ),
+                }));
+            }
             return Ok(json!({}));
         }
         self.stamp(&mut params, caller_capabilities);

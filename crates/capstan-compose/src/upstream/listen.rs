@@ -9,6 +9,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 use tracing::debug;
@@ -39,6 +41,22 @@ pub(crate) struct Filter {
     pub(crate) updates: bool,
 }
 
+/// A stream's messages, parsed, until it ends or fails.
+type Messages = BoxStream<'static, Value>;
+
+/// The stream being heard, if any: heard until it ends.
+type Heard = Option<BoxFuture<'static, ()>>;
+
+/// What came of opening a stream.
+enum Opened {
+    /// The server offers none (405 to the GET; an error answer to `subscriptions/listen`).
+    Refused,
+    /// It failed, or was refused for now (logged).
+    Failed,
+    /// Open, and (2026-07-28) acknowledged: its messages from the first.
+    Open(Messages),
+}
+
 impl DirectCalls {
     /// Follows the upstream for as long as it is polled, noting each list change in `changes`
     /// and passing on each `notifications/resources/updated` (as coming from upstream
@@ -48,6 +66,11 @@ impl DirectCalls {
     /// offers no stream (405, or -32601 to `subscriptions/listen`) is not asked again. Each
     /// connection reads at most [`LISTEN_MAX_BYTES`], so a server cannot make the sidecar
     /// buffer without bound.
+    ///
+    /// A 2026-07-28 stream names the task's subscriptions, so it is opened again when they
+    /// change — make before break: the old stream is heard until the server has acknowledged
+    /// the new one, so nothing it says of the resources both name is lost in between. The
+    /// acknowledgement is what `resources/subscribe` waits for (`Subscribed::until_named`).
     pub(crate) fn listen(
         &self,
         changes: UpstreamChanges,
@@ -56,16 +79,24 @@ impl DirectCalls {
     ) -> impl Future<Output = ()> + Send + 'static {
         let target = self.target.clone();
         let stateless = target.revision.is_stateless();
-        let mut subscribed = self.subscribed.watch();
+        let subscriptions = self.subscribed.clone();
+        let mut subscribed = subscriptions.watch();
         let server = self.server.clone();
+        subscriptions.carry(stateless && filter.updates);
         async move {
             let mut pause = LISTEN_FIRST_PAUSE;
+            // The stream heard now.
+            let mut heard: Heard = None;
             // Whether a stream was open before: what the server said between that stream's end
             // and this one's start was not heard, so reopening notes it as missed.
             let mut reopened = false;
             for attempt in 1u64.. {
+                let uris = if stateless && filter.updates {
+                    subscribed.borrow_and_update().clone()
+                } else {
+                    BTreeSet::new()
+                };
                 let request = if stateless {
-                    let uris = subscribed.borrow_and_update().clone();
                     listen_request(&target, filter, &uris, attempt)
                 } else {
                     let get = target
@@ -74,41 +105,105 @@ impl DirectCalls {
                         .header(http::header::ACCEPT, "text/event-stream");
                     target.revision.headers(get, &Value::Null, None)
                 };
-                match request.send().await {
-                    Ok(response) if refuses_streams(&response) => {
+                let opened = while_hearing(&mut heard, open(request, stateless, &server)).await;
+                match opened {
+                    Opened::Refused if heard.is_none() => {
                         debug!(%server, "the server offers no stream to listen on");
+                        subscriptions.carry(false);
                         return;
                     }
-                    Ok(response) if response.status().is_success() => {
+                    Opened::Open(messages) => {
                         pause = LISTEN_FIRST_PAUSE;
-                        if std::mem::replace(&mut reopened, true) {
+                        if heard.is_none() && std::mem::replace(&mut reopened, true) {
                             debug!(%server, "the stream was reopened; what it said meanwhile was missed");
                             changes.missed();
                         }
-                        let heard = hear(response, &changes, upstream, &server);
-                        tokio::select! {
-                            () = heard => {}
-                            // The task's subscriptions changed: the stream is opened again at
-                            // once, naming them (not a missed stretch: it was Capstan's doing).
-                            Ok(()) = subscribed.changed(), if stateless => {
-                                reopened = false;
-                                continue;
+                        // The new stream is acknowledged: the old one goes.
+                        let fresh = hear(messages, changes.clone(), upstream, server.clone());
+                        heard = Some(Box::pin(fresh));
+                        subscriptions.acknowledged(uris);
+                        if let Some(stream) = heard.as_mut() {
+                            tokio::select! {
+                                () = stream => heard = None,
+                                // The task's subscriptions changed: a stream naming them is
+                                // opened at once (not a missed stretch: it was Capstan's doing).
+                                Ok(()) = subscribed.changed(), if stateless => continue,
                             }
                         }
                     }
-                    Ok(response) => {
-                        debug!(%server, status = %response.status(), "the stream was refused");
-                    }
-                    Err(error) => {
-                        debug!(%server, error = %chain_text(&error), "the stream failed");
-                    }
+                    Opened::Refused | Opened::Failed => {}
                 }
-                tokio::time::sleep(pause).await;
+                while_hearing(&mut heard, tokio::time::sleep(pause)).await;
                 pause = (pause * 2).min(LISTEN_MAX_PAUSE);
             }
         }
     }
 }
+
+/// Runs `work` while the stream being heard (if any) goes on being heard; a stream that ends
+/// meanwhile is gone (`None`).
+async fn while_hearing<T>(heard: &mut Heard, work: impl Future<Output = T>) -> T {
+    tokio::pin!(work);
+    loop {
+        let Some(stream) = heard.as_mut() else {
+            return work.await;
+        };
+        tokio::select! {
+            out = &mut work => return out,
+            () = stream => *heard = None,
+        }
+    }
+}
+
+/// Opens one stream: sent, answered with a stream, and — a 2026-07-28 `subscriptions/listen` —
+/// its first message read (the acknowledgement, after which the server tells what the request
+/// named), so that the stream it replaces is given up only then.
+async fn open(request: reqwest::RequestBuilder, stateless: bool, server: &str) -> Opened {
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(error) => {
+            debug!(%server, error = %chain_text(&error), "the stream failed");
+            return Opened::Failed;
+        }
+    };
+    if refuses_streams(&response) {
+        return Opened::Refused;
+    }
+    if !response.status().is_success() {
+        debug!(%server, status = %response.status(), "the stream was refused");
+        return Opened::Failed;
+    }
+    let bytes = limited_bytes(http::Response::from(response), LISTEN_MAX_BYTES);
+    let mut messages: Messages = SseStream::from_bytes_stream(bytes)
+        .take_while(|event| std::future::ready(event.is_ok()))
+        .filter_map(|event| {
+            let message = event
+                .ok()
+                .and_then(|event| event.data)
+                .and_then(|data| serde_json::from_str::<Value>(&data).ok());
+            std::future::ready(message)
+        })
+        .boxed();
+    if !stateless {
+        return Opened::Open(messages);
+    }
+    match messages.next().await {
+        // Acknowledged (or, from a server that sends no acknowledgement, told something
+        // already: heard like the rest).
+        Some(first) => {
+            let acknowledgement = first.get("method").and_then(Value::as_str) == Some(ACKNOWLEDGED);
+            let first = (!acknowledgement).then_some(first);
+            Opened::Open(futures::stream::iter(first).chain(messages).boxed())
+        }
+        None => {
+            debug!(%server, "the stream ended before it was acknowledged");
+            Opened::Failed
+        }
+    }
+}
+
+/// The first message of a `subscriptions/listen` stream.
+const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 
 /// The `subscriptions/listen` request (the `attempt`th) naming what `filter` asks for and the
 /// resource URIs `uris`.
@@ -155,14 +250,8 @@ fn refuses_streams(response: &reqwest::Response) -> bool {
 }
 
 /// Reads one stream to its end, noting what it says.
-async fn hear(response: reqwest::Response, changes: &UpstreamChanges, upstream: u64, server: &str) {
-    let bytes = limited_bytes(http::Response::from(response), LISTEN_MAX_BYTES);
-    let mut events = std::pin::pin!(SseStream::from_bytes_stream(bytes));
-    while let Some(Ok(event)) = events.next().await {
-        let message = event
-            .data
-            .and_then(|data| serde_json::from_str::<Value>(&data).ok());
-        let Some(message) = message else { continue };
+async fn hear(mut messages: Messages, changes: UpstreamChanges, upstream: u64, server: String) {
+    while let Some(message) = messages.next().await {
         if is_list_changed(&message) {
             debug!(%server, "a list of the server's changed");
             changes.note();

@@ -17,6 +17,9 @@
 //! (crate-private), and the direct path exists to skip that transport.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use base64::Engine;
 use base64::prelude::BASE64_STANDARD;
@@ -208,22 +211,43 @@ impl Headers for http::request::Builder {
     }
 }
 
+/// How long a `resources/subscribe` of a 2026-07-28 upstream waits for a listen stream naming
+/// the URI to be acknowledged. 10 s: a stream opens in milliseconds; a provider slower than
+/// this is told of as unavailable for the subscription (the stream is still opened, and the
+/// caller's listen stays open).
+pub(crate) const LISTEN_ACKNOWLEDGEMENT_WAIT: Duration = Duration::from_secs(10);
+
 /// The resources a 2026-07-28 upstream is asked to tell updates of (its listen stream's
 /// `resourceSubscriptions`): changed by `resources/subscribe` and `resources/unsubscribe` of
-/// the task's sessions, which reach no provider as requests in that revision.
-#[derive(Debug)]
-pub(crate) struct Subscribed(watch::Sender<BTreeSet<String>>);
+/// the task's sessions, which reach no provider as requests in that revision. Beside the set
+/// wanted, the set the provider acknowledged last (`named`): a subscription is carried from the
+/// moment a stream naming it is acknowledged, so `resources/subscribe` waits for that
+/// (`until_named`), as a session revision's waits for the provider's answer
+/// (docs/mcp-surface.md "Subscriptions").
+#[derive(Clone, Debug)]
+pub(crate) struct Subscribed {
+    wanted: Arc<watch::Sender<BTreeSet<String>>>,
+    named: Arc<watch::Sender<BTreeSet<String>>>,
+    /// Whether a listen stream names resources at all (the server declared
+    /// `resources.subscribe` and offers streams): a wait for a stream that will never name a
+    /// URI would only delay the caller.
+    carried: Arc<AtomicBool>,
+}
 
 impl Default for Subscribed {
     fn default() -> Self {
-        Self(watch::channel(BTreeSet::new()).0)
+        Self {
+            wanted: Arc::new(watch::channel(BTreeSet::new()).0),
+            named: Arc::new(watch::channel(BTreeSet::new()).0),
+            carried: Arc::default(),
+        }
     }
 }
 
 impl Subscribed {
     /// Adds or removes `uri`; the listen stream is opened again only when the set changed.
     pub(crate) fn set(&self, uri: &str, subscribed: bool) {
-        self.0.send_if_modified(|uris| {
+        self.wanted.send_if_modified(|uris| {
             if subscribed {
                 uris.insert(uri.to_owned())
             } else {
@@ -232,8 +256,34 @@ impl Subscribed {
         });
     }
 
+    /// The set wanted, moving with every change.
     pub(crate) fn watch(&self) -> watch::Receiver<BTreeSet<String>> {
-        self.0.subscribe()
+        self.wanted.subscribe()
+    }
+
+    /// Whether listen streams name resources (`false` again once the server refuses streams).
+    pub(crate) fn carry(&self, carried: bool) {
+        self.carried.store(carried, Ordering::Release);
+        if !carried {
+            // Nothing will be named: no one waits for it.
+            self.named.send_replace(BTreeSet::new());
+        }
+    }
+
+    /// The provider acknowledged a stream naming `uris`.
+    pub(crate) fn acknowledged(&self, uris: BTreeSet<String>) {
+        self.named.send_replace(uris);
+    }
+
+    /// Waits, at most `wait`, until a stream naming `uri` is acknowledged; `true` when it was
+    /// (at once when no stream names resources: there is nothing to wait for).
+    pub(crate) async fn until_named(&self, uri: &str, wait: Duration) -> bool {
+        if !self.carried.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut named = self.named.subscribe();
+        let named = named.wait_for(|uris| uris.contains(uri));
+        matches!(tokio::time::timeout(wait, named).await, Ok(Ok(_)))
     }
 }
 

@@ -6,6 +6,8 @@ Usage: streamco_server.py PORT
 
 import sys
 
+import anyio
+
 from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts import Prompt
@@ -134,10 +136,20 @@ server._lowlevel_server.add_request_handler("resources/unsubscribe", types.Unsub
 # `subscriptions/listen` streams. The URIs each open stream names, by its request id.
 listening: dict[str, list[str]] = {}
 serve_listen = ListenHandler(server._subscriptions)
+# `slow_listens`: how long a listen stream waits before it is acknowledged (and told anything),
+# and how many wait now.
+listen_delay = [0.0]
+pending = [0]
 
 
 async def on_listen(ctx, params):
     key = str(ctx.request_id)
+    if listen_delay[0]:
+        pending[0] += 1
+        try:
+            await anyio.sleep(listen_delay[0])
+        finally:
+            pending[0] -= 1
     listening[key] = list(params.notifications.resource_subscriptions or [])
     try:
         return await serve_listen(ctx, params)
@@ -174,7 +186,16 @@ async def touch(
         "session": session,
         "listening": streams,
         "streams": len(listening),
+        "pending": pending[0],
     }
+
+
+@server.tool()
+def slow_listens(seconds: float) -> str:
+    """Holds every `subscriptions/listen` opened from now on `seconds` before acknowledging it
+    (0: at once); `touch` reports how many are held."""
+    listen_delay[0] = seconds
+    return "ok"
 
 
 @server.tool()
