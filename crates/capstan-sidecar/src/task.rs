@@ -360,10 +360,16 @@ impl Task {
     /// 2026-07-28, once a listen stream naming it was acknowledged.
     pub async fn subscribe_upstream(&self, method: &str, uris: Vec<String>) -> Vec<String> {
         let served = self.served();
-        let mut carried = Vec::new();
-        for uri in uris {
+        // Together: a 2026-07-28 provider is then asked once for a stream naming them all,
+        // not once per URI, each waiting for the last one's acknowledgement.
+        let subscriptions = uris.into_iter().map(|uri| {
             let params = serde_json::json!({ "uri": uri });
-            match served.composed().subscription(method, params).await {
+            let composed = served.composed();
+            async move { (composed.subscription(method, params).await, uri) }
+        });
+        let mut carried = Vec::new();
+        for (answer, uri) in futures::future::join_all(subscriptions).await {
+            match answer {
                 Ok(_) => carried.push(uri),
                 Err(
                     capstan_compose::OfferingError::UnknownResource { .. }

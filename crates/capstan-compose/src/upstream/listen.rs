@@ -18,6 +18,7 @@ use tracing::debug;
 use super::call::{DirectCalls, Target};
 use super::changes::{ResourceUpdated, UpstreamChanges, is_list_changed, updated_uri};
 use super::limited::limited_bytes;
+use super::revision::LISTEN_ACKNOWLEDGEMENT_WAIT;
 use crate::error_chain::chain_text;
 
 /// The first pause before a stream is opened again.
@@ -105,7 +106,18 @@ impl DirectCalls {
                         .header(http::header::ACCEPT, "text/event-stream");
                     target.revision.headers(get, &Value::Null, None)
                 };
-                let opened = while_hearing(&mut heard, open(request, stateless, &server)).await;
+                // A server that never acknowledges is given up on like one that fails: the
+                // stream heard now stays, and a changed set is asked for again after the pause.
+                let opening = tokio::time::timeout(
+                    LISTEN_ACKNOWLEDGEMENT_WAIT,
+                    open(request, stateless, &server),
+                );
+                let opened = while_hearing(&mut heard, opening)
+                    .await
+                    .unwrap_or_else(|_| {
+                        debug!(%server, "the stream was not acknowledged in time");
+                        Opened::Failed
+                    });
                 match opened {
                     Opened::Refused if heard.is_none() => {
                         debug!(%server, "the server offers no stream to listen on");
