@@ -133,7 +133,17 @@ impl Offered {
 /// `file:///docs/../../etc/passwd`), so such a URI is refused before it is matched rather than
 /// normalised into another: the caller names the resource it means.
 pub(crate) fn unsafe_path(uri: &str) -> Option<&'static str> {
-    let after_scheme = uri.split_once(':').map_or(uri, |(_, rest)| rest);
+    // Only an RFC 3986 scheme (a letter, then letters, digits, `+`, `-`, `.`) is skipped:
+    // text before a `:` that is no scheme is path to a server, and is checked like the rest.
+    let after_scheme = uri
+        .split_once(':')
+        .filter(|(scheme, _)| {
+            scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        })
+        .map_or(uri, |(_, rest)| rest);
     let path = after_scheme
         .split(['?', '#'])
         .next()
@@ -279,6 +289,9 @@ mod tests {
             ("file:///docs/..%5Csecret", "an encoded separator"),
             ("file:///docs/..%252Fsecret", "an encoded separator"),
             ("file:///docs/..\\secret", "a backslash"),
+            // Text before a `:` that is no scheme is path, checked like the rest.
+            (">tes%2ft://docs/x", "an encoded separator"),
+            ("../x:y", "a dot segment"),
         ] {
             assert_eq!(super::unsafe_path(uri), Some(why), "{uri}");
             assert!(offered.resolve(uri).is_none(), "{uri} reached the template");
