@@ -312,9 +312,14 @@ fn a_listen_stream_should_be_told_when_the_prompts_change() {
 /// The Python server and a sidecar with one binding selecting its two resources and its
 /// `touch` tool.
 fn touching() -> (PythonServer, Sidecar) {
+    touching_with(&["touch"])
+}
+
+/// The same, with the binding allowing `tools`.
+fn touching_with(tools: &[&str]) -> (PythonServer, Sidecar) {
     let server = PythonServer::start_script(SERVER);
     let endpoint = format!("http://{}/mcp", server.address);
-    let mut document = binding_document("streamco-binding", "streamco", &endpoint, &["touch"]);
+    let mut document = binding_document("streamco-binding", "streamco", &endpoint, tools);
     document["metadata"]["namespace"] = json!("demo-project");
     document["spec"]["tools"]["mcpServers"][0]["resourceSelector"] =
         json!({"include": ["streamco://runbooks/lag", "streamco://streams/{name}"]});
@@ -549,18 +554,7 @@ fn a_listen_stream_should_hear_updates_of_the_resources_it_names_and_no_others()
 /// unacknowledged (`slow_listens`); the events are what the Python SDK client received.
 #[test]
 fn an_update_said_while_a_listen_stream_to_the_provider_opens_should_not_be_lost() {
-    let server = PythonServer::start_script(SERVER);
-    let endpoint = format!("http://{}/mcp", server.address);
-    let mut document = binding_document(
-        "streamco-binding",
-        "streamco",
-        &endpoint,
-        &["touch", "slow_listens"],
-    );
-    document["metadata"]["namespace"] = json!("demo-project");
-    document["spec"]["tools"]["mcpServers"][0]["resourceSelector"] =
-        json!({"include": ["streamco://streams/{name}"]});
-    let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+    let (_server, sidecar) = touching_with(&["touch", "slow_listens"]);
     let socket = sidecar.socket.to_str().unwrap();
     let updated = |name: &str| json!([{"type": "ResourceUpdated", "uri": format!("{PREFIX}{}", stream(name))}]);
 
