@@ -114,7 +114,10 @@ pub fn sanitize_meta(meta: &mut Map<String, Value>) {
         }
     }
     if let Some(baggage) = text(meta, BAGGAGE_KEY, MAX_BAGGAGE_LEN) {
-        given.insert(BAGGAGE_KEY.to_owned(), without_escaped_keys(&baggage));
+        given.insert(
+            BAGGAGE_KEY.to_owned(),
+            without_escapes_outside_values(&baggage),
+        );
     }
     for key in TRACE_CONTEXT_KEYS.iter().chain(&[BAGGAGE_KEY]) {
         meta.remove(*key);
@@ -134,16 +137,19 @@ pub fn sanitize_meta(meta: &mut Map<String, Value>) {
     }
 }
 
-/// `baggage` without the members whose key holds a `%`. The propagator percent-decodes keys
-/// but writes them back as decoded, so `a%255c=1` would reach the provider as `a%5c=1` — a key
-/// the next reader decodes to `a\` (not a token) and drops: what is passed on must read the same
-/// to whoever reads it again (the relay fuzz target's property; its input is a regression).
-fn without_escaped_keys(baggage: &str) -> String {
+/// `baggage` without the members whose key or properties hold a `%`. The propagator
+/// percent-decodes keys and properties but writes them back as decoded (only values are
+/// re-encoded), so `a%255c=1` would reach the provider as `a%5c=1` — a key the next reader
+/// decodes to `a\` (not a token) and drops — and a property `x%10y` as a raw control character:
+/// what is passed on must read the same to whoever reads it again, in printable ASCII (the relay
+/// fuzz target's properties; both inputs are regressions).
+fn without_escapes_outside_values(baggage: &str) -> String {
     baggage
         .split(',')
         .filter(|member| {
-            let key = member.split(['=', ';']).next().unwrap_or_default();
-            !key.contains('%')
+            let (entry, properties) = member.split_once(';').unwrap_or((member, ""));
+            let key = entry.split('=').next().unwrap_or_default();
+            !key.contains('%') && !properties.contains('%')
         })
         .collect::<Vec<_>>()
         .join(",")
@@ -256,6 +262,18 @@ mod tests {
         let meta = meta.as_object_mut().unwrap();
         sanitize_meta(meta);
         assert_eq!(meta["baggage"], "userId=alice");
+        let once = meta.clone();
+        sanitize_meta(meta);
+        assert_eq!(*meta, once);
+    }
+
+    #[test]
+    fn a_baggage_member_with_an_escaped_property_should_be_dropped_not_passed_on_decoded() {
+        let mut meta = json!({"baggage": "a=b%20c;x%10y,userId=alice;role=admin,k=v;p%20q=1"});
+        let meta = meta.as_object_mut().unwrap();
+        sanitize_meta(meta);
+        let baggage = meta["baggage"].as_str().unwrap();
+        assert_eq!(baggage, "userId=alice;role=admin");
         let once = meta.clone();
         sanitize_meta(meta);
         assert_eq!(*meta, once);
