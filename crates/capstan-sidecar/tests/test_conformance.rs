@@ -3,7 +3,7 @@
 //! oracle: a scenario that passes against the server directly must pass through the sidecar,
 //! or be listed in `e2e/conformance/expected-failures.txt` with its reason — and a listed
 //! scenario that passes fails this test too, so the list only shrinks as the MCP surface is
-//! carried through (docs/mcp-surface-plan.md).
+//! carried through (docs/plans/mcp-surface.md).
 
 use std::process::Command;
 
