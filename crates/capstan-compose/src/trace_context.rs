@@ -137,22 +137,44 @@ pub fn sanitize_meta(meta: &mut Map<String, Value>) {
     }
 }
 
-/// `baggage` without the members whose key or properties hold a `%`. The propagator
-/// percent-decodes keys and properties but writes them back as decoded (only values are
-/// re-encoded), so `a%255c=1` would reach the provider as `a%5c=1` — a key the next reader
-/// decodes to `a\` (not a token) and drops — and a property `x%10y` as a raw control character:
-/// what is passed on must read the same to whoever reads it again, in printable ASCII (the relay
-/// fuzz target's properties; both inputs are regressions).
+/// `baggage` without the members the propagator would not write back as they read. It
+/// percent-decodes a member's key, value and properties but re-encodes only the value, and
+/// only the characters its fragment set names — which `%` is not. So a `%` in a key or a
+/// property (`a%255c=1` would reach the provider as `a%5c=1`, a key the next reader decodes to
+/// `a\` and drops; a property `x%10y` as a raw control character), and a value that decodes to
+/// a `%` (`%25`, or a `%` that starts no escape), would reach the provider as text that reads
+/// differently again. What is passed on must read the same to whoever reads it again, in
+/// printable ASCII (the relay fuzz target's properties; each such input is a regression).
 fn without_escapes_outside_values(baggage: &str) -> String {
     baggage
         .split(',')
         .filter(|member| {
             let (entry, properties) = member.split_once(';').unwrap_or((member, ""));
-            let key = entry.split('=').next().unwrap_or_default();
-            !key.contains('%') && !properties.contains('%')
+            // The propagator's reading: the key before the first `=`, the value up to the next.
+            let mut parts = entry.split('=');
+            let (key, value) = (
+                parts.next().unwrap_or_default(),
+                parts.next().unwrap_or_default(),
+            );
+            !key.contains('%') && !properties.contains('%') && !decodes_to_percent(value)
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// Whether percent-decoding `value` leaves a `%` in it: an escaped `%` (`%25`) or a `%` that
+/// is not followed by two hex digits.
+fn decodes_to_percent(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    bytes.iter().enumerate().any(|(at, &byte)| {
+        byte == b'%'
+            && match (bytes.get(at + 1), bytes.get(at + 2)) {
+                (Some(high), Some(low)) if high.is_ascii_hexdigit() && low.is_ascii_hexdigit() => {
+                    (*high, *low) == (b'2', b'5')
+                }
+                _ => true,
+            }
+    })
 }
 
 /// The leading whole members of `state` that fit [`MAX_TRACESTATE_LEN`] (the propagator then
@@ -262,6 +284,17 @@ mod tests {
         let meta = meta.as_object_mut().unwrap();
         sanitize_meta(meta);
         assert_eq!(meta["baggage"], "userId=alice");
+        let once = meta.clone();
+        sanitize_meta(meta);
+        assert_eq!(*meta, once);
+    }
+
+    #[test]
+    fn a_baggage_value_that_decodes_to_a_percent_should_be_dropped_not_passed_on_decoded() {
+        let mut meta = json!({"baggage": "a=L1%2525e2,b=v%:93,c=x%2,d=100%25,e=DF%2028%E2%9C%93"});
+        let meta = meta.as_object_mut().unwrap();
+        sanitize_meta(meta);
+        assert_eq!(meta["baggage"], "e=DF%2028%E2%9C%93");
         let once = meta.clone();
         sanitize_meta(meta);
         assert_eq!(*meta, once);
