@@ -172,6 +172,11 @@ pub(crate) fn unsafe_path(uri: &str) -> Option<&'static str> {
 /// whether the server accepts it; the server checks its own URI. No crate matches URIs against
 /// templates (the ones there are expand them), hence this.
 pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
+    matches_from(&parts_of(template), uri)
+}
+
+/// `template` as literal text and expressions.
+fn parts_of(template: &str) -> Vec<Part<'_>> {
     let mut parts = Vec::new();
     let mut rest = template;
     while let Some(open) = rest.find('{') {
@@ -190,7 +195,7 @@ pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
         rest = &rest[open + close + 1..];
     }
     parts.push(Part::Literal(rest));
-    matches_from(&parts, uri)
+    parts
 }
 
 /// A piece of a parsed template.
@@ -203,24 +208,45 @@ enum Part<'a> {
     Any,
 }
 
+/// Whether `parts` can produce `uri`, in one pass over the parts: the set of places in `uri`
+/// each part can end at, from the set the part before it left. Trying each end of each
+/// expression in turn instead would take time exponential in the number of expressions — a
+/// provider's template of many `{+x}` would hold the caller's read (and the task) for minutes;
+/// the relay fuzz target found that, and its input is a regression.
 fn matches_from(parts: &[Part], uri: &str) -> bool {
-    let Some((first, rest)) = parts.split_first() else {
-        return uri.is_empty();
-    };
-    match first {
-        Part::Literal(text) => uri
-            .strip_prefix(text)
-            .is_some_and(|after| matches_from(rest, after)),
-        Part::Segment | Part::Any => {
-            let stop = match first {
-                Part::Segment => uri.find(['/', '?', '#']).unwrap_or(uri.len()),
-                _ => uri.len(),
-            };
-            (0..=stop)
-                .filter(|&end| uri.is_char_boundary(end))
-                .any(|end| matches_from(rest, &uri[end..]))
+    let bytes = uri.as_bytes();
+    let mut reach = vec![false; uri.len() + 1];
+    reach[0] = true;
+    for part in parts {
+        let mut next = vec![false; uri.len() + 1];
+        match part {
+            Part::Literal(text) => {
+                for (at, _) in reach.iter().enumerate().filter(|(_, reached)| **reached) {
+                    if uri[at..].starts_with(text) {
+                        next[at + text.len()] = true;
+                    }
+                }
+            }
+            Part::Any => {
+                if let Some(first) = reach.iter().position(|reached| *reached) {
+                    for (at, end) in next.iter_mut().enumerate().skip(first) {
+                        *end = uri.is_char_boundary(at);
+                    }
+                }
+            }
+            Part::Segment => {
+                // A run that started at a reached place and has crossed no `/`, `?` or `#`.
+                let mut running = false;
+                for (at, end) in next.iter_mut().enumerate() {
+                    running = reach[at]
+                        || (running && at > 0 && !matches!(bytes[at - 1], b'/' | b'?' | b'#'));
+                    *end = running && uri.is_char_boundary(at);
+                }
+            }
         }
+        reach = next;
     }
+    reach[uri.len()]
 }
 
 #[cfg(test)]
@@ -306,6 +332,53 @@ mod tests {
             assert_eq!(super::unsafe_path(uri), None, "{uri}");
             assert!(offered.resolve(uri).is_some(), "{uri} was refused");
         }
+    }
+
+    /// The matcher as first written, trying each end of each expression in turn: exponential
+    /// in the number of expressions, but plainly what the loose reading says. The oracle of
+    /// the one-pass matcher on inputs small enough for it.
+    fn tried_in_turn(parts: &[super::Part], uri: &str) -> bool {
+        let Some((first, rest)) = parts.split_first() else {
+            return uri.is_empty();
+        };
+        match first {
+            super::Part::Literal(text) => uri
+                .strip_prefix(text)
+                .is_some_and(|after| tried_in_turn(rest, after)),
+            super::Part::Segment | super::Part::Any => {
+                let stop = match first {
+                    super::Part::Segment => uri.find(['/', '?', '#']).unwrap_or(uri.len()),
+                    _ => uri.len(),
+                };
+                (0..=stop)
+                    .filter(|&end| uri.is_char_boundary(end))
+                    .any(|end| tried_in_turn(rest, &uri[end..]))
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_one_pass_matcher_should_agree_with_trying_each_end_in_turn(
+            template in "([a/é?#-]|\\{[+]?x\\}){0,7}",
+            uri in "[a/é?#-]{0,10}",
+        ) {
+            proptest::prop_assert_eq!(
+                template_matches(&template, &uri),
+                tried_in_turn(&super::parts_of(&template), &uri),
+                "{} ~ {}", template, uri
+            );
+        }
+    }
+
+    /// A provider's template of many reserved expansions, against a long URI it cannot
+    /// produce: answered (no), not left running — the one-pass matcher's reason to be.
+    #[test]
+    fn a_template_of_many_expressions_should_be_answered_at_once() {
+        let template = format!("h://{}b", "{+x}".repeat(40));
+        let uri = format!("h://{}", "a".repeat(2000));
+        assert!(!template_matches(&template, &uri));
+        assert!(template_matches(&template, &format!("{uri}b")));
     }
 
     #[test]
