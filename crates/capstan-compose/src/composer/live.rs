@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rmcp::model::{CallToolResponse, CallToolResult, JsonObject, Tool};
 use serde_json::Value;
 
-use super::offerings::{Offered, Route, UriScope, unsafe_path};
+use super::offerings::{Offered, Route, UriScope};
 use super::{OfferingError, ToolCallError};
 use crate::capabilities::RoutedCapability;
 use crate::composition::{ComposedTool, Composition};
@@ -299,7 +299,7 @@ impl Composed {
         let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
         let Some(route) = self.offered.resolve(uri) else {
             if !self.offered.resources.contains_key(uri)
-                && let Some(holds) = unsafe_path(uri)
+                && let Some(holds) = self.offered.unsafe_read(uri)
             {
                 return Err(OfferingError::UnsafeUri {
                     uri: uri.to_owned(),

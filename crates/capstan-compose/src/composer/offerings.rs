@@ -68,7 +68,7 @@ impl Offered {
             .filter(|(_, r)| r.prefix.is_empty() && !is_capstan_uri(uri));
         // A template's literal prefix is a boundary: a URI whose path could climb out of it
         // (a dot segment, an encoded separator) reaches no template.
-        if unsafe_path(uri).is_some() {
+        if self.unsafe_read(uri).is_some() {
             return None;
         }
         prefixed.chain(as_listed).find_map(|(_, route)| {
@@ -78,6 +78,23 @@ impl Offered {
                 upstream: upstream.to_owned(),
                 prefix: route.prefix.clone(),
             })
+        })
+    }
+
+    /// Why a read of `uri` may reach no template, if it may not: its path, or the path of the
+    /// URI a prefixed template's server would be handed — which has a scheme of its own, so
+    /// `capstan://b/s/x:./y` holds no dot segment as the caller wrote it, while its server
+    /// would read `x:./y` (`unsafe_path`; the relay fuzz target found this, its input is a
+    /// regression).
+    pub(super) fn unsafe_read(&self, uri: &str) -> Option<&'static str> {
+        unsafe_path(uri).or_else(|| {
+            self.templates
+                .iter()
+                .filter(|(_, route)| !route.prefix.is_empty())
+                .find_map(|(_, route)| {
+                    uri.strip_prefix(route.prefix.as_str())
+                        .and_then(unsafe_path)
+                })
         })
     }
 
@@ -169,11 +186,24 @@ pub(crate) fn unsafe_path(uri: &str) -> Option<&'static str> {
 /// exactly and in order; a simple expression (`{id}`) matches a run of characters other than
 /// `/`, `?` and `#` (what its expansion percent-encodes), any other expression (`{+path}`,
 /// `{/segments}`, `{?query}`, …) any run at all. This decides which server a URI goes to, not
-/// whether the server accepts it; the server checks its own URI. No crate matches URIs against
+/// whether the server accepts it; the server checks its own URI. A template whose match would
+/// take more than [`MATCH_WORK_LIMIT`] steps matches nothing. No crate matches URIs against
 /// templates (the ones there are expand them), hence this.
 pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
-    matches_from(&parts_of(template), uri)
+    let parts = parts_of(template);
+    let expressions = parts
+        .iter()
+        .filter(|p| !matches!(p, Part::Literal(_)))
+        .count();
+    expressions.saturating_mul(uri.len() + 1) <= MATCH_WORK_LIMIT && matches_from(&parts, uri)
 }
+
+/// The most steps one URI's match against one template may take (expressions × the URI's
+/// length): 64 expressions against a 64 KiB URI. No real template comes near it (they hold a
+/// handful of expressions, their URIs a few hundred bytes); a provider's template past it
+/// matches nothing rather than hold the sidecar's thread — by default its only one — while it
+/// is tried.
+const MATCH_WORK_LIMIT: usize = 64 * 64 * 1024;
 
 /// `template` as literal text and expressions.
 fn parts_of(template: &str) -> Vec<Part<'_>> {
@@ -195,7 +225,26 @@ fn parts_of(template: &str) -> Vec<Part<'_>> {
         rest = &rest[open + close + 1..];
     }
     parts.push(Part::Literal(rest));
-    parts
+    coalesced(parts)
+}
+
+/// `parts` without empty literals, and with each run of adjacent expressions as one: two
+/// expressions with nothing between them match what the wider one alone matches (`{+a}{+b}`
+/// what `{+a}` does, `{a}{b}` what `{a}` does), so a template of many cannot multiply the work.
+fn coalesced(parts: Vec<Part<'_>>) -> Vec<Part<'_>> {
+    let mut kept: Vec<Part<'_>> = Vec::with_capacity(parts.len());
+    for part in parts {
+        match (kept.last_mut(), part) {
+            (_, Part::Literal("")) => {}
+            (Some(last @ (Part::Segment | Part::Any)), Part::Segment | Part::Any) => {
+                if matches!(part, Part::Any) {
+                    *last = Part::Any;
+                }
+            }
+            (_, part) => kept.push(part),
+        }
+    }
+    kept
 }
 
 /// A piece of a parsed template.
@@ -334,6 +383,26 @@ mod tests {
         }
     }
 
+    /// Under a prefix, the URI the server is handed has a scheme of its own: its path is
+    /// checked as the server would read it, not only as the caller wrote the whole.
+    #[test]
+    fn the_uri_a_prefixed_template_hands_its_server_should_be_checked_as_that_server_reads_it() {
+        let prefix = "capstan://docs-binding/docs/";
+        let offered = Offered {
+            templates: vec![(format!("{prefix}{{+path}}"), route(0, "{+path}", prefix))],
+            ..Offered::default()
+        };
+        let uri = format!("{prefix}x:./secret");
+        assert_eq!(super::unsafe_path(&uri), None, "as the caller wrote it");
+        assert_eq!(offered.unsafe_read(&uri), Some("a dot segment"));
+        assert!(
+            offered.resolve(&uri).is_none(),
+            "{uri} reached the template"
+        );
+        let plain = format!("{prefix}x:guide.md");
+        assert_eq!(offered.resolve(&plain).unwrap().upstream, "x:guide.md");
+    }
+
     /// The matcher as first written, trying each end of each expression in turn: exponential
     /// in the number of expressions, but plainly what the loose reading says. The oracle of
     /// the one-pass matcher on inputs small enough for it.
@@ -379,6 +448,25 @@ mod tests {
         let uri = format!("h://{}", "a".repeat(2000));
         assert!(!template_matches(&template, &uri));
         assert!(template_matches(&template, &format!("{uri}b")));
+        let apart = format!("h://{}", "{+x}a".repeat(40));
+        assert!(template_matches(
+            &apart,
+            &format!("h://{}", "a".repeat(2000))
+        ));
+        assert!(!template_matches(
+            &apart,
+            &format!("h://{}", "a".repeat(39))
+        ));
+    }
+
+    /// Past the work limit a template matches nothing, however plainly it would.
+    #[test]
+    fn a_template_past_the_work_limit_should_match_nothing() {
+        let template = "h://{+x}a".repeat(64);
+        let uri = "h://a".repeat(64);
+        assert!(template_matches(&template, &uri), "within the limit");
+        let long = format!("{}h://{}a", "h://a".repeat(63), "b".repeat(70_000));
+        assert!(!template_matches(&template, &long), "past it");
     }
 
     #[test]
