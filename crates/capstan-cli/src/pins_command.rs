@@ -150,7 +150,7 @@ fn from_file(
         .collect();
     let hosts = hosts.map_or_else(|| endpoint_hosts(&documents), str::to_owned);
     let fetch_hosts = fetch_hosts.map_or_else(|| skill_hosts(&documents), str::to_owned);
-    capstan_compose::install_crypto_provider();
+    capstan_core::install_crypto_provider();
     let composer = Composer::from_allow_lists(&hosts, &fetch_hosts, Limits::default())
         .map_err(|e| (1, format!("--mcp-endpoint-hosts or --fetch-hosts: {e}")))?;
     let rt = runtime().map_err(|message| (1, message))?;

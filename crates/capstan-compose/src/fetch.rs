@@ -6,8 +6,8 @@ use futures::StreamExt;
 use reqwest::redirect;
 use thiserror::Error;
 
-use crate::error_chain::{chain_text, find_in_chain};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};
+use capstan_core::error_chain::{chain_text, find_in_chain};
 
 /// Redirects followed per fetch: enough for a moved document, few enough to bound a loop.
 pub const MAX_REDIRECTS: usize = 5;

@@ -8,8 +8,6 @@
 mod capabilities;
 mod composer;
 mod composition;
-mod control_plane;
-mod error_chain;
 mod fetch;
 mod guard;
 mod interned;
@@ -18,7 +16,6 @@ mod limits;
 mod names;
 mod pins;
 mod source;
-mod tool_error;
 pub mod trace_context;
 mod upstream;
 
@@ -34,8 +31,6 @@ pub use composition::{
     BUILT_IN, BindingOutcome, Collision, ComposedPrompt, ComposedResource, ComposedTool,
     Composition, SkillSummary, UpstreamFailure, UpstreamStage,
 };
-pub use control_plane::ControlPlane;
-pub use error_chain::{chain_text, find_in_chain};
 pub use fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};
 pub use guard::{AddressRefused, AddressScope, EndpointGuard, HostPattern, PatternError, Refusal};
 pub use interned::{Interned, content_key};
@@ -60,15 +55,8 @@ pub use source::{
     DEFAULT_PROVIDER_MAX_BODY, DocumentSource, FixtureSource, HTTP_SOURCE_TIMEOUT, HttpSource,
     ProjectDocuments, ReadOutcome, SourceError, Uncached,
 };
-pub use tool_error::{ErrorKind, ToolError};
 pub use upstream::{
     CallError, CallTraffic, CallerRevision, CallerSide, ClientAsks, ConnectError, Forwarded,
     ORIGIN_META, Offerings, Origin, RELAY_CAPACITY, ResourceUpdated, ToCaller, Updated,
     UpstreamChanges, Wanted,
 };
-
-/// Installs the process-wide TLS crypto provider (ring, the one kube uses) unless one is
-/// installed already. Call once before building clients.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}

@@ -39,7 +39,7 @@ pub use self::error::{CallError, ConnectError};
 pub use self::offerings::{Forwarded, Offerings, Wanted};
 pub use self::origin::{ORIGIN_META, Origin};
 pub use self::relay::{CallTraffic, CallerSide, ClientAsks, RELAY_CAPACITY, ToCaller};
-use crate::error_chain::{chain_text, find_in_chain};
+use capstan_core::error_chain::{chain_text, find_in_chain};
 
 /// The next [`Upstream::id`].
 static NEXT_UPSTREAM_ID: AtomicU64 = AtomicU64::new(1);

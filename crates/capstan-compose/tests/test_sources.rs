@@ -103,7 +103,7 @@ fn names(documents: &[capstan_compose::Document]) -> Vec<&str> {
 
 #[tokio::test]
 async fn http_source_should_read_a_project_list() {
-    capstan_compose::install_crypto_provider();
+    capstan_core::install_crypto_provider();
     let source = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
     assert_eq!(
         names(&source.documents("good").await.unwrap().documents),
@@ -130,7 +130,7 @@ fn big() -> usize {
 
 #[tokio::test]
 async fn http_source_should_refuse_an_answer_over_its_byte_limit() {
-    capstan_compose::install_crypto_provider();
+    capstan_core::install_crypto_provider();
     let source = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
     // The test's oracle for the sizes, computed here and not by the source.
     assert!(list_of(huge()).len() > 8 * 1024 * 1024);
@@ -172,7 +172,7 @@ const NOT_PROJECT_NAMES: [&str; 8] = ["..", ".", "a/b", "%2e%2e", "A", "a..b", "
 
 #[tokio::test]
 async fn every_source_should_refuse_a_project_that_is_not_a_project_name_without_reading() {
-    capstan_compose::install_crypto_provider();
+    capstan_core::install_crypto_provider();
     let http = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
     let fixture =
         FixtureSource::new(common::repo_root().join("examples/streamco/capability-documents.json"));
@@ -206,7 +206,7 @@ async fn every_source_should_refuse_a_project_that_is_not_a_project_name_without
 
 #[tokio::test]
 async fn http_source_should_skip_invalid_documents_and_keep_valid_ones() {
-    capstan_compose::install_crypto_provider();
+    capstan_core::install_crypto_provider();
     let source = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
     assert_eq!(
         names(&source.documents("mixed").await.unwrap().documents),
@@ -216,7 +216,7 @@ async fn http_source_should_skip_invalid_documents_and_keep_valid_ones() {
 
 #[tokio::test]
 async fn http_source_should_drop_documents_for_another_project() {
-    capstan_compose::install_crypto_provider();
+    capstan_core::install_crypto_provider();
     let source = HttpSource::new(&serve().await, DEFAULT_PROVIDER_MAX_BODY).unwrap();
     assert!(
         source
@@ -230,7 +230,7 @@ async fn http_source_should_drop_documents_for_another_project() {
 
 #[tokio::test]
 async fn http_source_failures_should_read_as_no_capabilities() {
-    capstan_compose::install_crypto_provider();
+    capstan_core::install_crypto_provider();
     let base = serve().await;
     let source = HttpSource::new(&base, DEFAULT_PROVIDER_MAX_BODY).unwrap();
     for (project, why) in [

@@ -100,7 +100,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     };
     lease.check()?;
     // Before any TLS client is built: the probe's and the trace exporter's.
-    capstan_compose::install_crypto_provider();
+    capstan_core::install_crypto_provider();
     // Held to the end: dropping it exports the spans still buffered.
     let _telemetry = init_telemetry(&log, log_format, "capstan-controller")?;
 

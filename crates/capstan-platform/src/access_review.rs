@@ -2,7 +2,7 @@
 //! with the caller's token (a SelfSubjectAccessReview: may it list CapabilityBindings there).
 //! The sidecar's caller check makes the question; this module only asks it.
 
-use capstan_compose::ControlPlane;
+use capstan_core::control_plane::ControlPlane;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -21,7 +21,7 @@ pub async fn may_list_bindings(
 ) -> Result<bool, ApiFailure> {
     let config = plane
         .caller_config(project, token)
-        .map_err(ApiFailure::unavailable)?;
+        .map_err(|e| ApiFailure::unavailable(e.to_string()))?;
     let client = kube::Client::try_from(config)
         .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))?;
     let review = SelfSubjectAccessReview {

@@ -19,7 +19,7 @@ use crate::milo::{
 };
 use crate::openapi::{expand, narrow};
 use crate::project_api::{ApiFailure, DEFAULT_NAMESPACE, Kind, ProjectApi};
-use capstan_compose::{ErrorKind, ToolError};
+use capstan_core::tool_error::{ErrorKind, ToolError};
 
 /// `resources_list`.
 pub const RESOURCES_LIST: &str = "resources_list";

@@ -19,7 +19,7 @@ use crate::manifest::plan_order;
 use crate::plan_ledger::{NotRecorded, PlanLedger};
 use crate::plan_token::{Caller, PlanKeys, PlanPayload, Refused, Verified, ledger_digest};
 use crate::project_api::{ApiFailure, ProjectApi};
-use capstan_compose::{ErrorKind, ToolError};
+use capstan_core::tool_error::{ErrorKind, ToolError};
 
 mod apply;
 #[cfg(test)]

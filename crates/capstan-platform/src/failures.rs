@@ -2,7 +2,7 @@
 //! `ApiFailure` class onto the error kind a consumer acts on (README, "Errors").
 
 use crate::project_api::ApiFailure;
-use capstan_compose::{ErrorKind, ToolError};
+use capstan_core::tool_error::{ErrorKind, ToolError};
 
 /// A read that failed, as the error a consumer can act on. `doing` completes "you may not …".
 pub fn read_failure(failure: ApiFailure, doing: &str, project: &str) -> ToolError {

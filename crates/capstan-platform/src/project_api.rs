@@ -1,9 +1,9 @@
-//! One session's client of its project's control plane, acting as the caller (its token, no
-//! other identity; `control_plane.rs` builds it): kinds by discovery (cached for the session),
-//! lists, gets, creates, server-side apply (dry run or not; never forcing over another field
-//! manager), deletes and replaces with preconditions (undoing a plan's writes), who the
-//! caller is (a SelfSubjectReview), and the published OpenAPI v3 schemas. Failures are told
-//! apart the way the tools must report them (`ApiFailure`).
+//! One session's client of its project's control plane, acting as the caller (its token, no other
+//! identity; capstan-core's `control_plane.rs` builds it): kinds by discovery (cached for the
+//! session), lists, gets, creates, server-side apply (dry run or not; never forcing over another
+//! field manager), deletes and replaces with preconditions (undoing a plan's writes), who the
+//! caller is (a SelfSubjectReview), and the published OpenAPI v3 schemas. Failures are told apart
+//! the way the tools must report them (`ApiFailure`).
 //!
 //! Reads, discovery and schemas live here; the writes in `writes.rs`, the failure classes in
 //! `api_failure.rs`.
@@ -18,7 +18,7 @@ use kube::discovery::Scope;
 use serde_json::Value;
 
 use crate::plan_token::Caller;
-use capstan_compose::ControlPlane;
+use capstan_core::control_plane::ControlPlane;
 
 mod api_failure;
 mod writes;
@@ -84,7 +84,7 @@ impl ProjectApi {
     ) -> Result<Self, ApiFailure> {
         let config = plane
             .caller_config(project, token)
-            .map_err(ApiFailure::unavailable)?;
+            .map_err(|e| ApiFailure::unavailable(e.to_string()))?;
         let url = config.cluster_url.to_string();
         let client = kube::Client::try_from(config)
             .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))?;

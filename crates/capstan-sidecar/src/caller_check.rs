@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use capstan_compose::ControlPlane;
+use capstan_core::control_plane::ControlPlane;
 use tracing::warn;
 
 use crate::identity::{Identity, refusal};

@@ -38,7 +38,7 @@ pub use admission::{
     DEFAULT_MAX_STREAMS_PER_TASK,
 };
 pub use caller_check::{CALLER_CHECK_TTL, CallerCheckMode};
-pub use capstan_compose::{ErrorKind, ToolError};
+pub use capstan_core::tool_error::{ErrorKind, ToolError};
 pub use config::{BaseToolsMode, Config, DEFAULT_SESSION_IDLE_SECONDS, SourceKind};
 pub use run::{RunError, run};
 pub use socket::SOCKET_MODE;

@@ -4,9 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use capstan_compose::{
-    CallerRevision, Composed, Composer, ControlPlane, ProjectDocuments, Snapshot,
-};
+use capstan_compose::{CallerRevision, Composed, Composer, ProjectDocuments, Snapshot};
+use capstan_core::control_plane::ControlPlane;
 use capstan_platform::{BaseTools, ChangePath, ProjectApi};
 use tracing::warn;
 

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use axum::http::HeaderName;
 use capstan_compose::{
-    CachedSource, Composer, ControlPlane, CrdSource, FixtureSource, HttpSource, Limits,
-    ProjectDocuments, SetupError, SourceError, Uncached, WatchCounts, WatchedCluster,
+    CachedSource, Composer, CrdSource, FixtureSource, HttpSource, Limits, ProjectDocuments,
+    SetupError, SourceError, Uncached, WatchCounts, WatchedCluster,
 };
+use capstan_core::control_plane::ControlPlane;
 use capstan_platform::{ChangePath, KeyError, LedgerError, PlanKeys, PlanLedger};
 use capstan_process::{
     AdminError, Readiness, Shutdown, TelemetryError, init_telemetry, serve_admin,
@@ -118,7 +119,7 @@ const UPSTREAM_CLOSE_WAIT: Duration = Duration::from_millis(500);
 /// Runs the sidecar until SIGTERM or Ctrl-C.
 pub async fn run(config: Config) -> Result<(), RunError> {
     // Before any TLS client is built, the trace exporter's first.
-    capstan_compose::install_crypto_provider();
+    capstan_core::install_crypto_provider();
     // Held to the end: dropping it exports the spans still buffered.
     let _telemetry = init_telemetry(&config.log, config.log_format, "capstan-sidecar")?;
     let config = Settings::from(config);

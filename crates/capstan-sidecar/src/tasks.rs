@@ -460,7 +460,7 @@ pub(crate) mod tests {
     /// A starter over a source that holds nothing (its tasks serve no tools); a refused
     /// caller never reaches it.
     pub(crate) fn starter() -> Arc<TaskStarter> {
-        capstan_compose::install_crypto_provider();
+        capstan_core::install_crypto_provider();
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = crate::metrics::Metrics::register(&mut registry);
         let documents: Arc<dyn capstan_compose::ProjectDocuments> =

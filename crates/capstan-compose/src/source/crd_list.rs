@@ -20,11 +20,11 @@ use kube::Resource;
 use kube::api::{Api, ListParams, ObjectList, VersionMatch};
 use tracing::{debug, warn};
 
-use crate::control_plane::ControlPlane;
 use crate::source::cache::DEFAULT_CAPACITY;
 use crate::source::slim::Slim;
 use crate::source::snapshot::{Document, NamedQualifier, Snapshot};
 use crate::source::{DocumentSource, SourceError, check_project, documents_of, qualifiers_of};
+use capstan_core::control_plane::ControlPlane;
 
 /// CapabilityBindings and RouteQualifiers listed from the project's control plane with the
 /// sidecar's own credential. The plane's `url_template` holds `{project}` (path-escaped on
@@ -80,7 +80,7 @@ impl CrdSource {
         if let Some(known) = self.known.lock().ok().and_then(|k| k.get(project).cloned()) {
             return Ok(known);
         }
-        let mut config = self.plane.config(project)?;
+        let mut config = self.plane.config(project).map_err(|e| e.to_string())?;
         // No retries inside a read: the cache in front is this source's retry policy (the
         // last good answer now, another list on the next read). kube's own would repeat a
         // throttled or refused list up to 15 times with the server's delays while the

@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use super::objects::{found_in, scoped};
 use super::snapshot::Snapshot;
 use super::{DocumentSource, SourceError, check_project};
-use crate::error_chain::chain_text;
+use capstan_core::error_chain::chain_text;
 
 /// The capability-provider API: `GET {base}/projects/{project}/capability-documents`.
 #[derive(Clone, Debug)]

@@ -33,8 +33,8 @@ use super::relay::CallTraffic;
 use super::revision::{
     Headers, LISTEN_ACKNOWLEDGEMENT_WAIT, ParamHeader, Revision, Subscribed, param_headers,
 };
-use crate::error_chain::chain_text;
 use crate::trace_context::Outgoing;
+use capstan_core::error_chain::chain_text;
 
 mod answer;
 

@@ -22,9 +22,9 @@ use super::{
     ClientAsks, ConnectError, Link, Listener, NEXT_UPSTREAM_ID, Offerings, Upstream,
     UpstreamChanges, Wanted,
 };
-use crate::error_chain::{chain_text, find_in_chain};
 use crate::fetch::{ClientError, guarded_client_builder};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};
+use capstan_core::error_chain::{chain_text, find_in_chain};
 
 /// What of `wanted` the server declared it offers: only those kinds are listed and followed.
 fn declared(client: &RunningService<RoleClient, ClientConfig>, wanted: Wanted) -> Wanted {

@@ -2,6 +2,7 @@
 //! forwarded tool call produced no result ([`CallError`], in the error kinds README.md lists
 //! that a caller can tell apart: not allowed, invalid input, unavailable, malformed).
 
+use capstan_core::tool_error::{ErrorKind, ToolError};
 use thiserror::Error;
 
 use crate::guard::Refusal;
@@ -104,6 +105,26 @@ pub enum CallError {
     },
 }
 
+impl From<CallError> for ToolError {
+    fn from(error: CallError) -> Self {
+        Self::new(error.kind(), error.to_string())
+    }
+}
+
+impl CallError {
+    /// The error kind a caller sees for this failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            CallError::NotAllowed { .. } | CallError::Forbidden { .. } => ErrorKind::Forbidden,
+            CallError::InvalidInput { .. } => ErrorKind::InvalidInput,
+            CallError::Refused { .. } => ErrorKind::Rejected,
+            CallError::Unavailable { .. } => ErrorKind::UpstreamUnavailable,
+            CallError::Malformed { .. } => ErrorKind::UpstreamMalformed,
+            CallError::Unanswered { .. } => ErrorKind::Unanswered,
+        }
+    }
+}
+
 /// The client capabilities a provider's -32021 says it requires (`data.requiredCapabilities`),
 /// confined to those a caller can declare to a provider through Capstan — the requests the
 /// relay carries (`sampling`, `elicitation`, `roots`), each an object — so that what reaches
@@ -122,10 +143,25 @@ pub(crate) fn required_capabilities(data: Option<&serde_json::Value>) -> Option<
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
+    use capstan_core::tool_error::ToolError;
     use serde_json::json;
 
-    use super::required_capabilities;
+    use super::{CallError, required_capabilities};
+
+    #[test]
+    fn an_unavailable_upstream_should_be_a_retryable_tool_error() {
+        let unavailable = ToolError::from(CallError::Unavailable {
+            server: "s".into(),
+            message: "down".into(),
+        })
+        .into_result();
+        assert_eq!(
+            unavailable.structured_content.unwrap()["error"]["retryable"],
+            json!(true)
+        );
+    }
 
     #[test]
     fn a_providers_required_capabilities_should_name_only_what_a_caller_can_declare() {

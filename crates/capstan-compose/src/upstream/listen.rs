@@ -19,7 +19,7 @@ use super::call::{DirectCalls, Target};
 use super::changes::{ResourceUpdated, UpstreamChanges, is_list_changed, updated_uri};
 use super::limited::limited_bytes;
 use super::revision::LISTEN_ACKNOWLEDGEMENT_WAIT;
-use crate::error_chain::chain_text;
+use capstan_core::error_chain::chain_text;
 
 /// The first pause before a stream is opened again.
 const LISTEN_FIRST_PAUSE: Duration = Duration::from_millis(500);

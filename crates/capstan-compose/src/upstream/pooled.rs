@@ -27,9 +27,9 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpResponseLimits,
 };
 
-use crate::error_chain::{chain_text, find_in_chain};
 use crate::guard::AddressRefused;
 use crate::trace_context::Outgoing;
+use capstan_core::error_chain::{chain_text, find_in_chain};
 
 /// How long an abandoned response stream may take to end before its connection is closed
 /// instead of reused.

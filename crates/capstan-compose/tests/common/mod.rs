@@ -39,7 +39,7 @@ pub fn documents(text: &str) -> Vec<Document> {
 pub use capstan_testkit::binding_document as binding;
 
 pub fn composer(mcp_hosts: &[String], fetch_hosts: &[String], limits: Limits) -> Composer {
-    capstan_compose::install_crypto_provider();
+    capstan_core::install_crypto_provider();
     Composer::new(
         EndpointGuard::new(mcp_hosts).unwrap(),
         Fetcher::new(EndpointGuard::new(fetch_hosts).unwrap()).unwrap(),

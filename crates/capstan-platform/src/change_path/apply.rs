@@ -12,7 +12,7 @@ use super::undo::failed_at;
 use crate::failures::read_failure;
 use crate::plan_token::{Caller, PlanPayload};
 use crate::project_api::{ApiFailure, ProjectApi};
-use capstan_compose::{ErrorKind, ToolError};
+use capstan_core::tool_error::{ErrorKind, ToolError};
 
 /// A refusal of the token or the plan: nothing was changed.
 pub(super) fn stale(what: &str) -> ToolError {

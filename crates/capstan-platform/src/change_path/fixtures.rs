@@ -51,8 +51,8 @@ pub(super) fn step(name: &str, before: Option<&str>) -> Step {
 
 /// A client of project `acme` on a plane nothing answers (`https://127.0.0.1:1`).
 pub(super) fn unreachable() -> ProjectApi {
-    capstan_compose::install_crypto_provider();
-    let plane = capstan_compose::ControlPlane::new(
+    capstan_core::install_crypto_provider();
+    let plane = capstan_core::control_plane::ControlPlane::new(
         kube::Config::new("https://127.0.0.1:1".parse().unwrap()),
         None,
     );

@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::prepare::Prepared;
 use crate::failures::read_failure;
 use crate::project_api::{ApiFailure, ProjectApi};
-use capstan_compose::ToolError;
+use capstan_core::tool_error::ToolError;
 
 /// What the plane said of one prepared manifest.
 pub(super) struct Judged {

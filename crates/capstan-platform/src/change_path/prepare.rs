@@ -7,7 +7,7 @@ use super::{MAX_MANIFESTS, item_error};
 use crate::failures::read_failure;
 use crate::manifest::{Identity, editable, group_version};
 use crate::project_api::{ApiFailure, DEFAULT_NAMESPACE, Kind, ProjectApi};
-use capstan_compose::{ErrorKind, ToolError};
+use capstan_core::tool_error::{ErrorKind, ToolError};
 
 /// A manifest ready to judge: its kind as the project serves it and its canonical form
 /// (editable, with the namespace filled in for a namespaced kind).

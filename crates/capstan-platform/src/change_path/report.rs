@@ -9,7 +9,7 @@ use super::prepare::prepare_all;
 use super::{item_error, resource_version};
 use crate::manifest::{Identity, diff, editable};
 use crate::project_api::{ApiFailure, Cause, ProjectApi};
-use capstan_compose::{ErrorKind, ToolError};
+use capstan_core::tool_error::{ErrorKind, ToolError};
 
 /// One manifest's judgement.
 pub(super) struct Report {

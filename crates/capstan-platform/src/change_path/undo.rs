@@ -4,7 +4,7 @@
 use super::step::{Step, Written};
 use crate::manifest::Identity;
 use crate::project_api::{ApiFailure, ProjectApi};
-use capstan_compose::{ErrorKind, ToolError};
+use capstan_core::tool_error::{ErrorKind, ToolError};
 
 /// Apply stopped at step `index`: the writes before it are undone when the plane refused the
 /// step outright (a conflict, a rejection, a refusal), so nothing of the plan is left

@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-use capstan_compose::chain_text;
+use capstan_core::error_chain::chain_text;
 
 /// A field the apiserver named in a refusal.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

@@ -159,7 +159,7 @@ async fn a_caller_the_plane_does_not_vouch_for_should_never_pass() {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = crate::metrics::Metrics::register(&mut registry);
     let check = crate::caller_check::CallerCheck::new(
-        capstan_compose::ControlPlane::new(config, None),
+        capstan_core::control_plane::ControlPlane::new(config, None),
         metrics.clone(),
         crate::caller_check::CALLER_CHECK_TTL,
     );

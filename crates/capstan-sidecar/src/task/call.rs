@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use capstan_compose::{
-    CallError, CallTraffic, CallerSide, Composed, ComposedTool, ErrorKind, MAX_INTENT_LEN,
-    RoutedCapability, SkillError, ToolCallError, ToolError,
+    CallError, CallTraffic, CallerSide, Composed, ComposedTool, MAX_INTENT_LEN, RoutedCapability,
+    SkillError, ToolCallError,
 };
+use capstan_core::tool_error::{ErrorKind, ToolError};
 use capstan_platform::BaseTools;
 use capstan_route::{Decision, Taken};
 use rmcp::ErrorData as McpError;

@@ -10,7 +10,7 @@ use tracing::warn;
 use super::Task;
 use crate::request_span;
 use crate::request_states::Asked;
-use capstan_compose::ErrorKind;
+use capstan_core::tool_error::ErrorKind;
 
 impl Task {
     /// What a sealed `requestState` of a retry of `method` on `called` says was asked, or the

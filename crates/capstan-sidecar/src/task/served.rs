@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use capstan_api::validate::pointer_to_path;
-use capstan_compose::{Composed, ErrorKind, Interned, Snapshot, ToolError, content_key};
+use capstan_compose::{Composed, Interned, Snapshot, content_key};
+use capstan_core::tool_error::{ErrorKind, ToolError};
 use capstan_platform::BaseTools;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};

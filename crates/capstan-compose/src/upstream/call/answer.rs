@@ -13,12 +13,12 @@ use serde_json::value::RawValue;
 use sse_stream::SseStream;
 
 use super::{DirectCalls, MAX_ANSWER_BYTES};
-use crate::error_chain::chain_text;
 use crate::upstream::changes::is_list_changed;
 use crate::upstream::error::CallError;
 use crate::upstream::limited::{limited_bytes, read_limited};
 use crate::upstream::pooled::DrainOnDrop;
 use crate::upstream::relay::{CallTraffic, Relayed, is_request};
+use capstan_core::error_chain::chain_text;
 
 /// A JSON-RPC message of the provider's read as an answer: its id, its `result` as text, its
 /// `error` (rare) as a `Value`. Other members are not read (a member named twice is an error,

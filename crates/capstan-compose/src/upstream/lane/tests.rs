@@ -16,8 +16,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
 use super::*;
-use crate::error_chain::find_in_chain;
 use crate::guard::{AddressRefused, EndpointGuard};
+use capstan_core::error_chain::find_in_chain;
 
 /// A server answering `POST /json` with the port its request came from, and `POST /stream`
 /// with one chunk of a body that never ends.

@@ -1,7 +1,8 @@
 //! Where a project's control plane is, and how to reach it as whom: with the sidecar's own
 //! credential (the crd source's reads) or with the caller's bearer token and nothing else (the
-//! platform tools and the caller check, in `capstan-platform`). The project's URL comes from a template holding `{project}`;
-//! without one, the cluster of the sidecar's kubeconfig is every project's plane.
+//! platform tools and the caller check, in `capstan-platform`). The project's URL comes from a
+//! template holding `{project}`; without one, the cluster of the sidecar's kubeconfig is every
+//! project's plane.
 
 use kube::config::AuthInfo;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -13,6 +14,16 @@ const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'_')
     .remove(b'~');
+
+/// A project's control-plane URL, made from the template, that does not parse as a URL.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("control-plane URL {url:?}: {reason}")]
+pub struct PlaneUrlError {
+    /// The URL the template made.
+    pub url: String,
+    /// Why it is no URL.
+    pub reason: String,
+}
 
 /// The control planes of projects: a base configuration (cluster URL, CA, the sidecar's
 /// credential) and an optional URL template.
@@ -48,14 +59,17 @@ impl ControlPlane {
     }
 
     /// The configuration for `project`'s plane with the sidecar's own credential.
-    pub fn config(&self, project: &str) -> Result<kube::Config, String> {
+    pub fn config(&self, project: &str) -> Result<kube::Config, PlaneUrlError> {
         let mut config = self.base.clone();
         if let Some(template) = &self.url_template {
             let escaped = utf8_percent_encode(project, PATH_SEGMENT).to_string();
             let url = template.replace("{project}", &escaped);
             config.cluster_url = url
                 .parse()
-                .map_err(|e| format!("control-plane URL {url:?}: {e}"))?;
+                .map_err(|e: http::uri::InvalidUri| PlaneUrlError {
+                    reason: e.to_string(),
+                    url,
+                })?;
         }
         Ok(config)
     }
@@ -63,7 +77,7 @@ impl ControlPlane {
     /// The configuration for `project`'s plane carrying the caller's `token` and nothing of
     /// the sidecar's identity: the same URL and CA, no client certificate, no token file, no
     /// exec plugin, no impersonation.
-    pub fn caller_config(&self, project: &str, token: &str) -> Result<kube::Config, String> {
+    pub fn caller_config(&self, project: &str, token: &str) -> Result<kube::Config, PlaneUrlError> {
         let mut config = self.config(project)?;
         config.auth_info = AuthInfo {
             token: Some(SecretString::from(token.to_owned())),

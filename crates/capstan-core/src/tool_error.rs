@@ -1,7 +1,6 @@
 //! Tool errors a consumer can act on: a result with `isError: true` and
 //! `structuredContent.error = {kind, message, retryable, field?, code?}` (README, "Errors").
 
-use crate::upstream::CallError;
 use rmcp::model::CallToolResult;
 use serde::Serialize;
 use serde_json::json;
@@ -113,26 +112,6 @@ impl ToolError {
     }
 }
 
-impl From<CallError> for ToolError {
-    fn from(error: CallError) -> Self {
-        Self::new(error.kind(), error.to_string())
-    }
-}
-
-impl CallError {
-    /// The error kind a caller sees for this failure.
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            CallError::NotAllowed { .. } | CallError::Forbidden { .. } => ErrorKind::Forbidden,
-            CallError::InvalidInput { .. } => ErrorKind::InvalidInput,
-            CallError::Refused { .. } => ErrorKind::Rejected,
-            CallError::Unavailable { .. } => ErrorKind::UpstreamUnavailable,
-            CallError::Malformed { .. } => ErrorKind::UpstreamMalformed,
-            CallError::Unanswered { .. } => ErrorKind::Unanswered,
-        }
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -149,14 +128,19 @@ mod tests {
             json!({"error": {"kind": "invalid_input", "message": "name: required",
                              "retryable": false, "field": "name"}})
         );
-        let unavailable = ToolError::from(CallError::Unavailable {
-            server: "s".into(),
-            message: "down".into(),
-        })
-        .into_result();
+    }
+
+    #[test]
+    fn an_unavailable_upstream_should_be_retryable_unless_said_otherwise() {
+        let unavailable = ToolError::new(ErrorKind::UpstreamUnavailable, "down");
         assert_eq!(
-            unavailable.structured_content.unwrap()["error"]["retryable"],
+            unavailable.into_result().structured_content.unwrap()["error"]["retryable"],
             json!(true)
+        );
+        let refused = ToolError::new(ErrorKind::UpstreamUnavailable, "down").retryable(false);
+        assert_eq!(
+            refused.into_result().structured_content.unwrap()["error"]["retryable"],
+            json!(false)
         );
     }
 }
