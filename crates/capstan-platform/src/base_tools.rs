@@ -437,8 +437,9 @@ impl BaseTools {
                     )
                 })?;
         let part = match path.filter(|p| !p.is_empty()) {
-            Some(path) => narrow(&schema, &document, path)
-                .map_err(|message| ToolError::new(ErrorKind::InvalidInput, message).at("path"))?,
+            Some(path) => narrow(&schema, &document, path).map_err(|wrong| {
+                ToolError::new(ErrorKind::InvalidInput, wrong.to_string()).at("path")
+            })?,
             None => schema,
         };
         let (expanded, depth) = expand(&part, &document);

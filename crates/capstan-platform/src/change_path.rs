@@ -165,8 +165,8 @@ impl ChangePath {
         let reports = reports(api, manifests).await?;
         refuse_unless_accepted(&reports, "planned")?;
         let canonical: Vec<Value> = reports.iter().map(|r| r.manifest.clone()).collect();
-        let order = plan_order(&canonical).map_err(|message| {
-            ToolError::new(ErrorKind::Rejected, message)
+        let order = plan_order(&canonical).map_err(|cycle| {
+            ToolError::new(ErrorKind::Rejected, cycle.to_string())
                 .at("manifests")
                 .with_code("cycle")
         })?;

@@ -289,7 +289,7 @@ fn names(reference: &Reference, referrer: &Identity, target: &Identity) -> bool 
 /// The order a batch is applied in: a manifest whose spec refers (`*Ref`, `*Refs`; the
 /// reference's kind and namespace honoured when present) to another manifest of the batch
 /// comes after it; otherwise the given order is kept. A cycle is refused, named.
-pub fn plan_order(manifests: &[Value]) -> Result<Vec<usize>, String> {
+pub fn plan_order(manifests: &[Value]) -> Result<Vec<usize>, Cycle> {
     let identities: Vec<Identity> = manifests.iter().map(Identity::of).collect();
     // depends[i]: the manifests i must come after.
     let depends: Vec<Vec<usize>> = manifests
@@ -326,7 +326,19 @@ pub fn plan_order(manifests: &[Value]) -> Result<Vec<usize>, String> {
     Ok(order)
 }
 
-fn describe_cycle(identities: &[Identity], depends: &[Vec<usize>], placed: &[bool]) -> String {
+/// Manifests of a batch that refer to each other in a cycle: no order can apply them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the manifests refer to each other in a cycle, so no order can apply them: {}",
+    .members.join(" refers to ")
+)]
+pub struct Cycle {
+    /// The cycle's manifests, each as `manifests[i] (kind namespace/name)`, the first again
+    /// at the end.
+    pub members: Vec<String>,
+}
+
+fn describe_cycle(identities: &[Identity], depends: &[Vec<usize>], placed: &[bool]) -> Cycle {
     // Walk from any unplaced manifest along unplaced dependencies until one repeats.
     let mut seen: BTreeMap<usize, usize> = BTreeMap::new();
     let mut path = Vec::new();
@@ -345,10 +357,7 @@ fn describe_cycle(identities: &[Identity], depends: &[Vec<usize>], placed: &[boo
         .map(|&i| format!("manifests[{i}] ({})", identities[i]))
         .collect();
     cycle.push(cycle[0].clone());
-    format!(
-        "the manifests refer to each other in a cycle, so no order can apply them: {}",
-        cycle.join(" refers to ")
-    )
+    Cycle { members: cycle }
 }
 
 #[cfg(test)]
@@ -471,7 +480,7 @@ mod tests {
             manifest("A", "a", json!({"bRef": {"name": "b"}})),
             manifest("B", "b", json!({"aRef": {"name": "a"}})),
         ];
-        let error = plan_order(&batch).unwrap_err();
+        let error = plan_order(&batch).unwrap_err().to_string();
         assert!(error.contains("cycle"), "{error}");
         assert!(
             error.contains("manifests[0] (A team/a)") && error.contains("manifests[1] (B team/b)"),

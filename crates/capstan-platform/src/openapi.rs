@@ -125,9 +125,40 @@ pub fn expand(schema: &Value, document: &Value) -> (Value, usize) {
     }
 }
 
+/// A path into a kind's schema that names a field the schema does not have.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoSuchField {
+    /// Where the path went wrong: the fields walked so far, or `the kind`.
+    pub at: String,
+    /// The field it named there.
+    pub field: String,
+    /// The fields there are.
+    pub fields: Vec<String>,
+}
+
+impl std::fmt::Display for NoSuchField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self { at, field, fields } = self;
+        if fields.is_empty() {
+            write!(
+                f,
+                "{at} has no field {field:?} (it has no fields to narrow into)"
+            )
+        } else {
+            write!(
+                f,
+                "{at} has no field {field:?}; its fields are: {}",
+                fields.join(", ")
+            )
+        }
+    }
+}
+
+impl std::error::Error for NoSuchField {}
+
 /// The part of `schema` at `path` (dotted field names; a list's entries are stepped into
 /// without naming them), or the fields available where the path went wrong.
-pub fn narrow(schema: &Value, document: &Value, path: &str) -> Result<Value, String> {
+pub fn narrow(schema: &Value, document: &Value, path: &str) -> Result<Value, NoSuchField> {
     let mut here = schema.clone();
     let mut walked = Vec::new();
     for segment in path.split('.').filter(|s| !s.is_empty()) {
@@ -157,23 +188,20 @@ pub fn narrow(schema: &Value, document: &Value, path: &str) -> Result<Value, Str
                 here = next;
             }
             None => {
-                let fields: Vec<&str> = here
+                let fields = here
                     .get("properties")
                     .and_then(Value::as_object)
-                    .map(|p| p.keys().map(String::as_str).collect())
+                    .map(|p| p.keys().cloned().collect())
                     .unwrap_or_default();
                 let at = if walked.is_empty() {
                     "the kind".to_owned()
                 } else {
                     walked.join(".")
                 };
-                return Err(if fields.is_empty() {
-                    format!("{at} has no field {segment:?} (it has no fields to narrow into)")
-                } else {
-                    format!(
-                        "{at} has no field {segment:?}; its fields are: {}",
-                        fields.join(", ")
-                    )
+                return Err(NoSuchField {
+                    at,
+                    field: segment.to_owned(),
+                    fields,
                 });
             }
         }
@@ -243,7 +271,9 @@ mod tests {
             json!({"type": "string"})
         );
         assert_eq!(
-            narrow(widget, &document, "spec.colour").unwrap_err(),
+            narrow(widget, &document, "spec.colour")
+                .unwrap_err()
+                .to_string(),
             "spec has no field \"colour\"; its fields are: labels, parts, size"
         );
     }

@@ -194,7 +194,7 @@ impl PlanLedger {
             .state
             .lock()
             .map_err(|_| error("lock poisoned".into()))?;
-        ledger.rewrite(&mut state).map_err(error)?;
+        ledger.rewrite(&mut state)?;
         drop(state);
         Ok(ledger)
     }
@@ -242,38 +242,42 @@ impl PlanLedger {
         // live ones by far.
         if state.file.is_some() && state.lines > 2 * state.applied.len() + 1000 {
             state.applied.retain(|_, expires| *expires > now);
-            if let Err(message) = self.rewrite(&mut state) {
-                tracing::warn!(%message, "compacting the plan ledger");
+            if let Err(error) = self.rewrite(&mut state) {
+                tracing::warn!(%error, "compacting the plan ledger");
             }
         }
         Ok(())
     }
 
     /// Writes the id and the live entries to a new file and moves it over the old one.
-    fn rewrite(&self, state: &mut State) -> Result<(), String> {
+    fn rewrite(&self, state: &mut State) -> Result<(), LedgerError> {
         let Some(path) = &self.path else {
             return Ok(());
         };
+        let failed = |e: &dyn std::fmt::Display| LedgerError::File {
+            path: path.clone(),
+            message: format!("compacting: {e}"),
+        };
         let temporary = path.with_extension("tmp");
-        let mut file = File::create(&temporary).map_err(|e| e.to_string())?;
+        let mut file = File::create(&temporary).map_err(|e| failed(&e))?;
         let mut text =
-            serde_json::to_string(&Line::Ledger(self.id.clone())).map_err(|e| e.to_string())?;
+            serde_json::to_string(&Line::Ledger(self.id.clone())).map_err(|e| failed(&e))?;
         text.push('\n');
         for (digest, expires) in &state.applied {
             let line = Line::Applied {
                 token: hex(digest),
                 expires: *expires,
             };
-            text.push_str(&serde_json::to_string(&line).map_err(|e| e.to_string())?);
+            text.push_str(&serde_json::to_string(&line).map_err(|e| failed(&e))?);
             text.push('\n');
         }
         file.write_all(text.as_bytes())
             .and_then(|()| file.sync_all())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| failed(&e))?;
         // Locked before it takes the old file's place; written at its end from now on (this
         // process is its only writer).
-        file.try_lock().map_err(|e| e.to_string())?;
-        std::fs::rename(&temporary, path).map_err(|e| e.to_string())?;
+        file.try_lock().map_err(|e| failed(&e))?;
+        std::fs::rename(&temporary, path).map_err(|e| failed(&e))?;
         state.file = Some(file);
         state.lines = 1 + state.applied.len();
         Ok(())

@@ -4,7 +4,22 @@
 //! `capstanctl routes` shows is what a call would get.
 
 use capstan_compose::{RoutedCapability, Snapshot};
-use capstan_route::{Decision, Requirements, RouteRequest, route_for, select};
+use capstan_route::{Decision, Refusal, Requirements, RouteRequest, route_for, select};
+
+/// Why a routed call is refused before any candidate is looked at.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotRouted {
+    /// The project's qualifiers could not be read: no call is routed around an operator's
+    /// rule nobody could read.
+    #[error(
+        "the project's route qualifiers could not be read ({0}); routed calls are refused until \
+         they can be, so no operator's rule is skipped"
+    )]
+    QualifiersUnread(String),
+    /// The qualifiers and the call's routing arguments admit no route.
+    #[error("{0}")]
+    Refused(Refusal),
+}
 
 /// The decision for a call to `routed` under `snapshot`'s qualifiers with the call's `request`
 /// and `requirements`, or why the route is refused before any candidate is looked at.
@@ -13,15 +28,12 @@ pub fn decide(
     snapshot: &Snapshot,
     request: &RouteRequest,
     requirements: &Requirements,
-) -> Result<Decision, String> {
+) -> Result<Decision, NotRouted> {
     if let Some(error) = &snapshot.qualifiers_error {
-        return Err(format!(
-            "the project's route qualifiers could not be read ({error}); routed calls are \
-             refused until they can be, so no operator's rule is skipped"
-        ));
+        return Err(NotRouted::QualifiersUnread(error.clone()));
     }
     let route = route_for(&routed.spec.capability_id, &snapshot.qualifiers, request)
-        .map_err(|refusal| refusal.to_string())?;
+        .map_err(NotRouted::Refused)?;
     Ok(select(
         routed.spec,
         &routed.candidates,

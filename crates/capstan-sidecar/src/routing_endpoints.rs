@@ -181,7 +181,7 @@ fn routes_view(project: &str, capability: &str, composed: &Composed, snapshot: &
         &Requirements::new(),
     ) {
         Ok(decision) => body["decision"] = json!(decision),
-        Err(why) => body["refused"] = json!(why),
+        Err(why) => body["refused"] = json!(why.to_string()),
     }
     body
 }

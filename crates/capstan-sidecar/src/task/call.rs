@@ -202,7 +202,11 @@ impl Task {
         // Refused in the request's span, which carries the error.
         let decision = match decided {
             Ok(decision) => decision,
-            Err(why) => return Ok(self.route_refused(capability, why, digest).into()),
+            Err(why) => {
+                return Ok(self
+                    .route_refused(capability, why.to_string(), digest)
+                    .into());
+            }
         };
         let Some(tool) = decision
             .selected()
