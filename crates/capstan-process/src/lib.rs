@@ -15,6 +15,6 @@ mod telemetry;
 
 pub use admin::{AdminError, Readiness, serve_admin};
 pub use logging::LogFormat;
-pub use reference::{check_reference, reference_table, replace_section};
+pub use reference::{StaleReference, check_reference, reference_table, replace_section};
 pub use shutdown::Shutdown;
 pub use telemetry::{Telemetry, TelemetryError, init_telemetry};

@@ -72,6 +72,36 @@ pub fn replace_section(document: &str, name: &str, section: &str) -> Option<Stri
     ))
 }
 
+/// Why a binary's section of its reference document is not what its flags say.
+#[derive(Debug, thiserror::Error)]
+pub enum StaleReference {
+    /// The document cannot be read or written.
+    #[error("{path}: {source}")]
+    File {
+        /// The document.
+        path: std::path::PathBuf,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The document has no section for the binary.
+    #[error("{path} has no `<!-- begin {name} -->` … `<!-- end {name} -->` markers")]
+    NoSection {
+        /// The document.
+        path: std::path::PathBuf,
+        /// The binary.
+        name: String,
+    },
+    /// The section differs from the flags.
+    #[error("{path} is stale for {name}: run `make generate`")]
+    Stale {
+        /// The document.
+        path: std::path::PathBuf,
+        /// The binary.
+        name: String,
+    },
+}
+
 /// Compares `name`'s section of the reference document at `path` with `command`'s flags, or
 /// rewrites the section when `CAPSTAN_UPDATE_DOCS` is set (`make generate`). Each binary's tests
 /// call it; the error says what is stale and how to fix it.
@@ -79,25 +109,29 @@ pub fn check_reference(
     path: &std::path::Path,
     name: &str,
     command: &clap::Command,
-) -> Result<(), String> {
-    let document = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+) -> Result<(), StaleReference> {
+    let file = |source| StaleReference::File {
+        path: path.to_owned(),
+        source,
+    };
+    let document = std::fs::read_to_string(path).map_err(file)?;
     let expected =
         replace_section(&document, name, &reference_table(command)).ok_or_else(|| {
-            format!(
-                "{} has no `<!-- begin {name} -->` … `<!-- end {name} -->` markers",
-                path.display()
-            )
+            StaleReference::NoSection {
+                path: path.to_owned(),
+                name: name.to_owned(),
+            }
         })?;
     if std::env::var_os("CAPSTAN_UPDATE_DOCS").is_some() {
-        return std::fs::write(path, &expected).map_err(|e| format!("{}: {e}", path.display()));
+        return std::fs::write(path, &expected).map_err(file);
     }
     if document == expected {
         Ok(())
     } else {
-        Err(format!(
-            "{} is stale for {name}: run `make generate`",
-            path.display()
-        ))
+        Err(StaleReference::Stale {
+            path: path.to_owned(),
+            name: name.to_owned(),
+        })
     }
 }
 
