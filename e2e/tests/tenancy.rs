@@ -568,7 +568,7 @@ fn stream_until_end(
     stream
         .write_all(request.as_bytes())
         .map_err(|e| e.to_string())?;
-    capstan_testkit::read_until_end(&mut stream, limit)
+    capstan_testkit::read_until_end(&mut stream, limit).map_err(|e| e.to_string())
 }
 
 /// Finding: after carol's grant was removed her open session kept calling tools, its idle

@@ -28,7 +28,7 @@ pub use document::{CapabilityDocument, DocumentMeta};
 pub use parse::{API_VERSION, InvalidObject, Object, ParseError, Parsed, ParsedObject, parse};
 pub use project::{ProjectNameError, check_project_name};
 pub use qualifier::{RouteConstraint, RouteQualifier, RouteQualifierSpec, RouteQualifierStatus};
-pub use validate::{FieldError, TypeSchema, validate, validate_qualifier};
+pub use validate::{FieldError, SchemaDefect, TypeSchema, validate, validate_qualifier};
 
 /// The kube and k8s-openapi versions Capstan's types are built against.
 pub use {k8s_openapi, kube};

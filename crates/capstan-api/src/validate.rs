@@ -120,16 +120,30 @@ impl std::fmt::Debug for TypeSchema {
 impl TypeSchema {
     /// The runtime schema of `T`, compiled. Fails only if `T`'s derived schema is not a valid
     /// JSON Schema, a defect of `T` its crate's tests should catch.
-    pub fn of<T: schemars::JsonSchema>() -> Result<Self, String> {
+    pub fn of<T: schemars::JsonSchema>() -> Result<Self, SchemaDefect> {
         jsonschema::validator_for(&runtime_schema::<T>())
             .map(Self)
-            .map_err(|e| e.to_string())
+            .map_err(|e| SchemaDefect {
+                type_name: std::any::type_name::<T>(),
+                reason: e.to_string(),
+            })
     }
 
     /// Every error of `instance` (nulls removed first), each placed under `prefix`, sorted.
     pub fn errors(&self, prefix: &str, instance: &Value) -> Vec<FieldError> {
         finish(schema_errors(&self.0, prefix, &without_nulls(instance)))
     }
+}
+
+/// A type whose derived schema is not a valid JSON Schema: a defect of the type, not of any
+/// document checked against it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the derived schema of {type_name} is not a valid JSON Schema: {reason}")]
+pub struct SchemaDefect {
+    /// The Rust type the schema was derived from.
+    pub type_name: &'static str,
+    /// What the JSON Schema compiler refused.
+    pub reason: String,
 }
 
 /// Validates a RouteQualifier name: the merge order key, bounded so it fits decision records.

@@ -12,7 +12,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, UnixSocketHttpClient};
 use serde_json::Value;
 
-use crate::sidecar_client::{Target, fail, runtime};
+use crate::sidecar_client::{SidecarError, Target, fail, runtime};
 
 /// `capstanctl call`.
 #[derive(Debug, clap::Args)]
@@ -45,7 +45,7 @@ pub fn run(args: &Args) -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
-        Err(message) => fail(&message),
+        Err(error) => fail(&error.to_string()),
     }
 }
 
@@ -53,12 +53,19 @@ async fn call_tool(
     target: &Target,
     tool: &str,
     arguments: Value,
-) -> Result<(String, bool), String> {
+) -> Result<(String, bool), SidecarError> {
     let socket = target.socket.to_string_lossy().into_owned();
-    let header = http::HeaderName::try_from(target.project_header.as_str())
-        .map_err(|e| format!("project header: {e}"))?;
-    let value = http::HeaderValue::try_from(target.project.as_str())
-        .map_err(|e| format!("project: {e}"))?;
+    let header = http::HeaderName::try_from(target.project_header.as_str()).map_err(|e| {
+        SidecarError::Header {
+            field: "--project-header",
+            source: e.into(),
+        }
+    })?;
+    let value =
+        http::HeaderValue::try_from(target.project.as_str()).map_err(|e| SidecarError::Header {
+            field: "--project",
+            source: e.into(),
+        })?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(MCP_URL)
         .custom_headers(HashMap::from([(header, value)]));
     if let Some(token) = &target.token {
@@ -71,12 +78,18 @@ async fn call_tool(
     let client = ClientConfig::default()
         .serve(transport)
         .await
-        .map_err(|e| format!("opening a session on {socket}: {e}"))?;
+        .map_err(|e| SidecarError::Session {
+            socket: target.socket.clone(),
+            source: Box::new(e),
+        })?;
     let mut params = CallToolRequestParams::new(tool.to_owned());
     params.arguments = arguments.as_object().cloned();
     let result = client.call_tool(params).await;
     let _ = client.cancel().await;
-    let result = result.map_err(|e| format!("calling {tool}: {e}"))?;
+    let result = result.map_err(|source| SidecarError::Call {
+        tool: tool.to_owned(),
+        source,
+    })?;
     let mut out = String::new();
     for block in &result.content {
         if let Some(text) = block.as_text() {

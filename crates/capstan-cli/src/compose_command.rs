@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
-use crate::sidecar_client::{Target, fail, fetch_json, runtime};
+use crate::sidecar_client::{SidecarError, Target, fail, fetch_json, runtime};
 
 /// `capstanctl compose`.
 #[derive(Debug, clap::Args)]
@@ -34,11 +34,11 @@ pub fn run(args: &Args) -> ExitCode {
             print!("{}", render(&composition));
             ExitCode::SUCCESS
         }
-        Err(message) => fail(&message),
+        Err(error) => fail(&error.to_string()),
     }
 }
 
-async fn fetch_composition(target: &Target) -> Result<Value, String> {
+async fn fetch_composition(target: &Target) -> Result<Value, SidecarError> {
     fetch_json(target, "/v1/composition").await
 }
 

@@ -89,7 +89,7 @@ pub fn run(args: &Args) -> ExitCode {
                         .unwrap_or_default(),
                     invalid: false,
                 },
-                Err(message) => return fail(&message),
+                Err(error) => return fail(&error.to_string()),
             }
         }
         // clap requires --project without --file.
@@ -153,7 +153,7 @@ fn from_file(
     capstan_core::install_crypto_provider();
     let composer = Composer::from_allow_lists(&hosts, &fetch_hosts, Limits::default())
         .map_err(|e| (1, format!("--mcp-endpoint-hosts or --fetch-hosts: {e}")))?;
-    let rt = runtime().map_err(|message| (1, message))?;
+    let rt = runtime().map_err(|error| (1, error.to_string()))?;
     let outcomes = rt.block_on(async {
         let composed = composer.compose(&documents).await;
         let outcomes = composed.outcomes_with_skill_digests().await;

@@ -43,7 +43,7 @@ pub fn run(args: &Args) -> ExitCode {
             print!("{}", render(&routes));
             ExitCode::SUCCESS
         }
-        Err(message) => fail(&message),
+        Err(error) => fail(&error.to_string()),
     }
 }
 

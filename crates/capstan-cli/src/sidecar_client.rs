@@ -33,12 +33,63 @@ pub(crate) fn project_name(value: &str) -> Result<String, capstan_api::ProjectNa
     capstan_api::check_project_name(value).map(|()| value.to_owned())
 }
 
+/// Why a subcommand could not get its answer from the sidecar; each says what was being done.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SidecarError {
+    /// The runtime the subcommand blocks on could not start.
+    #[error("starting the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// Nothing answered on the socket.
+    #[error("connecting to {}: {source} (is the sidecar running?)", socket.display())]
+    Connect {
+        socket: PathBuf,
+        source: std::io::Error,
+    },
+    /// The HTTP exchange failed after the socket was open.
+    #[error("{step}: {source}")]
+    Exchange {
+        /// What was being done, e.g. `GET /v1/composition`.
+        step: String,
+        source: hyper::Error,
+    },
+    /// The target names a header or project no HTTP request can carry.
+    #[error("{field} cannot be sent in a header: {source}")]
+    Header {
+        field: &'static str,
+        source: http::Error,
+    },
+    /// The sidecar answered with something other than JSON.
+    #[error("the sidecar answered {status} with a body that is not JSON: {source}")]
+    NotJson {
+        status: hyper::StatusCode,
+        source: serde_json::Error,
+    },
+    /// The sidecar refused, with its own message.
+    #[error("the sidecar refused ({status}): {message}")]
+    Refused {
+        status: hyper::StatusCode,
+        message: String,
+    },
+    /// The MCP session could not be opened.
+    #[error("opening a session on {}: {source}", socket.display())]
+    Session {
+        socket: PathBuf,
+        source: Box<rmcp::service::ClientInitializeError>,
+    },
+    /// The session opened, but the call failed (not a tool's own error: that is a result).
+    #[error("calling {tool}: {source}")]
+    Call {
+        tool: String,
+        source: rmcp::ServiceError,
+    },
+}
+
 /// The current-thread runtime each subcommand blocks on.
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, SidecarError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("starting the runtime: {e}"))
+        .map_err(SidecarError::Runtime)
 }
 
 /// Prints `message` as capstanctl's failure and exits 1.
@@ -49,17 +100,18 @@ pub(crate) fn fail(message: &str) -> ExitCode {
 
 /// GETs `path` (with its query) from the sidecar as `target`'s caller: the JSON body, or the
 /// sidecar's refusal as a message.
-pub(crate) async fn fetch_json(target: &Target, path: &str) -> Result<Value, String> {
+pub(crate) async fn fetch_json(target: &Target, path: &str) -> Result<Value, SidecarError> {
     let socket = &target.socket;
-    let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
-        format!(
-            "connecting to {}: {e} (is the sidecar running?)",
-            socket.display()
-        )
-    })?;
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|source| SidecarError::Connect {
+            socket: socket.clone(),
+            source,
+        })?;
+    let exchange = |step: String| move |source| SidecarError::Exchange { step, source };
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| format!("{}: {e}", socket.display()))?;
+        .map_err(exchange(format!("handshake on {}", socket.display())))?;
     tokio::spawn(connection);
     let mut request = hyper::Request::get(format!("http://{SOCKET_HOST}{path}"))
         .header(hyper::header::HOST, SOCKET_HOST)
@@ -69,23 +121,29 @@ pub(crate) async fn fetch_json(target: &Target, path: &str) -> Result<Value, Str
     }
     let request = request
         .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("building the request: {e}"))?;
+        .map_err(|source| SidecarError::Header {
+            field: "--project, --project-header or --token",
+            source,
+        })?;
     let response = sender
         .send_request(request)
         .await
-        .map_err(|e| format!("GET {path}: {e}"))?;
+        .map_err(exchange(format!("GET {path}")))?;
     let status = response.status();
     let body = response
         .into_body()
         .collect()
         .await
-        .map_err(|e| format!("reading the answer to GET {path}: {e}"))?
+        .map_err(exchange(format!("reading the answer to GET {path}")))?
         .to_bytes();
-    let value: Value = serde_json::from_slice(&body)
-        .map_err(|e| format!("the sidecar answered {status} with a body that is not JSON: {e}"))?;
+    let value: Value =
+        serde_json::from_slice(&body).map_err(|source| SidecarError::NotJson { status, source })?;
     if !status.is_success() {
         let message = value["error"]["message"].as_str().unwrap_or("no message");
-        return Err(format!("the sidecar refused ({status}): {message}"));
+        return Err(SidecarError::Refused {
+            status,
+            message: message.to_owned(),
+        });
     }
     Ok(value)
 }

@@ -13,7 +13,7 @@ use std::fmt;
 use std::sync::LazyLock;
 
 use capstan_api::patterns::{CAPABILITY_ID_PATTERN, FEATURE_PATTERN, MAX_NAME_LEN};
-use capstan_api::{FieldError, TypeSchema};
+use capstan_api::{FieldError, SchemaDefect, TypeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -164,7 +164,8 @@ impl fmt::Display for PackError {
     }
 }
 
-static PACK_SCHEMA: LazyLock<Result<TypeSchema, String>> = LazyLock::new(TypeSchema::of::<Pack>);
+static PACK_SCHEMA: LazyLock<Result<TypeSchema, SchemaDefect>> =
+    LazyLock::new(TypeSchema::of::<Pack>);
 
 /// Reads one pack named `file` (`<capability_id>.json`) from `text`: the spec, or every error.
 pub fn load_pack(file: &str, text: &str) -> Result<CapabilitySpec, PackError> {
@@ -180,7 +181,7 @@ pub fn load_pack(file: &str, text: &str) -> Result<CapabilitySpec, PackError> {
     })?;
     let mut errors = match &*PACK_SCHEMA {
         Ok(schema) => schema.errors("", &value),
-        Err(defect) => vec![FieldError::new("", format!("pack schema: {defect}"))],
+        Err(defect) => vec![FieldError::new("", defect.to_string())],
     };
     let spec = &value["spec"];
     check_rules(file, spec, &mut errors);

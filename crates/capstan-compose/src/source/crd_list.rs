@@ -24,7 +24,7 @@ use crate::source::cache::DEFAULT_CAPACITY;
 use crate::source::slim::Slim;
 use crate::source::snapshot::{Document, NamedQualifier, Snapshot};
 use crate::source::{DocumentSource, SourceError, check_project, documents_of, qualifiers_of};
-use capstan_core::control_plane::ControlPlane;
+use capstan_core::control_plane::{ControlPlane, PlaneUrlError};
 
 /// CapabilityBindings and RouteQualifiers listed from the project's control plane with the
 /// sidecar's own credential. The plane's `url_template` holds `{project}` (path-escaped on
@@ -76,18 +76,18 @@ impl CrdSource {
     }
 
     /// What `project`'s reads kept, or a new client for its plane.
-    fn known(&self, project: &str) -> Result<Known, String> {
+    fn known(&self, project: &str) -> Result<Known, ClientError> {
         if let Some(known) = self.known.lock().ok().and_then(|k| k.get(project).cloned()) {
             return Ok(known);
         }
-        let mut config = self.plane.config(project).map_err(|e| e.to_string())?;
+        let mut config = self.plane.config(project).map_err(ClientError::Plane)?;
         // No retries inside a read: the cache in front is this source's retry policy (the
         // last good answer now, another list on the next read). kube's own would repeat a
         // throttled or refused list up to 15 times with the server's delays while the
         // session that asked waits.
         config.default_retry = false;
         Ok(Known {
-            client: kube::Client::try_from(config).map_err(|e| e.to_string())?,
+            client: kube::Client::try_from(config).map_err(ClientError::Client)?,
             bindings: None,
             qualifiers: None,
         })
@@ -107,6 +107,17 @@ impl CrdSource {
         }
         all.insert(project.to_owned(), known);
     }
+}
+
+/// Why no client could be made for a project's plane.
+#[derive(Debug, thiserror::Error)]
+enum ClientError {
+    /// The plane's URL template gives no URL for the project.
+    #[error(transparent)]
+    Plane(PlaneUrlError),
+    /// kube could not build a client from the configuration.
+    #[error(transparent)]
+    Client(kube::Error),
 }
 
 /// The longest this source waits on an apiserver's "retry after" before its one retry.
@@ -169,7 +180,7 @@ impl DocumentSource for CrdSource {
         Box::pin(async move {
             check_project("crd", project)?;
             let error = |message: String| SourceError::new("crd", project, message);
-            let mut known = self.known(project).map_err(error)?;
+            let mut known = self.known(project).map_err(|e| error(e.to_string()))?;
             let (bindings, qualifiers) = futures::join!(
                 list::<CapabilityBinding>(known.client.clone(), known.bindings.as_deref()),
                 list::<RouteQualifier>(known.client.clone(), known.qualifiers.as_deref()),
@@ -180,7 +191,7 @@ impl DocumentSource for CrdSource {
             // The control plane is the tenancy boundary: no namespace check applies here.
             let documents: Vec<Document> =
                 documents_of(bindings.items.iter().map(|o| (&o.metadata, o.spec())))
-                    .map_err(error)?;
+                    .map_err(|e| error(e.to_string()))?;
             // Qualifiers that cannot be read are not "no qualifiers": routed calls are refused
             // until they can be (the providers' own tools are unaffected).
             let (qualifiers, qualifiers_error): (Vec<NamedQualifier>, _) = match qualifiers
@@ -188,6 +199,7 @@ impl DocumentSource for CrdSource {
                 .and_then(|list| {
                     known.qualifiers = list.metadata.resource_version.clone();
                     qualifiers_of(list.items.iter().map(|o| (&o.metadata, o.spec())))
+                        .map_err(|e| e.to_string())
                 }) {
                 Ok(qualifiers) => (qualifiers, None),
                 Err(message) => {

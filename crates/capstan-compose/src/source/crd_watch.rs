@@ -173,7 +173,7 @@ impl WatchedCluster {
             let qualifiers = shared.qualifiers.store.state();
             match qualifiers_of(qualifiers.iter().map(|o| (&o.metadata, o.spec()))) {
                 Ok(qualifiers) => (qualifiers, None),
-                Err(error) => (Vec::new(), Some(error)),
+                Err(error) => (Vec::new(), Some(error.to_string())),
             }
         } else {
             (

@@ -46,31 +46,29 @@ impl HttpSource {
 
     /// Reads the body up to the cap: a longer answer is refused whole (a cut JSON list would
     /// not parse, and a silently shortened one would drop documents).
-    async fn body(&self, response: reqwest::Response) -> Result<String, String> {
-        let too_long = |size: String| {
-            format!(
-                "the answer is {size}, over the {} byte limit (CAPABILITY_PROVIDER_MAX_BYTES)",
-                self.max_body
-            )
-        };
+    async fn body(&self, response: reqwest::Response) -> Result<String, BodyError> {
+        let limit = self.max_body;
         if let Some(length) = response.content_length()
-            && length > u64::try_from(self.max_body).unwrap_or(u64::MAX)
+            && length > u64::try_from(limit).unwrap_or(u64::MAX)
         {
-            return Err(too_long(format!("{length} bytes")));
+            return Err(BodyError::TooLong {
+                size: format!("{length} bytes"),
+                limit,
+            });
         }
         let mut body = Vec::new();
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| format!("reading the body: {e}"))?;
-            if body.len() + chunk.len() > self.max_body {
-                return Err(too_long(format!(
-                    "more than {} bytes",
-                    body.len() + chunk.len()
-                )));
+            let chunk = chunk.map_err(BodyError::Read)?;
+            if body.len() + chunk.len() > limit {
+                return Err(BodyError::TooLong {
+                    size: format!("more than {} bytes", body.len() + chunk.len()),
+                    limit,
+                });
             }
             body.extend_from_slice(&chunk);
         }
-        String::from_utf8(body).map_err(|e| format!("the body is not UTF-8: {e}"))
+        String::from_utf8(body).map_err(BodyError::NotUtf8)
     }
 
     /// The provider API's base URL.
@@ -88,6 +86,22 @@ impl HttpSource {
         }
         url
     }
+}
+
+/// Why the provider API's answer could not be read.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// Longer than the limit: refused whole.
+    #[error("the answer is {size}, over the {limit} byte limit (CAPABILITY_PROVIDER_MAX_BYTES)")]
+    TooLong {
+        /// As far as it is known: the declared length, or how much had arrived.
+        size: String,
+        limit: usize,
+    },
+    #[error("reading the body: {0}")]
+    Read(reqwest::Error),
+    #[error("the body is not UTF-8: {0}")]
+    NotUtf8(std::string::FromUtf8Error),
 }
 
 impl DocumentSource for HttpSource {
@@ -108,7 +122,10 @@ impl DocumentSource for HttpSource {
             if !status.is_success() {
                 return Err(error(format!("HTTP {status}")));
             }
-            let text = self.body(response).await.map_err(error)?;
+            let text = self
+                .body(response)
+                .await
+                .map_err(|e| error(e.to_string()))?;
             let trimmed = text.trim_start();
             if !(trimmed.starts_with('[') || trimmed.starts_with('{')) {
                 return Err(error("the body is not a JSON array or List".into()));

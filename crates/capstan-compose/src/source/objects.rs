@@ -101,14 +101,25 @@ struct ItemName<'a> {
     name: Option<&'a str>,
 }
 
+/// Why a list of watched or listed objects could not be read as one list.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ListError {
+    /// The objects could not be written back out as one list (a spec that is not JSON text).
+    #[error(transparent)]
+    Encode(serde_json::Error),
+    /// The list did not parse as Capstan objects.
+    #[error(transparent)]
+    Parse(capstan_api::ParseError),
+}
+
 /// `items` as one list through `capstan_api::parse`: the valid objects (`found_in`).
-fn found_in_items(items: &[Item<'_>]) -> Result<Found, String> {
+fn found_in_items(items: &[Item<'_>]) -> Result<Found, ListError> {
     #[derive(Serialize)]
     struct List<'a, 'b> {
         items: &'a [Item<'b>],
     }
-    let text = serde_json::to_string(&List { items }).map_err(|e| e.to_string())?;
-    let parsed = capstan_api::parse(&text).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string(&List { items }).map_err(ListError::Encode)?;
+    let parsed = capstan_api::parse(&text).map_err(ListError::Parse)?;
     Ok(found_in(parsed, "crd"))
 }
 
@@ -118,7 +129,7 @@ fn found_in_items(items: &[Item<'_>]) -> Result<Found, String> {
 /// source (`source/crd_watch.rs`).
 pub(crate) fn documents_of<'a>(
     objects: impl Iterator<Item = (&'a ObjectMeta, &'a RawValue)>,
-) -> Result<Vec<Document>, String> {
+) -> Result<Vec<Document>, ListError> {
     let mut objects: Vec<(&ObjectMeta, &RawValue)> = objects.collect();
     objects.sort_by(|a, b| capstan_api::binding::first_wins_order(a.0, b.0));
     let items: Vec<Item<'_>> = objects
@@ -146,7 +157,7 @@ pub(crate) fn documents_of<'a>(
 /// validation as every source.
 pub(crate) fn qualifiers_of<'a>(
     objects: impl Iterator<Item = (&'a ObjectMeta, &'a RawValue)>,
-) -> Result<Vec<NamedQualifier>, String> {
+) -> Result<Vec<NamedQualifier>, ListError> {
     let items: Vec<Item<'_>> = objects
         .map(|(metadata, spec)| Item {
             api_version: Some(capstan_api::API_VERSION),
