@@ -1,5 +1,5 @@
-//! The sidecar's settings: one clap struct, every flag with an environment variable, every
-//! default a named constant shared with the code that uses it.
+//! The sidecar's settings: one clap struct of groups, one group per start-up step, every flag
+//! with an environment variable, every default a named constant shared with the code that uses it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,13 +34,60 @@ pub enum BaseToolsMode {
 /// Capstan's composer sidecar: serves a project's composed tool set to the assistant beside it,
 /// over a Unix socket (MCP Streamable HTTP at `http://localhost/mcp`). Every flag can also be
 /// set from the environment variable shown.
+//
+// The flags come in groups, one for each start-up step (`run.rs`). Each step takes its group
+// by value and destructures it field by field, so a flag that no step reads does not build:
+// the binding is unused, and warnings are denied. (Not a doc comment: clap would print it.)
 #[derive(Debug, clap::Parser)]
 #[command(name = "capstan-sidecar", version, about)]
 pub struct Config {
+    /// Where and how the sidecar serves: its socket, threads and shutdown.
+    #[command(flatten, next_help_heading = "Serving")]
+    pub serving: ServeSettings,
+    /// Where capability documents come from, and how often live sessions re-read them.
+    #[command(flatten, next_help_heading = "Capability documents")]
+    pub documents: DocumentSettings,
+    /// How a caller is checked against the project it names.
+    #[command(flatten, next_help_heading = "Callers")]
+    pub caller_check: CallerCheckSettings,
+    /// The base platform tools and the change path's plan tokens.
+    #[command(flatten, next_help_heading = "Base platform tools")]
+    pub base_tools: BaseToolSettings,
+    /// What the composer may dial and fetch, and its limits.
+    #[command(flatten, next_help_heading = "Providers")]
+    pub upstream: UpstreamSettings,
+    /// How long sessions and tasks live, and how many may be open.
+    #[command(flatten, next_help_heading = "Sessions and limits")]
+    pub sessions: SessionSettings,
+    /// Logs, metrics and the metering sink.
+    #[command(flatten, next_help_heading = "Observability")]
+    pub observability: ObservabilitySettings,
+}
+
+/// Where and how the sidecar serves: its socket, threads and shutdown.
+#[derive(Debug, clap::Args)]
+pub struct ServeSettings {
     /// The Unix socket to serve on (mode 0660; a stale socket is replaced).
     #[arg(long, env = "CAPSTAN_SOCKET", default_value = DEFAULT_SOCKET)]
     pub socket: PathBuf,
 
+    /// Threads that run the sidecar's work: 1 (the default) runs everything on one thread, with
+    /// no hand-offs between threads; 0 one per CPU the process may use; more only for a sidecar
+    /// given more than one CPU that serves more calls than one core carries (docs/performance.md
+    /// "One thread by default").
+    #[arg(long, env = "CAPSTAN_WORKER_THREADS", default_value_t = DEFAULT_WORKER_THREADS)]
+    pub worker_threads: usize,
+
+    /// Seconds in-flight requests may run after SIGTERM (no new connection is accepted
+    /// meanwhile); then every session's upstream sessions are closed and the sidecar exits.
+    /// Keep it below the pod's terminationGracePeriodSeconds (30 by default).
+    #[arg(long, env = "CAPSTAN_SHUTDOWN_GRACE_SECONDS", default_value_t = DEFAULT_SHUTDOWN_GRACE_SECONDS)]
+    pub shutdown_grace_seconds: u64,
+}
+
+/// Where capability documents come from, and how often live sessions re-read them.
+#[derive(Debug, clap::Args)]
+pub struct DocumentSettings {
     /// Where capability documents come from.
     #[arg(long, env = "CAPABILITY_SOURCE", value_enum)]
     pub source: SourceKind,
@@ -68,6 +115,27 @@ pub struct Config {
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// Seconds a project's bindings are cached (source `crd` with a URL template; without one
+    /// they are watched).
+    #[arg(long, env = "CAPABILITY_CRD_CACHE_TTL_SECONDS", default_value_t = capstan_compose::DEFAULT_TTL.as_secs())]
+    pub crd_cache_ttl_seconds: u64,
+
+    /// Projects cached at most (source `crd` with a URL template).
+    #[arg(long, env = "CAPABILITY_CRD_CACHE_CAPACITY", default_value_t = capstan_compose::DEFAULT_CAPACITY)]
+    pub crd_cache_capacity: usize,
+
+    /// Seconds between re-reads of the documents of projects with live sessions, for sources
+    /// that do not report changes (fixture, http, crd with a URL template): a binding added,
+    /// changed or removed reaches live sessions within this time, as
+    /// `notifications/tools/list_changed`. 0: never (sessions keep what they composed). The crd
+    /// source without a URL template is watched and reports changes as they happen.
+    #[arg(long, env = "CAPSTAN_REFRESH_SECONDS", default_value_t = DEFAULT_REFRESH_SECONDS)]
+    pub refresh_seconds: u64,
+}
+
+/// How a caller is checked against the project it names.
+#[derive(Debug, clap::Args)]
+pub struct CallerCheckSettings {
     /// How the caller is checked against the project it names: `sar` asks the project's
     /// control plane, with the caller's token, whether the caller may list
     /// CapabilityBindings there (a token is then required); `none` trusts whoever can reach
@@ -81,6 +149,14 @@ pub struct Config {
     #[arg(long, env = "CAPSTAN_CALLER_CHECK_TTL_SECONDS", default_value_t = crate::caller_check::CALLER_CHECK_TTL.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub caller_check_ttl_seconds: u64,
 
+    /// The request header naming the caller's project.
+    #[arg(long, env = "CAPSTAN_PROJECT_HEADER", default_value = PROJECT_HEADER)]
+    pub project_header: String,
+}
+
+/// The base platform tools and the change path's plan tokens.
+#[derive(Debug, clap::Args)]
+pub struct BaseToolSettings {
     /// Which base platform tools a caller with a token gets: `auto` (read tools and the change
     /// path), `read-only`, or `off`. They are composed only when a control plane is known
     /// (the crd source, a kubeconfig, or in-cluster).
@@ -109,16 +185,11 @@ pub struct Config {
     /// Seconds a plan token stays valid.
     #[arg(long, env = "CAPSTAN_PLAN_TOKEN_TTL_SECONDS", default_value_t = capstan_platform::DEFAULT_PLAN_TTL.as_secs())]
     pub plan_token_ttl_seconds: u64,
+}
 
-    /// Seconds a project's bindings are cached (source `crd` with a URL template; without one
-    /// they are watched).
-    #[arg(long, env = "CAPABILITY_CRD_CACHE_TTL_SECONDS", default_value_t = capstan_compose::DEFAULT_TTL.as_secs())]
-    pub crd_cache_ttl_seconds: u64,
-
-    /// Projects cached at most (source `crd` with a URL template).
-    #[arg(long, env = "CAPABILITY_CRD_CACHE_CAPACITY", default_value_t = capstan_compose::DEFAULT_CAPACITY)]
-    pub crd_cache_capacity: usize,
-
+/// What the composer may dial and fetch, and its limits.
+#[derive(Debug, clap::Args)]
+pub struct UpstreamSettings {
     /// Hosts MCP endpoints may name: `host`, `*.suffix`, IPs (each with an optional `:port`)
     /// and CIDRs, comma-separated. Empty admits none.
     #[arg(long, env = "CAPABILITY_MCP_ENDPOINT_HOSTS", default_value = "")]
@@ -154,18 +225,14 @@ pub struct Config {
     /// Bytes kept of one skill body.
     #[arg(long, env = "CAPSTAN_SKILL_CAP", default_value_t = capstan_compose::DEFAULT_SKILL_CAP)]
     pub skill_cap: usize,
+}
 
+/// How long sessions and tasks live, and how many may be open.
+#[derive(Debug, clap::Args)]
+pub struct SessionSettings {
     /// Seconds without a request after which a session ends and its upstreams close.
     #[arg(long, env = "CAPSTAN_SESSION_IDLE_SECONDS", default_value_t = DEFAULT_SESSION_IDLE_SECONDS)]
     pub session_idle_seconds: u64,
-
-    /// Seconds between re-reads of the documents of projects with live sessions, for sources
-    /// that do not report changes (fixture, http, crd with a URL template): a binding added,
-    /// changed or removed reaches live sessions within this time, as
-    /// `notifications/tools/list_changed`. 0: never (sessions keep what they composed). The crd
-    /// source without a URL template is watched and reports changes as they happen.
-    #[arg(long, env = "CAPSTAN_REFRESH_SECONDS", default_value_t = DEFAULT_REFRESH_SECONDS)]
-    pub refresh_seconds: u64,
 
     /// Seconds a task without a session (a 2026-07-28 caller, keyed by project and token)
     /// lives without a request; with a `subscriptions/listen` stream open it lives up to
@@ -173,19 +240,6 @@ pub struct Config {
     /// composes a new task (new upstream sessions).
     #[arg(long, env = "CAPSTAN_SESSIONLESS_TTL_SECONDS", default_value_t = crate::tasks::DEFAULT_SESSIONLESS_TTL.as_secs())]
     pub sessionless_ttl_seconds: u64,
-
-    /// Seconds in-flight requests may run after SIGTERM (no new connection is accepted
-    /// meanwhile); then every session's upstream sessions are closed and the sidecar exits.
-    /// Keep it below the pod's terminationGracePeriodSeconds (30 by default).
-    #[arg(long, env = "CAPSTAN_SHUTDOWN_GRACE_SECONDS", default_value_t = DEFAULT_SHUTDOWN_GRACE_SECONDS)]
-    pub shutdown_grace_seconds: u64,
-
-    /// Threads that run the sidecar's work: 1 (the default) runs everything on one thread, with
-    /// no hand-offs between threads; 0 one per CPU the process may use; more only for a sidecar
-    /// given more than one CPU that serves more calls than one core carries (docs/performance.md
-    /// "One thread by default").
-    #[arg(long, env = "CAPSTAN_WORKER_THREADS", default_value_t = DEFAULT_WORKER_THREADS)]
-    pub worker_threads: usize,
 
     /// Places open at most: every session, task without a session (2026-07-28) and open
     /// stream (a session's GET stream, a `subscriptions/listen`) takes one. Beyond it a new one
@@ -206,11 +260,11 @@ pub struct Config {
     /// Streams one session or task may hold open at once; beyond it, 429.
     #[arg(long, env = "CAPSTAN_MAX_STREAMS_PER_TASK", default_value_t = crate::admission::DEFAULT_MAX_STREAMS_PER_TASK)]
     pub max_streams_per_task: usize,
+}
 
-    /// The request header naming the caller's project.
-    #[arg(long, env = "CAPSTAN_PROJECT_HEADER", default_value = PROJECT_HEADER)]
-    pub project_header: String,
-
+/// Logs, metrics and the metering sink.
+#[derive(Debug, clap::Args)]
+pub struct ObservabilitySettings {
     /// Serve /metrics, /healthz and /readyz on this TCP address (off unless set).
     #[arg(long, env = "CAPSTAN_METRICS_ADDRESS")]
     pub metrics_address: Option<SocketAddr>,

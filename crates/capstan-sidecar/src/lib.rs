@@ -39,6 +39,10 @@ pub use admission::{
 };
 pub use caller_check::{CALLER_CHECK_TTL, CallerCheckMode};
 pub use capstan_core::tool_error::{ErrorKind, ToolError};
-pub use config::{BaseToolsMode, Config, DEFAULT_SESSION_IDLE_SECONDS, SourceKind};
+pub use config::{
+    BaseToolSettings, BaseToolsMode, CallerCheckSettings, Config, DEFAULT_SESSION_IDLE_SECONDS,
+    DocumentSettings, ObservabilitySettings, ServeSettings, SessionSettings, SourceKind,
+    UpstreamSettings,
+};
 pub use run::{RunError, run};
 pub use socket::SOCKET_MODE;

@@ -1,17 +1,13 @@
 //! The sidecar's wiring: settings → document reader, guards, composer, sessions → the socket,
 //! served until SIGTERM.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderName;
-use capstan_compose::{
-    CachedSource, Composer, CrdSource, FixtureSource, HttpSource, Limits, ProjectDocuments,
-    SetupError, SourceError, Uncached, WatchCounts, WatchedCluster,
-};
+use capstan_compose::{Composer, Limits, SetupError, SourceError};
 use capstan_core::control_plane::ControlPlane;
-use capstan_platform::{ChangePath, KeyError, LedgerError, PlanKeys, PlanLedger};
+use capstan_platform::{KeyError, LedgerError};
 use capstan_process::{
     AdminError, Readiness, Shutdown, TelemetryError, init_telemetry, serve_admin,
 };
@@ -19,17 +15,22 @@ use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tracing::{info, warn};
 
-mod settings;
+mod base_tools;
+mod documents;
 
-use self::settings::Settings;
+use self::base_tools::with_base_tools;
+use self::documents::{Watched, document_settings};
 use crate::admission::{Admission, Caps};
 use crate::caller_check::{CallerCheck, CallerCheckMode};
-use crate::config::{BaseToolsMode, Config, SourceKind};
+use crate::config::{
+    CallerCheckSettings, Config, ObservabilitySettings, ServeSettings, SessionSettings, SourceKind,
+    UpstreamSettings,
+};
 use crate::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
 use crate::feeds::ProjectFeeds;
 use crate::metering::Meter;
 use crate::metrics::{Metrics, WatchMetrics};
-use crate::project_composer::{BaseToolsSetup, ProjectComposer};
+use crate::project_composer::ProjectComposer;
 use crate::reaper::revalidate_streams;
 use crate::request_states::RequestStates;
 use crate::server::router;
@@ -97,7 +98,7 @@ impl Config {
     /// for, and runs the sidecar on it.
     pub fn parse_and_run() -> Result<(), RunError> {
         let config = <Self as clap::Parser>::parse();
-        let mut builder = match config.worker_threads {
+        let mut builder = match config.serving.worker_threads {
             1 => tokio::runtime::Builder::new_current_thread(),
             threads => {
                 let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -116,23 +117,35 @@ impl Config {
 /// closes.
 const UPSTREAM_CLOSE_WAIT: Duration = Duration::from_millis(500);
 
-/// Runs the sidecar until SIGTERM or Ctrl-C.
+/// Runs the sidecar until SIGTERM or Ctrl-C: each start-up step built from its group of
+/// settings.
 pub async fn run(config: Config) -> Result<(), RunError> {
+    let Config {
+        serving,
+        documents,
+        caller_check: caller_check_settings,
+        base_tools,
+        upstream,
+        sessions,
+        observability:
+            ObservabilitySettings {
+                metrics_address,
+                metering_sink,
+                log,
+                log_format,
+            },
+    } = config;
     // Before any TLS client is built, the trace exporter's first.
     capstan_core::install_crypto_provider();
     // Held to the end: dropping it exports the spans still buffered.
-    let _telemetry = init_telemetry(&config.log, config.log_format, "capstan-sidecar")?;
-    let config = Settings::from(config);
-    let plane = control_plane(&config).await?;
-    let (documents, watched) = document_reader(&config, plane.as_ref())?;
-    let composer = composer(&config)?;
-    let project_header = HeaderName::try_from(config.project_header.as_str())
-        .map_err(|_| RunError::ProjectHeader(config.project_header.clone()))?;
+    let _telemetry = init_telemetry(&log, log_format, "capstan-sidecar")?;
+    let documents = document_settings(documents).await?;
+    let composer = composer(upstream)?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let readiness = readiness(&mut registry, watched);
-    let meter = Meter::open(&config.metering_sink).map_err(|source| RunError::Meter {
-        sink: config.metering_sink.clone(),
+    let readiness = readiness(&mut registry, documents.watched);
+    let meter = Meter::open(&metering_sink).map_err(|source| RunError::Meter {
+        sink: metering_sink.clone(),
         source,
     })?;
     let context = TaskContext {
@@ -143,119 +156,50 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         states: Arc::new(RequestStates::new()),
     };
     let composer = with_base_tools(
-        ProjectComposer::new(documents, composer, context),
-        &config,
-        plane.as_ref(),
+        ProjectComposer::new(documents.reader, composer, context),
+        base_tools,
+        documents.plane.as_ref(),
     )?;
-    let check = caller_check(&config, plane.as_ref(), &metrics)?;
-    let tasks = Arc::new(Tasks::new(
-        Admission::with(project_header, caps(&config), check.clone(), Some(metrics)),
-        Lifetimes {
-            session_idle: Duration::from_secs(config.session_idle_seconds),
-            sessionless: Duration::from_secs(config.sessionless_ttl_seconds),
-        },
-    ));
+    let (check, project_header) = caller_check(
+        caller_check_settings,
+        documents.source,
+        documents.plane.as_ref(),
+        &metrics,
+    )?;
+    let tasks = Arc::new(tasks(sessions, project_header, check.clone(), &metrics));
     let served = Served {
         composer: Arc::new(composer),
         tasks,
         check,
         registry,
         readiness,
+        refresh: documents.refresh,
+        metrics_address,
     };
-    served.serve(&config).await
-}
-
-/// The projects' control planes: required by the crd source, otherwise known when a
-/// kubeconfig is given or the sidecar runs in a pod.
-async fn control_plane(config: &Settings) -> Result<Option<ControlPlane>, RunError> {
-    let kube = match (config.source, &config.kubeconfig) {
-        (SourceKind::Crd, kubeconfig) => Some(kube_config(kubeconfig.clone()).await?),
-        (_, Some(path)) => Some(kube_config(Some(path.clone())).await?),
-        (_, None) if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
-            Some(kube_config(None).await?)
-        }
-        (_, None) => None,
-    };
-    Ok(kube.map(|kube| ControlPlane::new(kube, config.crd_url_template.clone())))
-}
-
-/// The watched crd source's counts and first sync, when it is the source.
-type Watched = (Arc<WatchCounts>, tokio::sync::watch::Receiver<bool>);
-
-/// Where projects' documents are read: the source `CAPABILITY_SOURCE` names, the crd source
-/// cached per project with a URL template or watched once without one.
-fn document_reader(
-    config: &Settings,
-    plane: Option<&ControlPlane>,
-) -> Result<(Arc<dyn ProjectDocuments>, Option<Watched>), RunError> {
-    let reader: Arc<dyn ProjectDocuments> = match config.source {
-        SourceKind::Fixture => {
-            let path = config.docs_fixture.clone().ok_or_else(|| {
-                RunError::Settings(
-                    "CAPABILITY_SOURCE=fixture needs CAPABILITY_DOCS_FIXTURE (--docs-fixture)"
-                        .into(),
-                )
-            })?;
-            if !path.is_file() {
-                return Err(RunError::Settings(format!(
-                    "fixture {} is not a readable file",
-                    path.display()
-                )));
-            }
-            Arc::new(Uncached::new(Arc::new(FixtureSource::new(path))))
-        }
-        SourceKind::Http => {
-            let url = config.provider_url.as_deref().ok_or_else(|| {
-                RunError::Settings(
-                    "CAPABILITY_SOURCE=http needs CAPABILITY_PROVIDER_URL (--provider-url)".into(),
-                )
-            })?;
-            let source =
-                HttpSource::new(url, config.provider_max_bytes).map_err(RunError::Provider)?;
-            Arc::new(Uncached::new(Arc::new(source)))
-        }
-        SourceKind::Crd => return crd_reader(config, plane),
-    };
-    Ok((reader, None))
-}
-
-/// The crd source: with a URL template each project's plane listed behind a cache; without
-/// one, one watch serves every project (capstan-compose `source/crd_watch.rs`), ready once it
-/// has listed.
-fn crd_reader(
-    config: &Settings,
-    plane: Option<&ControlPlane>,
-) -> Result<(Arc<dyn ProjectDocuments>, Option<Watched>), RunError> {
-    let plane = plane
-        .cloned()
-        .ok_or_else(|| RunError::Settings("CAPABILITY_SOURCE=crd needs a control plane".into()))?;
-    let Some(cluster) = plane.cluster_config() else {
-        let capacity = config.crd_cache_capacity;
-        let cached = CachedSource::new(
-            Arc::new(CrdSource::from_plane(plane).with_capacity(capacity)),
-            Duration::from_secs(config.crd_cache_ttl_seconds),
-            capacity,
-        );
-        return Ok((Arc::new(cached), None));
-    };
-    let watched = WatchedCluster::connect(cluster)
-        .map_err(|e| RunError::Settings(format!("the crd source's cluster: {e}")))?;
-    let sync = (watched.counts(), watched.first_sync());
-    Ok((Arc::new(watched), Some(sync)))
+    served.serve(serving).await
 }
 
 /// The composer of the allow-list and limit settings.
-fn composer(config: &Settings) -> Result<Composer, RunError> {
-    let limits = config.timeouts.applied_to(Limits {
-        call_timeout: Duration::from_secs(config.call_timeout_seconds),
-        question_timeout: Duration::from_secs(config.question_timeout_seconds),
-        knowledge_source_cap: config.knowledge_source_cap,
-        knowledge_total_cap: config.knowledge_total_cap,
-        skill_cap: config.skill_cap,
+fn composer(settings: UpstreamSettings) -> Result<Composer, RunError> {
+    let UpstreamSettings {
+        mcp_endpoint_hosts,
+        fetch_hosts,
+        call_timeout_seconds,
+        question_timeout_seconds,
+        timeouts,
+        knowledge_source_cap,
+        knowledge_total_cap,
+        skill_cap,
+    } = settings;
+    let limits = timeouts.applied_to(Limits {
+        call_timeout: Duration::from_secs(call_timeout_seconds),
+        question_timeout: Duration::from_secs(question_timeout_seconds),
+        knowledge_source_cap,
+        knowledge_total_cap,
+        skill_cap,
         ..Limits::default()
     });
-    let composer =
-        Composer::from_allow_lists(&config.mcp_endpoint_hosts, &config.fetch_hosts, limits)?;
+    let composer = Composer::from_allow_lists(&mcp_endpoint_hosts, &fetch_hosts, limits)?;
     if composer.dials_nothing() {
         warn!("CAPABILITY_MCP_ENDPOINT_HOSTS is empty: no MCP endpoint will be dialed");
     }
@@ -284,115 +228,80 @@ fn readiness(registry: &mut Registry, watched: Option<Watched>) -> Readiness {
     readiness
 }
 
-/// `composer` with the base platform tools, when they are on and a control plane is known;
-/// the change path with them in `auto` mode.
-fn with_base_tools(
-    composer: ProjectComposer,
-    config: &Settings,
-    plane: Option<&ControlPlane>,
-) -> Result<ProjectComposer, RunError> {
-    let plane = match (plane, config.base_tools) {
-        (_, BaseToolsMode::Off) => {
-            info!("base platform tools are off (CAPSTAN_BASE_TOOLS=off)");
-            return Ok(composer);
-        }
-        (None, _) => {
-            info!(
-                "base platform tools are not composed: no control plane is known (no \
-                 kubeconfig, not in a pod)"
-            );
-            return Ok(composer);
-        }
-        (Some(plane), _) => plane,
-    };
-    let change_path = if config.base_tools == BaseToolsMode::Auto {
-        Some(change_path(config)?)
-    } else {
-        None
-    };
-    info!(
-        url_template = plane.url_template().unwrap_or("(the kubeconfig's cluster)"),
-        change_path = change_path.is_some(),
-        "base platform tools are composed for callers with a token, acting as the caller"
-    );
-    Ok(composer.with_base_tools(BaseToolsSetup {
-        plane: plane.clone(),
-        change_path,
-    }))
-}
-
-/// The change path: plan-token keys and the ledger of applied tokens (a file with
-/// `CAPSTAN_PLAN_LEDGER`, else in memory).
-fn change_path(config: &Settings) -> Result<ChangePath, RunError> {
-    let keys = plan_keys(
-        config.plan_token_key.clone(),
-        config.plan_token_keys_file.clone(),
-    )?;
-    let ledger = match &config.plan_ledger {
-        Some(path) => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
-            PlanLedger::open(path, now)?
-        }
-        None => PlanLedger::in_memory()?,
-    };
-    info!(
-        ledger = ledger.id(),
-        file = config.plan_ledger.as_ref().map(|p| p.display().to_string()),
-        "plan tokens are applied once, by the caller who planned, through this ledger"
-    );
-    Ok(ChangePath::with_system_clock(
-        Arc::new(keys),
-        Arc::new(ledger),
-        Duration::from_secs(config.plan_token_ttl_seconds),
-    ))
-}
-
 /// The caller check `CAPSTAN_CALLER_CHECK` asks for (`sar` by default with the crd source,
-/// `none` otherwise); `sar` needs a control plane to ask.
+/// `none` otherwise; `sar` needs a control plane to ask), and the header that names the
+/// caller's project.
 fn caller_check(
-    config: &Settings,
+    settings: CallerCheckSettings,
+    source: SourceKind,
     plane: Option<&ControlPlane>,
     metrics: &Metrics,
-) -> Result<Option<Arc<CallerCheck>>, RunError> {
-    let mode = config
-        .caller_check
-        .unwrap_or(if config.source == SourceKind::Crd {
-            CallerCheckMode::Sar
-        } else {
-            CallerCheckMode::None
-        });
-    match (mode, plane) {
+) -> Result<(Option<Arc<CallerCheck>>, HeaderName), RunError> {
+    let CallerCheckSettings {
+        caller_check,
+        caller_check_ttl_seconds,
+        project_header,
+    } = settings;
+    let project_header = HeaderName::try_from(project_header.as_str())
+        .map_err(|_| RunError::ProjectHeader(project_header.clone()))?;
+    let mode = caller_check.unwrap_or(if source == SourceKind::Crd {
+        CallerCheckMode::Sar
+    } else {
+        CallerCheckMode::None
+    });
+    let check = match (mode, plane) {
         (CallerCheckMode::None, _) => {
             info!(
                 "callers are not checked against the project they name \
                  (CAPSTAN_CALLER_CHECK=none): whoever reaches the socket may name any project"
             );
-            Ok(None)
+            None
         }
-        (CallerCheckMode::Sar, None) => Err(RunError::Settings(
-            "CAPSTAN_CALLER_CHECK=sar needs a control plane to ask: give KUBECONFIG, run \
-             in a pod, or use the crd source"
-                .into(),
-        )),
-        (CallerCheckMode::Sar, Some(plane)) => Ok(Some(Arc::new(CallerCheck::new(
+        (CallerCheckMode::Sar, None) => {
+            return Err(RunError::Settings(
+                "CAPSTAN_CALLER_CHECK=sar needs a control plane to ask: give KUBECONFIG, run \
+                 in a pod, or use the crd source"
+                    .into(),
+            ));
+        }
+        (CallerCheckMode::Sar, Some(plane)) => Some(Arc::new(CallerCheck::new(
             plane.clone(),
             metrics.clone(),
-            Duration::from_secs(config.caller_check_ttl_seconds),
-        )))),
-    }
+            Duration::from_secs(caller_check_ttl_seconds),
+        ))),
+    };
+    Ok((check, project_header))
 }
 
-/// The admission caps of the `CAPSTAN_MAX_*` settings.
-fn caps(config: &Settings) -> Caps {
-    Caps {
-        total: config.max_sessions,
-        per_caller: config.max_sessions_per_caller,
-        per_project: config.max_sessions_per_project,
-        streams_per_task: config.max_streams_per_task,
-    }
+/// The task registry of the session settings: admission under the `CAPSTAN_MAX_*` caps, and
+/// the lifetimes of sessions and tasks without one.
+fn tasks(
+    settings: SessionSettings,
+    project_header: HeaderName,
+    check: Option<Arc<CallerCheck>>,
+    metrics: &Metrics,
+) -> Tasks {
+    let SessionSettings {
+        session_idle_seconds,
+        sessionless_ttl_seconds,
+        max_sessions,
+        max_sessions_per_caller,
+        max_sessions_per_project,
+        max_streams_per_task,
+    } = settings;
+    let caps = Caps {
+        total: max_sessions,
+        per_caller: max_sessions_per_caller,
+        per_project: max_sessions_per_project,
+        streams_per_task: max_streams_per_task,
+    };
+    Tasks::new(
+        Admission::with(project_header, caps, check, Some(metrics.clone())),
+        Lifetimes {
+            session_idle: Duration::from_secs(session_idle_seconds),
+            sessionless: Duration::from_secs(sessionless_ttl_seconds),
+        },
+    )
 }
 
 /// What the socket serves, built: the composer, the task registry, the caller check and
@@ -403,6 +312,9 @@ struct Served {
     check: Option<Arc<CallerCheck>>,
     registry: Registry,
     readiness: Readiness,
+    /// How often live sessions re-read their documents (`CAPSTAN_REFRESH_SECONDS`).
+    refresh: Option<Duration>,
+    metrics_address: Option<std::net::SocketAddr>,
 }
 
 impl Served {
@@ -410,18 +322,26 @@ impl Served {
     /// connection is accepted, in-flight requests get the grace period, then every task's
     /// upstream sessions are ended (providers see the session close) and the sidecar exits,
     /// whatever is still open (a client's stream, a call that hangs).
-    async fn serve(self, config: &Settings) -> Result<(), RunError> {
+    async fn serve(self, settings: ServeSettings) -> Result<(), RunError> {
         let Self {
             composer,
             tasks,
             check,
             registry,
             readiness,
+            refresh,
+            metrics_address,
         } = self;
-        let listener = socket::bind(&config.socket).await?;
-        info!(socket = %config.socket.display(), url = capstan_api::wire::MCP_URL, "serving");
+        let ServeSettings {
+            socket: socket_path,
+            // Read before the runtime existed (`Config::parse_and_run`).
+            worker_threads: _,
+            shutdown_grace_seconds,
+        } = settings;
+        let listener = socket::bind(&socket_path).await?;
+        info!(socket = %socket_path.display(), url = capstan_api::wire::MCP_URL, "serving");
         let shutdown = Shutdown::on_signal();
-        let admin = match config.metrics_address {
+        let admin = match metrics_address {
             Some(address) => {
                 let server = serve_admin(address, registry, readiness, shutdown.clone()).await?;
                 info!(%address, "serving /metrics, /healthz and /readyz");
@@ -431,7 +351,7 @@ impl Served {
         };
         let feeds = ProjectFeeds::new(
             composer.documents().clone(),
-            (config.refresh_seconds > 0).then(|| Duration::from_secs(config.refresh_seconds)),
+            refresh,
             composer.context().metrics.clone(),
         );
         let starter = TaskStarter::new(composer.clone(), feeds);
@@ -442,7 +362,7 @@ impl Served {
         // the `Arc` that holds them: served as a `Router`, axum would make them again for each
         // connection (~5 KiB a connection held open, docs/performance.md).
         let app = router(composer, starter, tasks.clone()).with_state(());
-        let grace = Duration::from_secs(config.shutdown_grace_seconds);
+        let grace = Duration::from_secs(shutdown_grace_seconds);
         let serve = axum::serve(listener, app.into_make_service())
             .with_graceful_shutdown(shutdown.clone().requested())
             .into_future();
@@ -456,7 +376,7 @@ impl Served {
                 Ok(())
             }
         };
-        let _ = std::fs::remove_file(&config.socket);
+        let _ = std::fs::remove_file(&socket_path);
         close_upstreams(&tasks, grace).await;
         if let Some(admin) = admin
             && let Ok(Err(error)) = admin.await
@@ -474,56 +394,5 @@ async fn close_upstreams(tasks: &Tasks, grace: Duration) {
         info!(sessions = closed, "upstream sessions closed");
         // The session closes go out from the upstream clients' own tasks: a moment for them.
         tokio::time::sleep(UPSTREAM_CLOSE_WAIT.min(grace)).await;
-    }
-}
-
-/// The plan-token keys: `PLAN_TOKEN_KEY`, a key file, or one drawn for this process.
-fn plan_keys(key: Option<String>, file: Option<PathBuf>) -> Result<PlanKeys, RunError> {
-    match (key, file) {
-        (Some(_), Some(_)) => Err(RunError::Settings(
-            "PLAN_TOKEN_KEY and PLAN_TOKEN_KEYS_FILE are both set: use one (the file for \
-             rotation)"
-                .into(),
-        )),
-        (Some(key), None) => Ok(PlanKeys::from_secret(&key)?),
-        (None, Some(path)) => {
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                RunError::Settings(format!("PLAN_TOKEN_KEYS_FILE {}: {e}", path.display()))
-            })?;
-            Ok(PlanKeys::from_key_file(&text)?)
-        }
-        (None, None) => {
-            let keys = PlanKeys::generate()?;
-            warn!(
-                key = keys.signing_id(),
-                "no PLAN_TOKEN_KEY or PLAN_TOKEN_KEYS_FILE: plan tokens are signed with a key \
-                 drawn for this process; they die with it"
-            );
-            Ok(keys)
-        }
-    }
-}
-
-/// The control plane's configuration: the given kubeconfig, or the inferred one (in a pod,
-/// the service account).
-async fn kube_config(kubeconfig: Option<PathBuf>) -> Result<kube::Config, RunError> {
-    match kubeconfig {
-        Some(path) => {
-            let error = |message: String| RunError::Kubeconfig {
-                path: path.display().to_string(),
-                message,
-            };
-            let kubeconfig =
-                kube::config::Kubeconfig::read_from(&path).map_err(|e| error(e.to_string()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .map_err(|e| error(e.to_string()))
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| RunError::Kubeconfig {
-                path: "(none given, none inferred)".into(),
-                message: e.to_string(),
-            }),
     }
 }

@@ -578,3 +578,62 @@ fn a_refusal_should_reach_a_client_that_writes_its_body_after_its_headers() {
     }
     drop(provider);
 }
+
+/// Each start-up step refuses the setting it cannot use: the sidecar exits non-zero, before it
+/// serves, with a message naming the setting. One wrong setting at a time, the rest valid (a
+/// readable fixture); each start bounded, so a sidecar that serves anyway fails the test
+/// rather than hanging it.
+#[test]
+fn a_setting_that_cannot_be_used_should_stop_the_sidecar_naming_it() {
+    let dir = temp_dir("bad-settings");
+    let fixture = dir.join("fixture.json");
+    std::fs::write(&fixture, "[]").unwrap();
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (
+            &[("CAPABILITY_DOCS_FIXTURE", "/nonexistent/fixture.json")],
+            "fixture /nonexistent/fixture.json is not a readable file",
+        ),
+        (
+            &[("CAPABILITY_SOURCE", "http")],
+            "CAPABILITY_SOURCE=http needs CAPABILITY_PROVIDER_URL",
+        ),
+        (
+            &[("CAPSTAN_PROJECT_HEADER", "not a header")],
+            "CAPSTAN_PROJECT_HEADER \"not a header\" is not a header name",
+        ),
+        (
+            &[("CAPSTAN_CALLER_CHECK", "sar")],
+            "CAPSTAN_CALLER_CHECK=sar needs a control plane to ask",
+        ),
+        (
+            &[("CAPSTAN_METERING_SINK", "/nonexistent/dir/events.jsonl")],
+            "metering sink /nonexistent/dir/events.jsonl",
+        ),
+    ];
+    for (index, (env, expected)) in cases.into_iter().enumerate() {
+        let socket = dir.join(format!("{index}.sock"));
+        let metering = dir.join(format!("{index}.jsonl"));
+        let mut command = Sidecar::command(&socket, &fixture, &metering, &[], env);
+        command
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(30) {
+                let _ = child.kill();
+                panic!("{env:?}: the sidecar still ran after 30 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
+        assert!(!status.success(), "{env:?}: exited {status}");
+        assert!(stderr.contains(expected), "{env:?}: {stderr}");
+        assert!(!socket.exists(), "{env:?}: the socket was bound");
+    }
+}
