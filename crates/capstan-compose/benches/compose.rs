@@ -10,13 +10,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capstan_compose::{CachedSource, FixtureSource, Limits};
+use capstan_compose::{CachedSource, Composer, FixtureSource, Limits};
+use capstan_testkit::DemoProvider;
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -41,9 +39,9 @@ fn main() {
 }
 
 async fn bench() {
-    let a = common::DemoProvider::start(&[]);
-    let b = common::DemoProvider::start(&[]);
-    let hosts = vec![a.host(), b.host()];
+    let a = DemoProvider::start(&[]);
+    let b = DemoProvider::start(&[]);
+    let hosts = [a.host(), b.host()];
     let bindings: Vec<_> = (0..3)
         .map(|i| {
             json!({
@@ -73,7 +71,10 @@ async fn bench() {
         4,
     );
     source.documents("bench").await; // warm
-    let composer = common::composer(&hosts, &hosts, Limits::default());
+    capstan_core::install_crypto_provider();
+    let composer =
+        Composer::from_allow_lists(&hosts.join(","), &hosts.join(","), Limits::default())
+            .expect("the demo providers' hosts are an allow-list");
 
     // Warm-up compose (first connections, first knowledge fetch).
     let (documents, _) = source.documents("bench").await;

@@ -41,21 +41,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "sidecar_independent/mod.rs"]
 mod sidecar_independent;
-#[path = "sidecar_many/mod.rs"]
 mod sidecar_many;
-#[path = "sidecar_report/mod.rs"]
 mod sidecar_report;
-#[path = "sidecar_tracing/mod.rs"]
 mod sidecar_tracing;
 
 use std::time::{Duration, Instant};
 
+use capstan_testkit::sidecar::*;
 use capstan_testkit::{EchoUpstream, TcpHop};
-use common::*;
 use rmcp::RoleClient;
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ClientConfig};

@@ -8,15 +8,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use capstan_testkit::sidecar::*;
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;

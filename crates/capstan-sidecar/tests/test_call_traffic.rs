@@ -8,12 +8,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 use capstan_testkit::PythonServer;
-use common::*;
+use capstan_testkit::sidecar::*;
 use serde_json::{Value, json};
 
 const SERVER: &str = "crates/capstan-sidecar/tests/python/chatty_server.py";

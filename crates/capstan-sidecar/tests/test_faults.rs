@@ -5,13 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use capstan_testkit::DemoProvider;
-use common::*;
+use capstan_testkit::sidecar::*;
 use serde_json::{Value, json};
 
 fn sigterm(pid: u32) {

@@ -9,10 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use capstan_testkit::PythonServer;
-use common::*;
+use capstan_testkit::sidecar::*;
 use serde_json::{Value, json};
 
 const SERVER: &str = "crates/capstan-sidecar/tests/python/hostile_server.py";

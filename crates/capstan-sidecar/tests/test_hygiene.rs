@@ -3,12 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 
-use common::*;
+use capstan_testkit::sidecar::*;
 use serde_json::Value;
 
 const CALL: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"streamco__streams_list","arguments":{}}}"#;

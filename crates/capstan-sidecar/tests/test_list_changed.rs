@@ -6,12 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::time::Duration;
 
+use capstan_testkit::sidecar::*;
 use capstan_testkit::{ListeningClient, pin_oracle};
-use common::*;
 use serde_json::{Value, json};
 
 /// How long to wait for one line of the client: generous, tests assert outcomes, not speed.

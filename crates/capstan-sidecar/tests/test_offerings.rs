@@ -6,10 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use capstan_testkit::PythonServer;
-use common::*;
+use capstan_testkit::sidecar::*;
 use serde_json::{Value, json};
 
 const SERVER: &str = "crates/capstan-compose/tests/python/streamco_server.py";

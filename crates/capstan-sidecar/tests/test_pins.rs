@@ -6,12 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::process::Output;
 
+use capstan_testkit::sidecar::*;
 use capstan_testkit::{body_pin_oracle, pin_oracle, pin_oracle_of};
-use common::*;
 use serde_json::{Value, json};
 
 /// The description the provider switches `streams_get` to: what a rug pull looks like.

@@ -7,9 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use capstan_testkit::sidecar::*;
 use serde_json::{Value, json};
 
 const REVISION: &str = "2026-07-28";

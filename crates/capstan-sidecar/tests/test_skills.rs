@@ -8,9 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use capstan_testkit::sidecar::*;
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread")]

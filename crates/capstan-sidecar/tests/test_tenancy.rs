@@ -5,14 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use capstan_testkit::sidecar::*;
 use capstan_testkit::{read_head, read_until_end, status_of as status};
-use common::*;
 use serde_json::{Value, json};
 
 /// Opens a listen stream of caller `token` in `project`: the stream and the response head.

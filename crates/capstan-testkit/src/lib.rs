@@ -32,3 +32,5 @@ pub use proc_stats::{cpu_seconds, proc_status_kib};
 pub use python_sdk::{ListeningClient, PythonServer, python, unix_seconds};
 pub use streams::{NotEnded, read_until_end};
 pub use workspace::{PREBUILT, binary, repo_root};
+
+pub mod sidecar;
