@@ -1,6 +1,8 @@
 //! Controller benchmark (`make bench`): 5,000 CapabilityBindings, 10% invalid, on a real
-//! control plane. For each write mode — `transitions` (the design) and `every-reconcile` (the
-//! naive baseline), run alternately, three rounds each (`CAPSTAN_BENCH_ROUNDS`) — it measures:
+//! control plane. For each write mode — `transitions` (the design: `capstan-controller`) and
+//! `every-reconcile` (the naive baseline: `capstan-naive-controller`, the same controller
+//! writing every status as it is computed, `e2e/src/bin/naive_controller.rs`), run
+//! alternately, three rounds each (`CAPSTAN_BENCH_ROUNDS`) — it measures:
 //!
 //! - the time from controller start until every binding shows Accepted for its current
 //!   generation (each round bumps every binding's generation first, so every round has 5,000
@@ -31,7 +33,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use capstan_e2e::ControlPlane;
-use capstan_e2e::controller::{ControllerProcess, service_account_kubeconfig};
+use capstan_e2e::controller::{
+    ControllerProcess, controller_binary, naive_controller_binary, service_account_kubeconfig,
+};
 use capstan_e2e::objects::{apply_many, sample_binding_spec};
 use capstan_e2e::suite::with_plane;
 use futures::{StreamExt, TryStreamExt};
@@ -577,6 +581,14 @@ fn modes() -> &'static [&'static str] {
     }
 }
 
+/// The program a write mode runs: the controller, or its naive baseline.
+fn program(mode: &str) -> std::path::PathBuf {
+    match mode {
+        "every-reconcile" => naive_controller_binary(),
+        _ => controller_binary(),
+    }
+}
+
 /// Extra flags for the measured controller (`CAPSTAN_BENCH_CONTROLLER_ARGS`, space-separated),
 /// e.g. `--status-writes-in-flight 128`.
 fn extra_args() -> Vec<String> {
@@ -634,17 +646,21 @@ async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<Raw>) {
 
             let started = Instant::now();
             // Probing off: these rounds measure Accepted writes (the probe has its own round).
-            let mut args = vec![
-                "--write-mode",
-                mode,
-                "--log",
-                "warn",
-                "--probe-interval-seconds",
-                "0",
-            ];
+            let mut args = vec!["--log", "warn", "--probe-interval-seconds", "0"];
             args.extend(extra.iter().map(String::as_str));
-            let mut controller = ControllerProcess::start(plane, &kubeconfig, &identity, &args)
-                .unwrap_or_else(|e| panic!("{e}"));
+            let program = program(mode);
+            let start = || {
+                ControllerProcess::start_program(
+                    &program,
+                    plane,
+                    &kubeconfig,
+                    &identity,
+                    &args,
+                    &[],
+                )
+                .unwrap_or_else(|e| panic!("{e}"))
+            };
+            let mut controller = start();
             let mut progress = Vec::new();
             let mut first = None;
             accepted
@@ -697,8 +713,7 @@ async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<Raw>) {
             // Three forced resyncs with nothing changed: a restart re-lists and reconciles
             // every binding, which is what a resync does, without waiting out a period.
             for _ in 0..3 {
-                let controller = ControllerProcess::start(plane, &kubeconfig, &identity, &args)
-                    .unwrap_or_else(|e| panic!("{e}"));
+                let controller = start();
                 wait_until_settled(plane, &controller, &user, BINDINGS).await;
                 drop(controller);
             }

@@ -18,13 +18,16 @@
 //! change twice, and at the end every binding must show Accepted for its current generation
 //! with the verdict its last spec earns. A mismatch fails the run (exit code 1) and is listed.
 //! The controller's RSS is printed every 30 s. SOAK_CONTROLLER_WRITE_MODE=every-reconcile runs
-//! the controller's naive baseline writer instead, which the soak must fail.
+//! the benchmark's naive baseline (`capstan-naive-controller`) instead, which the soak must
+//! fail.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use capstan_e2e::controller::{ControllerProcess, service_account_kubeconfig};
+use capstan_e2e::controller::{
+    ControllerProcess, controller_binary, naive_controller_binary, service_account_kubeconfig,
+};
 use capstan_e2e::suite::with_plane;
 use capstan_e2e::{ControlPlane, FIELD_MANAGER};
 use futures::{StreamExt, TryStreamExt};
@@ -320,19 +323,16 @@ async fn soak(plane: &ControlPlane, seconds: u64, rate: u64, seed: u64) -> Vec<S
 
     let kubeconfig = service_account_kubeconfig(plane, IDENTITY).unwrap_or_else(|e| panic!("{e}"));
     let user = format!("system:serviceaccount:capstan-system:{IDENTITY}");
-    // SOAK_CONTROLLER_WRITE_MODE=every-reconcile runs the naive writer the controller keeps as
-    // a baseline: the soak must then fail on writes that are not transitions.
-    let mode = std::env::var("SOAK_CONTROLLER_WRITE_MODE").unwrap_or("transitions".into());
-    let args = [
-        "--log",
-        "warn",
-        "--probe-interval-seconds",
-        "0",
-        "--write-mode",
-        &mode,
-    ];
-    let mut controller = ControllerProcess::start(plane, &kubeconfig, IDENTITY, &args)
-        .unwrap_or_else(|e| panic!("{e}"));
+    // SOAK_CONTROLLER_WRITE_MODE=every-reconcile runs the benchmark's naive baseline: the
+    // soak must then fail on writes that are not transitions.
+    let program = match std::env::var("SOAK_CONTROLLER_WRITE_MODE").as_deref() {
+        Ok("every-reconcile") => naive_controller_binary(),
+        _ => controller_binary(),
+    };
+    let args = ["--log", "warn", "--probe-interval-seconds", "0"];
+    let mut controller =
+        ControllerProcess::start_program(&program, plane, &kubeconfig, IDENTITY, &args, &[])
+            .unwrap_or_else(|e| panic!("{e}"));
     let mut failures = Vec::new();
     match until_converged(&api, &applied, &mut controller, Duration::from_secs(600)).await {
         Ok(took) => println!("initial: every binding Accepted after {took:.1?}"),

@@ -16,6 +16,12 @@ pub fn controller_binary() -> PathBuf {
     capstan_testkit::binary("capstan-controller")
 }
 
+/// The controller benchmark's naive baseline: the controller writing every status as it is
+/// computed (`src/bin/naive_controller.rs`).
+pub fn naive_controller_binary() -> PathBuf {
+    capstan_testkit::binary("capstan-naive-controller")
+}
+
 /// Runs kubectl on the test plane, failing with what it printed.
 fn kubectl(
     plane: &ControlPlane,
@@ -228,7 +234,19 @@ impl ControllerProcess {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Result<Self, HarnessError> {
-        let binary = controller_binary();
+        Self::start_program(&controller_binary(), plane, kubeconfig, name, args, env)
+    }
+
+    /// [`Self::start_with_env`] of the controller program `binary` (the controller, or the
+    /// benchmark's naive baseline).
+    pub fn start_program(
+        binary: &Path,
+        plane: &ControlPlane,
+        kubeconfig: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self, HarnessError> {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|source| HarnessError::Io {
@@ -238,7 +256,7 @@ impl ControllerProcess {
             .port();
         let address = format!("127.0.0.1:{port}");
         let log = plane.state_dir().join(format!("controller-{name}.log"));
-        let mut command = Command::new(&binary);
+        let mut command = Command::new(binary);
         command
             .arg("--kubeconfig")
             .arg(kubeconfig)

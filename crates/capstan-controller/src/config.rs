@@ -6,8 +6,6 @@ use std::path::PathBuf;
 
 use capstan_process::LogFormat;
 
-use crate::reconcile::WriteMode;
-
 /// Objects that may wait for a status write at once. 16,384: above the 5,000 bindings the
 /// benchmark runs, so a full resync of a large cluster never drops.
 pub const DEFAULT_STATUS_QUEUE_CAPACITY: usize = 16_384;
@@ -68,16 +66,6 @@ pub struct Config {
     /// for anything missed.
     #[arg(long, env = "CAPSTAN_RESYNC_SECONDS", default_value_t = DEFAULT_RESYNC_SECONDS, value_parser = clap::value_parser!(u64).range(1..))]
     pub resync_seconds: u64,
-
-    /// How statuses are written: `transitions` (queued, only on change) or
-    /// `every-reconcile` (the naive baseline, for benchmarks).
-    #[arg(
-        long,
-        env = "CAPSTAN_WRITE_MODE",
-        value_enum,
-        default_value = "transitions"
-    )]
-    pub write_mode: WriteMode,
 
     /// Name of the coordination.k8s.io Lease used for leader election.
     #[arg(long, env = "CAPSTAN_LEASE_NAME", default_value = "capstan-controller")]

@@ -29,6 +29,6 @@ pub use probe::{
     DEFAULT_PROBE_CONCURRENCY, DEFAULT_PROBE_DEADLINE_SECONDS, DEFAULT_PROBE_INTERVAL_SECONDS,
 };
 pub use qualifiers::accepted_conditions;
-pub use reconcile::WriteMode;
-pub use run::{RunError, run};
-pub use writer::FIELD_MANAGER;
+pub use reconcile::DirectWriter;
+pub use run::{RunError, run, run_with_direct_writer};
+pub use writer::{FIELD_MANAGER, write_status};

@@ -1,8 +1,8 @@
 //! Reconcilers: a CapabilityBinding's `Accepted` condition from runtime validation, and every
 //! RouteQualifier's `Accepted` condition from validation plus the set-level verdicts.
 //!
-//! Reconcilers compute desired statuses and hand them to the status queue; they never write.
-//! (The `every-reconcile` write mode, kept for benchmarking against, writes directly instead.)
+//! Reconcilers compute desired statuses and hand them to the status queue; they never write
+//! (unless a [`DirectWriter`] is plugged in: see there).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use std::time::Duration;
 use capstan_api::binding::first_wins_key;
 use capstan_api::conditions::{accepted, composed};
 use capstan_api::validate::validate_binding_spec;
+use futures::future::BoxFuture;
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
@@ -27,12 +28,11 @@ use crate::status::{
 };
 use crate::status_queue::{Sent, StatusSender};
 use crate::summary::with_summary;
-use crate::writer::write_status;
 
 /// Errors of a reconcile.
 #[derive(Debug, Error)]
 pub enum Error {
-    /// A direct status write failed (`every-reconcile` mode only).
+    /// A [`DirectWriter`]'s write failed.
     #[error("writing status of {key}: {source}")]
     Write {
         /// The object.
@@ -52,14 +52,30 @@ impl Error {
     }
 }
 
-/// How statuses reach the apiserver.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum WriteMode {
-    /// Through the coalescing queue, only on a transition (the default, and the design).
-    Transitions,
-    /// Every reconcile writes its status directly: the naive controller, kept as the
-    /// benchmark's baseline.
-    EveryReconcile,
+/// Writes every desired status as a reconcile computes it, bypassing the coalescing queue.
+///
+/// Capstan's controller never uses one: it is the seam through which the controller benchmark
+/// runs its naive baseline (`e2e/src/bin/naive_controller.rs`) as the same controller, so that
+/// the two differ only in how statuses reach the apiserver. Called only while this replica
+/// leads, as the queue's worker writes only then.
+pub trait DirectWriter: Send + Sync {
+    /// Writes `desired` onto `key`'s status, `observed` being what the cache held.
+    fn write<'a>(
+        &'a self,
+        client: &'a Client,
+        key: &'a ObjectKey,
+        observed: &'a ObservedStatus,
+        desired: &'a DesiredStatus,
+    ) -> BoxFuture<'a, Result<(), kube::Error>>;
+}
+
+/// Where reconcilers' desired statuses go.
+#[derive(Clone)]
+pub(crate) enum StatusPath {
+    /// The coalescing queue, written only on a transition: the design.
+    Queue,
+    /// A writer of every status, for a benchmark's baseline ([`DirectWriter`]).
+    Direct(Arc<dyn DirectWriter>),
 }
 
 /// What reconcilers share.
@@ -70,15 +86,15 @@ pub struct Context {
     pub queue: StatusSender<ObjectKey, DesiredStatus>,
     /// The controller's metrics.
     pub metrics: Metrics,
-    /// How statuses are written.
-    pub mode: WriteMode,
+    /// Where desired statuses go: the queue, or a benchmark's direct writer.
+    pub(crate) path: StatusPath,
     /// How often every object is reconciled again, recovering anything dropped.
     pub resync: Duration,
     /// Runs Composed probes and keeps their findings; `None` when probing is off.
     pub probe: Option<Arc<Prober>>,
-    /// True while this replica holds the Lease. The queue's worker checks it itself; the
-    /// `every-reconcile` baseline writes only while it is true, so two baseline replicas
-    /// never both write either.
+    /// True while this replica holds the Lease. The queue's worker checks it itself; a
+    /// [`DirectWriter`] is called only while it is true, so two such replicas never both
+    /// write either.
     pub leader: watch::Receiver<bool>,
     /// Until when this replica leads, on its own clock: what the queue's worker asks before
     /// each write (the flag above may be stale after a stall; the term's end is not).
@@ -86,7 +102,7 @@ pub struct Context {
 }
 
 impl Context {
-    /// Hands `desired` to the status queue (or, in the `every-reconcile` baseline, writes it).
+    /// Hands `desired` to the status queue (or, with a [`DirectWriter`], writes it).
     /// An update the full queue drops is not lost: the queue keeps its key and hands it back
     /// for a reconcile when it has room (`status_queue.rs`).
     pub(crate) async fn submit(
@@ -95,8 +111,8 @@ impl Context {
         observed: &ObservedStatus,
         desired: DesiredStatus,
     ) -> Result<(), Error> {
-        match self.mode {
-            WriteMode::Transitions => {
+        match &self.path {
+            StatusPath::Queue => {
                 let sent = self.queue.send(key, desired);
                 self.metrics.sent(sent);
                 self.metrics
@@ -109,10 +125,10 @@ impl Context {
                 }
                 Ok(())
             }
-            WriteMode::EveryReconcile if self.term.until().is_none() => Ok(()),
-            WriteMode::EveryReconcile => write_status(&self.client, &key, observed, &desired)
+            StatusPath::Direct(_) if self.term.until().is_none() => Ok(()),
+            StatusPath::Direct(writer) => writer
+                .write(&self.client, &key, observed, &desired)
                 .await
-                .map(|_| ())
                 .map_err(|source| Error::Write { key, source }),
         }
     }

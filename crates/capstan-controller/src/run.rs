@@ -31,7 +31,9 @@ use crate::leader::{Leadership, LeaseSettings, LeaseSettingsError};
 use crate::metrics::Metrics;
 use crate::probe::{ProbeSettings, Prober};
 use crate::qualifiers::run_qualifiers;
-use crate::reconcile::{Context, binding_error_policy, reconcile_binding};
+use crate::reconcile::{
+    Context, DirectWriter, StatusPath, binding_error_policy, reconcile_binding,
+};
 use crate::status::{DesiredStatus, Kind, ObjectKey};
 use crate::status_queue::{Released, StatusReceiver, StatusSender, status_queue};
 use crate::triggers::{
@@ -74,6 +76,20 @@ impl Config {
 
 /// Runs the controller until SIGTERM or Ctrl-C, then releases its lease.
 pub async fn run(config: Config) -> Result<(), RunError> {
+    run_on(config, StatusPath::Queue).await
+}
+
+/// [`run`], with every status written by `writer` as it is computed instead of queued and
+/// written on transitions: the controller benchmark's naive baseline ([`DirectWriter`]).
+pub async fn run_with_direct_writer(
+    config: Config,
+    writer: Arc<dyn DirectWriter>,
+) -> Result<(), RunError> {
+    run_on(config, StatusPath::Direct(writer)).await
+}
+
+/// The controller, its statuses going down `path`.
+async fn run_on(config: Config, path: StatusPath) -> Result<(), RunError> {
     let Config {
         kubeconfig,
         listen_address,
@@ -81,7 +97,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         status_writes_in_flight,
         reconcile_concurrency,
         resync_seconds,
-        write_mode,
         lease_name,
         lease_namespace,
         lease_duration_seconds,
@@ -117,7 +132,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         client,
         queue,
         metrics: admin.metrics.clone(),
-        mode: write_mode,
+        path,
         resync: Duration::from_secs(resync_seconds),
         probe,
         leader: leadership.leader(),
