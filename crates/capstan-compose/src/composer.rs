@@ -24,13 +24,13 @@ use self::assemble::Assembly;
 pub use self::live::Composed;
 pub use self::skill_bodies::REFETCH_AFTER;
 pub use self::skill_files::{SKILLS_URI_PREFIX, SkillFile, skill_uri};
-use crate::fetch::{ClientError, FetchError, Fetcher};
-use crate::guard::{EndpointGuard, PatternError};
 use crate::knowledge;
 use crate::limits::Limits;
 use crate::pins::PinMismatch;
 use crate::source::snapshot::Document;
-use crate::upstream::{CallError, CallerRevision, Connector};
+use capstan_upstream::fetch::{ClientError, FetchError, Fetcher};
+use capstan_upstream::guard::{EndpointGuard, PatternError};
+use capstan_upstream::mcp::{CallError, CallerRevision, Connector};
 
 /// Why a `load_skill` produced no body.
 #[derive(Debug, Error)]

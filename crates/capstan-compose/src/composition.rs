@@ -284,19 +284,7 @@ pub struct UpstreamFailure {
     pub stage: UpstreamStage,
 }
 
-/// The step at which an upstream failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum UpstreamStage {
-    /// Connecting, `initialize`, or no answer within the connect timeout.
-    Connect,
-    /// `tools/list`.
-    List,
-    /// `prompts/list` (the tools are served).
-    ListPrompts,
-    /// `resources/list` or `resources/templates/list` (the tools are served).
-    ListResources,
-}
+pub use capstan_upstream::mcp::UpstreamStage;
 
 impl std::fmt::Display for UpstreamFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

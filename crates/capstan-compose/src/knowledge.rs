@@ -7,9 +7,9 @@ use tracing::field::Empty;
 use tracing::{Instrument as _, Span, debug_span};
 
 use crate::composition::SkillSummary;
-use crate::fetch::{FetchError, Fetched, Fetcher};
 use crate::limits::Limits;
 use crate::source::snapshot::Document;
+use capstan_upstream::fetch::{FetchError, Fetched, Fetcher};
 
 /// One knowledge source's fetch.
 #[derive(Debug)]

@@ -8,20 +8,26 @@
 mod capabilities;
 mod composer;
 mod composition;
-mod fetch;
-mod guard;
 mod interned;
 mod knowledge;
 mod limits;
 mod names;
 mod pins;
 mod source;
-pub mod trace_context;
-mod upstream;
 
 pub use capabilities::{
     CapabilitySummary, MAX_INTENT_LEN, RoutedCapability, capability_tool, routed_capabilities,
 };
+pub use capstan_upstream::fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};
+pub use capstan_upstream::guard::{
+    AddressRefused, AddressScope, EndpointGuard, HostPattern, PatternError, Refusal,
+};
+pub use capstan_upstream::mcp::{
+    CallError, CallTraffic, CallerRevision, CallerSide, ClientAsks, ConnectError, Forwarded,
+    ORIGIN_META, Offerings, Origin, RELAY_CAPACITY, ResourceUpdated, ToCaller, Updated,
+    UpstreamChanges, Wanted,
+};
+pub use capstan_upstream::trace_context;
 pub use composer::fuzzing;
 pub use composer::{
     Composed, Composer, OfferingError, REFETCH_AFTER, SKILLS_URI_PREFIX, SetupError, SkillError,
@@ -31,8 +37,6 @@ pub use composition::{
     BUILT_IN, BindingOutcome, Collision, ComposedPrompt, ComposedResource, ComposedTool,
     Composition, SkillSummary, UpstreamFailure, UpstreamStage,
 };
-pub use fetch::{ClientError, FetchError, Fetched, Fetcher, MAX_REDIRECTS};
-pub use guard::{AddressRefused, AddressScope, EndpointGuard, HostPattern, PatternError, Refusal};
 pub use interned::{Interned, content_key};
 pub use limits::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FETCH_TIMEOUT,
@@ -54,9 +58,4 @@ pub use source::watch_backoff::watch_backoff;
 pub use source::{
     DEFAULT_PROVIDER_MAX_BODY, DocumentSource, FixtureSource, HTTP_SOURCE_TIMEOUT, HttpSource,
     ProjectDocuments, ReadOutcome, SourceError, Uncached,
-};
-pub use upstream::{
-    CallError, CallTraffic, CallerRevision, CallerSide, ClientAsks, ConnectError, Forwarded,
-    ORIGIN_META, Offerings, Origin, RELAY_CAPACITY, ResourceUpdated, ToCaller, Updated,
-    UpstreamChanges, Wanted,
 };

@@ -13,10 +13,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// stuck upstream frees the model's turn.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long a provider's question may wait for the caller's answer. 300 s: a person reads and
-/// answers a form; the time spent waiting does not count against the call's own time, and the
-/// caller's client ends the wait sooner by cancelling the call (its own request timeout).
-pub const DEFAULT_QUESTION_TIMEOUT: Duration = Duration::from_secs(300);
+pub use capstan_upstream::mcp::DEFAULT_QUESTION_TIMEOUT;
 
 /// One knowledge source or skill body. 5 s: the contract's number.
 pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(5);

@@ -20,12 +20,12 @@
 //! id of it is tracked: ids are the caller's own per request).
 //!
 //! A provider that says something about the call before answering it — progress on the
-//! caller's token, log messages (`upstream/relay.rs` in capstan-compose) — turns the answer
+//! caller's token, log messages (capstan-upstream `mcp/relay.rs`) — turns the answer
 //! into an SSE stream: those messages as events, in order, then the result. A call about which
 //! nothing is said is answered as JSON, as before.
 //!
 //! The caller's `notifications/cancelled` for a call served here stops it (`task/in_flight.rs`):
-//! the call is dropped — which cancels it at the provider (`upstream/call.rs`) — and its
+//! the call is dropped — which cancels it at the provider (capstan-upstream `mcp/call.rs`) — and its
 //! stream ends without an answer, as the spec asks.
 
 use std::convert::Infallible;
@@ -141,7 +141,7 @@ async fn serve(
                 answer = task.call(caller.as_ref(), params, Some(sink)) => {
                     Some(answer.map(|answer| typed_for(answer, in_session)))
                 }
-                // Dropping the call gives it up at the provider too (`upstream/call.rs`).
+                // Dropping the call gives it up at the provider too (capstan-upstream `mcp/call.rs`).
                 () = cancelled => None,
             }
         }

@@ -146,7 +146,7 @@ impl ServerHandler for SessionHandler {
     fn get_info(&self) -> ServerConfig {
         // listChanged: a session's tools follow its bindings and upstreams (`refresh.rs`).
         // logging: `logging/setLevel` is passed to the providers, and their messages about a
-        // call reach its caller (`upstream/relay.rs` in capstan-compose).
+        // call reach its caller (capstan-upstream `mcp/relay.rs`).
         // prompts, resources, completions: what the task's bindings select, forwarded to the
         // provider that offers it (`composer/offerings.rs` in capstan-compose); their list
         // changes and the updates of subscribed resources reach the session (`refresh.rs`).

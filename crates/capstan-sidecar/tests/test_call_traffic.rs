@@ -198,7 +198,7 @@ fn certificates(dir: &Path, ca_name: &str) -> [PathBuf; 3] {
 }
 
 /// A provider behind HTTPS: its calls go on the shared client (a lane takes plain HTTP only,
-/// `upstream/lane.rs` in capstan-compose), so this is that path's call traffic — progress and
+/// capstan-upstream `mcp/lane.rs`), so this is that path's call traffic — progress and
 /// logs relayed, a question answered back to the provider, a cancellation — with the outcomes
 /// the same client sees from the same server over plain HTTP. Its certificate is checked: a
 /// sidecar trusting another CA opens nothing there and says why.

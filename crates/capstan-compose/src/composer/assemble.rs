@@ -27,7 +27,7 @@ use crate::pins::{
     definition_digest, offering_digest,
 };
 use crate::source::snapshot::Document;
-use crate::upstream::{ConnectError, Offerings, Origin};
+use capstan_upstream::mcp::{ConnectError, Offerings, Origin};
 
 /// A composition being assembled: the live composition, one outcome per document, and which
 /// binding owns each composed tool name (first wins).

@@ -15,7 +15,7 @@ use tracing::{Instrument as _, Span, debug, debug_span};
 use super::live::{Composed, Connected};
 use crate::interned::{Interned, content_key};
 use crate::source::snapshot::Document;
-use crate::upstream::{
+use capstan_upstream::mcp::{
     CallerRevision, ConnectError, Connector, Offerings, Upstream, UpstreamChanges, Wanted,
 };
 

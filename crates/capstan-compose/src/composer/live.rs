@@ -12,9 +12,9 @@ use super::offerings::{Offered, Route, UriScope};
 use super::{OfferingError, ToolCallError};
 use crate::capabilities::RoutedCapability;
 use crate::composition::{ComposedTool, Composition};
-use crate::fetch::Fetcher;
 use crate::limits::Limits;
-use crate::upstream::{
+use capstan_upstream::fetch::Fetcher;
+use capstan_upstream::mcp::{
     CallError, CallTraffic, Forwarded, Offerings, Origin, ResourceUpdated, Upstream,
     UpstreamChanges,
 };
@@ -27,7 +27,7 @@ pub(super) struct Connected {
     pub(super) key: [u8; 32],
     /// The binding whose server it is.
     pub(super) binding: String,
-    /// Who its requests to the person come from (`upstream/origin.rs`).
+    /// Who its requests to the person come from (capstan-upstream `mcp/origin.rs`).
     pub(super) origin: Arc<Origin>,
     /// Whose URIs its answers may name (`composer/uri_scope.rs`).
     pub(super) scope: UriScope,
@@ -141,7 +141,7 @@ impl Composed {
     }
 
     /// [`Self::call_tool`] carrying the caller's `_meta`, the provider's messages about the
-    /// call going to `traffic` (`upstream/relay.rs`) in the provider's name.
+    /// call going to `traffic` (capstan-upstream `mcp/relay.rs`) in the provider's name.
     pub async fn call_tool_with(
         &self,
         name: &str,

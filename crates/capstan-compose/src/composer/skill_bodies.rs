@@ -19,9 +19,9 @@ use tokio::time::Instant;
 
 use super::{Composed, SkillError};
 use crate::composition::{BindingOutcome, SkillSummary};
-use crate::fetch::{FetchError, Fetched};
 use crate::knowledge;
 use crate::pins::{ListedDefinition, PinMismatch, Pinned, body_digest};
+use capstan_upstream::fetch::{FetchError, Fetched};
 
 /// How long a failed fetch answers for its skill before the next use fetches again. 2 s: a
 /// provider restarting or a connection dropped is not kept for a whole session, and a caller

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::live::Composed;
 use super::offerings::UriScope;
-use crate::upstream::CallError;
+use capstan_upstream::mcp::CallError;
 
 impl Composed {
     /// `uri`, named in an answer of upstream `index`, as the caller is shown it; an error

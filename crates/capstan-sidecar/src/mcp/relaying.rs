@@ -13,7 +13,7 @@ use capstan_compose::ToCaller;
 
 /// Runs `call`, sending what the provider says about it to the caller through the session's
 /// peer as it comes; `None` when the caller cancelled it (rmcp cancels the request's token;
-/// dropping the call gives it up at the provider too, `upstream/call.rs`). A question of the
+/// dropping the call gives it up at the provider too, capstan-upstream `mcp/call.rs`). A question of the
 /// provider's is asked alongside, so that the call's own time limit still applies.
 pub(super) async fn relaying(
     call: impl Future<Output = Result<CallToolResponse, McpError>>,

@@ -34,8 +34,8 @@ impl Task {
     /// a base tool, a routed capability or a provider tool. Errors a consumer can act on come
     /// back as tool results; only an unknown tool is a protocol error. A call that reaches a
     /// provider carries the caller's `_meta`, and the provider's progress, log messages and
-    /// questions about it go to `caller_side` (the caller's stream; `upstream/relay.rs` in
-    /// capstan-compose). A 2026-07-28 provider's `input_required` result reaches a 2026-07-28
+    /// questions about it go to `caller_side` (the caller's stream; capstan-upstream
+    /// `mcp/relay.rs`). A 2026-07-28 provider's `input_required` result reaches a 2026-07-28
     /// caller as it is, and its retry (`inputResponses`, `requestState`) the same provider.
     pub async fn call(
         &self,

@@ -1,4 +1,4 @@
-//! The span of each request a task sends a provider (`upstream/call.rs`): kind client, after
+//! The span of each request a task sends a provider (`mcp/call.rs`): kind client, after
 //! the OpenTelemetry MCP conventions (docs/observability.md); the request carries its context
 //! (`trace_context.rs`). At debug level like the request's own span in the sidecar: without a
 //! trace exporter, and with the default log filter, it is never created.

@@ -1,12 +1,12 @@
 //! `tools/call` (and a re-list with `tools/list`) straight to the upstream: one POST in the
 //! caller's own task — on the session rmcp opened, or self-contained in 2026-07-28
-//! (`upstream/revision.rs`) —, the answer read as JSON or from the SSE stream up to the
+//! (`mcp/revision.rs`) —, the answer read as JSON or from the SSE stream up to the
 //! response with this request's id.
 //!
 //! rmcp's client routes every request through its service loop, its transport worker and a task
 //! per response stream, and back; the sidecar benchmark's profile was dominated by those task
 //! switches, and this path cut a forwarded call's latency by a third. rmcp opens the session
-//! (initialize, tools/list) and then lets go of it (`upstream.rs`); the calls and the closing
+//! (initialize, tools/list) and then lets go of it (`mcp.rs`); the calls and the closing
 //! DELETE are sent from here. Hand-written because rmcp offers no call that skips its worker,
 //! and keeping its client alive only to send the DELETE cost most of a session's memory; it
 //! applies the same limits rmcp does.
@@ -48,7 +48,7 @@ pub(crate) struct Target {
     /// sidecar's profile, docs/performance.md).
     pub(crate) url: reqwest::Url,
     /// The plain-HTTP upstream's connections, driven in the calling task
-    /// (`upstream/lane.rs`); `None` for an `https` one, called through `http`.
+    /// (`mcp/lane.rs`); `None` for an `https` one, called through `http`.
     pub(crate) lane: Option<Lane>,
     pub(crate) revision: Arc<Revision>,
 }
@@ -101,7 +101,7 @@ pub(crate) struct DirectCalls {
     /// The argument headers of the server's tools that have any (2026-07-28), by tool.
     pub(crate) headed: RwLock<BTreeMap<String, Vec<ParamHeader>>>,
     /// The resources the task's sessions subscribed to (2026-07-28: named on the listen
-    /// stream, `upstream/listen.rs`).
+    /// stream, `mcp/listen.rs`).
     pub(crate) subscribed: Subscribed,
     /// The log level the caller asked for (2026-07-28: sent on every request).
     pub(crate) log_level: Mutex<Option<Value>>,
@@ -119,7 +119,7 @@ impl DirectCalls {
     ///
     /// The caller's `_meta` goes with it (its progress token replaced by this request's id);
     /// the provider's messages about the call on its stream go to `traffic`
-    /// (`upstream/relay.rs`).
+    /// (`mcp/relay.rs`).
     pub(crate) async fn call(
         &self,
         tool: &str,
@@ -219,7 +219,7 @@ impl DirectCalls {
                 .unwrap_or_default();
             self.subscribed.set(uri, subscribed);
             // Carried once a stream naming it is acknowledged: an update the provider sends
-            // from then on is heard (`upstream/listen.rs`).
+            // from then on is heard (`mcp/listen.rs`).
             if subscribed
                 && !self
                     .subscribed
@@ -351,7 +351,7 @@ impl DirectCalls {
     }
 
     /// POSTs the request on the session and reads its answer (`answer`): on the upstream's
-    /// lane in this task (`upstream/lane.rs`), else through the shared client.
+    /// lane in this task (`mcp/lane.rs`), else through the shared client.
     async fn exchange(
         &self,
         id: &str,

@@ -1,5 +1,5 @@
 //! Reading a direct request's answer: a JSON body, or the SSE stream up to the response with
-//! the request's id, the provider's other messages on it passed on (`upstream/relay.rs`).
+//! the request's id, the provider's other messages on it passed on (`mcp/relay.rs`).
 //!
 //! An answer is read into [`Answer`]: its `result` kept as the provider's text, parsed once
 //! into the type its request expects (a tool result, a tool list), with no `Value` tree
@@ -13,11 +13,11 @@ use serde_json::value::RawValue;
 use sse_stream::SseStream;
 
 use super::{DirectCalls, MAX_ANSWER_BYTES};
-use crate::upstream::changes::is_list_changed;
-use crate::upstream::error::CallError;
-use crate::upstream::limited::{limited_bytes, read_limited};
-use crate::upstream::pooled::DrainOnDrop;
-use crate::upstream::relay::{CallTraffic, Relayed, is_request};
+use crate::mcp::changes::is_list_changed;
+use crate::mcp::error::CallError;
+use crate::mcp::limited::{limited_bytes, read_limited};
+use crate::mcp::pooled::DrainOnDrop;
+use crate::mcp::relay::{CallTraffic, Relayed, is_request};
 use capstan_core::error_chain::chain_text;
 
 /// A JSON-RPC message of the provider's read as an answer: its id, its `result` as text, its
@@ -85,7 +85,7 @@ impl DirectCalls {
 
     /// Reads the response stream up to the message with id `id`. The provider's progress and
     /// log messages about the request go to `traffic`, its requests are refused at once
-    /// (`upstream/relay.rs`), and a changed tool list is noted, whichever stream it arrives on.
+    /// (`mcp/relay.rs`), and a changed tool list is noted, whichever stream it arrives on.
     async fn answer_in_stream<B>(
         &self,
         response: http::Response<B>,

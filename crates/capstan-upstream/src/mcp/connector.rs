@@ -45,7 +45,7 @@ fn declared(client: &RunningService<RoleClient, ClientConfig>, wanted: Wanted) -
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallerRevision {
     /// A session revision (up to 2025-11-25): `initialize` first, declaring what the caller
-    /// declared it can be asked (Capstan relays those questions to it, `upstream/relay.rs`).
+    /// declared it can be asked (Capstan relays those questions to it, `mcp/relay.rs`).
     Sessions(ClientAsks),
     /// 2026-07-28: `server/discover` first; each request carries the caller's capabilities.
     Stateless,
@@ -74,7 +74,7 @@ pub struct Connector {
     guard: EndpointGuard,
     http: reqwest::Client,
     /// Plain-HTTP upstreams' connections for direct calls, driven in the calling task
-    /// (`upstream/lane.rs`).
+    /// (`mcp/lane.rs`).
     lanes: Arc<Lanes>,
     timeout: Duration,
 }

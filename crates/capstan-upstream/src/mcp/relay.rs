@@ -31,6 +31,11 @@ pub(crate) use question_clock::within_call_time;
 use super::origin::Origin;
 use crate::trace_context::sanitize_meta;
 
+/// How long a provider's question may wait for the caller's answer. 300 s: a person reads and
+/// answers a form; the time spent waiting does not count against the call's own time, and the
+/// caller's client ends the wait sooner by cancelling the call (its own request timeout).
+pub const DEFAULT_QUESTION_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// What goes to the caller's side of one call.
 #[derive(Debug)]
 pub enum ToCaller {
@@ -164,7 +169,7 @@ pub struct CallTraffic {
     /// read, only carried.
     pub request_state: Option<String>,
     /// Who the call's provider is: its requests and log messages reach the caller in its name
-    /// (`upstream/origin.rs`). Set by the composition once the call's upstream is known.
+    /// (`mcp/origin.rs`). Set by the composition once the call's upstream is known.
     pub origin: Option<Arc<Origin>>,
     /// How long a provider's question waits for the caller's answer (the composition's
     /// `question_timeout`).
@@ -187,7 +192,7 @@ impl CallTraffic {
             input_responses: None,
             request_state: None,
             origin: None,
-            question_timeout: crate::limits::DEFAULT_QUESTION_TIMEOUT,
+            question_timeout: DEFAULT_QUESTION_TIMEOUT,
             asking: QuestionClock::default(),
         }
     }

@@ -1,6 +1,6 @@
 //! MCP upstreams: one per `mcpServers[]` entry, opened by rmcp's Streamable HTTP client in the
 //! best revision both sides speak (2026-07-28 where the server offers it, else a session
-//! revision) and then held by Capstan alone (`upstream/call.rs`, `upstream/revision.rs`):
+//! revision) and then held by Capstan alone (`mcp/call.rs`, `mcp/revision.rs`):
 //! rmcp's client keeps a service loop, a transport worker and their channels per session for
 //! as long as it lives, which was most of a sidecar session's memory (docs/benchmarks.md: RSS
 //! per session).
@@ -36,9 +36,11 @@ use self::call::DirectCalls;
 pub use self::changes::{ResourceUpdated, Updated, UpstreamChanges};
 pub use self::connector::{CallerRevision, Connector};
 pub use self::error::{CallError, ConnectError};
-pub use self::offerings::{Forwarded, Offerings, Wanted};
+pub use self::offerings::{Forwarded, Offerings, UpstreamStage, Wanted};
 pub use self::origin::{ORIGIN_META, Origin};
-pub use self::relay::{CallTraffic, CallerSide, ClientAsks, RELAY_CAPACITY, ToCaller};
+pub use self::relay::{
+    CallTraffic, CallerSide, ClientAsks, DEFAULT_QUESTION_TIMEOUT, RELAY_CAPACITY, ToCaller,
+};
 use capstan_core::error_chain::{chain_text, find_in_chain};
 
 /// The next [`Upstream::id`].
@@ -89,7 +91,7 @@ impl Drop for Listener {
 /// Who holds the session with the upstream.
 enum Link {
     /// Capstan: calls are POSTed straight to the server and the end is a DELETE
-    /// (`upstream/call.rs`); rmcp opened the session and is gone.
+    /// (`mcp/call.rs`); rmcp opened the session and is gone.
     Direct(DirectCalls),
     /// rmcp's client: a server whose answer to `initialize` named no protocol version.
     Rmcp(RunningService<RoleClient, ClientConfig>),
@@ -118,7 +120,7 @@ impl Upstream {
 
     /// Whether the server said its tool list changed since the last list (the mark is
     /// cleared: a change noted from now on marks it again).
-    pub(crate) fn take_stale(&self) -> bool {
+    pub fn take_stale(&self) -> bool {
         self.changes.take_stale()
     }
 
@@ -144,7 +146,7 @@ impl Upstream {
     }
 
     /// Forwards one call, carrying the caller's `_meta` and relaying the provider's messages
-    /// about the call to the caller's side (`upstream/relay.rs`). The allow-list is checked
+    /// about the call to the caller's side (`mcp/relay.rs`). The allow-list is checked
     /// here again, whatever the caller checked. Through rmcp's client (a server without a
     /// session) the `_meta` goes up with rmcp's own progress token, and nothing is relayed
     /// back yet.

@@ -134,7 +134,7 @@ impl UpstreamChanges {
     }
 
     /// A handle for one upstream: the same channel, a stale mark of its own.
-    pub(crate) fn for_upstream(&self) -> Self {
+    pub fn for_upstream(&self) -> Self {
         Self {
             counter: self.counter.clone(),
             stale: Arc::default(),
@@ -166,7 +166,7 @@ impl UpstreamChanges {
     }
 
     /// Whether a change was noted since the last call (the mark is cleared).
-    pub(crate) fn take_stale(&self) -> bool {
+    pub fn take_stale(&self) -> bool {
         self.stale.swap(false, Ordering::AcqRel)
     }
 

@@ -13,7 +13,20 @@ use rmcp::service::{RunningService, ServiceError};
 use serde_json::{Value, json};
 
 use super::{CallError, Link, Upstream, relay};
-use crate::composition::UpstreamStage;
+
+/// The step at which an upstream failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UpstreamStage {
+    /// Connecting, `initialize`, or no answer within the connect timeout.
+    Connect,
+    /// `tools/list`.
+    List,
+    /// `prompts/list` (the tools are served).
+    ListPrompts,
+    /// `resources/list` or `resources/templates/list` (the tools are served).
+    ListResources,
+}
 
 /// The most pages one re-list reads: far more items than any selector names.
 const MAX_LIST_PAGES: usize = 100;

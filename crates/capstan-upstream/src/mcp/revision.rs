@@ -1,4 +1,4 @@
-//! What a direct request (`upstream/call.rs`) carries for the revision the upstream speaks
+//! What a direct request (`mcp/call.rs`) carries for the revision the upstream speaks
 //! (docs/mcp-surface.md "Upstreams in their best revision"):
 //!
 //! - A session revision (up to 2025-11-25): the session rmcp opened goes on every request as
@@ -193,7 +193,7 @@ impl Revision {
 }
 
 /// A request being built, by the shared client (reqwest's builder) or for a lane (http's,
-/// `upstream/lane.rs`): both keep the first invalid header as the request's error.
+/// `mcp/lane.rs`): both keep the first invalid header as the request's error.
 pub(crate) trait Headers: Sized {
     /// The request with header `name: value` added.
     fn with_header(self, name: &str, value: &str) -> Self;
