@@ -1,5 +1,5 @@
 //! Opening upstreams: the guarded HTTP client they share, the revision they are opened in
-//! (`CallerRevision`), and who holds each from then on (`Link`).
+//! (`CallerRevision`), and the hand-over of each to Capstan's direct path once it is open.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -19,8 +19,8 @@ use super::listen::Filter;
 use super::pooled::PooledClient;
 use super::revision::{Revision, Subscribed};
 use super::{
-    ClientAsks, ConnectError, Link, Listener, NEXT_UPSTREAM_ID, Offerings, Upstream,
-    UpstreamChanges, Wanted,
+    ClientAsks, ConnectError, Listener, NEXT_UPSTREAM_ID, Offerings, Upstream, UpstreamChanges,
+    Wanted,
 };
 use crate::fetch::{ClientError, guarded_client_builder};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};
@@ -132,14 +132,16 @@ impl Connector {
             changes,
             tools: &tools,
         };
-        let (link, listener) = self.link(client, &pooled, server, url, followed).await;
+        let (direct, listener) = self
+            .hand_over(client, &pooled, server, url, followed)
+            .await?;
         let upstream = Upstream {
             id,
             wanted,
             server: server.to_owned(),
             endpoint: endpoint.to_owned(),
             allowed,
-            link,
+            direct,
             closed: AtomicBool::new(false),
             listener,
             changes: changes.clone(),
@@ -241,20 +243,21 @@ impl Connector {
         })
     }
 
-    /// Who holds the upstream from now on: Capstan's direct path, in a session revision on the
-    /// session rmcp opened (rmcp lets go of it without ending it — the DELETE is Capstan's
-    /// then; a server that assigned none is sent requests without one), in 2026-07-28 with
-    /// self-contained requests. Only a server that says something selected can change — its tools, or the
-    /// prompts or resources its binding selects, or that it sends resource updates — is
-    /// followed: a stream to listen on is one more open connection per upstream.
-    async fn link(
+    /// The session handed over from rmcp's client to Capstan's direct path: in a session
+    /// revision the session rmcp opened (rmcp lets go of it without ending it — the DELETE is
+    /// Capstan's then; a server that assigned none is sent requests without one), in
+    /// 2026-07-28 self-contained requests. Only a server that says something selected can
+    /// change — its tools, or the prompts or resources its binding selects, or that it sends
+    /// resource updates — is followed: a stream to listen on is one more open connection per
+    /// upstream.
+    async fn hand_over(
         &self,
         client: RunningService<RoleClient, ClientConfig>,
         pooled: &PooledClient,
         server: &str,
         url: reqwest::Url,
         followed: Followed<'_>,
-    ) -> (Link, Option<Listener>) {
+    ) -> Result<(DirectCalls, Option<Listener>), ConnectError> {
         let Followed {
             id,
             wanted,
@@ -291,7 +294,12 @@ impl Connector {
         };
         drop(info);
         let Some(version) = version else {
-            return (Link::Rmcp(client), None);
+            // rmcp keeps the server's answer to every handshake that succeeds (`initialize` or
+            // `server/discover`): a connected client without one is rmcp's defect.
+            return Err(ConnectError::Connect {
+                endpoint: url.to_string(),
+                message: "the handshake ended without the server's answer".into(),
+            });
         };
         let revision = if version.as_str() > SESSION_REVISIONS_UP_TO {
             // A server that answered `initialize` with this revision may have assigned a
@@ -325,7 +333,7 @@ impl Connector {
         let _ = tokio::time::timeout(self.timeout, client.cancel()).await;
         let listener =
             followed.then(|| Listener(tokio::spawn(direct.listen(changes.clone(), id, filter))));
-        (Link::Direct(direct), listener)
+        Ok((direct, listener))
     }
 }
 

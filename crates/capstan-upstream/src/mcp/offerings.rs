@@ -5,14 +5,10 @@
 
 use std::time::Duration;
 
-use rmcp::RoleClient;
-use rmcp::model::{
-    ClientConfig, ClientRequest, ErrorCode, ErrorData, Prompt, Resource, ResourceTemplate,
-};
-use rmcp::service::{RunningService, ServiceError};
+use rmcp::model::{ErrorCode, ErrorData, Prompt, Resource, ResourceTemplate};
 use serde_json::{Value, json};
 
-use super::{CallError, Link, Upstream, relay};
+use super::{CallError, Upstream, relay};
 
 /// The step at which an upstream failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -182,41 +178,12 @@ impl Upstream {
                 message,
             })
         };
-        let answer = match &self.link {
-            Link::Direct(_) if self.is_closed() => {
-                return Err(unavailable("the session with the server has ended".into()));
-            }
-            Link::Direct(direct) => {
-                let forwarded = direct.forward(method, params, capabilities.as_ref());
-                tokio::time::timeout(timeout, forwarded).await
-            }
-            Link::Rmcp(client) => {
-                tokio::time::timeout(timeout, self.forward_rmcp(client, method, params)).await
-            }
-        };
-        answer.unwrap_or_else(|_| Err(unavailable(format!("no answer within {timeout:?}"))))
-    }
-
-    /// [`Self::forward`] through rmcp's client: the request typed by its method, the result
-    /// back as JSON.
-    async fn forward_rmcp(
-        &self,
-        client: &RunningService<RoleClient, ClientConfig>,
-        method: &str,
-        params: Value,
-    ) -> Result<Value, Forwarded> {
-        let request =
-            serde_json::from_value::<ClientRequest>(json!({ "method": method, "params": params }))
-                .map_err(|e| Forwarded::Refused(ErrorData::invalid_params(e.to_string(), None)))?;
-        match client.send_request(request).await {
-            Ok(result) => serde_json::to_value(result).map_err(|e| {
-                Forwarded::Failed(CallError::Malformed {
-                    server: self.server.clone(),
-                    message: e.to_string(),
-                })
-            }),
-            Err(ServiceError::McpError(data)) => Err(Forwarded::Refused(data)),
-            Err(error) => Err(Forwarded::Failed(self.classify(method, &error))),
+        if self.is_closed() {
+            return Err(unavailable("the session with the server has ended".into()));
         }
+        let forwarded = self.direct.forward(method, params, capabilities.as_ref());
+        tokio::time::timeout(timeout, forwarded)
+            .await
+            .unwrap_or_else(|_| Err(unavailable(format!("no answer within {timeout:?}"))))
     }
 }

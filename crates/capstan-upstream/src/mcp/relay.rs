@@ -230,16 +230,6 @@ impl CallTraffic {
         self.meta.as_ref()?.get_progress_token()
     }
 
-    /// The `_meta` sent through rmcp's client, which sets its own progress token: as
-    /// [`Self::upstream_meta`], without one.
-    pub(crate) fn upstream_meta_for_rmcp(&self) -> Option<RequestMetaObject> {
-        let mut meta = self.upstream_meta("")?;
-        if let Some(members) = meta.as_object_mut() {
-            members.remove("progressToken");
-        }
-        serde_json::from_value(meta).ok()
-    }
-
     /// The `_meta` sent to the provider: the caller's members, its progress token replaced by
     /// `minted` — or left out when the caller asked for no progress —, without the members
     /// that describe the caller's own connection to Capstan (its revision, client and
