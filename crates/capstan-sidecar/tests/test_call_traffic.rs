@@ -197,10 +197,10 @@ fn certificates(dir: &Path, ca_name: &str) -> [PathBuf; 3] {
     ["ca.crt", "server.crt", "server.key"].map(|file| dir.join(file))
 }
 
-/// A provider behind HTTPS: its calls go on the shared client (a lane takes plain HTTP only,
-/// capstan-upstream `mcp/lane.rs`), so this is that path's call traffic — progress and
-/// logs relayed, a question answered back to the provider, a cancellation — with the outcomes
-/// the same client sees from the same server over plain HTTP. Its certificate is checked: a
+/// A provider behind HTTPS: its calls go on TLS lanes (capstan-upstream `mcp/lane.rs`), so
+/// this is that path's call traffic — progress and logs relayed, a question answered back to
+/// the provider, a cancellation — with the outcomes the same client sees from the same server
+/// over plain HTTP. Its certificate is checked: a
 /// sidecar trusting another CA opens nothing there and says why.
 #[test]
 fn a_provider_behind_https_should_be_served_alike_and_only_under_a_trusted_certificate() {

@@ -16,6 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::Request;
+use http::request::Builder;
+use http_body_util::Full;
 use rmcp::model::{
     CallToolResponse, CallToolResult, ErrorCode, ErrorData, InputRequiredResult, JsonObject,
     ListToolsResult, ResultType, Tool,
@@ -29,9 +33,10 @@ use super::call_span::{client_span, failed};
 use super::changes::UpstreamChanges;
 use super::error::CallError;
 use super::lane::Lane;
+use super::limited::read_limited;
 use super::relay::CallTraffic;
 use super::revision::{
-    Headers, LISTEN_ACKNOWLEDGEMENT_WAIT, ParamHeader, Revision, Subscribed, param_headers,
+    LISTEN_ACKNOWLEDGEMENT_WAIT, ParamHeader, Revision, Subscribed, param_headers,
 };
 use crate::trace_context::Outgoing;
 use capstan_core::error_chain::chain_text;
@@ -43,44 +48,60 @@ use self::answer::Answer;
 /// Where direct requests go and how they are addressed; cheap to clone into a task of its own.
 #[derive(Clone, Debug)]
 pub(crate) struct Target {
-    pub(crate) http: reqwest::Client,
-    /// Parsed once: reqwest parses a string URL per request (IDNA included; seen in the
-    /// sidecar's profile, docs/performance.md).
-    pub(crate) url: reqwest::Url,
-    /// The plain-HTTP upstream's connections, driven in the calling task
-    /// (`mcp/lane.rs`); `None` for an `https` one, called through `http`.
-    pub(crate) lane: Option<Lane>,
+    /// The endpoint, for spans and errors.
+    pub(crate) url: url::Url,
+    /// The upstream's connections, driven by the task that sends on them (`mcp/lane.rs`):
+    /// every request after the handshake goes on one.
+    pub(crate) lane: Lane,
     pub(crate) revision: Arc<Revision>,
 }
 
 impl Target {
-    /// A POST of `message` through the shared client, with the headers of its revision
-    /// (`headed`: the argument headers of the tool it calls).
-    pub(crate) fn post(
+    /// A POST of `message` with the headers of its revision (`headed`: the argument headers of
+    /// the tool it calls), still without its body.
+    pub(crate) fn post(&self, message: &Value, headed: Option<&[ParamHeader]>) -> Builder {
+        let request = self
+            .lane
+            .post()
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json, text/event-stream");
+        self.revision.headers(request, message, headed)
+    }
+
+    /// [`Self::post`] with `message` as its body.
+    pub(crate) fn post_message(
         &self,
         message: &Value,
         headed: Option<&[ParamHeader]>,
-    ) -> reqwest::RequestBuilder {
-        self.headed(self.http.post(self.url.clone()), message, headed)
-            .body(serde_json::to_vec(message).unwrap_or_default())
-    }
-
-    /// `request` with the headers of a POST of `message` in its revision.
-    fn headed<R: Headers>(&self, request: R, message: &Value, headed: Option<&[ParamHeader]>) -> R {
-        let request = request
-            .with_header(http::header::CONTENT_TYPE.as_str(), "application/json")
-            .with_header(
-                http::header::ACCEPT.as_str(),
-                "application/json, text/event-stream",
-            );
-        self.revision.headers(request, message, headed)
+    ) -> Result<Request<Full<Bytes>>, http::Error> {
+        self.post(message, headed).body(json_body(message))
     }
 }
 
-/// A request built for one of the two ways to the upstream.
-enum Post<'a> {
-    Lane(&'a Lane, http::request::Builder),
-    Shared(reqwest::RequestBuilder),
+/// `message` as a request body.
+fn json_body(message: &Value) -> Full<Bytes> {
+    Full::new(Bytes::from(serde_json::to_vec(message).unwrap_or_default()))
+}
+
+/// Sends `request` on `lane` and reads its answer to the end (so that the connection goes back
+/// to the pool), within [`END_TIMEOUT`]: the answer's status, or why there was none. For what
+/// Capstan tells a provider outside a call's own exchange: answers to its requests,
+/// cancellations, the DELETE ending a session.
+async fn deliver(
+    lane: Lane,
+    request: Result<Request<Full<Bytes>>, http::Error>,
+) -> Result<http::StatusCode, String> {
+    let request = request.map_err(|error| chain_text(&error))?;
+    let exchange = lane.exchange(request, |response| async move {
+        let status = response.status();
+        let _ = read_limited(response, MAX_ANSWER_BYTES).await;
+        status
+    });
+    match tokio::time::timeout(END_TIMEOUT, exchange).await {
+        Ok(Ok(status)) => Ok(status),
+        Ok(Err(error)) => Err(chain_text(&error)),
+        Err(_) => Err(format!("no answer within {END_TIMEOUT:?}")),
+    }
 }
 
 /// The tool a `tools/call` request names.
@@ -350,8 +371,8 @@ impl DirectCalls {
         result
     }
 
-    /// POSTs the request on the session and reads its answer (`answer`): on the upstream's
-    /// lane in this task (`mcp/lane.rs`), else through the shared client.
+    /// POSTs the request on the session and reads its answer (`answer`), on the upstream's
+    /// lane in this task (`mcp/lane.rs`).
     async fn exchange(
         &self,
         id: &str,
@@ -369,46 +390,30 @@ impl DirectCalls {
             "params": params,
         });
         // Built under the lock of the argument headers, sent after it.
-        let post = {
+        let mut post = {
             let headed = self.headed.read().unwrap_or_else(|p| p.into_inner());
             let tool = (method == "tools/call")
                 .then(|| request_tool(&request))
                 .flatten();
             let headers = tool.and_then(|t| headed.get(t)).map(Vec::as_slice);
-            match &self.target.lane {
-                Some(lane) => Post::Lane(lane, self.target.headed(lane.post(), &request, headers)),
-                None => Post::Shared(self.target.post(&request, headers)),
-            }
+            self.target.post(&request, headers)
         };
-        let response = match post {
-            Post::Lane(lane, mut post) => {
-                for (name, value) in context.entries() {
-                    post = post.header(name, value);
-                }
-                let body = bytes::Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
-                let post = post
-                    .body(http_body_util::Full::new(body))
-                    .map_err(|error| self.unavailable(chain_text(&error)))?;
-                // Boxed: the exchange holds the connection, the request and the reading of its
-                // answer at once, and every future around a call would otherwise carry (and
-                // move, layer by layer) all of it (docs/performance.md "The request path,
-                // stop 24").
-                let exchange = lane.exchange(post, |response| self.answer(response, id, traffic));
-                return Box::pin(exchange)
-                    .await
-                    .map_err(|error| self.unavailable(chain_text(&error)))?;
-            }
-            Post::Shared(mut post) => {
-                for (name, value) in context.entries() {
-                    post = post.header(name, value);
-                }
-                post.send()
-                    .await
-                    .map_err(|error| self.unavailable(chain_text(&error)))?
-            }
-        };
-        self.answer(http::Response::from(response), id, traffic)
+        for (name, value) in context.entries() {
+            post = post.header(name, value);
+        }
+        let post = post
+            .body(json_body(&request))
+            .map_err(|error| self.unavailable(chain_text(&error)))?;
+        // Boxed: the exchange holds the connection, the request and the reading of its answer
+        // at once, and every future around a call would otherwise carry (and move, layer by
+        // layer) all of it (docs/performance.md "The request path, stop 24").
+        let exchange = self
+            .target
+            .lane
+            .exchange(post, |response| self.answer(response, id, traffic));
+        Box::pin(exchange)
             .await
+            .map_err(|error| self.unavailable(chain_text(&error)))?
     }
 
     /// POSTs a JSON-RPC response to a request of the provider's on the session. The provider
@@ -424,17 +429,12 @@ impl DirectCalls {
     /// POSTs `message` (a response or a notification: the provider answers 202) on the session,
     /// owning what it needs (for a task of its own). Undelivered is only logged.
     fn posting(&self, message: &Value) -> impl Future<Output = ()> + Send + 'static {
-        let request = self.target.post(message, None).timeout(END_TIMEOUT);
+        let request = self.target.post_message(message, None);
+        let lane = self.target.lane.clone();
         let server = self.server.clone();
         async move {
-            match request.send().await {
-                // Read to the end, so that the connection goes back to the pool.
-                Ok(response) => {
-                    let _ = response.bytes().await;
-                }
-                Err(error) => {
-                    debug!(%server, error = %chain_text(&error), "a message to the server was not delivered");
-                }
+            if let Err(error) = deliver(lane, request).await {
+                debug!(%server, %error, "a message to the server was not delivered");
             }
         }
     }
@@ -530,15 +530,16 @@ impl DirectCalls {
     pub(crate) fn ending(&self) -> impl Future<Output = ()> + Send + 'static {
         let target = &self.target;
         let request = target.revision.session().is_some().then(|| {
-            let request = target.http.delete(target.url.clone()).timeout(END_TIMEOUT);
-            target.revision.headers(request, &Value::Null, None)
+            let request = target.lane.request(http::Method::DELETE);
+            target
+                .revision
+                .headers(request, &Value::Null, None)
+                .body(Full::default())
         });
+        let lane = target.lane.clone();
         async move {
-            // Read to the end, so that the connection goes back to the pool.
-            if let Some(request) = request
-                && let Ok(response) = request.send().await
-            {
-                let _ = response.bytes().await;
+            if let Some(request) = request {
+                let _ = deliver(lane, request).await;
             }
         }
     }

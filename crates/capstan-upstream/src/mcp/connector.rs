@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::RoleClient;
-use rmcp::model::{ClientConfig, ErrorCode, ErrorData, ProtocolVersion, Tool};
+use rmcp::model::{ClientConfig, ErrorCode, ErrorData, ProtocolVersion, ServerCapabilities, Tool};
 use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -269,29 +269,7 @@ impl Connector {
             .as_ref()
             .map(|info| info.protocol_version.as_str().to_owned());
         let capabilities = info.as_ref().map(|info| &info.capabilities);
-        let followed = capabilities.is_some_and(|c| {
-            let prompts = c.prompts.as_ref().and_then(|p| p.list_changed) == Some(true);
-            let resources = c
-                .resources
-                .as_ref()
-                .is_some_and(|r| r.list_changed == Some(true) || r.subscribe == Some(true));
-            c.tools.as_ref().and_then(|t| t.list_changed) == Some(true)
-                || (wanted.prompts && prompts)
-                || (wanted.resources && resources)
-        });
-        // What a 2026-07-28 listen stream asks for: every list the binding selects (a server
-        // that says anything changes may say so of a list it did not declare, as it would on a
-        // session's standalone stream; it acknowledges what it honors).
-        let filter = Filter {
-            tools: true,
-            prompts: wanted.prompts,
-            resources: wanted.resources,
-            updates: wanted.resources
-                && capabilities
-                    .and_then(|c| c.resources.as_ref())
-                    .and_then(|r| r.subscribe)
-                    == Some(true),
-        };
+        let (followed, filter) = what_to_follow(capabilities, wanted);
         drop(info);
         let Some(version) = version else {
             // rmcp keeps the server's answer to every handshake that succeeds (`initialize` or
@@ -314,11 +292,17 @@ impl Connector {
                 version,
             }
         };
+        // The guard admitted the URL: `http` or `https` with a host, which is what a lane takes.
+        let Some(lane) = Lane::new(&self.lanes, &url) else {
+            return Err(ConnectError::Connect {
+                endpoint: url.to_string(),
+                message: "not an http or https URL with a host".into(),
+            });
+        };
         let direct = DirectCalls {
             server: server.to_owned(),
             target: Target {
-                http: self.http.clone(),
-                lane: Lane::new(&self.lanes, &url),
+                lane,
                 url,
                 revision: Arc::new(revision),
             },
@@ -335,6 +319,36 @@ impl Connector {
             followed.then(|| Listener(tokio::spawn(direct.listen(changes.clone(), id, filter))));
         Ok((direct, listener))
     }
+}
+
+/// Whether a server declaring `capabilities` is followed for changes — only one that says
+/// something its binding selects can change (its tools, or the prompts or resources `wanted`
+/// selects, or that it sends resource updates) — and what a 2026-07-28 listen stream asks it
+/// for: every list the binding selects (a server that says anything changes may say so of a
+/// list it did not declare, as it would on a session's standalone stream; it acknowledges what
+/// it honors).
+fn what_to_follow(capabilities: Option<&ServerCapabilities>, wanted: Wanted) -> (bool, Filter) {
+    let followed = capabilities.is_some_and(|c| {
+        let prompts = c.prompts.as_ref().and_then(|p| p.list_changed) == Some(true);
+        let resources = c
+            .resources
+            .as_ref()
+            .is_some_and(|r| r.list_changed == Some(true) || r.subscribe == Some(true));
+        c.tools.as_ref().and_then(|t| t.list_changed) == Some(true)
+            || (wanted.prompts && prompts)
+            || (wanted.resources && resources)
+    });
+    let filter = Filter {
+        tools: true,
+        prompts: wanted.prompts,
+        resources: wanted.resources,
+        updates: wanted.resources
+            && capabilities
+                .and_then(|c| c.resources.as_ref())
+                .and_then(|r| r.subscribe)
+                == Some(true),
+    };
+    (followed, filter)
 }
 
 /// Whether `initialize` was refused as a server of 2026-07-28 alone refuses it.

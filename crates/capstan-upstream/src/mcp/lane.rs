@@ -1,5 +1,5 @@
-//! The direct path's HTTP/1 connections to plain-HTTP upstreams, driven in the caller's own
-//! task.
+//! The direct path's HTTP/1 connections to upstreams, plain or TLS, driven in the caller's own
+//! task: every request Capstan sends an MCP server after the handshake goes on one.
 //!
 //! A pooled client (reqwest, hyper-util's) keeps each connection in a task of its own: a
 //! request goes to it over a channel and the answer comes back over another, two task switches
@@ -11,15 +11,20 @@
 //! pooled connection in the task that uses it, hence this module; it is built on hyper's own
 //! connection API, which the pooled clients are built on too.
 //!
-//! Only `http` upstreams take this path: an `https` one goes through the shared reqwest client
-//! (its TLS settings are reqwest's). The guard is the same: a host name is resolved by the
-//! guard's resolver, which checks every answer, and only the checked answers are dialed.
+//! An `https` upstream's connections speak TLS (rustls, the server's certificate checked against
+//! the platform's trust store, as the fetcher's reqwest client checks it: `SSL_CERT_FILE` and
+//! the system roots), HTTP/1.1 only. The guard is the same for both: a host name is resolved
+//! by the guard's resolver, which checks every answer, and only the checked answers are dialed.
+//!
+//! A request whose response is read within the exchange (`exchange`) drives its connection
+//! itself; a stream read elsewhere for as long as it lasts (a listen stream: `stream`) has its
+//! connection carried by a task of its own until the stream ends or is dropped.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -35,6 +40,9 @@ use thiserror::Error;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+mod tls;
+
+use self::tls::{Stream, TlsClient};
 use super::pooled::DRAIN_LIMIT;
 use crate::guard::GuardedResolver;
 
@@ -54,6 +62,14 @@ pub(crate) enum LaneError {
     Connect {
         host: String,
         port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TLS handshake with the server failed (its certificate not trusted, no common
+    /// protocol), or no TLS client could be set up.
+    #[error("TLS with {host}")]
+    Tls {
+        host: String,
         #[source]
         source: std::io::Error,
     },
@@ -82,19 +98,24 @@ struct To {
     host: HeaderValue,
 }
 
-/// A server: its host (a name, or an IP literal as the URL spells it) and port.
+/// A server: its host (a name, or an IP literal as the URL spells it), port, and whether it
+/// speaks TLS (a plain and a TLS connection to one address are never mixed).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
     host: String,
     port: u16,
+    tls: bool,
 }
 
 impl Lane {
-    /// The lane for `url` on `lanes`; `None` for anything but a plain-HTTP URL.
+    /// The lane for `url` on `lanes`; `None` for anything but an `http` or `https` URL with a
+    /// host.
     pub(crate) fn new(lanes: &Arc<Lanes>, url: &url::Url) -> Option<Self> {
-        if url.scheme() != "http" {
-            return None;
-        }
+        let tls = match url.scheme() {
+            "http" => false,
+            "https" => true,
+            _ => return None,
+        };
         let host = url.host_str()?;
         let port = url.port_or_known_default()?;
         let path = match url.query() {
@@ -111,6 +132,7 @@ impl Lane {
                 key: Arc::new(Key {
                     host: host.to_owned(),
                     port,
+                    tls,
                 }),
                 path: path.parse().ok()?,
                 host: HeaderValue::from_str(&authority).ok()?,
@@ -120,7 +142,56 @@ impl Lane {
 
     /// A POST to the upstream: its target and `Host` set.
     pub(crate) fn post(&self) -> http::request::Builder {
-        Request::post(self.to.path.clone()).header(http::header::HOST, self.to.host.clone())
+        self.request(http::Method::POST)
+    }
+
+    /// A request of `method` to the upstream: its target and `Host` set.
+    pub(crate) fn request(&self, method: http::Method) -> http::request::Builder {
+        Request::builder()
+            .method(method)
+            .uri(self.to.path.clone())
+            .header(http::header::HOST, self.to.host.clone())
+    }
+
+    /// Sends `request` and returns its response for the caller to read as long as it likes (a
+    /// listen stream): the connection is carried by a task of its own meanwhile, back to the
+    /// pool once the body has been read to its end, closed once it is dropped before.
+    pub(crate) async fn stream(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<Watched>, LaneError> {
+        let (conn, response) = self.send(request).await?;
+        let state = Arc::new(BodyState::default());
+        let response = response.map(|body| Watched {
+            inner: body,
+            state: state.clone(),
+        });
+        let lanes = Arc::downgrade(&self.lanes);
+        tokio::spawn(conn.carry(state, lanes, self.to.key.clone(), None));
+        Ok(response)
+    }
+
+    /// `request` sent on an idle connection (a new one when none is idle, and once more on a
+    /// new one when the idle one had closed), with the connection it went on.
+    async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<(Box<Conn>, Response<Incoming>), LaneError> {
+        let mut conn = match self.lanes.take(&self.to.key) {
+            Some(conn) => conn,
+            // Boxed: a connect is rare, and would otherwise widen every exchange.
+            None => Box::pin(self.connect()).await?,
+        };
+        let response = match conn.send(request).await {
+            Ok(response) => response,
+            // Not sent (the connection closed while idle): once more on a new connection.
+            Err(Unsent::Returned(request)) => {
+                conn = Box::pin(self.connect()).await?;
+                conn.send(*request).await.map_err(Unsent::into_error)?
+            }
+            Err(Unsent::Failed(error)) => return Err(error.into()),
+        };
+        Ok((conn, response))
     }
 
     /// Sends `request` on an idle connection to the server (a new one when none is idle) and
@@ -138,20 +209,7 @@ impl Lane {
     where
         F: Future<Output = T>,
     {
-        let mut conn = match self.lanes.take(&self.to.key) {
-            Some(conn) => conn,
-            // Boxed: a connect is rare, and would otherwise widen every exchange.
-            None => Box::pin(self.connect()).await?,
-        };
-        let response = match conn.send(request).await {
-            Ok(response) => response,
-            // Not sent (the connection closed while idle): once more on a new connection.
-            Err(Unsent::Returned(request)) => {
-                conn = Box::pin(self.connect()).await?;
-                conn.send(*request).await.map_err(Unsent::into_error)?
-            }
-            Err(Unsent::Failed(error)) => return Err(error.into()),
-        };
+        let (mut conn, response) = self.send(request).await?;
         let state = Arc::new(BodyState::default());
         let response = response.map(|body| Watched {
             inner: body,
@@ -164,7 +222,7 @@ impl Lane {
                 // Read elsewhere: this connection carries it until it ends.
                 let lanes = Arc::downgrade(&self.lanes);
                 let key = self.to.key.clone();
-                tokio::spawn(conn.carry(state, lanes, key));
+                tokio::spawn(conn.carry(state, lanes, key, Some(DRAIN_LIMIT)));
             }
             _ => {}
         }
@@ -174,7 +232,7 @@ impl Lane {
     /// A new connection to the server: its name resolved and checked by the guard (an IP
     /// literal is the address the guard checked with the URL), each address tried in turn.
     async fn connect(&self) -> Result<Box<Conn>, LaneError> {
-        let Key { host, port } = &*self.to.key;
+        let Key { host, port, tls } = &*self.to.key;
         let port = *port;
         let literal = host
             .trim_start_matches('[')
@@ -219,6 +277,11 @@ impl Lane {
                 };
             // As the pooled client: no Nagle delay on a request's small writes.
             let _ = stream.set_nodelay(true);
+            let stream = if *tls {
+                Stream::Tls(Box::new(self.tls_handshake(host, stream).await?))
+            } else {
+                Stream::Plain(stream)
+            };
             let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
             return Ok(Box::new(Conn {
                 sender,
@@ -233,11 +296,14 @@ impl Lane {
     }
 }
 
-/// The idle connections to every plain-HTTP upstream of a connector, by server.
+/// The idle connections to every upstream of a connector, by server.
 #[derive(Debug)]
 pub(crate) struct Lanes {
     resolver: GuardedResolver,
     connect_timeout: Duration,
+    /// The TLS client of every `https` upstream, made at the first one's connect (it reads the
+    /// platform's trust store).
+    tls: OnceLock<Result<TlsClient, String>>,
     idle: Mutex<HashMap<Arc<Key>, Vec<Idle>>>,
     /// Whether the sweeper of idle connections runs.
     sweeping: std::sync::atomic::AtomicBool,
@@ -255,6 +321,7 @@ impl Lanes {
         Arc::new(Self {
             resolver,
             connect_timeout,
+            tls: OnceLock::new(),
             idle: Mutex::default(),
             sweeping: std::sync::atomic::AtomicBool::new(false),
         })
@@ -311,7 +378,7 @@ async fn sweep(lanes: Weak<Lanes>) {
     }
 }
 
-/// How long an idle upstream connection is kept for reuse: a lane's, and the shared client's
+/// How long an idle upstream connection is kept for reuse: a lane's, and the handshake's client's
 /// (`connector.rs`).
 pub(super) const POOL_IDLE: Duration = Duration::from_secs(30);
 
@@ -320,7 +387,7 @@ pub(super) const POOL_IDLE: Duration = Duration::from_secs(30);
 const MAX_IDLE_PER_SERVER: usize = 256;
 
 /// A connection to an upstream server.
-type Connection = http1::Connection<TokioIo<TcpStream>, Full<Bytes>>;
+type Connection = http1::Connection<TokioIo<Stream>, Full<Bytes>>;
 
 /// One HTTP/1 connection: the handle requests are sent on and the connection itself, polled
 /// by whoever holds it. Held boxed: an exchange holding it inline would be that much larger,
@@ -382,26 +449,32 @@ impl Conn {
     }
 
     /// Polls the connection until the body being read elsewhere ends (then back to the pool),
-    /// is dropped, or [`DRAIN_LIMIT`] passes.
-    async fn carry(mut self: Box<Self>, state: Arc<BodyState>, lanes: Weak<Lanes>, key: Arc<Key>) {
-        let ended = tokio::time::timeout(
-            DRAIN_LIMIT,
-            std::future::poll_fn(|cx| {
-                state.waker.register(cx.waker());
-                match state.get() {
-                    BODY_ENDED => return Poll::Ready(true),
-                    BODY_DROPPED => return Poll::Ready(false),
-                    _ => {}
-                }
-                poll_connection(&mut self.connection, cx);
-                if self.connection.is_none() {
-                    Poll::Ready(false)
-                } else {
-                    Poll::Pending
-                }
-            }),
-        )
-        .await;
+    /// is dropped, or `limit` (when given) passes.
+    async fn carry(
+        mut self: Box<Self>,
+        state: Arc<BodyState>,
+        lanes: Weak<Lanes>,
+        key: Arc<Key>,
+        limit: Option<Duration>,
+    ) {
+        let carried = std::future::poll_fn(|cx| {
+            state.waker.register(cx.waker());
+            match state.get() {
+                BODY_ENDED => return Poll::Ready(true),
+                BODY_DROPPED => return Poll::Ready(false),
+                _ => {}
+            }
+            poll_connection(&mut self.connection, cx);
+            if self.connection.is_none() {
+                Poll::Ready(false)
+            } else {
+                Poll::Pending
+            }
+        });
+        let ended = match limit {
+            Some(limit) => tokio::time::timeout(limit, carried).await,
+            None => Ok(carried.await),
+        };
         if ended == Ok(true)
             && let Some(lanes) = lanes.upgrade()
         {

@@ -1,6 +1,6 @@
 //! Reading a provider's answer within a size limit: whole (a JSON answer) or as a stream (an
 //! SSE answer, a listen stream), failing once more than the limit has come. Any response body
-//! (the shared client's, or a lane's: `mcp/lane.rs`).
+//! (a lane's, `mcp/lane.rs`, or a test's).
 
 use futures::StreamExt as _;
 use http_body::Body;

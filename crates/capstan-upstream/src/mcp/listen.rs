@@ -8,15 +8,19 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use http::Request;
+use http_body_util::Full;
 use serde_json::{Value, json};
 use sse_stream::SseStream;
 use tracing::debug;
 
 use super::call::{DirectCalls, Target};
 use super::changes::{ResourceUpdated, UpstreamChanges, is_list_changed, updated_uri};
+use super::lane::Lane;
 use super::limited::limited_bytes;
 use super::revision::LISTEN_ACKNOWLEDGEMENT_WAIT;
 use capstan_core::error_chain::chain_text;
@@ -100,17 +104,13 @@ impl DirectCalls {
                 let request = if stateless {
                     listen_request(&target, filter, &uris, attempt)
                 } else {
-                    let get = target
-                        .http
-                        .get(target.url.clone())
-                        .header(http::header::ACCEPT, "text/event-stream");
-                    target.revision.headers(get, &Value::Null, None)
+                    standalone_stream_request(&target)
                 };
                 // A server that never acknowledges is given up on like one that fails: the
                 // stream heard now stays, and a changed set is asked for again after the pause.
                 let opening = tokio::time::timeout(
                     LISTEN_ACKNOWLEDGEMENT_WAIT,
-                    open(request, stateless, &server),
+                    open(&target.lane, request, stateless, &server),
                 );
                 let opened = while_hearing(&mut heard, opening)
                     .await
@@ -170,11 +170,23 @@ async fn while_hearing<T>(heard: &mut Heard, work: impl Future<Output = T>) -> T
 /// Opens one stream: sent, answered with a stream, and — a 2026-07-28 `subscriptions/listen` —
 /// its first message read (the acknowledgement, after which the server tells what the request
 /// named), so that the stream it replaces is given up only then.
-async fn open(request: reqwest::RequestBuilder, stateless: bool, server: &str) -> Opened {
-    let response = match request.send().await {
+async fn open(
+    lane: &Lane,
+    request: Result<Request<Full<Bytes>>, http::Error>,
+    stateless: bool,
+    server: &str,
+) -> Opened {
+    let sent = match request {
+        Ok(request) => lane
+            .stream(request)
+            .await
+            .map_err(|error| chain_text(&error)),
+        Err(error) => Err(chain_text(&error)),
+    };
+    let response = match sent {
         Ok(response) => response,
         Err(error) => {
-            debug!(%server, error = %chain_text(&error), "the stream failed");
+            debug!(%server, %error, "the stream failed");
             return Opened::Failed;
         }
     };
@@ -185,7 +197,7 @@ async fn open(request: reqwest::RequestBuilder, stateless: bool, server: &str) -
         debug!(%server, status = %response.status(), "the stream was refused");
         return Opened::Failed;
     }
-    let bytes = limited_bytes(http::Response::from(response), LISTEN_MAX_BYTES);
+    let bytes = limited_bytes(response, LISTEN_MAX_BYTES);
     let mut messages: Messages = SseStream::from_bytes_stream(bytes)
         .take_while(|event| std::future::ready(event.is_ok()))
         .filter_map(|event| {
@@ -214,6 +226,18 @@ async fn open(request: reqwest::RequestBuilder, stateless: bool, server: &str) -
     }
 }
 
+/// The GET opening a session's standalone stream.
+fn standalone_stream_request(target: &Target) -> Result<Request<Full<Bytes>>, http::Error> {
+    let get = target
+        .lane
+        .request(http::Method::GET)
+        .header(http::header::ACCEPT, "text/event-stream");
+    target
+        .revision
+        .headers(get, &Value::Null, None)
+        .body(Full::default())
+}
+
 /// The first message of a `subscriptions/listen` stream.
 const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 
@@ -224,7 +248,7 @@ fn listen_request(
     filter: Filter,
     uris: &BTreeSet<String>,
     attempt: u64,
-) -> reqwest::RequestBuilder {
+) -> Result<Request<Full<Bytes>>, http::Error> {
     let mut notifications = json!({});
     for (member, wanted) in [
         ("toolsListChanged", filter.tools),
@@ -246,18 +270,18 @@ fn listen_request(
         "method": "subscriptions/listen",
         "params": params,
     });
-    target.post(&message, None)
+    target.post_message(&message, None)
 }
 
 /// Whether the server answered that it offers no stream: 405 to the GET, or an error answer
 /// (JSON, not a stream) to `subscriptions/listen`.
-fn refuses_streams(response: &reqwest::Response) -> bool {
+fn refuses_streams<B>(response: &http::Response<B>) -> bool {
     let json = response
         .headers()
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    response.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED
+    response.status() == http::StatusCode::METHOD_NOT_ALLOWED
         || (response.status().is_success() && json)
 }
 

@@ -143,15 +143,15 @@ impl Revision {
     /// The headers of `message` (a JSON-RPC message) on `request`: the session and revision,
     /// and — without a session — the standard headers, those of a tool's arguments from
     /// `headed` (the tool's `x-mcp-header` annotations).
-    pub(crate) fn headers<R: Headers>(
+    pub(crate) fn headers(
         &self,
-        mut request: R,
+        mut request: http::request::Builder,
         message: &Value,
         headed: Option<&[ParamHeader]>,
-    ) -> R {
-        request = request.with_header(MCP_PROTOCOL_VERSION, self.version());
+    ) -> http::request::Builder {
+        request = request.header(MCP_PROTOCOL_VERSION, self.version());
         if let Some(session) = self.session() {
-            request = request.with_header(MCP_SESSION_ID, session);
+            request = request.header(MCP_SESSION_ID, session);
         }
         if let Self::Session { .. } = self {
             return request;
@@ -159,7 +159,7 @@ impl Revision {
         let Some(method) = message.get("method").and_then(Value::as_str) else {
             return request;
         };
-        request = request.with_header(MCP_METHOD, method);
+        request = request.header(MCP_METHOD, method);
         let params = message.get("params");
         let named = match method {
             "tools/call" | "prompts/get" => "name",
@@ -171,7 +171,7 @@ impl Revision {
             .and_then(Value::as_str)
             .filter(|_| !named.is_empty())
         {
-            request = request.with_header(MCP_NAME, &header_value(name));
+            request = request.header(MCP_NAME, header_value(name));
         }
         let arguments = params.and_then(|p| p.get("arguments"));
         for header in headed.unwrap_or_default() {
@@ -182,32 +182,13 @@ impl Revision {
                 .flatten()
                 .and_then(primitive);
             if let Some(value) = value {
-                request = request.with_header(
-                    &format!("{MCP_PARAM_PREFIX}{}", header.name),
-                    &header_value(&value),
+                request = request.header(
+                    format!("{MCP_PARAM_PREFIX}{}", header.name),
+                    header_value(&value),
                 );
             }
         }
         request
-    }
-}
-
-/// A request being built, by the shared client (reqwest's builder) or for a lane (http's,
-/// `mcp/lane.rs`): both keep the first invalid header as the request's error.
-pub(crate) trait Headers: Sized {
-    /// The request with header `name: value` added.
-    fn with_header(self, name: &str, value: &str) -> Self;
-}
-
-impl Headers for reqwest::RequestBuilder {
-    fn with_header(self, name: &str, value: &str) -> Self {
-        self.header(name, value)
-    }
-}
-
-impl Headers for http::request::Builder {
-    fn with_header(self, name: &str, value: &str) -> Self {
-        self.header(name, value)
     }
 }
 
