@@ -36,19 +36,28 @@ fn bad_request(message: String) -> Response {
 
 /// The `capability` parameter: absent, or a capability this Capstan knows. A filter naming
 /// anything else is refused, never ignored: a list filtered by nothing looks complete.
-fn capability_filter(params: &[(String, String)]) -> Result<Option<String>, String> {
+fn capability_filter(params: &[(String, String)]) -> Result<Option<String>, UnknownCapability> {
     let Some((_, capability)) = params.iter().find(|(k, _)| k == "capability") else {
         return Ok(None);
     };
     let catalog = Catalog::embedded();
     if catalog.get(capability).is_none() {
         let known: Vec<&str> = catalog.ids().into_iter().collect();
-        return Err(format!(
-            "capability {capability:?} is not a capability this Capstan knows ({})",
-            known.join(", ")
-        ));
+        return Err(UnknownCapability {
+            capability: capability.clone(),
+            known: known.join(", "),
+        });
     }
     Ok(Some(capability.clone()))
+}
+
+/// A `capability` filter naming no capability of the catalog.
+#[derive(Debug, thiserror::Error)]
+#[error("capability {capability:?} is not a capability this Capstan knows ({known})")]
+struct UnknownCapability {
+    capability: String,
+    /// The catalog's capabilities, comma-separated.
+    known: String,
 }
 
 /// `GET /v1/route-decisions`.
@@ -66,7 +75,7 @@ pub async fn route_decisions(State(inspection): State<Arc<Inspection>>, parts: P
     }
     let capability = match capability_filter(&params) {
         Ok(capability) => capability,
-        Err(message) => return bad_request(message),
+        Err(unknown) => return bad_request(unknown.to_string()),
     };
     let limit = match params.iter().find(|(k, _)| k == "limit") {
         None => DEFAULT_LIMIT,
@@ -103,7 +112,7 @@ pub async fn routes(State(inspection): State<Arc<Inspection>>, parts: Parts) -> 
                 "capability: required, e.g. /v1/routes?capability=cap.web.search".into(),
             );
         }
-        Err(message) => return bad_request(message),
+        Err(unknown) => return bad_request(unknown.to_string()),
     };
     let live = inspection.live_task(&parts, &identity);
     if let Some(task) = live {

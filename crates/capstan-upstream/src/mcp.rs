@@ -31,7 +31,7 @@ pub use self::changes::{ResourceUpdated, Updated, UpstreamChanges};
 pub use self::connector::{CallerRevision, Connector};
 pub use self::error::{CallError, ConnectError};
 pub use self::offerings::{Forwarded, Offerings, UpstreamStage, Wanted};
-pub use self::origin::{ORIGIN_META, Origin};
+pub use self::origin::{NotAttributable, ORIGIN_META, Origin};
 pub use self::relay::{
     CallTraffic, CallerSide, ClientAsks, DEFAULT_QUESTION_TIMEOUT, RELAY_CAPACITY, ToCaller,
 };

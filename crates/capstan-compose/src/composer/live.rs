@@ -338,7 +338,7 @@ impl Composed {
                 connected
                     .origin
                     .attribute(request)
-                    .map_err(|why| forbidden(&connected.upstream, why))?;
+                    .map_err(|why| forbidden(&connected.upstream, why.to_string()))?;
             }
         }
         Ok(result)
@@ -358,7 +358,7 @@ fn attribute_input_requests(
             .map_err(|e| forbidden(upstream, format!("a question Capstan cannot read: {e}")))?;
         origin
             .attribute(&mut asked)
-            .map_err(|why| forbidden(upstream, why))?;
+            .map_err(|why| forbidden(upstream, why.to_string()))?;
         *request = serde_json::from_value(asked)
             .map_err(|e| forbidden(upstream, format!("a question Capstan cannot carry: {e}")))?;
     }

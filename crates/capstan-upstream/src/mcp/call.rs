@@ -32,7 +32,7 @@ use super::Forwarded;
 use super::call_span::{client_span, failed};
 use super::changes::UpstreamChanges;
 use super::error::CallError;
-use super::lane::Lane;
+use super::lane::{Lane, LaneError};
 use super::limited::read_limited;
 use super::relay::CallTraffic;
 use super::revision::{
@@ -90,8 +90,8 @@ fn json_body(message: &Value) -> Full<Bytes> {
 async fn deliver(
     lane: Lane,
     request: Result<Request<Full<Bytes>>, http::Error>,
-) -> Result<http::StatusCode, String> {
-    let request = request.map_err(|error| chain_text(&error))?;
+) -> Result<http::StatusCode, Undelivered> {
+    let request = request.map_err(Undelivered::Request)?;
     let exchange = lane.exchange(request, |response| async move {
         let status = response.status();
         let _ = read_limited(response, MAX_ANSWER_BYTES).await;
@@ -99,9 +99,23 @@ async fn deliver(
     });
     match tokio::time::timeout(END_TIMEOUT, exchange).await {
         Ok(Ok(status)) => Ok(status),
-        Ok(Err(error)) => Err(chain_text(&error)),
-        Err(_) => Err(format!("no answer within {END_TIMEOUT:?}")),
+        Ok(Err(error)) => Err(Undelivered::Lane(error)),
+        Err(_) => Err(Undelivered::TimedOut),
     }
+}
+
+/// Why a message to a provider outside a call's own exchange was not delivered.
+#[derive(Debug, thiserror::Error)]
+enum Undelivered {
+    /// The request could not be built (a header no request can carry).
+    #[error("building the request")]
+    Request(#[source] http::Error),
+    /// The connection failed.
+    #[error("sending it")]
+    Lane(#[source] LaneError),
+    /// No answer within [`END_TIMEOUT`].
+    #[error("no answer within {END_TIMEOUT:?}")]
+    TimedOut,
 }
 
 /// The tool a `tools/call` request names.
@@ -434,6 +448,7 @@ impl DirectCalls {
         let server = self.server.clone();
         async move {
             if let Err(error) = deliver(lane, request).await {
+                let error = chain_text(&error);
                 debug!(%server, %error, "a message to the server was not delivered");
             }
         }

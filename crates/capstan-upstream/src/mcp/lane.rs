@@ -303,7 +303,7 @@ pub(crate) struct Lanes {
     connect_timeout: Duration,
     /// The TLS client of every `https` upstream, made at the first one's connect (it reads the
     /// platform's trust store).
-    tls: OnceLock<Result<TlsClient, String>>,
+    tls: OnceLock<Result<TlsClient, tokio_rustls::rustls::Error>>,
     idle: Mutex<HashMap<Arc<Key>, Vec<Idle>>>,
     /// Whether the sweeper of idle connections runs.
     sweeping: std::sync::atomic::AtomicBool,

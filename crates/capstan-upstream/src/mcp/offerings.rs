@@ -27,6 +27,20 @@ pub enum UpstreamStage {
 /// The most pages one re-list reads: far more items than any selector names.
 const MAX_LIST_PAGES: usize = 100;
 
+/// Why one kind's list could not be read.
+#[derive(Debug, thiserror::Error)]
+enum ListFailed {
+    /// The server answered with an error (its message).
+    #[error("{0}")]
+    Refused(String),
+    /// No answer, or one that could not be read.
+    #[error(transparent)]
+    Failed(CallError),
+    /// A server that pages forever.
+    #[error("{method} went on for more than {MAX_LIST_PAGES} pages")]
+    TooManyPages { method: String },
+}
+
 /// Which of a server's offerings besides tools a composition asks for: only the kinds its
 /// binding selects are listed (a binding that selects none costs no request).
 #[derive(Clone, Copy, Debug, Default)]
@@ -112,8 +126,8 @@ impl Upstream {
     ) -> Vec<T> {
         self.list_all(method, items, timeout)
             .await
-            .unwrap_or_else(|message| {
-                failures.push((stage, format!("{method}: {message}")));
+            .unwrap_or_else(|failed| {
+                failures.push((stage, format!("{method}: {failed}")));
                 Vec::new()
             })
     }
@@ -126,7 +140,7 @@ impl Upstream {
         method: &str,
         items: &str,
         timeout: Duration,
-    ) -> Result<Vec<T>, String> {
+    ) -> Result<Vec<T>, ListFailed> {
         let mut listed = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_LIST_PAGES {
@@ -136,8 +150,10 @@ impl Upstream {
                 Err(Forwarded::Refused(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
                     return Ok(listed);
                 }
-                Err(Forwarded::Refused(error)) => return Err(error.message.to_string()),
-                Err(Forwarded::Failed(error)) => return Err(error.to_string()),
+                Err(Forwarded::Refused(error)) => {
+                    return Err(ListFailed::Refused(error.message.to_string()));
+                }
+                Err(Forwarded::Failed(error)) => return Err(ListFailed::Failed(error)),
             };
             listed.extend(
                 page[items]
@@ -151,9 +167,9 @@ impl Upstream {
                 _ => return Ok(listed),
             }
         }
-        Err(format!(
-            "{method} went on for more than {MAX_LIST_PAGES} pages"
-        ))
+        Err(ListFailed::TooManyPages {
+            method: method.to_owned(),
+        })
     }
 
     /// Forwards one request of the caller's (`prompts/get`, `resources/read`,

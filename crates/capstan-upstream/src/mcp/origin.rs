@@ -42,10 +42,10 @@ impl Origin {
 
     /// Puts `request` (`{"method", "params"}`, a provider's request for the person) in this
     /// provider's name; `Err` says why it may not reach the person at all.
-    pub fn attribute(&self, request: &mut Value) -> Result<(), String> {
+    pub fn attribute(&self, request: &mut Value) -> Result<(), NotAttributable> {
         let method = request["method"].as_str().unwrap_or_default().to_owned();
         let Some(request) = request.as_object_mut() else {
-            return Err("a request that is not an object".into());
+            return Err(NotAttributable::NotAnObject);
         };
         // `roots/list` may come without params: its attribution is its only member then.
         let params = request
@@ -55,7 +55,7 @@ impl Origin {
             *params = Value::Object(Map::new());
         }
         let Some(params) = params.as_object_mut() else {
-            return Err(format!("{method} whose params are not an object"));
+            return Err(NotAttributable::ParamsNotAnObject { method });
         };
         match method.as_str() {
             "elicitation/create" => {
@@ -119,19 +119,19 @@ impl Origin {
 
     /// Whether a URL-mode elicitation may send the person to `url`: `https`, no credentials,
     /// a host `urlElicitationHosts` names. IP addresses and other schemes never.
-    fn admit_url(&self, url: &str) -> Result<(), String> {
+    fn admit_url(&self, url: &str) -> Result<(), NotAttributable> {
         let refuse = |why: &str| {
-            Err(format!(
-                "a URL-mode elicitation to {url:?} {why}; binding {} admits URL elicitation by \
-                 MCP server {} to {} (its urlElicitationHosts)",
-                self.binding,
-                self.server,
-                if self.url_hosts.is_empty() {
+            Err(NotAttributable::UrlNotAdmitted {
+                url: url.to_owned(),
+                why: why.to_owned(),
+                binding: self.binding.clone(),
+                server: self.server.clone(),
+                hosts: if self.url_hosts.is_empty() {
                     "no host".to_owned()
                 } else {
                     self.url_hosts.join(", ")
                 },
-            ))
+            })
         };
         let Ok(parsed) = url::Url::parse(url) else {
             return refuse("is not a URL");
@@ -161,6 +161,37 @@ impl Origin {
             refuse(&format!("names the host {host}, which is not admitted"))
         }
     }
+}
+
+/// Why a provider's request may not reach the person.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotAttributable {
+    /// The request is not a JSON object.
+    #[error("a request that is not an object")]
+    NotAnObject,
+    /// Its params are neither absent nor an object.
+    #[error("{method} whose params are not an object")]
+    ParamsNotAnObject {
+        /// The request's method.
+        method: String,
+    },
+    /// A URL-mode elicitation to a URL its binding does not admit.
+    #[error(
+        "a URL-mode elicitation to {url:?} {why}; binding {binding} admits URL elicitation by \
+         MCP server {server} to {hosts} (its urlElicitationHosts)"
+    )]
+    UrlNotAdmitted {
+        /// The URL the provider named.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+        /// The binding the provider serves.
+        binding: String,
+        /// Its MCP server.
+        server: String,
+        /// The hosts the binding admits, or "no host".
+        hosts: String,
+    },
 }
 
 /// `text` as a person may be shown it: without control characters (a terminal would obey an
@@ -261,7 +292,10 @@ mod tests {
             "not a url",
             "",
         ] {
-            let why = allowed.attribute(&mut url(refused)).unwrap_err();
+            let why = allowed
+                .attribute(&mut url(refused))
+                .unwrap_err()
+                .to_string();
             assert!(why.contains("urlElicitationHosts"), "{refused}: {why}");
         }
         // Without the list, URL mode reaches nobody; form mode still does.

@@ -313,7 +313,7 @@ impl CallTraffic {
             ));
         };
         if let Err(why) = origin.attribute(&mut outgoing) {
-            return Ok(error_response(id, -32602, &why));
+            return Ok(error_response(id, -32602, &why.to_string()));
         }
         let Ok(typed) = serde_json::from_value::<ServerRequest>(outgoing) else {
             return Ok(error_response(

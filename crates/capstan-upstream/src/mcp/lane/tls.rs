@@ -30,7 +30,7 @@ impl Lane {
             .tls
             .get_or_init(tls_client)
             .clone()
-            .map_err(|message| tls_error(std::io::Error::other(message)))?;
+            .map_err(|error| tls_error(std::io::Error::other(error)))?;
         let name = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(name.to_owned())
             .map_err(|e| tls_error(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
@@ -58,10 +58,9 @@ impl std::fmt::Debug for TlsClient {
 
 /// The TLS client of the lanes: the platform's trust store (as reqwest's default client, which
 /// the fetcher uses), HTTP/1.1 offered by ALPN.
-pub(super) fn tls_client() -> Result<TlsClient, String> {
+pub(super) fn tls_client() -> Result<TlsClient, tokio_rustls::rustls::Error> {
     use rustls_platform_verifier::ConfigVerifierExt as _;
-    let mut config = tokio_rustls::rustls::ClientConfig::with_platform_verifier()
-        .map_err(|e| format!("setting up TLS: {e}"))?;
+    let mut config = tokio_rustls::rustls::ClientConfig::with_platform_verifier()?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsClient(TlsConnector::from(Arc::new(config))))
 }
