@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::TryStreamExt as _;
 use http::Request;
 use http::request::Builder;
 use http_body_util::Full;
@@ -33,7 +34,7 @@ use super::call_span::{client_span, failed};
 use super::changes::UpstreamChanges;
 use super::error::CallError;
 use super::lane::{Lane, LaneError};
-use super::limited::read_limited;
+use super::limited::limited_bytes;
 use super::relay::CallTraffic;
 use super::revision::{
     LISTEN_ACKNOWLEDGEMENT_WAIT, ParamHeader, Revision, Subscribed, param_headers,
@@ -92,9 +93,13 @@ async fn deliver(
     request: Result<Request<Full<Bytes>>, http::Error>,
 ) -> Result<http::StatusCode, Undelivered> {
     let request = request.map_err(Undelivered::Request)?;
+    // Read to the end without keeping it (nothing in it is used), within the answer limit: a
+    // longer one is dropped, which closes its connection.
     let exchange = lane.exchange(request, |response| async move {
         let status = response.status();
-        let _ = read_limited(response, MAX_ANSWER_BYTES).await;
+        let _ = limited_bytes(response, MAX_ANSWER_BYTES)
+            .try_for_each(|_| std::future::ready(Ok(())))
+            .await;
         status
     });
     match tokio::time::timeout(END_TIMEOUT, exchange).await {

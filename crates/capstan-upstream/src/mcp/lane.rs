@@ -161,11 +161,7 @@ impl Lane {
         request: Request<Full<Bytes>>,
     ) -> Result<Response<Watched>, LaneError> {
         let (conn, response) = self.send(request).await?;
-        let state = Arc::new(BodyState::default());
-        let response = response.map(|body| Watched {
-            inner: body,
-            state: state.clone(),
-        });
+        let (response, state) = watched(response);
         let lanes = Arc::downgrade(&self.lanes);
         tokio::spawn(conn.carry(state, lanes, self.to.key.clone(), None));
         Ok(response)
@@ -210,11 +206,7 @@ impl Lane {
         F: Future<Output = T>,
     {
         let (mut conn, response) = self.send(request).await?;
-        let state = Arc::new(BodyState::default());
-        let response = response.map(|body| Watched {
-            inner: body,
-            state: state.clone(),
-        });
+        let (response, state) = watched(response);
         let out = drive(&mut conn.connection, std::pin::pin!(read(response))).await;
         match state.get() {
             BODY_ENDED => self.lanes.put(&self.to.key, conn),
@@ -541,6 +533,16 @@ impl BodyState {
             self.waker.wake();
         }
     }
+}
+
+/// `response` with its body watched, and the state its connection learns the body's fate from.
+fn watched(response: Response<Incoming>) -> (Response<Watched>, Arc<BodyState>) {
+    let state = Arc::new(BodyState::default());
+    let response = response.map(|body| Watched {
+        inner: body,
+        state: state.clone(),
+    });
+    (response, state)
 }
 
 /// A response body that tells its connection whether it was read to its end.
