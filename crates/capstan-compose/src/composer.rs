@@ -147,16 +147,12 @@ pub fn takes_project(schema: &JsonObject) -> bool {
 impl Composer {
     /// A composer dialing MCP endpoints admitted by `mcp_guard` and fetching knowledge and
     /// skills through `fetcher`.
-    pub fn new(
-        mcp_guard: EndpointGuard,
-        fetcher: Fetcher,
-        limits: Limits,
-    ) -> Result<Self, ClientError> {
-        Ok(Self {
-            connector: Connector::new(mcp_guard, limits.connect_timeout)?,
+    pub fn new(mcp_guard: EndpointGuard, fetcher: Fetcher, limits: Limits) -> Self {
+        Self {
+            connector: Connector::new(mcp_guard, limits.connect_timeout),
             fetcher,
             limits,
-        })
+        }
     }
 
     /// A composer from the two allow-list settings both binaries share
@@ -172,7 +168,7 @@ impl Composer {
         };
         let mcp = allow_list("CAPABILITY_MCP_ENDPOINT_HOSTS", mcp_endpoint_hosts)?;
         let fetch = allow_list("CAPABILITY_FETCH_HOSTS", fetch_hosts)?;
-        Ok(Self::new(mcp, Fetcher::new(fetch)?, limits)?)
+        Ok(Self::new(mcp, Fetcher::new(fetch)?, limits))
     }
 
     /// The MCP allow-list admits nothing (the binaries warn about it).

@@ -529,3 +529,98 @@ fn a_provider_answering_initialize_with_a_sessionless_revision_should_still_be_a
         }
     }
 }
+
+/// A 2026-07-28 provider's tools may mark arguments to travel as `Mcp-Param-*` headers
+/// (`tests/python/headed_server.py`): a tool whose mark breaks the rules (an array) is not
+/// offered, one whose mark keeps them is, and its call reaches the provider with the argument
+/// in its header. A session caller's upstream is opened the same way: the provider refuses
+/// `initialize` and is asked `server/discover`. The oracles: the sidecar's list, and the
+/// headers and methods the provider itself recorded.
+#[test]
+fn a_tool_whose_argument_headers_break_the_rules_should_not_be_offered() {
+    let server = capstan_testkit::PythonServer::start_script(
+        "crates/capstan-sidecar/tests/python/headed_server.py",
+    );
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut document = binding_document(
+        "headed-binding",
+        "headed",
+        &endpoint,
+        &["region_of", "tags_of"],
+    );
+    document["metadata"]["namespace"] = json!("demo-project");
+    let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+    let headers = [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+    ];
+
+    let mut list_headers = headers.to_vec();
+    list_headers.push(("mcp-method", "tools/list"));
+    let (status, body) = post(&sidecar, &list_headers, &modern(1, "tools/list", json!({})));
+    assert_eq!(status, 200, "{body}");
+    let names: Vec<String> = message(&body)["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+        .filter(|name| name.starts_with("headed"))
+        .collect();
+    assert_eq!(names, ["headed__region_of"], "{body}");
+
+    let mut call_headers = headers.to_vec();
+    call_headers.extend([
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "headed__region_of"),
+    ]);
+    let call = modern(
+        2,
+        "tools/call",
+        json!({"name": "headed__region_of", "arguments": {"region": "eu-west"}}),
+    );
+    let (status, body) = post(&sidecar, &call_headers, &call);
+    assert_eq!(status, 200, "{body}");
+    let text = message(&body)["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let seen: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{body}"));
+    assert_eq!(seen["headers"]["mcp-param-region"], "eu-west", "{seen}");
+    assert_eq!(seen["headers"]["mcp-name"], "region_of", "{seen}");
+    assert_eq!(seen["headers"]["mcp-protocol-version"], REVISION, "{seen}");
+
+    // A session caller: its upstream session is opened with `initialize`, refused, then
+    // `server/discover`; the tool with the broken mark is not offered to it either.
+    let session = sidecar.curl_initialize("demo-project", "t");
+    let (status, body) = sidecar.curl_in_session(
+        &session,
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("headed__region_of") && !body.contains("headed__tags_of"),
+        "{body}"
+    );
+    let (_, body) = sidecar.curl_in_session(
+        &session,
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+            "params": {"name": "headed__region_of", "arguments": {"region": "eu-west"}}})
+        .to_string(),
+    );
+    let text = message(&body)["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let seen: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{body}"));
+    let asked: Vec<&str> = seen["asked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let initialize = asked.iter().position(|m| *m == "initialize");
+    assert!(
+        initialize.is_some_and(|at| asked.get(at + 1) == Some(&"server/discover")),
+        "the provider should have been asked initialize, then server/discover: {asked:?}"
+    );
+}

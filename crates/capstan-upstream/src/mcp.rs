@@ -1,20 +1,23 @@
-//! MCP upstreams: one per `mcpServers[]` entry, opened by rmcp's Streamable HTTP client in the
-//! best revision both sides speak (2026-07-28 where the server offers it, else a session
-//! revision) and then held by Capstan alone: every request after the handshake is one of
-//! `DirectCalls` (`mcp/call.rs`), addressed as `mcp/revision.rs` says. (rmcp's client keeps a
-//! service loop, a transport worker and their channels per session for as long as it lives.)
+//! MCP upstreams: one per `mcpServers[]` entry, opened (`mcp/handshake.rs`) in the best revision
+//! both sides speak — 2026-07-28 where the server offers it, else a session revision — and
+//! then spoken to by `DirectCalls` (`mcp/call.rs`), addressed as `mcp/revision.rs` says. Every
+//! request goes on the upstream's lane (`mcp/lane.rs`): one way to a provider. rmcp is the
+//! model library here; its client (a service loop, a transport worker and their channels per
+//! session) is not used.
 
 mod call;
 mod call_span;
 mod changes;
 mod connector;
+mod drain;
 mod error;
+mod handshake;
 mod lane;
 mod limited;
 mod listen;
 mod offerings;
 mod origin;
-mod pooled;
+mod param_headers;
 mod relay;
 mod revision;
 

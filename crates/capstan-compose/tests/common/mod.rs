@@ -45,7 +45,6 @@ pub fn composer(mcp_hosts: &[String], fetch_hosts: &[String], limits: Limits) ->
         Fetcher::new(EndpointGuard::new(fetch_hosts).unwrap()).unwrap(),
         limits,
     )
-    .unwrap()
 }
 
 /// A document with knowledge sources only.

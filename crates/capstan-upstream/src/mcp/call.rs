@@ -1,23 +1,20 @@
-//! `tools/call` (and a re-list with `tools/list`) straight to the upstream: one POST in the
-//! caller's own task — on the session rmcp opened, or self-contained in 2026-07-28
-//! (`mcp/revision.rs`) —, the answer read as JSON or from the SSE stream up to the
-//! response with this request's id.
+//! Every request to an upstream after its handshake (`mcp/handshake.rs`): `tools/call`, the
+//! lists, the caller's other requests (`forward`), each one POST in the caller's own task on
+//! the upstream's lane — on the session the handshake opened, or self-contained in 2026-07-28
+//! (`mcp/revision.rs`) — its answer read as JSON or from the SSE stream up to the response
+//! with this request's id (`call/answer.rs`); and what is sent outside a call's exchange
+//! (`call/deliver.rs`).
 //!
-//! rmcp's client routes every request through its service loop, its transport worker and a task
-//! per response stream, and back; the sidecar benchmark's profile was dominated by those task
-//! switches, and this path cut a forwarded call's latency by a third. rmcp opens the session
-//! (initialize, tools/list) and then lets go of it (`mcp.rs`); the calls and the closing
-//! DELETE are sent from here. Hand-written because rmcp offers no call that skips its worker,
-//! and keeping its client alive only to send the DELETE cost most of a session's memory; it
-//! applies the same limits rmcp does.
+//! Hand-written rather than rmcp's client: that client routes every request through its service
+//! loop, its transport worker and a task per response stream, and back, and keeps them for as
+//! long as the session lives; the sidecar benchmark's profile was dominated by those task
+//! switches (docs/architecture.md "One way out"). The limits are rmcp's own.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt as _;
 use http::Request;
 use http::request::Builder;
 use http_body_util::Full;
@@ -27,24 +24,24 @@ use rmcp::model::{
 };
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tracing::{Instrument as _, debug};
+use tracing::{Instrument as _, warn};
 
 use super::Forwarded;
 use super::call_span::{client_span, failed};
 use super::changes::UpstreamChanges;
 use super::error::CallError;
-use super::lane::{Lane, LaneError};
-use super::limited::limited_bytes;
+use super::lane::Lane;
+use super::param_headers::{ParamHeader, header_defect, param_headers};
 use super::relay::CallTraffic;
-use super::revision::{
-    LISTEN_ACKNOWLEDGEMENT_WAIT, ParamHeader, Revision, Subscribed, param_headers,
-};
+use super::revision::{LISTEN_ACKNOWLEDGEMENT_WAIT, Revision, Subscribed};
 use crate::trace_context::Outgoing;
 use capstan_core::error_chain::chain_text;
 
 mod answer;
+mod deliver;
 
-use self::answer::Answer;
+pub(crate) use self::answer::Answer;
+use self::deliver::Abandoned;
 
 /// Where direct requests go and how they are addressed; cheap to clone into a task of its own.
 #[derive(Clone, Debug)]
@@ -84,45 +81,6 @@ fn json_body(message: &Value) -> Full<Bytes> {
     Full::new(Bytes::from(serde_json::to_vec(message).unwrap_or_default()))
 }
 
-/// Sends `request` on `lane` and reads its answer to the end (so that the connection goes back
-/// to the pool), within [`END_TIMEOUT`]: the answer's status, or why there was none. For what
-/// Capstan tells a provider outside a call's own exchange: answers to its requests,
-/// cancellations, the DELETE ending a session.
-async fn deliver(
-    lane: Lane,
-    request: Result<Request<Full<Bytes>>, http::Error>,
-) -> Result<http::StatusCode, Undelivered> {
-    let request = request.map_err(Undelivered::Request)?;
-    // Read to the end without keeping it (nothing in it is used), within the answer limit: a
-    // longer one is dropped, which closes its connection.
-    let exchange = lane.exchange(request, |response| async move {
-        let status = response.status();
-        let _ = limited_bytes(response, MAX_ANSWER_BYTES)
-            .try_for_each(|_| std::future::ready(Ok(())))
-            .await;
-        status
-    });
-    match tokio::time::timeout(END_TIMEOUT, exchange).await {
-        Ok(Ok(status)) => Ok(status),
-        Ok(Err(error)) => Err(Undelivered::Lane(error)),
-        Err(_) => Err(Undelivered::TimedOut),
-    }
-}
-
-/// Why a message to a provider outside a call's own exchange was not delivered.
-#[derive(Debug, thiserror::Error)]
-enum Undelivered {
-    /// The request could not be built (a header no request can carry).
-    #[error("building the request")]
-    Request(#[source] http::Error),
-    /// The connection failed.
-    #[error("sending it")]
-    Lane(#[source] LaneError),
-    /// No answer within [`END_TIMEOUT`].
-    #[error("no answer within {END_TIMEOUT:?}")]
-    TimedOut,
-}
-
 /// The tool a `tools/call` request names.
 fn request_tool(request: &Value) -> Option<&str> {
     request["params"]["name"].as_str()
@@ -148,14 +106,8 @@ pub(crate) struct DirectCalls {
 }
 
 impl DirectCalls {
-    /// One `tools/call` POSTed in the caller's own task on the session rmcp opened.
-    ///
-    /// rmcp's client routes every request through its service loop, its transport worker and
-    /// a task per response stream, and back (the sidecar benchmark's profile was dominated by
-    /// those task switches; this path cut the forwarded call's latency by a third). The
-    /// session's lifecycle — initialize, tools/list, DELETE — stays with rmcp; this sends one
-    /// request and reads its answer (JSON, or the SSE stream up to the response with this
-    /// request's id), under the same limits rmcp applies.
+    /// One `tools/call` POSTed in the caller's own task, its answer read (JSON, or the SSE
+    /// stream up to the response with this request's id).
     ///
     /// The caller's `_meta` goes with it (its progress token replaced by this request's id);
     /// the provider's messages about the call on its stream go to `traffic`
@@ -327,7 +279,11 @@ impl DirectCalls {
                     message: "the answer to tools/list is not a tool list".into(),
                 }
             })?;
-            tools.extend(page.tools);
+            let mut listed = page.tools;
+            if self.target.revision.is_stateless() {
+                self.refuse_defective_headers(&mut listed);
+            }
+            tools.extend(listed);
             match page.next_cursor {
                 Some(next) if !next.is_empty() => cursor = Some(next),
                 _ => {
@@ -340,6 +296,20 @@ impl DirectCalls {
             server: self.server.clone(),
             message: format!("tools/list went on for more than {MAX_LIST_PAGES} pages"),
         })
+    }
+
+    /// Drops each of `tools` whose argument headers break the rules (`mcp/param_headers.rs`): a
+    /// call of it could not carry them as its schema means. Logged with the reason, for the
+    /// provider's team; the binding's allow-list then names a tool the server does not offer.
+    fn refuse_defective_headers(&self, tools: &mut Vec<Tool>) {
+        tools.retain(|tool| {
+            let Some(defect) = header_defect(&tool.input_schema) else {
+                return true;
+            };
+            warn!(server = %self.server, tool = %tool.name, %defect,
+                "a tool whose argument headers break the rules is not offered");
+            false
+        });
     }
 
     /// One request on the session and its `result`; an error answer is `invalid_input` when it
@@ -435,30 +405,6 @@ impl DirectCalls {
             .map_err(|error| self.unavailable(chain_text(&error)))?
     }
 
-    /// POSTs a JSON-RPC response to a request of the provider's on the session. The provider
-    /// answers 202; a failure only means the provider waits for its own timeout, which is not
-    /// this call's error. A 2026-07-28 server without a session is never asked
-    /// (`answer_in_stream` gives the call up first).
-    async fn post_answer(&self, answer: &Value) {
-        if self.target.revision.answerable() {
-            self.posting(answer).await;
-        }
-    }
-
-    /// POSTs `message` (a response or a notification: the provider answers 202) on the session,
-    /// owning what it needs (for a task of its own). Undelivered is only logged.
-    fn posting(&self, message: &Value) -> impl Future<Output = ()> + Send + 'static {
-        let request = self.target.post_message(message, None);
-        let lane = self.target.lane.clone();
-        let server = self.server.clone();
-        async move {
-            if let Err(error) = deliver(lane, request).await {
-                let error = chain_text(&error);
-                debug!(%server, %error, "a message to the server was not delivered");
-            }
-        }
-    }
-
     /// The `result` of `answer`; an error answer is `invalid_input` when it is about the
     /// parameters of `tool`, else unavailable.
     fn result_of(
@@ -514,62 +460,8 @@ impl DirectCalls {
     }
 }
 
-/// A `tools/call` in flight on a session: dropped before its answer, it tells the provider
-/// with `notifications/cancelled` (sent from a task of its own, bounded by [`END_TIMEOUT`]).
-struct Abandoned<'a> {
-    calls: &'a DirectCalls,
-    id: &'a str,
-}
-
-impl Drop for Abandoned<'_> {
-    fn drop(&mut self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let notification = json!({
-            "jsonrpc": "2.0",
-            "method": "notifications/cancelled",
-            "params": {
-                "requestId": self.id,
-                "reason": "the call was given up: its caller cancelled it or its time ran out",
-            },
-        });
-        runtime.spawn(self.calls.posting(&notification));
-    }
-}
-
-impl DirectCalls {
-    /// Ends the session: a DELETE, answered or not within [`END_TIMEOUT`]. A server that does
-    /// not let clients end sessions answers 405, which is fine: it ends them itself.
-    pub(crate) async fn end(&self) {
-        self.ending().await;
-    }
-
-    /// The DELETE ending the session, owning what it needs (for a task of its own); without a
-    /// session (2026-07-28, or a server that assigned none) there is nothing to end.
-    pub(crate) fn ending(&self) -> impl Future<Output = ()> + Send + 'static {
-        let target = &self.target;
-        let request = target.revision.session().is_some().then(|| {
-            let request = target.lane.request(http::Method::DELETE);
-            target
-                .revision
-                .headers(request, &Value::Null, None)
-                .body(Full::default())
-        });
-        let lane = target.lane.clone();
-        async move {
-            if let Some(request) = request {
-                let _ = deliver(lane, request).await;
-            }
-        }
-    }
-}
-
 /// The most pages one re-list reads.
 const MAX_LIST_PAGES: usize = 100;
-
-/// How long the DELETE ending a session may take.
-const END_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The largest answer a direct call reads: rmcp's own limit for a JSON response.
 const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;

@@ -9,12 +9,7 @@ use tracing::{Span, debug_span};
 /// The span of one request to the server (kind client, after the MCP conventions); its
 /// context goes with the request (`trace_context.rs`). At debug level, like the request's
 /// own span (the sidecar's `request_span.rs` says why).
-pub(super) fn client_span(
-    server: &str,
-    url: &reqwest::Url,
-    method: &str,
-    tool: Option<&str>,
-) -> Span {
+pub(super) fn client_span(server: &str, url: &url::Url, method: &str, tool: Option<&str>) -> Span {
     let span = debug_span!(
         "mcp.client",
         otel.name = Empty,

@@ -1,5 +1,5 @@
-//! The direct path's HTTP/1 connections to upstreams, plain or TLS, driven in the caller's own
-//! task: every request Capstan sends an MCP server after the handshake goes on one.
+//! The HTTP/1 connections to upstreams, plain or TLS, driven in the caller's own task: every
+//! request Capstan sends an MCP server goes on one, the handshake's included.
 //!
 //! A pooled client (reqwest, hyper-util's) keeps each connection in a task of its own: a
 //! request goes to it over a channel and the answer comes back over another, two task switches
@@ -43,7 +43,7 @@ use tokio::time::Instant;
 mod tls;
 
 use self::tls::{Stream, TlsClient};
-use super::pooled::DRAIN_LIMIT;
+use super::drain::DRAIN_LIMIT;
 use crate::guard::GuardedResolver;
 
 /// Why a request on a lane failed before its response came.
@@ -193,10 +193,9 @@ impl Lane {
     /// Sends `request` on an idle connection to the server (a new one when none is idle) and
     /// hands the response to `read`, polling the connection meanwhile. A connection whose
     /// response `read` reads to the end goes back to the pool at once; one whose body `read`
-    /// leaves to another task (an abandoned stream read to its end, `pooled.rs`
-    /// `DrainOnDrop`) is polled by a task of its own until then, for at most [`DRAIN_LIMIT`];
-    /// one whose body is dropped unread is closed (that is how a 2026-07-28 request is
-    /// cancelled).
+    /// leaves to another task (an abandoned stream read to its end, `mcp/drain.rs`) is polled
+    /// by a task of its own until then, for at most [`DRAIN_LIMIT`]; one whose body is dropped
+    /// unread is closed (that is how a 2026-07-28 request is cancelled).
     pub(crate) async fn exchange<T, F>(
         &self,
         request: Request<Full<Bytes>>,

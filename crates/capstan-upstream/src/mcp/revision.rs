@@ -1,54 +1,57 @@
 //! What a direct request (`mcp/call.rs`) carries for the revision the upstream speaks
 //! (docs/mcp-surface.md "Upstreams in their best revision"):
 //!
-//! - A session revision (up to 2025-11-25): the session rmcp opened goes on every request as
-//!   `Mcp-Session-Id`; the session ends with a DELETE; a call given up is cancelled with
-//!   `notifications/cancelled`; list changes arrive on the standalone GET stream. A server may
-//!   assign no session (a stateless one): then no request carries the header and there is
-//!   nothing to end.
+//! - A session revision (up to 2025-11-25): the session the handshake opened
+//!   (`mcp/handshake.rs`) goes on every request as `Mcp-Session-Id`; the session ends with a
+//!   DELETE; a call given up is cancelled with `notifications/cancelled`; list changes arrive
+//!   on the standalone GET stream. A server may assign no session (a stateless one): then no
+//!   request carries the header and there is nothing to end.
 //! - 2026-07-28 (no sessions): every request is self-contained — its `_meta` carries the
 //!   client context (`io.modelcontextprotocol/protocolVersion`, `clientInfo`,
 //!   `clientCapabilities`) and the HTTP request the standard headers (`Mcp-Method`,
-//!   `Mcp-Name`, `Mcp-Param-*` for the arguments a tool's schema marks with `x-mcp-header`);
+//!   `Mcp-Name`, `Mcp-Param-*` for the arguments a tool's schema marks with `x-mcp-header`,
+//!   `mcp/param_headers.rs`);
 //!   there is nothing to end; a call given up is cancelled by closing its stream; list changes
 //!   and resource updates arrive on a `subscriptions/listen` stream.
 //!
 //! The standard headers are hand-written: rmcp builds them only inside its own transport
 //! (crate-private), and the direct path exists to skip that transport.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use base64::Engine;
-use base64::prelude::BASE64_STANDARD;
 use capstan_api::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
-use rmcp::model::{JsonObject, Tool};
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
+use super::param_headers::{MCP_PARAM_PREFIX, ParamHeader, header_value, primitive};
 use crate::trace_context::meta_mut;
 
 /// `Mcp-Method`: the request's method.
 const MCP_METHOD: &str = "Mcp-Method";
 /// `Mcp-Name`: the tool, prompt or resource a request names.
 const MCP_NAME: &str = "Mcp-Name";
-/// The prefix of a tool argument's header.
-const MCP_PARAM_PREFIX: &str = "Mcp-Param-";
-/// A header value that cannot travel bare is sent as `=?base64?<value>?=`.
-const BASE64_PREFIX: &str = "=?base64?";
-const BASE64_SUFFIX: &str = "?=";
 
 /// The client context member naming the caller's capabilities.
 pub(crate) const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 /// The request `_meta` member carrying the log level.
 const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
+/// The newest protocol revision with sessions; a server answering `initialize` with a later one
+/// is spoken to without them (`mcp/handshake.rs`).
+pub(crate) const SESSION_REVISIONS_UP_TO: &str = "2025-11-25";
+
+/// Who Capstan is to a provider, in `initialize` and in a 2026-07-28 request's client context.
+pub(crate) fn client_info() -> Value {
+    serde_json::json!({ "name": "capstan-sidecar", "version": env!("CARGO_PKG_VERSION") })
+}
+
 /// How requests to one upstream are addressed.
 #[derive(Debug)]
 pub(crate) enum Revision {
-    /// A revision with sessions: the session rmcp opened (none when the server assigned
+    /// A revision with sessions: the session the handshake opened (`mcp/handshake.rs`) (none when the server assigned
     /// none), and the revision it negotiated.
     Session { id: Option<String>, version: String },
     /// 2026-07-28 or later: `context` is the client context every request's `_meta` carries.
@@ -71,10 +74,7 @@ impl Revision {
             "io.modelcontextprotocol/protocolVersion".into(),
             Value::String(version.clone()),
         );
-        context.insert(
-            "io.modelcontextprotocol/clientInfo".into(),
-            serde_json::json!({ "name": "capstan-sidecar", "version": env!("CARGO_PKG_VERSION") }),
-        );
+        context.insert("io.modelcontextprotocol/clientInfo".into(), client_info());
         context.insert(CLIENT_CAPABILITIES.into(), capabilities);
         Self::Stateless {
             version,
@@ -268,129 +268,11 @@ impl Subscribed {
     }
 }
 
-/// A tool argument that travels as a header too (`x-mcp-header` on a property reached from
-/// the schema's root through `properties` alone).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ParamHeader {
-    /// The property names from the root to the argument.
-    pub(crate) path: Vec<String>,
-    /// The header's name after `Mcp-Param-`.
-    pub(crate) name: String,
-}
-
-/// The argument headers of each of `tools` that has any, by the tool's own name.
-pub(crate) fn param_headers(tools: &[Tool]) -> BTreeMap<String, Vec<ParamHeader>> {
-    tools
-        .iter()
-        .filter_map(|tool| {
-            let mut found = Vec::new();
-            collect(&tool.input_schema, &mut Vec::new(), &mut found);
-            (!found.is_empty()).then(|| (tool.name.to_string(), found))
-        })
-        .collect()
-}
-
-fn collect(schema: &JsonObject, path: &mut Vec<String>, found: &mut Vec<ParamHeader>) {
-    let Some(Value::Object(properties)) = schema.get("properties") else {
-        return;
-    };
-    for (name, property) in properties {
-        let Value::Object(property) = property else {
-            continue;
-        };
-        path.push(name.clone());
-        if let Some(Value::String(header)) = property.get("x-mcp-header")
-            && !header.is_empty()
-        {
-            found.push(ParamHeader {
-                path: path.clone(),
-                name: header.clone(),
-            });
-        }
-        collect(property, path, found);
-        path.pop();
-    }
-}
-
-/// A primitive argument as its header text; `None` for null, objects and arrays.
-fn primitive(value: &Value) -> Option<String> {
-    match value {
-        Value::String(text) => Some(text.clone()),
-        Value::Bool(flag) => Some(flag.to_string()),
-        Value::Number(number) => Some(number.to_string()),
-        _ => None,
-    }
-}
-
-/// `value` as a header value: bare when it can be, else Base64 between the markers (leading
-/// or trailing blanks, characters outside printable ASCII, or text that looks encoded).
-fn header_value(value: &str) -> String {
-    let blank_edge = value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']);
-    let unprintable = value.chars().any(|c| !(' '..='~').contains(&c));
-    let looks_encoded = value.starts_with(BASE64_PREFIX) && value.ends_with(BASE64_SUFFIX);
-    if blank_edge || unprintable || looks_encoded {
-        format!(
-            "{BASE64_PREFIX}{}{BASE64_SUFFIX}",
-            BASE64_STANDARD.encode(value)
-        )
-    } else {
-        value.to_owned()
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn a_header_value_should_travel_bare_only_when_it_survives_as_one() {
-        assert_eq!(header_value("streams_list"), "streams_list");
-        assert_eq!(
-            header_value("streamco://runbooks/lag"),
-            "streamco://runbooks/lag"
-        );
-        // The oracle: Base64 of the UTF-8 bytes, computed by hand.
-        assert_eq!(header_value("é"), "=?base64?w6k=?=");
-        assert_eq!(header_value(" x"), "=?base64?IHg=?=");
-        assert_eq!(header_value("a\nb"), "=?base64?YQpi?=");
-        assert_eq!(header_value("=?base64?x?="), "=?base64?PT9iYXNlNjQ/eD89?=");
-    }
-
-    #[test]
-    fn argument_headers_should_follow_properties_only_and_keep_their_path() {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "region": {"type": "string", "x-mcp-header": "Region"},
-                "target": {"type": "object", "properties": {
-                    "id": {"type": "integer", "x-mcp-header": "TargetId"}
-                }},
-                "items": {"type": "array", "items": {"type": "string", "x-mcp-header": "Nope"}},
-                "plain": {"type": "string"}
-            }
-        });
-        let tool = Tool::new(
-            "t",
-            "",
-            std::sync::Arc::new(schema.as_object().unwrap().clone()),
-        );
-        let headers = param_headers(&[tool]);
-        assert_eq!(
-            headers["t"],
-            [
-                ParamHeader {
-                    path: vec!["region".into()],
-                    name: "Region".into()
-                },
-                ParamHeader {
-                    path: vec!["target".into(), "id".into()],
-                    name: "TargetId".into()
-                },
-            ]
-        );
-    }
 
     #[test]
     fn a_stateless_request_should_carry_the_context_and_the_callers_capabilities() {

@@ -14,9 +14,9 @@ use sse_stream::SseStream;
 
 use super::{DirectCalls, MAX_ANSWER_BYTES};
 use crate::mcp::changes::is_list_changed;
+use crate::mcp::drain::DrainOnDrop;
 use crate::mcp::error::CallError;
 use crate::mcp::limited::{limited_bytes, read_limited};
-use crate::mcp::pooled::DrainOnDrop;
 use crate::mcp::relay::{CallTraffic, Relayed, is_request};
 use capstan_core::error_chain::chain_text;
 
@@ -27,7 +27,7 @@ use capstan_core::error_chain::chain_text;
 #[derive(Debug, Deserialize)]
 pub(crate) struct Answer {
     #[serde(default)]
-    id: Option<Value>,
+    pub(crate) id: Option<Value>,
     #[serde(default)]
     pub(crate) result: Option<Box<RawValue>>,
     #[serde(default)]
