@@ -7,13 +7,14 @@ use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderName, Request, StatusCode};
-use axum::routing::{get, post};
+use axum::http::{HeaderName, Method, Request, StatusCode};
+use axum::response::IntoResponse as _;
 use capstan_api::wire::PROJECT_HEADER;
 use tower::ServiceExt;
 
+use crate::edge::gate::{Gate, check, check_host};
+use crate::edge::request::{EdgeRequest, Serve};
 use crate::identity::Identity;
-use crate::middleware::{check, check_host};
 use crate::tasks::Tasks;
 
 /// What the middleware did with one request.
@@ -45,20 +46,28 @@ fn harness() -> &'static Harness {
             ),
             crate::tasks::Lifetimes::default(),
         ));
-        // The handler answers 299 so "reached" cannot be confused with any status the
-        // middleware itself answers.
-        let reached = || async { StatusCode::from_u16(299).unwrap_or(StatusCode::OK) };
+        // What the gate lets through is answered 299, so "reached" cannot be confused with
+        // any status the gate itself answers; the served router's paths and methods only.
+        let serve: Serve = Arc::new(|request: EdgeRequest| {
+            let method = &request.parts.method;
+            let read = *method == Method::GET || *method == Method::HEAD;
+            let status = match request.parts.uri.path() {
+                "/mcp" if read || *method == Method::POST || *method == Method::DELETE => 299,
+                "/v1/composition" | "/v1/routes" if read => 299,
+                "/mcp" | "/v1/composition" | "/v1/routes" => 405,
+                _ => 404,
+            };
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            Box::pin(std::future::ready(status.into_response()))
+        });
+        let gate = Gate {
+            tasks,
+            starter: None,
+            serve,
+        };
         let router = Router::new()
-            .route("/mcp", post(reached).get(reached).delete(reached))
-            .route("/v1/composition", get(reached))
-            .route("/v1/routes", get(reached))
-            .layer(axum::middleware::from_fn_with_state(
-                crate::middleware::Gate {
-                    tasks,
-                    starter: None,
-                },
-                check,
-            ))
+            .fallback(check)
+            .with_state(gate)
             .layer(axum::middleware::from_fn(check_host));
         Harness { runtime, router }
     })

@@ -7,15 +7,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use capstan_compose::{BindingOutcome, CallerRevision, Composed};
 use capstan_platform::BaseTools;
 use serde_json::{Value, json};
 
-use crate::identity::{Identity, refusal};
-use crate::middleware::SessionTask;
+use crate::edge::request::Checked;
+use crate::identity::refusal;
 use crate::project_composer::ProjectComposer;
 use crate::task::{LOAD_SKILL, Task};
 use crate::tasks::Tasks;
@@ -31,14 +29,13 @@ pub struct Inspection {
 }
 
 impl Inspection {
-    /// The live task a read is answered from: the session the request names (the middleware
+    /// The live task a read is answered from: the session the request names (the gate
     /// checked it is the caller's), else the caller's own live task, if any.
-    pub fn live_task(&self, parts: &Parts, identity: &Identity) -> Option<Arc<Task>> {
-        parts
-            .extensions
-            .get::<SessionTask>()
-            .map(|SessionTask(task)| task.clone())
-            .or_else(|| self.tasks.live_task(&identity.fingerprint()))
+    pub(crate) fn live_task(&self, checked: &Checked) -> Option<Arc<Task>> {
+        checked
+            .session
+            .clone()
+            .or_else(|| self.tasks.live_task(&checked.identity.fingerprint()))
     }
 }
 
@@ -49,15 +46,9 @@ impl Inspection {
 /// `Mcp-Session-Id`, else the caller's newest session): no new upstream connection. Otherwise
 /// composed at most once per (project, caller) per [`VIEW_TTL`]; concurrent requests share
 /// that one composition.
-pub async fn composition(State(inspection): State<Arc<Inspection>>, parts: Parts) -> Response {
-    let Some(identity) = parts.extensions.get::<Identity>().cloned() else {
-        return refusal(
-            axum::http::StatusCode::BAD_REQUEST,
-            "forbidden",
-            "no caller identity",
-        );
-    };
-    let live = inspection.live_task(&parts, &identity);
+pub(crate) async fn composition(inspection: &Inspection, checked: &Checked) -> Response {
+    let identity = checked.identity.clone();
+    let live = inspection.live_task(checked);
     if let Some(task) = live {
         let served = task.served();
         let outcomes = served.composed().outcomes_with_skill_digests().await;

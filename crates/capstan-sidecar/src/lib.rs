@@ -5,10 +5,10 @@
 //! How a request flows through the modules: `docs/architecture.md#capstan-sidecar`.
 
 mod admission;
-mod call_fast_path;
 mod caller_check;
 mod config;
 mod decisions;
+mod edge;
 mod feeds;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -18,7 +18,6 @@ mod mcp;
 mod message;
 mod metering;
 mod metrics;
-mod middleware;
 mod project_composer;
 mod reaper;
 mod refresh;
@@ -27,8 +26,6 @@ mod request_states;
 mod route_decision;
 mod routing_endpoints;
 mod run;
-mod server;
-mod session_requests;
 mod socket;
 mod task;
 mod tasks;

@@ -3,13 +3,14 @@
 //! the session's task, which the middleware binds to the id it mints; a request in a session
 //! is served by the task the middleware found bound to it, and a request without a session by
 //! the caller's task. Every method serves from the task, for the caller it was started for
-//! and nobody else.
+//! and nobody else. What the gate established reaches a handler as the one `Checked` on the
+//! request (`edge.rs`).
 //!
 //! Protocol revisions: the session-based ones (2024-11-05 … 2025-11-25) over `initialize`, and
 //! 2026-07-28 without a session: `server/discover` (with the caller's instructions), and
 //! `subscriptions/listen` for `notifications/tools/list_changed`. rmcp checks the revision's
 //! rules — the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers against the body,
-//! the request's `_meta` — before a handler runs; the identity middleware checked the caller.
+//! the request's `_meta` — before a handler runs; the gate checked the caller.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -30,9 +31,9 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tracing::{Instrument as _, info};
 
+use crate::edge::protocol::SUPPORTED_VERSIONS;
+use crate::edge::request::Checked;
 use crate::identity::Identity;
-use crate::middleware::{CallerTask, SessionTask};
-use crate::request_span::RequestSpan;
 use crate::task::{ANOTHER_CALLER, MAX_SUBSCRIPTIONS, Task};
 use crate::tasks::{Admitted, TaskStarter, Tasks};
 
@@ -42,15 +43,6 @@ mod skills;
 
 use self::forwarded::{answer, params, response};
 use self::relaying::relaying;
-
-/// The protocol revisions served: 2026-07-28 (without sessions) and every session-based one.
-pub const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
-    ProtocolVersion::V_2026_07_28,
-    ProtocolVersion::V_2025_11_25,
-    ProtocolVersion::V_2025_06_18,
-    ProtocolVersion::V_2025_03_26,
-    ProtocolVersion::V_2024_11_05,
-];
 
 /// The MCP handler of one session, or of one request without a session.
 pub struct SessionHandler {
@@ -73,11 +65,10 @@ impl SessionHandler {
     /// `StreamableHttpService` takes a `ServerHandler`, not a `Service`, so the check cannot
     /// wrap every method from outside.
     async fn task(&self, context: &RequestContext<RoleServer>) -> Result<Arc<Task>, McpError> {
-        let caller = identity_of(context);
-        if let Some(SessionTask(task)) =
-            parts(context).and_then(|p| p.extensions.get::<SessionTask>())
-        {
-            return if task.owned_by(caller.as_ref()) {
+        let checked = checked(context);
+        let caller = checked.map(|checked| &checked.identity);
+        if let Some(task) = checked.and_then(|checked| checked.session.as_ref()) {
+            return if task.owned_by(caller) {
                 Ok(task.clone())
             } else {
                 Err(McpError::invalid_request(ANOTHER_CALLER, None))
@@ -95,20 +86,17 @@ impl SessionHandler {
                 None,
             ));
         };
-        // Resolved by the middleware (which counted its streams); else — a request that did
-        // not pass through it — looked up, or composed in the place the middleware took.
-        if let Some(CallerTask(task)) =
-            parts(context).and_then(|p| p.extensions.get::<CallerTask>())
-            && task.owned_by(Some(&caller))
+        // Resolved by the gate (which counted its streams); else — a request that did not
+        // pass through it — looked up, or composed in the place the gate took.
+        if let Some(task) = checked.and_then(|checked| checked.caller_task.as_ref())
+            && task.owned_by(Some(caller))
         {
             return Ok(task.clone());
         }
-        let offered = parts(context)
-            .and_then(|parts| parts.extensions.get::<Admitted>())
+        let offered = checked
+            .and_then(|checked| checked.admitted.as_ref())
             .and_then(Admitted::take_place);
-        self.tasks
-            .caller_task(&caller, offered, &self.starter)
-            .await
+        self.tasks.caller_task(caller, offered, &self.starter).await
     }
 }
 
@@ -120,23 +108,23 @@ fn is_sessionless(context: &RequestContext<RoleServer>) -> bool {
         .is_some_and(|version| !version.has_initialize())
 }
 
-/// The HTTP request parts rmcp attached to a request.
-fn parts(context: &RequestContext<RoleServer>) -> Option<&axum::http::request::Parts> {
-    context.extensions.get::<axum::http::request::Parts>()
+/// What the gate established about the request (`edge.rs`), on the HTTP request's parts rmcp
+/// attached to it: rmcp's handlers see those parts and nothing else of the request.
+fn checked(context: &RequestContext<RoleServer>) -> Option<&Checked> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Checked>())
 }
 
 /// The request's span (`request_span.rs`): what a handler does, in a task of rmcp's, joins it.
 fn request_span_of(context: &RequestContext<RoleServer>) -> tracing::Span {
-    parts(context)
-        .and_then(|parts| parts.extensions.get::<RequestSpan>())
-        .map_or_else(tracing::Span::none, |RequestSpan(span)| span.clone())
+    checked(context).map_or_else(tracing::Span::none, |checked| checked.span.clone())
 }
 
-/// The identity the identity middleware attached to the HTTP request.
+/// The caller the gate checked.
 fn identity_of(context: &RequestContext<RoleServer>) -> Option<Identity> {
-    parts(context)
-        .and_then(|parts| parts.extensions.get::<Identity>())
-        .cloned()
+    checked(context).map(|checked| checked.identity.clone())
 }
 
 impl ServerHandler for SessionHandler {
@@ -187,7 +175,7 @@ impl ServerHandler for SessionHandler {
                     None,
                 ));
             };
-            if parts(&context).is_some_and(|p| p.extensions.get::<SessionTask>().is_some()) {
+            if checked(&context).is_some_and(|checked| checked.session.is_some()) {
                 return Err(McpError::invalid_request(
                     "the session is already initialized",
                     None,
@@ -202,7 +190,7 @@ impl ServerHandler for SessionHandler {
                 result.instructions = Some(instructions.clone());
             }
             skills::declare(&mut result.capabilities, &project.composed);
-            let admitted = parts(&context).and_then(|parts| parts.extensions.get::<Admitted>());
+            let admitted = checked(&context).and_then(|checked| checked.admitted.as_ref());
             let task = self.starter.start(
                 identity,
                 project,

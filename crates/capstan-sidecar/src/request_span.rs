@@ -23,11 +23,6 @@ use crate::message::{Message, PROTOCOL_VERSION_META};
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-/// The request's span, carried in the request's extensions to the handlers rmcp runs in tasks
-/// of its own (`mcp.rs`), whose spans then join it.
-#[derive(Clone, Debug)]
-pub struct RequestSpan(pub Span);
-
 /// A new request's span, its parent read from the request's `traceparent` header. Not yet
 /// entered: [`describe`] may still give it the parent a message's `_meta` names.
 pub fn request_span(headers: &HeaderMap) -> Span {

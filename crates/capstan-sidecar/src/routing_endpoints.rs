@@ -4,9 +4,6 @@
 //! shows). Both answer only for the caller's own project, with the same identity checks as
 //! `/v1/composition`.
 
-use std::sync::Arc;
-
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
@@ -15,7 +12,8 @@ use capstan_route::{Catalog, Requirements, RouteRequest};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::identity::{Identity, refusal};
+use crate::edge::request::Checked;
+use crate::identity::refusal;
 use crate::inspect::Inspection;
 use crate::route_decision::decide;
 
@@ -61,11 +59,13 @@ struct UnknownCapability {
 }
 
 /// `GET /v1/route-decisions`.
-pub async fn route_decisions(State(inspection): State<Arc<Inspection>>, parts: Parts) -> Response {
-    let Some(identity) = parts.extensions.get::<Identity>() else {
-        return refusal(StatusCode::BAD_REQUEST, "forbidden", "no caller identity");
-    };
-    let params = query(&parts);
+pub(crate) fn route_decisions(
+    inspection: &Inspection,
+    checked: &Checked,
+    parts: &Parts,
+) -> Response {
+    let identity = &checked.identity;
+    let params = query(parts);
     for (key, _) in &params {
         if key != "capability" && key != "limit" {
             return bad_request(format!(
@@ -101,11 +101,9 @@ pub async fn route_decisions(State(inspection): State<Arc<Inspection>>, parts: P
 
 /// `GET /v1/routes?capability=`: from the caller's live session when there is one, otherwise
 /// composed (at most once per caller and capability every few seconds, like inspection).
-pub async fn routes(State(inspection): State<Arc<Inspection>>, parts: Parts) -> Response {
-    let Some(identity) = parts.extensions.get::<Identity>().cloned() else {
-        return refusal(StatusCode::BAD_REQUEST, "forbidden", "no caller identity");
-    };
-    let capability = match capability_filter(&query(&parts)) {
+pub(crate) async fn routes(inspection: &Inspection, checked: &Checked, parts: &Parts) -> Response {
+    let identity = checked.identity.clone();
+    let capability = match capability_filter(&query(parts)) {
         Ok(Some(capability)) => capability,
         Ok(None) => {
             return bad_request(
@@ -114,7 +112,7 @@ pub async fn routes(State(inspection): State<Arc<Inspection>>, parts: Parts) -> 
         }
         Err(unknown) => return bad_request(unknown.to_string()),
     };
-    let live = inspection.live_task(&parts, &identity);
+    let live = inspection.live_task(checked);
     if let Some(task) = live {
         let served = task.served();
         return axum::Json(routes_view(

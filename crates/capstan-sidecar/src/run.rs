@@ -27,13 +27,13 @@ use crate::config::{
     UpstreamSettings,
 };
 use crate::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
+use crate::edge::router;
 use crate::feeds::ProjectFeeds;
 use crate::metering::Meter;
 use crate::metrics::{Metrics, WatchMetrics};
 use crate::project_composer::ProjectComposer;
 use crate::reaper::revalidate_streams;
 use crate::request_states::RequestStates;
-use crate::server::router;
 use crate::socket::{self, SocketError};
 use crate::task::TaskContext;
 use crate::tasks::{Lifetimes, TaskStarter, Tasks};

@@ -3,20 +3,18 @@
 //! rmcp's Streamable HTTP server hands every request through its session manager, the
 //! session's worker, the service loop and a handler task, and streams the answer back as SSE
 //! through the same hops. For the hot path of a sidecar — a tool call inside a session
-//! whose identity the middleware has just checked — those hand-offs cost more than the
+//! whose identity the gate has just checked — those hand-offs cost more than the
 //! forwarding itself (the sidecar benchmark's profile: context switches and channel hops
 //! were most of the sidecar's own time). So a single `tools/call` request with a live task is
 //! served here with the same `Task::call` the rmcp handler uses, and answered with an
 //! `application/json` body, which Streamable HTTP allows for any POST. Everything else —
 //! `initialize`, `tools/list`, notifications, batches — goes to rmcp (a session's GET stream
-//! and DELETE to `session_requests.rs`).
+//! and DELETE to `edge/session_stream.rs`).
 //!
 //! A `tools/call` of the 2026-07-28 revision (no session) is answered here too, from the
-//! caller's task the middleware resolved, when it is plainly well-formed: `MCP-Protocol-Version`
-//! and its `_meta` both name 2026-07-28, and `Mcp-Method` and `Mcp-Name` are each sent once
-//! and agree with the body as plain text. Any other such request — a header missing,
-//! repeated, contradicting or Base64-encoded, another revision — goes to rmcp, whose checks
-//! answer it. Its result carries `resultType`, and it is cancelled by closing its stream (no
+//! caller's task the gate resolved, when it is plainly well-formed
+//! (`edge/protocol.rs` `plain_sessionless_call`); any other goes to rmcp, whose checks answer
+//! it. Its result carries `resultType`, and it is cancelled by closing its stream (no
 //! id of it is tracked: ids are the caller's own per request).
 //!
 //! A provider that says something about the call before answering it — progress on the
@@ -32,84 +30,43 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use capstan_api::wire::{MCP_METHOD, MCP_PROTOCOL_VERSION};
 use capstan_compose::{RELAY_CAPACITY, ToCaller};
 use futures::StreamExt;
 use rmcp::ErrorData as McpError;
+use rmcp::model::ResultType;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ServerResult};
-use rmcp::model::{ProtocolVersion, ResultType};
 use serde_json::{Value, json};
 use tracing::Instrument as _;
 
-use crate::identity::Identity;
-use crate::mcp::SUPPORTED_VERSIONS;
-use crate::message::{Envelope, Message, PROTOCOL_VERSION_META, Params};
-use crate::middleware::{CallerTask, SessionTask};
+use super::protocol::header_mismatch;
+use super::request::EdgeRequest;
+use crate::identity::{Identity, refusal};
+use crate::message::{Envelope, Message, Params};
 use crate::request_span;
 use crate::task::Task;
 
-/// The middleware: serves `tools/call` of a live session or a plain 2026-07-28 caller, stops
-/// one on the caller's `notifications/cancelled`, passes everything else on.
-pub async fn tools_call(mut request: Request, next: Next) -> Response {
-    let is_call = match intercepted(&request) {
-        Intercepted::Call => true,
-        Intercepted::Cancel(id) => {
-            if let Some(SessionTask(task)) = request.extensions().get::<SessionTask>() {
-                task.cancel_call(&id);
-            }
-            // rmcp acknowledges the notification. A request it serves (`prompts/get`, …) runs
-            // to its end: rmcp keeps no session to find it in, and none waits on a provider's
-            // question.
-            false
-        }
-        Intercepted::Answer(id) => {
-            // In a session only the sidecar asks the caller anything (rmcp keeps no session),
-            // so an answer nobody waits for any more is accepted and dropped.
-            if let Some(SessionTask(task)) = request.extensions().get::<SessionTask>() {
-                let answer = request.extensions().get::<Message>();
-                if let Some(answer) = answer
-                    .and_then(Message::single)
-                    .and_then(|m| m.answer.clone())
-                {
-                    task.answer(&id, answer);
-                }
-                return StatusCode::ACCEPTED.into_response();
-            }
-            false
-        }
-        Intercepted::Other => false,
-    };
-    let in_session = request.extensions().get::<SessionTask>().is_some();
-    if !is_call || !(in_session || plain_sessionless_call(&request)) {
-        return next.run(request).await;
-    }
-    if in_session && let Some(refused) = header_mismatch(&request) {
+/// Serves a `tools/call` (`request`, told apart by the edge's dispatcher) with `task`: in a
+/// session, its protocol headers checked first.
+pub(super) async fn serve(task: Arc<Task>, request: EdgeRequest, in_session: bool) -> Response {
+    if in_session && let Some(refused) = header_mismatch(&request.parts.headers) {
         return refused;
     }
-    let task = match request.extensions_mut().remove::<SessionTask>() {
-        Some(SessionTask(task)) => Some(task),
-        None => request
-            .extensions_mut()
-            .remove::<CallerTask>()
-            .map(|CallerTask(task)| task),
+    let Some(Message::Single(message)) = request.message else {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            "tools/call: send one JSON-RPC request, not a batch",
+        );
     };
-    let (Some(Message::Single(message)), Some(task)) =
-        (request.extensions_mut().remove::<Message>(), task)
-    else {
-        return next.run(request).await;
-    };
-    let caller = request.extensions().get::<Identity>().cloned();
-    serve(task, caller, message, in_session).await
+    serve_call(task, Some(request.checked.identity), message, in_session).await
 }
 
 /// Serves the call in `message` with `task`: its answer as JSON, or as an SSE stream when the
 /// provider says something about the call first.
-async fn serve(
+async fn serve_call(
     task: Arc<Task>,
     caller: Option<Identity>,
     message: Box<Envelope>,
@@ -199,77 +156,6 @@ fn typed_for(answer: CallToolResponse, in_session: bool) -> CallToolResponse {
             CallToolResponse::Complete(result)
         }
         other => other,
-    }
-}
-
-/// Whether a `tools/call` without a session is one this path answers (the module's comment):
-/// the caller's task resolved, 2026-07-28 in the header and the `_meta`, `Mcp-Method` and
-/// `Mcp-Name` once each and equal to the body's method and name as plain text.
-fn plain_sessionless_call(request: &Request) -> bool {
-    let extensions = request.extensions();
-    let (Some(message), Some(_)) = (
-        extensions.get::<Message>().and_then(Message::single),
-        extensions.get::<CallerTask>(),
-    ) else {
-        return false;
-    };
-    let headers = request.headers();
-    let one = |name: &str| {
-        let mut values = headers.get_all(name).iter();
-        match (values.next(), values.next()) {
-            (Some(value), None) => value.to_str().ok(),
-            _ => None,
-        }
-    };
-    let revision = ProtocolVersion::V_2026_07_28.as_str();
-    let name = message.param("name");
-    one(MCP_PROTOCOL_VERSION) == Some(revision)
-        && message.meta_str(PROTOCOL_VERSION_META) == Some(revision)
-        && one(MCP_METHOD) == Some("tools/call")
-        && name.is_some_and(|name| !name.starts_with(BASE64_PREFIX) && one(MCP_NAME) == Some(name))
-}
-
-/// `Mcp-Name`: the tool a 2026-07-28 `tools/call` names.
-const MCP_NAME: &str = "mcp-name";
-/// A header value sent Base64-encoded starts so (left to rmcp to decode and check).
-const BASE64_PREFIX: &str = "=?base64?";
-
-/// What the middleware looks at in a request's message.
-enum Intercepted {
-    /// A `tools/call` request.
-    Call,
-    /// A `notifications/cancelled` for the request with this id.
-    Cancel(Value),
-    /// A response of the caller's, to the request with this id (a provider's question).
-    Answer(Value),
-    /// Anything else.
-    Other,
-}
-
-fn intercepted(request: &Request) -> Intercepted {
-    let Some(message) = request
-        .extensions()
-        .get::<Message>()
-        .and_then(Message::single)
-    else {
-        return Intercepted::Other;
-    };
-    let id = message.id.as_ref();
-    match message.method() {
-        Some("tools/call") if id.is_some_and(|id| id.is_string() || id.is_number()) => {
-            Intercepted::Call
-        }
-        Some("notifications/cancelled") if id.is_none() => {
-            let params = message.untyped_params();
-            match params.and_then(|p| p.get("requestId")) {
-                Some(id) => Intercepted::Cancel(id.clone()),
-                None => Intercepted::Other,
-            }
-        }
-        None if message.answer.is_some() => {
-            id.map_or(Intercepted::Other, |id| Intercepted::Answer(id.clone()))
-        }
-        _ => Intercepted::Other,
     }
 }
 
@@ -415,46 +301,4 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-/// The checks rmcp makes on a request's protocol headers, made here for the calls it does not
-/// see: a `MCP-Protocol-Version` the sidecar does not speak, or an `Mcp-Method` header that
-/// contradicts the body, is refused with 400.
-fn header_mismatch(request: &Request) -> Option<Response> {
-    let headers = request.headers();
-    if let Some(refused) = unknown_revision(headers) {
-        return Some(refused);
-    }
-    if let Some(method) = headers.get(MCP_METHOD)
-        && method.as_bytes() != b"tools/call"
-    {
-        return Some(bad_request(
-            "the Mcp-Method header does not match the request's method",
-        ));
-    }
-    None
-}
-
-/// A `MCP-Protocol-Version` the sidecar does not speak, refused with 400 as rmcp refuses it:
-/// the check of every request of a session rmcp does not see (a call here, a GET stream or
-/// DELETE in `session_requests.rs`).
-pub(crate) fn unknown_revision(headers: &axum::http::HeaderMap) -> Option<Response> {
-    let version = headers.get(MCP_PROTOCOL_VERSION)?;
-    let known = version
-        .to_str()
-        .is_ok_and(|v| SUPPORTED_VERSIONS.iter().any(|s| s.as_str() == v));
-    (!known).then(|| {
-        bad_request("unsupported MCP-Protocol-Version: use the revision negotiated at initialize")
-    })
-}
-
-fn bad_request(message: &str) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        axum::Json(json!({
-            "jsonrpc": "2.0", "id": null,
-            "error": { "code": -32600, "message": message }
-        })),
-    )
-        .into_response()
 }

@@ -202,40 +202,40 @@ async fn a_listen_stream_without_a_session_should_count_against_the_tasks_cap() 
     assert_eq!(task.open_streams(), 0);
 }
 
-/// A router that serves as rmcp does what the middleware hands it: an `initialize` starts
-/// the caller's task in the place admitted and leaves it for the middleware to bind (or,
-/// with `fail`, answers 500 and starts nothing); a request in a session is accepted (202).
+/// A router that serves as rmcp does what the gate hands it: an `initialize` starts the
+/// caller's task in the place admitted and leaves it for the gate to bind (or, with `fail`,
+/// answers 500 and starts nothing); a request in a session is accepted (202).
 fn serving(tasks: &Arc<Tasks>, fail: bool) -> axum::Router {
     let starter = crate::tasks::tests::starter();
-    let handler = move |request: Request| {
+    let serve: Serve = Arc::new(move |request: EdgeRequest| {
         let starter = starter.clone();
-        async move {
+        Box::pin(async move {
+            let checked = request.checked;
             // In a session (a DELETE, a notification): accepted, as rmcp answers.
-            if request.extensions().get::<SessionTask>().is_some() {
+            if checked.session.is_some() {
                 return StatusCode::ACCEPTED.into_response();
             }
             if fail {
                 return StatusCode::INTERNAL_SERVER_ERROR.into_response();
             }
-            let identity = request.extensions().get::<Identity>().unwrap().clone();
-            let admitted = request.extensions().get::<Admitted>().unwrap();
+            let admitted = checked.admitted.unwrap();
             let project = starter
-                .compose(&identity, capstan_compose::CallerRevision::Stateless)
+                .compose(
+                    &checked.identity,
+                    capstan_compose::CallerRevision::Stateless,
+                )
                 .await;
-            let task = starter.start(identity, project, admitted.take_place(), None);
+            let task = starter.start(checked.identity, project, admitted.take_place(), None);
             admitted.started(&task);
             "initialized".into_response()
-        }
+        })
+    });
+    let gate = Gate {
+        tasks: tasks.clone(),
+        starter: None,
+        serve,
     };
-    axum::Router::new()
-        .fallback(handler)
-        .layer(axum::middleware::from_fn_with_state(
-            Gate {
-                tasks: tasks.clone(),
-                starter: None,
-            },
-            check,
-        ))
+    axum::Router::new().fallback(check).with_state(gate)
 }
 
 /// An answered `initialize` is bound under the id the sidecar mints and answers with: that

@@ -1,7 +1,8 @@
-//! The per-request checks in front of everything on the socket: the Host, the caller's
-//! identity on every request, and for MCP requests the session — a session id must name a
-//! session bound to this caller; `initialize` is admitted within the session cap and bound to
-//! its caller when it answers.
+//! The gate: the per-request checks in front of everything on the socket — the Host, the
+//! caller's identity on every request, and for MCP requests the session (a session id must
+//! name a session bound to this caller; `initialize` is admitted within the session cap and
+//! bound to its caller when it answers) — after which a request goes on as one
+//! [`EdgeRequest`] to what serves it (`edge.rs`).
 //!
 //! With a caller check configured (`caller_check.rs`), an `initialize` and a composition read
 //! outside a session are admitted only for a caller the project's control plane admits.
@@ -26,46 +27,38 @@ use tracing::{Instrument as _, Span, error};
 mod classify;
 
 use self::classify::{Kind, classify, read_message};
+use super::request::{Checked, EdgeRequest, Serve};
 use crate::admission::{Full, Place};
 use crate::identity::{Identity, refusal};
 use crate::message::Message;
-use crate::request_span::{RequestSpan, answered, describe, request_span};
+use crate::request_span::{answered, describe, request_span};
 use crate::task::{ANOTHER_CALLER, OpenStream, Task};
 use crate::tasks::{Admitted, Lookup, TaskKey, TaskStarter, Tasks};
 
 /// Largest request body the sidecar reads. 4 MiB: far above any tool call's arguments, small
 /// enough that a runaway client cannot make the sidecar buffer much.
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// How long a refused request's body is read before the refusal is sent anyway: a client
 /// still writing after this is too slow to wait for.
 const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The JSON-RPC error code of [`session_not_found`] (the TypeScript SDK's servers use it).
-pub const SESSION_NOT_FOUND_CODE: i64 = -32001;
-
-/// The live task of the session a request belongs to, for the handlers after the middleware.
-#[derive(Clone)]
-pub struct SessionTask(pub Arc<Task>);
-
-/// The task of the caller of a request without a session (2026-07-28), resolved by the
-/// middleware, for the rmcp handler (which still checks the caller against it).
-#[derive(Clone)]
-pub struct CallerTask(pub Arc<Task>);
+pub(crate) const SESSION_NOT_FOUND_CODE: i64 = -32001;
 
 /// Sends `refusal` once the request's `body` has been read (at most [`MAX_BODY_BYTES`], for at
 /// most [`DRAIN_TIMEOUT`]) and dropped. A refusal sent before the body is read makes the
 /// server close the connection while a client that writes its headers and body separately
 /// (Python's `http.client`) is still writing: it sees a broken pipe, never the refusal.
-pub async fn after_body(body: Body, refusal: Response) -> Response {
+pub(crate) async fn after_body(body: Body, refusal: Response) -> Response {
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await;
     refusal
 }
 
 /// Refuses a request whose Host is not `localhost`, on every path. rmcp checks the Host of
-/// what reaches it, but `tools/call` in a session and `/v1/composition` are answered before
+/// what reaches it, but `tools/call` in a session and `/v1/composition` are answered without
 /// rmcp; one check in front of everything keeps the rule the same for all of them.
-pub async fn check_host(request: Request, next: Next) -> Response {
+pub(crate) async fn check_host(request: Request, next: Next) -> Response {
     let host = request
         .headers()
         .get(header::HOST)
@@ -95,7 +88,7 @@ pub async fn check_host(request: Request, next: Next) -> Response {
 /// The answer to a request naming a session that is not bound: 404, as MCP prescribes for a
 /// session that has ended, with a JSON-RPC error body (the shape the TypeScript SDK's servers
 /// send), so clients start a new session with `initialize`.
-pub fn session_not_found() -> Response {
+pub(crate) fn session_not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
         axum::Json(json!({
@@ -119,14 +112,16 @@ fn unreadable_table() -> Response {
     )
 }
 
-/// What the identity middleware consults: the task registry (with its admission) and what
-/// starts a caller's task without a session.
+/// What the gate consults — the task registry (with its admission) and what starts a caller's
+/// task without a session — and what serves the requests it lets through.
 #[derive(Clone)]
-pub struct Gate {
+pub(crate) struct Gate {
     /// Every live task, and who may open what.
-    pub tasks: Arc<Tasks>,
+    pub(crate) tasks: Arc<Tasks>,
     /// Starts tasks of callers without a session; `None` where none are served (unit tests).
-    pub starter: Option<Arc<TaskStarter>>,
+    pub(crate) starter: Option<Arc<TaskStarter>>,
+    /// Serves what the gate lets through (`Edge::dispatch`).
+    pub(crate) serve: Serve,
 }
 
 /// `response` with `held` kept alive until its body has been sent or dropped: a stream's place
@@ -150,7 +145,7 @@ fn refused_by(full: Full) -> Refused {
 
 /// The live task of session `id`, if it is `identity`'s. Fails closed: an id the registry
 /// does not know (made up, reaped, or an `initialize` that never bound) is gone as far as
-/// this caller is concerned, whatever rmcp still holds.
+/// this caller is concerned, whatever rmcp ever held.
 fn session_task(tasks: &Tasks, id: &str, identity: &Identity) -> Result<Arc<Task>, Refused> {
     match tasks.session(id) {
         Err(_) => Err(Box::new(unreadable_table())),
@@ -187,7 +182,7 @@ async fn check_caller(gate: &Gate, kind: &Kind, identity: &Identity) -> Result<(
 
 /// What the request opens, admitted: the place of a new session or of a caller's first task
 /// (`Admitted`), the caller's task without a session (resolved here, so its streams are
-/// counted before rmcp serves them), and the stream it opens (its count and place, held by
+/// counted before they are served), and the stream it opens (its count and place, held by
 /// the response body).
 struct Opened {
     admitted: Option<Admitted>,
@@ -261,12 +256,12 @@ async fn admit(
 
 /// The identity check on every request; then, for MCP requests, the request classified once,
 /// its session bound to its caller, the caller checked against the project, what it opens
-/// admitted; after the answer, a new session bound and an ended one forgotten. All of it in the
-/// request's span (`request_span.rs`).
-pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+/// admitted; then served; after the answer, a new session bound and an ended one forgotten.
+/// All of it in the request's span (`request_span.rs`).
+pub(crate) async fn check(State(gate): State<Gate>, request: Request) -> Response {
     let span = request_span(request.headers());
     let tasks = gate.tasks.clone();
-    let response = checked(gate, request, next, &span).await;
+    let response = checked(gate, request, &span).await;
     answered(&span, &response);
     if response.status().is_client_error()
         && let Some(metrics) = tasks.admission().metrics()
@@ -276,7 +271,7 @@ pub async fn check(State(gate): State<Gate>, request: Request, next: Next) -> Re
     response
 }
 
-async fn checked(gate: Gate, request: Request, next: Next, span: &Span) -> Response {
+async fn checked(gate: Gate, request: Request, span: &Span) -> Response {
     let admission = gate.tasks.admission();
     let identity = match Identity::from_headers(request.headers(), admission.project_header()) {
         Ok(identity) => identity,
@@ -313,7 +308,7 @@ async fn checked(gate: Gate, request: Request, next: Next, span: &Span) -> Respo
     } else {
         Kind::Read { session }
     };
-    serve_checked(gate, kind, identity, parts, body, message, next)
+    serve_checked(gate, kind, identity, parts, body, message)
         .instrument(span.clone())
         .await
 }
@@ -323,10 +318,9 @@ async fn serve_checked(
     gate: Gate,
     kind: Kind,
     identity: Identity,
-    mut parts: axum::http::request::Parts,
+    parts: axum::http::request::Parts,
     body: Body,
     message: Option<Message>,
-    next: Next,
 ) -> Response {
     let bound = match kind.session() {
         Some(id) => match session_task(&gate.tasks, id, &identity) {
@@ -352,22 +346,21 @@ async fn serve_checked(
         Ok(opened) => opened,
         Err(refused) => return *refused,
     };
-    if let Some(message) = message {
-        parts.extensions.insert(message);
-    }
-    if let Some(admitted) = &opened.admitted {
-        parts.extensions.insert(admitted.clone());
-    }
-    if let Some(task) = opened.caller_task {
-        parts.extensions.insert(CallerTask(task));
-    }
-    if let Some(task) = bound {
-        parts.extensions.insert(SessionTask(task));
-    }
-    parts.extensions.insert(identity);
-    parts.extensions.insert(RequestSpan(Span::current()));
     let delete = parts.method == Method::DELETE;
-    let response = next.run(Request::from_parts(parts, body)).await;
+    let checked = Checked {
+        identity,
+        session: bound,
+        caller_task: opened.caller_task,
+        admitted: opened.admitted.clone(),
+        span: Span::current(),
+    };
+    let request = EdgeRequest {
+        checked,
+        parts,
+        body,
+        message,
+    };
+    let response = (gate.serve)(request).await;
     let response = settle(
         &gate.tasks,
         &kind,

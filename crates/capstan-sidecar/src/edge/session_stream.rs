@@ -1,67 +1,45 @@
 //! What a session asks that is not a JSON-RPC request: its GET stream and its DELETE.
 //!
 //! The sidecar keeps its sessions itself (`tasks.rs`): it mints the id when `initialize`
-//! answers (`middleware::settle`), rmcp serves each POST of a session with a handler made for
-//! that request, and nothing of rmcp lives between requests. So the two requests that are
-//! about the session itself are answered here, for a session the identity middleware has
-//! found bound to this caller:
+//! answers (`edge/gate.rs`, `settle`), rmcp serves each POST of a session with a handler made
+//! for that request, and nothing of rmcp lives between requests. So the two requests that are
+//! about the session itself are answered here, for a session the gate has found bound to
+//! this caller:
 //!
 //! - **GET** opens a stream of the session: its list changes and the updates of resources it
 //!   subscribed to, as SSE events (`Task::open_session_stream`; each on one stream, when the
 //!   client holds several; a change already waiting for a client slow to read is not queued
 //!   twice, `task/outbox.rs`), with a keep-alive comment every 15 s. It ends when the task does
-//!   (DELETE, idle, a revoked caller, shutdown) or the client leaves; its place is the
-//!   middleware's (a task's streams are capped). It replays nothing (`Last-Event-ID` opens a
-//!   new stream): a client that missed a change re-lists.
+//!   (DELETE, idle, a revoked caller, shutdown) or the client leaves; its place is the gate's
+//!   (a task's streams are capped). It replays nothing (`Last-Event-ID` opens a new stream): a
+//!   client that missed a change re-lists.
 //! - **DELETE** ends the session (`Tasks::end`): its upstream sessions and streams close, and
 //!   its next request is 404.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::Request;
-use axum::http::{HeaderMap, Method, StatusCode, header};
-use axum::middleware::Next;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use capstan_api::wire::MCP_SESSION_ID;
 use futures::StreamExt as _;
 
-use crate::call_fast_path::unknown_revision;
-use crate::middleware::SessionTask;
+use super::protocol::unknown_revision;
+use crate::task::Task;
 use crate::tasks::{TaskKey, Tasks};
 
 /// How often a stream held open gets a keep-alive comment: the Python SDK drops a stream
 /// silent for 300 s, and a proxy in between may sooner.
-pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+pub(crate) const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// The middleware: answers a session's GET and DELETE, passes everything else on.
-pub async fn session_requests(
-    axum::extract::State(tasks): axum::extract::State<std::sync::Arc<Tasks>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let method = request.method().clone();
-    if method != Method::GET && method != Method::DELETE {
-        return next.run(request).await;
-    }
-    let Some(SessionTask(task)) = request.extensions().get::<SessionTask>().cloned() else {
-        return next.run(request).await;
-    };
-    if let Some(refused) = unknown_revision(request.headers()) {
+/// A session's GET: the stream of `task`.
+pub(super) fn open(task: &Arc<Task>, headers: &HeaderMap) -> Response {
+    if let Some(refused) = unknown_revision(headers) {
         return refused;
     }
-    if method == Method::DELETE {
-        if let Some(id) = request
-            .headers()
-            .get(MCP_SESSION_ID)
-            .and_then(|v| v.to_str().ok())
-        {
-            tasks.end(&TaskKey::Session(id.to_owned()));
-        }
-        return StatusCode::NO_CONTENT.into_response();
-    }
-    if !accepts_event_stream(request.headers()) {
+    if !accepts_event_stream(headers) {
         return (
             StatusCode::NOT_ACCEPTABLE,
             "Not Acceptable: a session's GET stream is text/event-stream; send Accept: \
@@ -71,7 +49,6 @@ pub async fn session_requests(
     }
     let stream = task.open_session_stream();
     let mut ended = task.ended();
-    drop(task);
     let messages = futures::stream::unfold(stream, |mut stream| async move {
         Some((stream.next().await, stream))
     })
@@ -82,6 +59,17 @@ pub async fn session_requests(
     Sse::new(messages)
         .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE))
         .into_response()
+}
+
+/// A session's DELETE: the session the request names ends.
+pub(super) fn end(tasks: &Tasks, headers: &HeaderMap) -> Response {
+    if let Some(refused) = unknown_revision(headers) {
+        return refused;
+    }
+    if let Some(id) = headers.get(MCP_SESSION_ID).and_then(|v| v.to_str().ok()) {
+        tasks.end(&TaskKey::Session(id.to_owned()));
+    }
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// Whether the request's `Accept` takes `text/event-stream` (or anything).

@@ -1,4 +1,4 @@
-//! The middleware's unit tests: classification, the Host check and session binding.
+//! The gate's unit tests: classification, the Host check and session binding.
 
 #![allow(clippy::unwrap_used)]
 
@@ -21,23 +21,36 @@ fn counting() -> (axum::Router, Arc<AtomicU64>) {
     (router, reached)
 }
 
-/// [`counting`] behind the identity middleware.
+/// What serves the requests the gate lets through in these tests: it counts them and answers
+/// "served".
+fn counting_serve() -> (Serve, Arc<AtomicU64>) {
+    let reached = Arc::new(AtomicU64::new(0));
+    let counter = reached.clone();
+    let serve: Serve = Arc::new(move |_request| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { "served".into_response() })
+    });
+    (serve, reached)
+}
+
+/// The gate in front of [`counting_serve`].
 fn guarded(tasks: &Arc<Tasks>) -> (axum::Router, Arc<AtomicU64>) {
     gated(tasks, None)
 }
 
-/// [`counting`] behind the identity middleware, callers without a session served by tasks
+/// The gate in front of [`counting_serve`], callers without a session served by tasks
 /// `starter` starts.
 fn gated(tasks: &Arc<Tasks>, starter: Option<Arc<TaskStarter>>) -> (axum::Router, Arc<AtomicU64>) {
-    let (router, reached) = counting();
-    let router = router.layer(axum::middleware::from_fn_with_state(
-        Gate {
-            tasks: tasks.clone(),
-            starter,
-        },
-        check,
-    ));
-    (router, reached)
+    let (serve, reached) = counting_serve();
+    let gate = Gate {
+        tasks: tasks.clone(),
+        starter,
+        serve,
+    };
+    (
+        axum::Router::new().fallback(check).with_state(gate),
+        reached,
+    )
 }
 
 fn sessions() -> Arc<Tasks> {

@@ -1,0 +1,45 @@
+//! What passes from the gate (`edge/gate.rs`) to what serves a request (`edge.rs`): one
+//! [`EdgeRequest`], read once, with what the gate established about it ([`Checked`]).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::request::Parts;
+use axum::response::Response;
+use futures::future::BoxFuture;
+use tracing::Span;
+
+use crate::identity::Identity;
+use crate::message::Message;
+use crate::task::Task;
+use crate::tasks::Admitted;
+
+/// What the gate established about a request: who asks, the task of the session it names or
+/// the caller's task without a session, the place it was admitted with, and the span it is
+/// served in.
+#[derive(Clone)]
+pub(crate) struct Checked {
+    pub(crate) identity: Identity,
+    /// The task of the session the request names, bound to this caller.
+    pub(crate) session: Option<Arc<Task>>,
+    /// The caller's task without a session (a 2026-07-28 request), its streams counted.
+    pub(crate) caller_task: Option<Arc<Task>>,
+    /// The place an `initialize` or a caller's first request took, and the task it starts.
+    pub(crate) admitted: Option<Admitted>,
+    /// The request's span (`request_span.rs`): what serves it, in whatever task, joins it.
+    pub(crate) span: Span,
+}
+
+/// A request the gate let through, read once.
+pub(crate) struct EdgeRequest {
+    pub(crate) checked: Checked,
+    pub(crate) parts: Parts,
+    /// The body, whole again for an MCP POST (its bytes were read for `message`).
+    pub(crate) body: Body,
+    /// An MCP POST's JSON-RPC message, parsed once.
+    pub(crate) message: Option<Message>,
+}
+
+/// What serves the requests the gate lets through: [`Edge::dispatch`] (a test of the gate's
+/// own serves them with a handler that records that it was reached).
+pub(crate) type Serve = Arc<dyn Fn(EdgeRequest) -> BoxFuture<'static, Response> + Send + Sync>;
