@@ -678,7 +678,7 @@ async fn measure(workload: &Workload) -> Figures {
 }
 
 /// 2026-07-28 against a session revision through the same sidecar: `tools/call` of `tool`
-/// alternated call by call between a session (2025-11-25, answered by `call_fast_path.rs`) and a
+/// alternated call by call between a session (2025-11-25, answered by `edge/tools_call.rs`) and a
 /// client without one (each request checked and served by the caller's task), and the first
 /// request of a new caller — `initialize` against `server/discover`, each composing a task —
 /// alternated. (call p50 session, call p50 2026-07-28, calls each, setup p50 session, setup

@@ -324,7 +324,7 @@ mod tests {
     fn admission() -> Arc<Admission> {
         let admission = Admission::new(HeaderName::from_static("x-capstan-project"), caps());
         // The caps it enforces are the ones it reports (the stream cap is read through
-        // `caps()`; through the middleware in `tests/test_tenancy.rs`).
+        // `caps()`; through the gate in `tests/test_tenancy.rs`).
         assert_eq!(admission.caps(), caps());
         admission
     }

@@ -7,9 +7,10 @@
 //! - a session's GET stream and its DELETE: `edge/session_stream.rs`;
 //! - `tools/call` in a session or a plain 2026-07-28 one, and the caller's cancellation of a
 //!   call or answer to a provider's question: `edge/tools_call.rs`, in the request's own task;
-//! - the inspection reads (`/v1/composition`, `/v1/routes`, `/v1/route-decisions`);
+//! - the inspection reads (`/v1/composition`, `/v1/routes`, `/v1/route-decisions`:
+//!   `edge/inspect.rs`, `edge/inspect/routes.rs`);
 //! - every other MCP request: rmcp's Streamable HTTP server, with a handler made for the
-//!   request (`mcp.rs`), which is handed what the gate established as the one `Checked` on
+//!   request (`edge/rmcp_handler.rs`), which is handed what the gate established as the one `Checked` on
 //!   the request (rmcp's handlers see the HTTP request's parts and nothing else).
 //!
 //! The protocol headers of the requests the sidecar answers itself are checked in
@@ -29,21 +30,23 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::Value;
 
 pub(crate) mod gate;
+mod inspect;
 pub(crate) mod protocol;
 pub(crate) mod request;
+mod rmcp_handler;
 mod session_stream;
 mod tools_call;
 
 use self::gate::{Gate, MAX_BODY_BYTES, check, check_host};
+use self::inspect::routes::{route_decisions, routes};
+use self::inspect::{CompositionViews, Inspection, composition};
 use self::protocol::plain_sessionless_call;
 use self::request::{EdgeRequest, Serve};
+use self::rmcp_handler::SessionHandler;
 use self::session_stream::SSE_KEEP_ALIVE;
-use crate::inspect::{CompositionViews, Inspection, composition};
-use crate::mcp::SessionHandler;
 use crate::message::Message;
 use crate::project_composer::ProjectComposer;
 use crate::reaper::reap;
-use crate::routing_endpoints::{route_decisions, routes};
 use crate::task::Task;
 use crate::tasks::{TaskStarter, Tasks};
 
@@ -80,7 +83,7 @@ pub fn router(
 }
 
 /// rmcp's Streamable HTTP server, keeping no session: each request gets a handler of its own
-/// (`mcp.rs`), which finds the task the gate resolved. A session costs what the sidecar keeps
+/// (`edge/rmcp_handler.rs`), which finds the task the gate resolved. A session costs what the sidecar keeps
 /// for it (docs/performance.md "Memory per session").
 fn mcp_server(
     tasks: &Arc<Tasks>,

@@ -1,4 +1,4 @@
-//! Entry points for the fuzz targets (`fuzz/`, docs/reliability.md): the identity middleware
+//! Entry points for the fuzz targets (`fuzz/`, docs/reliability.md): the gate
 //! driven in-process with arbitrary headers and bodies, behind the same Host check and
 //! session table as the served router, in front of a handler that only records that it was
 //! reached. Not part of the sidecar's API.
@@ -17,12 +17,12 @@ use crate::edge::request::{EdgeRequest, Serve};
 use crate::identity::Identity;
 use crate::tasks::Tasks;
 
-/// What the middleware did with one request.
+/// What the gate did with one request.
 #[derive(Debug)]
 pub struct Checked {
     /// The status answered.
     pub status: StatusCode,
-    /// Whether the request got past the middleware to a handler.
+    /// Whether the request got past the gate to a handler.
     pub reached: bool,
 }
 
@@ -74,7 +74,7 @@ fn harness() -> &'static Harness {
 }
 
 /// Sends one request (`method`, `path`, raw header pairs, `body`) through the Host check and
-/// the identity middleware. `None` when the request cannot even be built (an invalid header
+/// the gate. `None` when the request cannot even be built (an invalid header
 /// name or value, which no HTTP server would hand over either).
 pub fn check_request(
     method: &str,

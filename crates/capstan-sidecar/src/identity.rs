@@ -2,7 +2,7 @@
 //! why they are refused. Pure: no session, no I/O.
 //!
 //! The sidecar binds both to the MCP session at `initialize` and compares later requests with
-//! them (the token in constant time, `middleware.rs`); caller tasks and caches are keyed by a
+//! them (the token in constant time, `edge/gate.rs`); caller tasks and caches are keyed by a
 //! digest of both (`tasks.rs`).
 
 use std::sync::{Arc, OnceLock};

@@ -13,8 +13,6 @@ mod feeds;
 #[doc(hidden)]
 pub mod fuzzing;
 mod identity;
-mod inspect;
-mod mcp;
 mod message;
 mod metering;
 mod metrics;
@@ -24,7 +22,6 @@ mod refresh;
 mod request_span;
 mod request_states;
 mod route_decision;
-mod routing_endpoints;
 mod run;
 mod socket;
 mod task;

@@ -1,6 +1,6 @@
 //! The JSON-RPC message of an MCP POST, parsed once into what the sidecar reads of it.
 //!
-//! The middleware reads a message's method, its id and a few of its params (`_meta`'s revision
+//! The gate reads a message's method, its id and a few of its params (`_meta`'s revision
 //! and trace context, a tool's or prompt's name, a cancelled request's id); the call fast path
 //! takes a `tools/call`'s params whole; rmcp parses the body's bytes itself. So a message is
 //! parsed into an [`Envelope`], not a `Value` tree: the params of a `tools/call` go straight
@@ -33,7 +33,7 @@ pub const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion
 /// The method whose params are parsed into their type here.
 const TOOLS_CALL: &str = "tools/call";
 
-/// The JSON-RPC message of an MCP POST, parsed once by the middleware.
+/// The JSON-RPC message of an MCP POST, parsed once by the gate.
 #[derive(Clone, Debug)]
 pub enum Message {
     /// One request, notification or answer.
@@ -65,7 +65,7 @@ pub enum Params {
     /// A `tools/call`'s, typed.
     Call(Box<CallToolRequestParams>),
     /// Any other method's, or a `tools/call`'s that do not fit their type (the fast path
-    /// answers those with the type's own error, `call_fast_path.rs`).
+    /// answers those with the type's own error, `edge/tools_call.rs`).
     Other(Value),
 }
 

@@ -73,7 +73,7 @@ pub struct Task {
     /// Streams open now (a session's GET streams, `subscriptions/listen` streams).
     streams: Arc<AtomicUsize>,
     /// What the session's open GET streams have yet to send: its list changes and resource
-    /// updates, each once (`task/outbox.rs`, `session_requests.rs`).
+    /// updates, each once (`task/outbox.rs`, `edge/session_stream.rs`).
     outbox: Arc<Outbox>,
     /// The open `subscriptions/listen` streams of a task without a session (2026-07-28), each
     /// told of list changes; keyed so each stream removes its own when it ends.
@@ -121,7 +121,7 @@ impl Drop for Listening<'_> {
     }
 }
 
-/// Counts a running call; the session is touched again when it ends (the identity middleware
+/// Counts a running call; the session is touched again when it ends (the gate
 /// touched it when the request arrived).
 struct Busy<'a>(&'a Task);
 
@@ -432,7 +432,7 @@ impl Task {
         self.streams.load(Ordering::Acquire)
     }
 
-    /// Follows `sink` (an open `subscriptions/listen` stream, counted by the middleware) until
+    /// Follows `sink` (an open `subscriptions/listen` stream, counted by the gate) until
     /// the returned guard is dropped. The stream does not make the task busy: how long an open
     /// stream keeps a task is the task registry's rule (`tasks.rs`), never forever.
     pub fn listen(&self, sink: SubscriptionSink) -> Listening<'_> {
@@ -457,7 +457,7 @@ impl Task {
     }
 
     /// Whether `caller` is who the task is for (the same project and token): the one check
-    /// the middleware, the rmcp handler and a call each make.
+    /// the gate, the rmcp handler and a call each make.
     pub fn owned_by(&self, caller: Option<&Identity>) -> bool {
         caller.is_some_and(|caller| caller.is_same_caller(&self.identity))
     }

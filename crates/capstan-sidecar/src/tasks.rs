@@ -124,11 +124,11 @@ pub enum Lookup {
     Unbound,
 }
 
-/// What the identity middleware admitted a request to open, handed to the rmcp handler that
-/// opens it (rmcp passes the handler the request's HTTP parts, where the middleware put it):
+/// What the gate admitted a request to open, handed to the rmcp handler that
+/// opens it (rmcp passes the handler the request's HTTP parts, where the gate put it):
 /// the place a new task takes, and — left by `initialize` — the task started, which the
-/// middleware binds to the session id it mints for the answer. The one thing that travels
-/// from the middleware through rmcp and back; it holds the task until then.
+/// gate binds to the session id it mints for the answer. The one thing that travels
+/// from the gate through rmcp and back; it holds the task until then.
 #[derive(Clone, Default)]
 pub struct Admitted(Arc<AdmittedInner>);
 
@@ -153,7 +153,7 @@ impl Admitted {
         self.0.place.lock().ok().and_then(|mut place| place.take())
     }
 
-    /// Leaves the task `initialize` started, for the middleware to bind.
+    /// Leaves the task `initialize` started, for the gate to bind.
     pub fn started(&self, task: &Arc<Task>) {
         let _ = self.0.task.set(task.clone());
     }

@@ -8,7 +8,7 @@
 //! outside a session are admitted only for a caller the project's control plane admits.
 //!
 //! An MCP request without a session must be an `initialize`, or a request of the 2026-07-28
-//! revision (which has no sessions, `mcp.rs`): such a request is checked like an `initialize`
+//! revision (which has no sessions, `edge/rmcp_handler.rs`): such a request is checked like an `initialize`
 //! — caller check included — on every request, and served by the caller's own task
 //! (`tasks.rs`), so no tool call slips past the identity by skipping `initialize`.
 
@@ -203,7 +203,7 @@ async fn admit(
         _ => false,
     };
     // A caller's live task without a session needs nothing admitted: rmcp serves the task
-    // resolved below (`mcp.rs`), and only `initialize` reads what is admitted back.
+    // resolved below (`edge/rmcp_handler.rs`), and only `initialize` reads what is admitted back.
     let admitted = if needs_place {
         Some(Admitted::with_place(
             admission.admit(identity).map_err(refused_by)?,

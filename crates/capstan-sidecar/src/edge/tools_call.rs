@@ -90,7 +90,7 @@ async fn serve_call(
     let (sink, mut relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
     let cancelled = cancellation(&task, &id, in_session);
     let asking = task.clone();
-    // In the request's span even when it ends while its answer streams, after the middleware
+    // In the request's span even when it ends while its answer streams, after the gate
     // has returned.
     let mut call: PendingCall = Box::pin(
         async move {

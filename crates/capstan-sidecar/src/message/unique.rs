@@ -1,7 +1,7 @@
 //! A request body parsed as JSON whose objects name no member twice.
 //!
 //! serde_json's `Value` keeps the last of a repeated member; rmcp's own parse of the same
-//! body refuses it (`415 unrecognized JSON-RPC message`). The middleware and the fast path
+//! body refuses it (`415 unrecognized JSON-RPC message`). The gate and the edge's `tools/call`
 //! read the parsed message (method, id, params), rmcp the bytes: with last-wins here,
 //! `{"method":"ping","method":"tools/call",…}` was served as a call that rmcp would have
 //! refused. Refusing a repeated member here keeps one reading of a body. Hand-written because

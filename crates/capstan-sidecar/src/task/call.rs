@@ -1,5 +1,5 @@
 //! How a task answers a `tools/call`, whichever path it arrived on (rmcp's session worker, or
-//! `call_fast_path.rs`): the caller and the time limit, then a built-in, a base platform tool, a routed
+//! `edge/tools_call.rs`): the caller and the time limit, then a built-in, a base platform tool, a routed
 //! capability or a provider tool. Every call is counted once under its outcome
 //! (`Task::refuse` for every refusal); calls that reach a provider are traced and metered.
 

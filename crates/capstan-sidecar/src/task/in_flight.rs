@@ -1,5 +1,5 @@
 //! The calls of a task the fast path is serving, by the caller's request id, so that the
-//! caller's `notifications/cancelled` can stop one (`call_fast_path.rs`); and the questions
+//! caller's `notifications/cancelled` can stop one (`edge/tools_call.rs`); and the questions
 //! of providers the fast path put to the caller, by the id it gave them, so that the caller's
 //! answer reaches the provider that asked. rmcp keeps its own tables for the requests it
 //! serves and sends; the fast path's are requests rmcp never sees.

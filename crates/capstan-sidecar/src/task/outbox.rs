@@ -1,4 +1,4 @@
-//! What a session's GET streams have yet to send (`session_requests.rs`).
+//! What a session's GET streams have yet to send (`edge/session_stream.rs`).
 //!
 //! A notification here only says "list again" or "read this resource again", so what waits
 //! for a client slow to read is kept once: a change noted while the same one still waits is

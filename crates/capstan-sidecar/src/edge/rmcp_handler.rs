@@ -1,7 +1,7 @@
 //! The rmcp adapter: one `SessionHandler` per request (rmcp keeps no session: the sidecar's
 //! sessions are its own, `tasks.rs`). `initialize` composes the caller's project and starts
-//! the session's task, which the middleware binds to the id it mints; a request in a session
-//! is served by the task the middleware found bound to it, and a request without a session by
+//! the session's task, which the gate binds to the id it mints; a request in a session
+//! is served by the task the gate found bound to it, and a request without a session by
 //! the caller's task. Every method serves from the task, for the caller it was started for
 //! and nobody else. What the gate established reaches a handler as the one `Checked` on the
 //! request (`edge.rs`).
@@ -31,8 +31,8 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tracing::{Instrument as _, info};
 
-use crate::edge::protocol::SUPPORTED_VERSIONS;
-use crate::edge::request::Checked;
+use super::protocol::SUPPORTED_VERSIONS;
+use super::request::Checked;
 use crate::identity::Identity;
 use crate::task::{ANOTHER_CALLER, MAX_SUBSCRIPTIONS, Task};
 use crate::tasks::{Admitted, TaskStarter, Tasks};
@@ -58,10 +58,10 @@ impl SessionHandler {
     }
 
     /// The task serving this request, for the caller it belongs to and nobody else: the
-    /// session's (bound when its `initialize` answered; found by the middleware), or — for a
+    /// session's (bound when its `initialize` answered; found by the gate), or — for a
     /// request of the 2026-07-28 revision — the caller's task without a session. The only way
-    /// a handler method reaches a task, so every method checks the identity (the identity
-    /// middleware checked it too, before rmcp saw the request). rmcp's
+    /// a handler method reaches a task, so every method checks the identity (the gate
+    /// checked it too, before rmcp saw the request). rmcp's
     /// `StreamableHttpService` takes a `ServerHandler`, not a `Service`, so the check cannot
     /// wrap every method from outside.
     async fn task(&self, context: &RequestContext<RoleServer>) -> Result<Arc<Task>, McpError> {
@@ -138,7 +138,7 @@ impl ServerHandler for SessionHandler {
         // prompts, resources, completions: what the task's bindings select, forwarded to the
         // provider that offers it (`composer/offerings.rs` in capstan-compose); their list
         // changes and the updates of subscribed resources reach the session (`refresh.rs`).
-        // skills: the bindings' skills through the MCP skills extension (`mcp/skills.rs`),
+        // skills: the bindings' skills through the MCP skills extension (`edge/rmcp_handler/skills.rs`),
         // told to a caller only when its composition has one (`skills::declare`).
         let capabilities = ServerCapabilities::builder()
             .enable_logging()
@@ -265,7 +265,7 @@ impl ServerHandler for SessionHandler {
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
-        // The stream was counted, and its place taken, by the middleware.
+        // The stream was counted, and its place taken, by the gate.
         let task = self.task(subscription.request_context()).await?;
         let mut ended = task.ended();
         let _listening = task.listen(subscription.sink().clone());

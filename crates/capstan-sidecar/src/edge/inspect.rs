@@ -12,11 +12,13 @@ use capstan_compose::{BindingOutcome, CallerRevision, Composed};
 use capstan_platform::BaseTools;
 use serde_json::{Value, json};
 
-use crate::edge::request::Checked;
+use super::request::Checked;
 use crate::identity::refusal;
 use crate::project_composer::ProjectComposer;
 use crate::task::{LOAD_SKILL, Task};
 use crate::tasks::Tasks;
+
+pub(super) mod routes;
 
 /// What inspection reads: live sessions first, else the composer.
 pub struct Inspection {

@@ -12,9 +12,9 @@ use capstan_route::{Catalog, Requirements, RouteRequest};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use super::Inspection;
 use crate::edge::request::Checked;
 use crate::identity::refusal;
-use crate::inspect::Inspection;
 use crate::route_decision::decide;
 
 /// Decisions returned when no `limit` is given.
