@@ -25,7 +25,7 @@ pub use capstan_upstream::guard::{
 pub use capstan_upstream::mcp::{
     CallError, CallTraffic, CallerRevision, CallerSide, ClientAsks, ConnectError, Forwarded,
     ORIGIN_META, Offerings, Origin, RELAY_CAPACITY, ResourceUpdated, ToCaller, Updated,
-    UpstreamChanges, Wanted,
+    UpstreamChanges, Wanted, argument_header_mismatch,
 };
 pub use capstan_upstream::trace_context;
 pub use composer::fuzzing;

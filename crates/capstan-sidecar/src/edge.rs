@@ -40,7 +40,7 @@ mod tools_call;
 use self::gate::{Gate, MAX_BODY_BYTES, check, check_host};
 use self::inspect::routes::{route_decisions, routes};
 use self::inspect::{CompositionViews, Inspection, composition};
-use self::protocol::plain_sessionless_call;
+use self::protocol::{argument_headers_refused, plain_sessionless_call};
 use self::request::{EdgeRequest, Serve};
 use self::rmcp_handler::SessionHandler;
 use self::session_stream::SSE_KEEP_ALIVE;
@@ -136,6 +136,9 @@ impl Edge {
         let path = request.parts.uri.path();
         if path != "/mcp" && !path.starts_with("/mcp/") {
             return self.inspect(request).await;
+        }
+        if let Some(refused) = argument_headers_refused(&request) {
+            return refused;
         }
         match asked(&request) {
             Asked::SessionStream(task) => session_stream::open(&task, &request.parts.headers),

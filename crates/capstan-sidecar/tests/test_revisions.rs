@@ -530,6 +530,16 @@ fn a_provider_answering_initialize_with_a_sessionless_revision_should_still_be_a
     }
 }
 
+/// What `tests/python/headed_server.py` answers a call with: the `Mcp-*` headers the call
+/// reached it with and every method it was asked.
+fn provider_record(body: &str) -> Value {
+    let text = message(body)["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("{body}"))
+}
+
 /// A 2026-07-28 provider's tools may mark arguments to travel as `Mcp-Param-*` headers
 /// (`tests/python/headed_server.py`): a tool whose mark breaks the rules (an array) is not
 /// offered, one whose mark keeps them is, and its call reaches the provider with the argument
@@ -572,6 +582,7 @@ fn a_tool_whose_argument_headers_break_the_rules_should_not_be_offered() {
     call_headers.extend([
         ("mcp-method", "tools/call"),
         ("mcp-name", "headed__region_of"),
+        ("mcp-param-region", "eu-west"),
     ]);
     let call = modern(
         2,
@@ -580,11 +591,7 @@ fn a_tool_whose_argument_headers_break_the_rules_should_not_be_offered() {
     );
     let (status, body) = post(&sidecar, &call_headers, &call);
     assert_eq!(status, 200, "{body}");
-    let text = message(&body)["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let seen: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{body}"));
+    let seen = provider_record(&body);
     assert_eq!(seen["headers"]["mcp-param-region"], "eu-west", "{seen}");
     assert_eq!(seen["headers"]["mcp-name"], "region_of", "{seen}");
     assert_eq!(seen["headers"]["mcp-protocol-version"], REVISION, "{seen}");
@@ -607,11 +614,7 @@ fn a_tool_whose_argument_headers_break_the_rules_should_not_be_offered() {
             "params": {"name": "headed__region_of", "arguments": {"region": "eu-west"}}})
         .to_string(),
     );
-    let text = message(&body)["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let seen: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{body}"));
+    let seen = provider_record(&body);
     let asked: Vec<&str> = seen["asked"]
         .as_array()
         .unwrap()
@@ -622,5 +625,68 @@ fn a_tool_whose_argument_headers_break_the_rules_should_not_be_offered() {
     assert!(
         initialize.is_some_and(|at| asked.get(at + 1) == Some(&"server/discover")),
         "the provider should have been asked initialize, then server/discover: {asked:?}"
+    );
+}
+
+/// A 2026-07-28 caller's `Mcp-Param-*` header must say what its body says (a proxy between the
+/// caller and the sidecar routes on it): one that contradicts the body, or is missing for an
+/// argument the tool marks, is refused with -32020 and 400 and reaches no provider; the same
+/// call with the header right is served. The oracle: the provider's own record of what it was
+/// asked (`tests/python/headed_server.py`).
+#[test]
+fn a_callers_argument_header_that_contradicts_its_body_should_reach_no_provider() {
+    let server = capstan_testkit::PythonServer::start_script(
+        "crates/capstan-sidecar/tests/python/headed_server.py",
+    );
+    let endpoint = format!("http://{}/mcp", server.address);
+    let mut document = binding_document("headed-binding", "headed", &endpoint, &["region_of"]);
+    document["metadata"]["namespace"] = json!("demo-project");
+    let sidecar = Sidecar::start(&json!([document]), &[server.address.to_string()], &[]);
+    let call = |id: u64, region: Option<&str>| {
+        let mut headers = vec![
+            (PROJECT_HEADER, "demo-project"),
+            ("authorization", "Bearer t"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "headed__region_of"),
+        ];
+        if let Some(region) = region {
+            headers.push(("mcp-param-region", region));
+        }
+        let body = modern(
+            id,
+            "tools/call",
+            json!({"name": "headed__region_of", "arguments": {"region": "eu-west"}}),
+        );
+        post(&sidecar, &headers, &body)
+    };
+    for (id, region) in [
+        (1, Some("us-east")),
+        (2, None),
+        (3, Some("=?base64?dXMtZWFzdA==?=")),
+    ] {
+        let (status, body) = call(id, region);
+        assert_eq!(status, 400, "{region:?}: {body}");
+        let error = &message(&body)["error"];
+        assert_eq!(error["code"], -32020, "{region:?}: {body}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Mcp-Param-Region"),
+            "{body}"
+        );
+    }
+    let (status, body) = call(4, Some("eu-west"));
+    assert_eq!(status, 200, "{body}");
+    let seen = provider_record(&body);
+    let calls = seen["asked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|method| *method == "tools/call")
+        .count();
+    assert_eq!(
+        calls, 1,
+        "only the call with the right header reached it: {seen}"
     );
 }

@@ -8,7 +8,12 @@ use capstan_api::wire::{MCP_METHOD, MCP_PROTOCOL_VERSION};
 use rmcp::model::ProtocolVersion;
 use serde_json::json;
 
-use crate::message::{Envelope, PROTOCOL_VERSION_META};
+use capstan_compose::argument_header_mismatch;
+use rmcp::model::ErrorCode;
+use serde_json::Value;
+
+use super::request::EdgeRequest;
+use crate::message::{Envelope, Message, PROTOCOL_VERSION_META, Params};
 
 /// The protocol revisions served: 2026-07-28 (without sessions) and every session-based one.
 pub(crate) const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
@@ -43,6 +48,46 @@ pub(super) fn plain_sessionless_call(headers: &HeaderMap, message: &Envelope) ->
         && message.meta_str(PROTOCOL_VERSION_META) == Some(revision)
         && one(MCP_METHOD) == Some("tools/call")
         && name.is_some_and(|name| !name.starts_with(BASE64_PREFIX) && one(MCP_NAME) == Some(name))
+}
+
+/// A 2026-07-28 `tools/call` without a session whose `Mcp-Param-*` headers contradict its
+/// body, for a tool the caller's task serves that marks arguments (capstan-upstream
+/// `mcp/param_headers.rs`): refused with -32020 and 400, as rmcp refuses a header that
+/// contradicts the body — whether the edge or rmcp would serve the call (rmcp's server checks
+/// these only through a handler's `get_tool`, which cannot know the caller's task).
+pub(super) fn argument_headers_refused(request: &EdgeRequest) -> Option<Response> {
+    let version = request.parts.headers.get(MCP_PROTOCOL_VERSION)?;
+    if version.to_str().ok()? < ProtocolVersion::V_2026_07_28.as_str() {
+        return None;
+    }
+    let message = request.message.as_ref().and_then(Message::single)?;
+    let Params::Call(params) = &message.params else {
+        return None;
+    };
+    let task = request.checked.caller_task.as_ref()?;
+    let served = task.served();
+    let tool = served
+        .tools()
+        .iter()
+        .find(|tool| tool.name == params.name)?;
+    let reason = argument_header_mismatch(
+        &request.parts.headers,
+        &tool.input_schema,
+        params.arguments.as_ref(),
+    )?;
+    Some(header_contradicts_body(message.id.as_ref(), &reason))
+}
+
+/// The answer to a request whose standard headers contradict its body: -32020, 400.
+fn header_contradicts_body(id: Option<&Value>, reason: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(json!({
+            "jsonrpc": "2.0", "id": id,
+            "error": { "code": ErrorCode::HEADER_MISMATCH.0, "message": reason }
+        })),
+    )
+        .into_response()
 }
 
 /// A session's `tools/call` whose protocol headers break the rules, refused with 400 as rmcp

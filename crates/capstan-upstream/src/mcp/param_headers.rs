@@ -1,7 +1,8 @@
 //! The argument headers of a 2026-07-28 tool call: a tool's schema marks an argument with
 //! `x-mcp-header` and its value travels as `Mcp-Param-<name>` beside the body, so that a
 //! proxy can route on it. A tool whose marks break the rules is refused as it is listed
-//! ([`header_defect`]): a header it asks for could not be sent as it means.
+//! ([`header_defect`]): a header it asks for could not be sent as it means. The same headers
+//! a caller sends Capstan are checked against its body ([`argument_header_mismatch`]).
 //!
 //! Hand-written: rmcp builds and checks these only inside its own transport (crate-private).
 
@@ -26,6 +27,75 @@ pub(crate) struct ParamHeader {
     pub(crate) path: Vec<String>,
     /// The header's name after `Mcp-Param-`.
     pub(crate) name: String,
+}
+
+/// Why the argument headers of a 2026-07-28 `tools/call` a caller sent (`headers`) do not say
+/// what its body says, if they do not: for each argument `schema` (the tool's input schema)
+/// marks, a `Mcp-Param-<name>` header exactly once, equal to the argument's value (a
+/// Base64-wrapped value decoded) when the argument is present and not null, and no such header
+/// when it is absent. A proxy between the caller and Capstan routes on these headers; one that
+/// contradicts the body would route one call as another. The same rules as rmcp's server
+/// applies to the requests it serves (hand-written: its check is crate-private).
+pub fn argument_header_mismatch(
+    headers: &http::HeaderMap,
+    schema: &JsonObject,
+    arguments: Option<&serde_json::Map<String, Value>>,
+) -> Option<String> {
+    let mut marks = Vec::new();
+    collect(schema, &mut Vec::new(), &mut marks);
+    for ParamHeader { path, name } in marks {
+        let header = format!("{MCP_PARAM_PREFIX}{name}");
+        let mut values = headers.get_all(header.as_str()).iter();
+        let sent = match (values.next(), values.next()) {
+            (_, Some(_)) => return Some(format!("{header} is sent more than once")),
+            (Some(value), None) => match value.to_str().ok().and_then(decoded) {
+                Some(value) => Some(value),
+                None => return Some(format!("{header} is neither text nor valid Base64")),
+            },
+            (None, None) => None,
+        };
+        let argument = path
+            .split_first()
+            .and_then(|(first, rest)| {
+                rest.iter()
+                    .try_fold(arguments?.get(first)?, |at, key| at.get(key))
+            })
+            .filter(|value| !value.is_null())
+            .and_then(primitive);
+        let argument_path = path.join(".");
+        match (sent, argument) {
+            (None, None) => {}
+            (Some(_), None) => {
+                return Some(format!(
+                    "{header} is sent for `{argument_path}`, which the body does not hold"
+                ));
+            }
+            (None, Some(_)) => {
+                return Some(format!("{header} is missing for `{argument_path}`"));
+            }
+            (Some(sent), Some(argument)) if sent != argument => {
+                return Some(format!(
+                    "{header} says {sent:?}, the body's `{argument_path}` {argument:?}"
+                ));
+            }
+            (Some(_), Some(_)) => {}
+        }
+    }
+    None
+}
+
+/// A header value as the caller meant it: `=?base64?…?=` decoded, anything else as it is.
+fn decoded(value: &str) -> Option<String> {
+    match value
+        .strip_prefix(BASE64_PREFIX)
+        .and_then(|rest| rest.strip_suffix(BASE64_SUFFIX))
+    {
+        Some(encoded) => BASE64_STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok()),
+        None => Some(value.to_owned()),
+    }
 }
 
 /// The argument headers of each of `tools` that has any, by the tool's own name.
@@ -234,6 +304,92 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_callers_argument_headers_should_say_what_its_body_says() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "target": {"type": "object", "properties": {
+                "id": {"type": "integer", "x-mcp-header": "TargetId"}}}}});
+        let schema = schema.as_object().unwrap();
+        let check = |headers: &[(&str, &str)], arguments: Value| {
+            let mut map = http::HeaderMap::new();
+            for (name, value) in headers {
+                map.append(
+                    http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    http::HeaderValue::from_str(value).unwrap(),
+                );
+            }
+            argument_header_mismatch(&map, schema, arguments.as_object())
+        };
+        let body = json!({"region": "eu west", "target": {"id": 7}});
+        assert_eq!(
+            check(
+                &[("mcp-param-region", "eu west"), ("mcp-param-targetid", "7")],
+                body.clone()
+            ),
+            None
+        );
+        // The oracle for Base64: "eu west" encoded by hand.
+        assert_eq!(
+            check(
+                &[
+                    ("mcp-param-region", "=?base64?ZXUgd2VzdA==?="),
+                    ("mcp-param-targetid", "7")
+                ],
+                body.clone()
+            ),
+            None
+        );
+        assert_eq!(check(&[], json!({})), None);
+        let refused = [
+            (
+                vec![("mcp-param-region", "us east"), ("mcp-param-targetid", "7")],
+                body.clone(),
+                "says \"us east\"",
+            ),
+            (
+                vec![("mcp-param-targetid", "7")],
+                body.clone(),
+                "Mcp-Param-Region is missing",
+            ),
+            (
+                vec![("mcp-param-region", "eu west")],
+                json!({"region": "eu west"}),
+                "",
+            ),
+            (
+                vec![
+                    ("mcp-param-region", "eu west"),
+                    ("mcp-param-region", "eu west"),
+                    ("mcp-param-targetid", "7"),
+                ],
+                body.clone(),
+                "more than once",
+            ),
+            (
+                vec![
+                    ("mcp-param-region", "=?base64?!!?="),
+                    ("mcp-param-targetid", "7"),
+                ],
+                body.clone(),
+                "valid Base64",
+            ),
+        ];
+        for (headers, arguments, reason) in refused {
+            let found = check(&headers, arguments);
+            if reason.is_empty() {
+                assert_eq!(found, None, "an absent argument needs no header");
+                continue;
+            }
+            assert!(
+                found.as_deref().is_some_and(|f| f.contains(reason)),
+                "{headers:?}: {found:?} should say {reason:?}"
+            );
+        }
+        let sent_for_absent = check(&[("mcp-param-region", "eu west")], json!({}));
+        assert!(sent_for_absent.is_some_and(|f| f.contains("does not hold")));
     }
 
     #[test]
