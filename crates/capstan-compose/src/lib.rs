@@ -24,8 +24,8 @@ pub use capstan_upstream::guard::{
 };
 pub use capstan_upstream::mcp::{
     CallError, CallTraffic, CallerRevision, CallerSide, ClientAsks, ConnectError, Forwarded,
-    ORIGIN_META, Offerings, Origin, RELAY_CAPACITY, ResourceUpdated, ToCaller, Updated,
-    UpstreamChanges, Wanted, argument_header_mismatch,
+    ORIGIN_META, Offerings, Origin, ParamHeader, RELAY_CAPACITY, ResourceUpdated, ToCaller,
+    Updated, UpstreamChanges, Wanted, argument_header_mismatch, param_headers,
 };
 pub use capstan_upstream::trace_context;
 pub use composer::fuzzing;

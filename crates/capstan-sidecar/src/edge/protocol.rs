@@ -66,15 +66,9 @@ pub(super) fn argument_headers_refused(request: &EdgeRequest) -> Option<Response
     };
     let task = request.checked.caller_task.as_ref()?;
     let served = task.served();
-    let tool = served
-        .tools()
-        .iter()
-        .find(|tool| tool.name == params.name)?;
-    let reason = argument_header_mismatch(
-        &request.parts.headers,
-        &tool.input_schema,
-        params.arguments.as_ref(),
-    )?;
+    let marks = served.argument_headers(&params.name)?;
+    let reason =
+        argument_header_mismatch(&request.parts.headers, marks, params.arguments.as_ref())?;
     Some(header_contradicts_body(message.id.as_ref(), &reason))
 }
 

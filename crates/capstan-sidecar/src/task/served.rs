@@ -1,11 +1,11 @@
 //! What a task serves: one composition, the platform tools beside it, the tools `tools/list`
 //! shows and a validator per input schema, and the snapshot it came from.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use capstan_api::validate::pointer_to_path;
-use capstan_compose::{Composed, Interned, Snapshot, content_key};
+use capstan_compose::{Composed, Interned, ParamHeader, Snapshot, content_key, param_headers};
 use capstan_core::tool_error::{ErrorKind, ToolError};
 use capstan_platform::BaseTools;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
@@ -32,11 +32,15 @@ struct Live {
     shown: Arc<Shown>,
 }
 
-/// The tools `tools/list` shows and their input validators: alike for every task of a
-/// project that composed the same tools, so one copy serves them all (`Interned`).
+/// The tools `tools/list` shows, their input validators and the arguments they mark to travel
+/// as headers: alike for every task of a project that composed the same tools, so one copy
+/// serves them all (`Interned`).
 struct Shown {
     tools: Vec<Tool>,
     validators: HashMap<String, jsonschema::Validator>,
+    /// The `Mcp-Param-*` headers each shown tool that has any asks a 2026-07-28 caller for
+    /// (`edge/protocol.rs` checks them against the body).
+    headed: BTreeMap<String, Vec<ParamHeader>>,
 }
 
 /// What tasks show, one copy per content.
@@ -57,6 +61,7 @@ impl Served {
         };
         let make = || Shown {
             validators: validators(&schemas),
+            headed: param_headers(&tools),
             tools,
         };
         let shown = match key {
@@ -100,6 +105,11 @@ impl Served {
     /// The tools `tools/list` shows.
     pub fn tools(&self) -> &[Tool] {
         &self.live.shown.tools
+    }
+
+    /// The arguments `tool` (as shown) marks to travel as `Mcp-Param-*` headers, if any.
+    pub fn argument_headers(&self, tool: &str) -> Option<&[ParamHeader]> {
+        self.live.shown.headed.get(tool).map(Vec::as_slice)
     }
 
     /// Checks `arguments` against the input schema of `tool`, if it has a usable one.

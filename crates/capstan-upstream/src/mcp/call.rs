@@ -464,7 +464,7 @@ impl DirectCalls {
 const MAX_LIST_PAGES: usize = 100;
 
 /// The largest answer a direct call reads: rmcp's own limit for a JSON response.
-const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
 /// `mutex` locked; only whole values are written under it, so a poisoned one holds a whole value.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

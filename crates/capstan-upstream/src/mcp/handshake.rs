@@ -51,9 +51,6 @@ const DISCOVER_VERSIONS: [&str; 1] = ["2026-07-28"];
 /// without it and opened with `initialize` (rmcp's wait).
 pub(crate) const DISCOVER_WAIT: Duration = Duration::from_secs(10);
 
-/// The largest handshake answer read (the limit of every answer, `mcp/call.rs`).
-pub(crate) const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
-
 /// The most of a refusal's body an error quotes.
 pub(crate) const QUOTED_BODY_BYTES: usize = 1024;
 

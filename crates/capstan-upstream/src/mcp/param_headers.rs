@@ -22,7 +22,7 @@ const BASE64_SUFFIX: &str = "?=";
 /// A tool argument that travels as a header too (`x-mcp-header` on a property reached from
 /// the schema's root through `properties` alone).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ParamHeader {
+pub struct ParamHeader {
     /// The property names from the root to the argument.
     pub(crate) path: Vec<String>,
     /// The header's name after `Mcp-Param-`.
@@ -30,19 +30,17 @@ pub(crate) struct ParamHeader {
 }
 
 /// Why the argument headers of a 2026-07-28 `tools/call` a caller sent (`headers`) do not say
-/// what its body says, if they do not: for each argument `schema` (the tool's input schema)
-/// marks, a `Mcp-Param-<name>` header exactly once, equal to the argument's value (a
+/// what its body says, if they do not: for each argument `marks` names (the tool's, from
+/// [`param_headers`]: made once per tool list, not per call), a `Mcp-Param-<name>` header exactly once, equal to the argument's value (a
 /// Base64-wrapped value decoded) when the argument is present and not null, and no such header
 /// when it is absent. A proxy between the caller and Capstan routes on these headers; one that
 /// contradicts the body would route one call as another. The same rules as rmcp's server
 /// applies to the requests it serves (hand-written: its check is crate-private).
 pub fn argument_header_mismatch(
     headers: &http::HeaderMap,
-    schema: &JsonObject,
+    marks: &[ParamHeader],
     arguments: Option<&serde_json::Map<String, Value>>,
 ) -> Option<String> {
-    let mut marks = Vec::new();
-    collect(schema, &mut Vec::new(), &mut marks);
     for ParamHeader { path, name } in marks {
         let header = format!("{MCP_PARAM_PREFIX}{name}");
         let mut values = headers.get_all(header.as_str()).iter();
@@ -99,7 +97,7 @@ fn decoded(value: &str) -> Option<String> {
 }
 
 /// The argument headers of each of `tools` that has any, by the tool's own name.
-pub(crate) fn param_headers(tools: &[Tool]) -> BTreeMap<String, Vec<ParamHeader>> {
+pub fn param_headers(tools: &[Tool]) -> BTreeMap<String, Vec<ParamHeader>> {
     tools
         .iter()
         .filter_map(|tool| {
@@ -312,7 +310,12 @@ mod tests {
             "region": {"type": "string", "x-mcp-header": "Region"},
             "target": {"type": "object", "properties": {
                 "id": {"type": "integer", "x-mcp-header": "TargetId"}}}}});
-        let schema = schema.as_object().unwrap();
+        let tool = Tool::new(
+            "t",
+            "",
+            std::sync::Arc::new(schema.as_object().unwrap().clone()),
+        );
+        let marks = param_headers(&[tool]).remove("t").unwrap();
         let check = |headers: &[(&str, &str)], arguments: Value| {
             let mut map = http::HeaderMap::new();
             for (name, value) in headers {
@@ -321,7 +324,7 @@ mod tests {
                     http::HeaderValue::from_str(value).unwrap(),
                 );
             }
-            argument_header_mismatch(&map, schema, arguments.as_object())
+            argument_header_mismatch(&map, &marks, arguments.as_object())
         };
         let body = json!({"region": "eu west", "target": {"id": 7}});
         assert_eq!(

@@ -7,8 +7,9 @@ use rmcp::model::ErrorData;
 use serde_json::Value;
 use sse_stream::SseStream;
 
-use super::{HandshakeError, MAX_ANSWER_BYTES, QUOTED_BODY_BYTES};
+use super::{HandshakeError, QUOTED_BODY_BYTES};
 use crate::mcp::call::Answer;
+use crate::mcp::call::MAX_ANSWER_BYTES;
 use crate::mcp::drain::DrainOnDrop;
 use crate::mcp::lane::Watched;
 use crate::mcp::limited::{ReadError, limited_bytes, read_limited};
