@@ -25,7 +25,8 @@ pub use capstan_upstream::guard::{
 pub use capstan_upstream::mcp::{
     CallError, CallTraffic, CallerRevision, CallerSide, ClientAsks, ConnectError, Forwarded,
     ORIGIN_META, Offerings, Origin, ParamHeader, RELAY_CAPACITY, ResourceUpdated, ToCaller,
-    Updated, UpstreamChanges, Wanted, argument_header_mismatch, param_headers,
+    Updated, UpstreamChanges, Wanted, argument_header_mismatch, decoded_header_value,
+    param_headers,
 };
 pub use capstan_upstream::trace_context;
 pub use composer::fuzzing;

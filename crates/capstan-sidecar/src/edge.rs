@@ -4,17 +4,23 @@
 //! one [`EdgeRequest`], which [`Edge::dispatch`] serves: the one place a request is told apart
 //! by what it asks.
 //!
+//! Every MCP POST of one message is first held to the protocol's rules (`edge/protocol.rs`:
+//! media types, the revision header against the body, the standard headers, the `_meta`),
+//! which give the revision it is answered in (`edge/answer.rs`). Then:
+//!
 //! - a session's GET stream and its DELETE: `edge/session_stream.rs`;
-//! - `tools/call` in a session or a plain 2026-07-28 one, and the caller's cancellation of a
-//!   call or answer to a provider's question: `edge/tools_call.rs`, in the request's own task;
+//! - `tools/call`, and the caller's cancellation of a call or answer to a provider's question:
+//!   `edge/tools_call.rs`, in the request's own task;
+//! - the requests answered from the task in one step — the lists, a prompt, a resource or a
+//!   skill, a completion, the log level, a session's subscriptions, `ping`:
+//!   `edge/methods.rs`, one handler each;
 //! - the inspection reads (`/v1/composition`, `/v1/routes`, `/v1/route-decisions`:
 //!   `edge/inspect.rs`, `edge/inspect/routes.rs`);
-//! - every other MCP request: rmcp's Streamable HTTP server, with a handler made for the
-//!   request (`edge/rmcp_handler.rs`), which is handed what the gate established as the one `Checked` on
-//!   the request (rmcp's handlers see the HTTP request's parts and nothing else).
-//!
-//! The protocol headers of the requests the sidecar answers itself are checked in
-//! `edge/protocol.rs`; rmcp checks those of the requests it serves.
+//! - what is left — `initialize`, `server/discover`, `subscriptions/listen`, notifications,
+//!   batches, methods nobody serves — rmcp's Streamable HTTP server, with a handler made for
+//!   the request (`edge/rmcp_handler.rs`), which is handed what the gate established as the
+//!   one `Checked` on the request (rmcp's handlers see the HTTP request's parts and nothing
+//!   else). rmcp checks those again by its own rules, which are the same.
 
 use std::sync::Arc;
 
@@ -29,22 +35,25 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
 
+mod answer;
 pub(crate) mod gate;
 mod inspect;
+mod methods;
 pub(crate) mod protocol;
 pub(crate) mod request;
 mod rmcp_handler;
 mod session_stream;
 mod tools_call;
 
+use self::answer::Revision;
 use self::gate::{Gate, MAX_BODY_BYTES, check, check_host};
 use self::inspect::routes::{route_decisions, routes};
 use self::inspect::{CompositionViews, Inspection, composition};
-use self::protocol::{argument_headers_refused, plain_sessionless_call};
-use self::request::{EdgeRequest, Serve};
+use self::protocol::check_post;
+use self::request::{EdgeRequest, Refused, Serve};
 use self::rmcp_handler::SessionHandler;
 use self::session_stream::SSE_KEEP_ALIVE;
-use crate::message::Message;
+use crate::message::{Message, Params};
 use crate::project_composer::ProjectComposer;
 use crate::reaper::reap;
 use crate::task::Task;
@@ -122,6 +131,8 @@ enum Asked {
     SessionEnd,
     /// `tools/call`, served by `task` (in a session, or the caller's task without one).
     Call { task: Arc<Task>, in_session: bool },
+    /// A request answered from `task` in one step (`edge/methods.rs`).
+    Method(Arc<Task>),
     /// The caller's `notifications/cancelled` for request `id` of the session's task.
     Cancel(Arc<Task>, Value),
     /// The caller's answer to the question with id `id` the session's task asked it.
@@ -137,13 +148,21 @@ impl Edge {
         if path != "/mcp" && !path.starts_with("/mcp/") {
             return self.inspect(request).await;
         }
-        if let Some(refused) = argument_headers_refused(&request) {
-            return refused;
-        }
+        let revision = match checked_post(&request) {
+            Ok(revision) => revision,
+            Err(refused) => return *refused,
+        };
         match asked(&request) {
             Asked::SessionStream(task) => session_stream::open(&task, &request.parts.headers),
             Asked::SessionEnd => session_stream::end(&self.tasks, &request.parts.headers),
-            Asked::Call { task, in_session } => tools_call::serve(task, request, in_session).await,
+            Asked::Call { task, in_session } => {
+                tools_call::serve(task, request, in_session, revision).await
+            }
+            Asked::Method(task) => match request.message {
+                Some(Message::Single(message)) => methods::serve(task, message, revision).await,
+                // `asked` finds a method only in a message that is one.
+                _ => StatusCode::BAD_REQUEST.into_response(),
+            },
             Asked::Cancel(task, id) => {
                 task.cancel_call(&id);
                 // rmcp acknowledges the notification. A request it serves (`prompts/get`, …)
@@ -221,20 +240,20 @@ fn asked(request: &EdgeRequest) -> Asked {
         return Asked::Other;
     };
     let id = message.id.as_ref();
+    let request_id = id.is_some_and(|id| id.is_string() || id.is_number());
+    let task = session.or(request.checked.caller_task.as_ref());
     match (message.method(), session) {
-        (Some("tools/call"), _) if !id.is_some_and(|id| id.is_string() || id.is_number()) => {
-            Asked::Other
-        }
-        (Some("tools/call"), Some(task)) => Asked::Call {
-            task: task.clone(),
-            in_session: true,
-        },
-        (Some("tools/call"), None) => match &request.checked.caller_task {
-            Some(task) if plain_sessionless_call(&request.parts.headers, message) => Asked::Call {
+        (Some("tools/call"), _) if !request_id => Asked::Other,
+        (Some("tools/call"), _) => match task {
+            Some(task) => Asked::Call {
                 task: task.clone(),
-                in_session: false,
+                in_session: session.is_some(),
             },
-            _ => Asked::Other,
+            None => Asked::Other,
+        },
+        (Some(method), _) if request_id && methods::serves(method) => match task {
+            Some(task) => Asked::Method(task.clone()),
+            None => Asked::Other,
         },
         (Some("notifications/cancelled"), Some(task)) if id.is_none() => {
             let params = message.untyped_params();
@@ -249,4 +268,22 @@ fn asked(request: &EdgeRequest) -> Asked {
         },
         _ => Asked::Other,
     }
+}
+
+/// The protocol's rules checked on an MCP POST of one message (`edge/protocol.rs`): its
+/// revision, or the answer that refuses it. A `tools/call` is checked against the argument
+/// headers its tool asks for, when the caller's task serves the tool.
+fn checked_post(request: &EdgeRequest) -> Result<Revision, Refused> {
+    let Some(message) = request.message.as_ref().and_then(Message::single) else {
+        return Ok(Revision::default());
+    };
+    let served = match (&message.params, &request.checked.caller_task) {
+        (Params::Call(_), Some(task)) => Some(task.served()),
+        _ => None,
+    };
+    let marks = match (&message.params, &served) {
+        (Params::Call(params), Some(served)) => served.argument_headers(&params.name),
+        _ => None,
+    };
+    check_post(&request.parts.headers, message, marks)
 }

@@ -35,7 +35,9 @@ pub use self::connector::{CallerRevision, Connector};
 pub use self::error::{CallError, ConnectError};
 pub use self::offerings::{Forwarded, Offerings, UpstreamStage, Wanted};
 pub use self::origin::{NotAttributable, ORIGIN_META, Origin};
-pub use self::param_headers::{ParamHeader, argument_header_mismatch, param_headers};
+pub use self::param_headers::{
+    ParamHeader, argument_header_mismatch, decoded_header_value, param_headers,
+};
 pub use self::relay::{
     CallTraffic, CallerSide, ClientAsks, DEFAULT_QUESTION_TIMEOUT, RELAY_CAPACITY, ToCaller,
 };

@@ -27,7 +27,7 @@ use tracing::{Instrument as _, Span, error};
 mod classify;
 
 use self::classify::{Kind, classify, read_message};
-use super::request::{Checked, EdgeRequest, Serve};
+use super::request::{Checked, EdgeRequest, Refused, Serve};
 use crate::admission::{Full, Place};
 use crate::identity::{Identity, refusal};
 use crate::message::Message;
@@ -134,10 +134,6 @@ fn holding<T: Send + Sync + 'static>(response: Response, held: T) -> Response {
     });
     Response::from_parts(parts, Body::from_stream(stream))
 }
-
-/// A refusal made on the way, answered as it is (boxed: a response is large beside the
-/// values the steps return).
-type Refused = Box<Response>;
 
 fn refused_by(full: Full) -> Refused {
     Box::new(full.into_response())

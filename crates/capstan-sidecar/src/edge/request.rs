@@ -43,3 +43,7 @@ pub(crate) struct EdgeRequest {
 /// What serves the requests the gate lets through: [`Edge::dispatch`] (a test of the gate's
 /// own serves them with a handler that records that it was reached).
 pub(crate) type Serve = Arc<dyn Fn(EdgeRequest) -> BoxFuture<'static, Response> + Send + Sync>;
+
+/// A refusal made on the way in, answered as it is (boxed: a response is large beside the
+/// values the checks return when a request passes).
+pub(crate) type Refused = Box<Response>;

@@ -1,34 +1,26 @@
-//! The rmcp adapter: one `SessionHandler` per request (rmcp keeps no session: the sidecar's
-//! sessions are its own, `tasks.rs`). `initialize` composes the caller's project and starts
-//! the session's task, which the gate binds to the id it mints; a request in a session
-//! is served by the task the gate found bound to it, and a request without a session by
-//! the caller's task. Every method serves from the task, for the caller it was started for
-//! and nobody else. What the gate established reaches a handler as the one `Checked` on the
-//! request (`edge.rs`).
+//! The rmcp adapter, for what rmcp's server still serves (`edge.rs`): `initialize`,
+//! `server/discover` and `subscriptions/listen`. One `SessionHandler` per request (rmcp keeps
+//! no session: the sidecar's sessions are its own, `tasks.rs`). `initialize` composes the
+//! caller's project and starts the session's task, which the gate binds to the id it mints;
+//! `server/discover` and a listen stream are served by the caller's task, for the caller it was
+//! started for and nobody else. What the gate established reaches a handler as the one
+//! `Checked` on the request.
 //!
 //! Protocol revisions: the session-based ones (2024-11-05 … 2025-11-25) over `initialize`, and
 //! 2026-07-28 without a session: `server/discover` (with the caller's instructions), and
-//! `subscriptions/listen` for `notifications/tools/list_changed`. rmcp checks the revision's
-//! rules — the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers against the body,
-//! the request's `_meta` — before a handler runs; the gate checked the caller.
+//! `subscriptions/listen` for `notifications/tools/list_changed`.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use capstan_compose::{CallerRevision, ClientAsks, RELAY_CAPACITY};
+use capstan_compose::{CallerRevision, ClientAsks};
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-    DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-    GetSkillRequestParams, GetSkillResult, Implementation, InitializeRequestParams,
-    InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListSkillsResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequestParams,
+    DiscoverResult, Implementation, InitializeRequestParams, InitializeResult, ProtocolVersion,
+    ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use serde_json::{Value, json};
+use serde_json::json;
 use tracing::{Instrument as _, info};
 
 use super::protocol::SUPPORTED_VERSIONS;
@@ -37,12 +29,7 @@ use crate::identity::Identity;
 use crate::task::{ANOTHER_CALLER, MAX_SUBSCRIPTIONS, Task};
 use crate::tasks::{Admitted, TaskStarter, Tasks};
 
-mod forwarded;
-mod relaying;
-mod skills;
-
-use self::forwarded::{answer, params, response};
-use self::relaying::relaying;
+use super::methods::skills;
 
 /// The MCP handler of one session, or of one request without a session.
 pub struct SessionHandler {
@@ -138,7 +125,7 @@ impl ServerHandler for SessionHandler {
         // prompts, resources, completions: what the task's bindings select, forwarded to the
         // provider that offers it (`composer/offerings.rs` in capstan-compose); their list
         // changes and the updates of subscribed resources reach the session (`refresh.rs`).
-        // skills: the bindings' skills through the MCP skills extension (`edge/rmcp_handler/skills.rs`),
+        // skills: the bindings' skills through the MCP skills extension (`edge/methods/skills.rs`),
         // told to a caller only when its composition has one (`skills::declare`).
         let capabilities = ServerCapabilities::builder()
             .enable_logging()
@@ -290,267 +277,4 @@ impl ServerHandler for SessionHandler {
         task.subscribe_upstream("resources/unsubscribe", last).await;
         Ok(())
     }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
-        let span = request_span_of(&context);
-        async {
-            let task = self.task(&context).await?;
-            Ok(cached(ListToolsResult::with_all_items(
-                task.served().tools().to_vec(),
-            )))
-        }
-        .instrument(span)
-        .await
-    }
-
-    async fn list_prompts(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, McpError> {
-        let task = self.task(&context).await?;
-        let served = task.served();
-        let prompts = served.composed().composition.prompts.iter();
-        Ok(cached(ListPromptsResult::with_all_items(
-            prompts.map(|p| p.prompt.clone()).collect(),
-        )))
-    }
-
-    async fn list_resources(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, McpError> {
-        let task = self.task(&context).await?;
-        let served = task.served();
-        let resources = served.composed().composition.resources.iter();
-        Ok(cached(ListResourcesResult::with_all_items(
-            resources.filter_map(|r| r.resource.clone()).collect(),
-        )))
-    }
-
-    async fn list_resource_templates(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListResourceTemplatesResult, McpError> {
-        let task = self.task(&context).await?;
-        let served = task.served();
-        let resources = served.composed().composition.resources.iter();
-        Ok(cached(ListResourceTemplatesResult::with_all_items(
-            resources
-                .filter_map(|r| r.resource_template.clone())
-                .collect(),
-        )))
-    }
-
-    async fn get_prompt(
-        &self,
-        request: GetPromptRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<GetPromptResponse, McpError> {
-        let span = request_span_of(&context);
-        async {
-            let task = self.task(&context).await?.live()?;
-            let mut params = params(&request)?;
-            task.open_params(&mut params, "prompts/get", &request.name)?;
-            let result = task.served().composed().get_prompt(params).await;
-            let result =
-                result.map(|answer| task.seal_answer(answer, "prompts/get", &request.name));
-            response::<GetPromptResult, _>(result, "prompts/get", is_sessionless(&context))
-        }
-        .instrument(span)
-        .await
-    }
-
-    async fn read_resource(
-        &self,
-        request: ReadResourceRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResponse, McpError> {
-        let span = request_span_of(&context);
-        async {
-            let task = self.task(&context).await?.live()?;
-            let served = task.served();
-            if let Some(read) = skills::read(served.composed(), &request.uri).await {
-                return read.map(ReadResourceResponse::Complete);
-            }
-            let mut params = params(&request)?;
-            task.open_params(&mut params, "resources/read", &request.uri)?;
-            let result = served.composed().read_resource(params).await;
-            let result =
-                result.map(|answer| task.seal_answer(answer, "resources/read", &request.uri));
-            response::<ReadResourceResult, _>(result, "resources/read", is_sessionless(&context))
-        }
-        .instrument(span)
-        .await
-    }
-
-    async fn list_skills(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListSkillsResult, McpError> {
-        let task = self.task(&context).await?;
-        Ok(skills::list(task.served().composed()).await)
-    }
-
-    async fn get_skill(
-        &self,
-        request: GetSkillRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<GetSkillResult, McpError> {
-        let task = self.task(&context).await?;
-        skills::get(task.served().composed(), &request.uri).await
-    }
-
-    #[allow(deprecated)]
-    async fn subscribe(
-        &self,
-        request: SubscribeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        let task = self.task(&context).await?.live()?;
-        if is_sessionless(&context) {
-            return Err(McpError::invalid_request(
-                "resources/subscribe needs a session; in 2026-07-28 use subscriptions/listen",
-                None,
-            ));
-        }
-        if !task.subscribe(&request.uri) {
-            return Err(McpError::invalid_request(
-                format!(
-                    "a session holds at most {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe from one first"
-                ),
-                Some(json!({ "uri": request.uri })),
-            ));
-        }
-        let result = task
-            .served()
-            .composed()
-            .subscription("resources/subscribe", params(&request)?)
-            .await;
-        if let Err(error) = answer::<Value>(result, "resources/subscribe") {
-            task.unsubscribe(&request.uri);
-            return Err(error);
-        }
-        Ok(())
-    }
-
-    #[allow(deprecated)]
-    async fn unsubscribe(
-        &self,
-        request: UnsubscribeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        let task = self.task(&context).await?;
-        task.unsubscribe(&request.uri);
-        let result = task
-            .served()
-            .composed()
-            .subscription("resources/unsubscribe", params(&request)?)
-            .await;
-        answer::<Value>(result, "resources/unsubscribe").map(drop)
-    }
-
-    async fn complete(
-        &self,
-        request: CompleteRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CompleteResult, McpError> {
-        let span = request_span_of(&context);
-        async {
-            let task = self.task(&context).await?.live()?;
-            let result = task.served().composed().complete(params(&request)?).await;
-            let mut result = answer::<CompleteResult>(result, "completion/complete")?;
-            result.result_type.get_or_insert(ResultType::COMPLETE);
-            Ok(result)
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// Logging is deprecated in rmcp (the 2026-07-28 revision drops it, SEP-2577); the session
-    /// revisions have it, and the providers behind Capstan may use it.
-    #[allow(deprecated)]
-    async fn set_level(
-        &self,
-        request: rmcp::model::SetLevelRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
-        let task = self.task(&context).await?;
-        let level = serde_json::to_value(request.level)
-            .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
-        task.set_log_level(level).await;
-        Ok(())
-    }
-
-    async fn call_tool(
-        &self,
-        mut request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        let span = request_span_of(&context);
-        async {
-            let task = self.task(&context).await?;
-            if request.meta.is_none() && !context.meta.0.0.is_empty() {
-                request.meta = Some(context.meta.clone());
-            }
-            // The provider's messages about the call reach the caller through the session's peer
-            // (rmcp puts progress on the call's own stream, by its token) while the call runs.
-            let (sink, relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
-            let caller = identity_of(&context);
-            let call = task.call(caller.as_ref(), request, Some(sink));
-            let Some(answer) = relaying(call, relayed, &context).await else {
-                return Err(McpError::invalid_request("the call was cancelled", None));
-            };
-            // A provider's answer of a session revision has no `resultType`, which 2026-07-28
-            // requires; rmcp takes it out again for a peer of a session revision.
-            Ok(match answer? {
-                CallToolResponse::Complete(mut result) => {
-                    result.result_type.get_or_insert(ResultType::COMPLETE);
-                    CallToolResponse::Complete(result)
-                }
-                asked => asked,
-            })
-        }
-        .instrument(span)
-        .await
-    }
 }
-
-/// How long a client may treat a list as fresh without hearing of a change: a list is
-/// recomposed when a binding or a provider changes, and a session hears of it at once
-/// (`notifications/*/list_changed`); a client that does not listen re-lists within this.
-const LIST_TTL_MS: u64 = 10_000;
-
-/// A list result with its caching hints: every list depends on the caller (the project's
-/// bindings, and the base tools on the caller's token), so it is private to the caller.
-fn cached<T: CachedList>(list: T) -> T {
-    list.hinted(LIST_TTL_MS, CacheScope::Private)
-}
-
-/// The list results that carry caching hints.
-trait CachedList {
-    fn hinted(self, ttl_ms: u64, scope: CacheScope) -> Self;
-}
-
-macro_rules! cached_list {
-    ($($list:ty),*) => {$(
-        impl CachedList for $list {
-            fn hinted(self, ttl_ms: u64, scope: CacheScope) -> Self {
-                self.with_ttl_ms(ttl_ms).with_cache_scope(scope)
-            }
-        }
-    )*};
-}
-cached_list!(
-    ListToolsResult,
-    ListPromptsResult,
-    ListResourcesResult,
-    ListResourceTemplatesResult
-);

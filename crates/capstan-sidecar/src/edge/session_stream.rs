@@ -20,13 +20,13 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use capstan_api::wire::MCP_SESSION_ID;
 use futures::StreamExt as _;
 
-use super::protocol::unknown_revision;
+use super::protocol::{check_revision, check_stream};
 use crate::task::Task;
 use crate::tasks::{TaskKey, Tasks};
 
@@ -36,16 +36,8 @@ pub(crate) const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// A session's GET: the stream of `task`.
 pub(super) fn open(task: &Arc<Task>, headers: &HeaderMap) -> Response {
-    if let Some(refused) = unknown_revision(headers) {
-        return refused;
-    }
-    if !accepts_event_stream(headers) {
-        return (
-            StatusCode::NOT_ACCEPTABLE,
-            "Not Acceptable: a session's GET stream is text/event-stream; send Accept: \
-             text/event-stream",
-        )
-            .into_response();
+    if let Err(refused) = check_stream(headers) {
+        return *refused;
     }
     let stream = task.open_session_stream();
     let mut ended = task.ended();
@@ -63,22 +55,11 @@ pub(super) fn open(task: &Arc<Task>, headers: &HeaderMap) -> Response {
 
 /// A session's DELETE: the session the request names ends.
 pub(super) fn end(tasks: &Tasks, headers: &HeaderMap) -> Response {
-    if let Some(refused) = unknown_revision(headers) {
-        return refused;
+    if let Err(refused) = check_revision(headers) {
+        return *refused;
     }
     if let Some(id) = headers.get(MCP_SESSION_ID).and_then(|v| v.to_str().ok()) {
         tasks.end(&TaskKey::Session(id.to_owned()));
     }
     StatusCode::NO_CONTENT.into_response()
-}
-
-/// Whether the request's `Accept` takes `text/event-stream` (or anything).
-fn accepts_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|item| item.split(';').next().unwrap_or("").trim())
-        .any(|essence| essence.eq_ignore_ascii_case("text/event-stream") || essence == "*/*")
 }

@@ -1,59 +1,53 @@
-//! `tools/call` on an open session, answered in the request's own task.
+//! `tools/call`, answered in the request's own task: in a session, or without one (2026-07-28)
+//! from the caller's task the gate resolved. Its protocol headers were checked by the edge
+//! (`edge/protocol.rs`); `Task::call` serves it, and its answer is written for its revision
+//! (`edge/answer.rs`) as an `application/json` body, which Streamable HTTP allows for any POST.
 //!
-//! rmcp's Streamable HTTP server hands every request through its session manager, the
-//! session's worker, the service loop and a handler task, and streams the answer back as SSE
-//! through the same hops. For the hot path of a sidecar — a tool call inside a session
-//! whose identity the gate has just checked — those hand-offs cost more than the
-//! forwarding itself (the sidecar benchmark's profile: context switches and channel hops
-//! were most of the sidecar's own time). So a single `tools/call` request with a live task is
-//! served here with the same `Task::call` the rmcp handler uses, and answered with an
-//! `application/json` body, which Streamable HTTP allows for any POST. Everything else —
-//! `initialize`, `tools/list`, notifications, batches — goes to rmcp (a session's GET stream
-//! and DELETE to `edge/session_stream.rs`).
-//!
-//! A `tools/call` of the 2026-07-28 revision (no session) is answered here too, from the
-//! caller's task the gate resolved, when it is plainly well-formed
-//! (`edge/protocol.rs` `plain_sessionless_call`); any other goes to rmcp, whose checks answer
-//! it. Its result carries `resultType`, and it is cancelled by closing its stream (no
-//! id of it is tracked: ids are the caller's own per request).
+//! rmcp's server would hand the call through its service loop and a handler task and stream
+//! the answer back through the same hops; on the hot path of a sidecar those hand-offs cost
+//! more than the forwarding itself (docs/performance.md), so the edge serves calls itself.
 //!
 //! A provider that says something about the call before answering it — progress on the
-//! caller's token, log messages (capstan-upstream `mcp/relay.rs`) — turns the answer
-//! into an SSE stream: those messages as events, in order, then the result. A call about which
-//! nothing is said is answered as JSON, as before.
+//! caller's token, log messages (capstan-upstream `mcp/relay.rs`) — turns the answer into an
+//! SSE stream: those messages as events, in order, then the result. A call about which nothing
+//! is said is answered as JSON.
 //!
-//! The caller's `notifications/cancelled` for a call served here stops it (`task/in_flight.rs`):
-//! the call is dropped — which cancels it at the provider (capstan-upstream `mcp/call.rs`) — and its
-//! stream ends without an answer, as the spec asks.
+//! The caller's `notifications/cancelled` for a call in a session stops it
+//! (`task/in_flight.rs`): the call is dropped — which cancels it at the provider
+//! (capstan-upstream `mcp/call.rs`) — and its stream ends without an answer, as the spec asks.
+//! A call without a session is cancelled by closing its stream (no id of it is tracked: ids
+//! are the caller's own per request).
 
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use capstan_compose::{RELAY_CAPACITY, ToCaller};
 use futures::StreamExt;
 use rmcp::ErrorData as McpError;
 use rmcp::model::ResultType;
-use rmcp::model::{CallToolRequestParams, CallToolResponse, ServerResult};
+use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use serde_json::{Value, json};
 use tracing::Instrument as _;
 
-use super::protocol::header_mismatch;
+use super::answer;
+use super::answer::Revision;
 use super::request::EdgeRequest;
 use crate::identity::{Identity, refusal};
 use crate::message::{Envelope, Message, Params};
-use crate::request_span;
 use crate::task::Task;
 
-/// Serves a `tools/call` (`request`, told apart by the edge's dispatcher) with `task`: in a
-/// session, its protocol headers checked first.
-pub(super) async fn serve(task: Arc<Task>, request: EdgeRequest, in_session: bool) -> Response {
-    if in_session && let Some(refused) = header_mismatch(&request.parts.headers) {
-        return refused;
-    }
+/// Serves a `tools/call` (`request`, told apart and checked by the edge's dispatcher) with
+/// `task`, answering in `revision`; `in_session` when the task is the session's.
+pub(super) async fn serve(
+    task: Arc<Task>,
+    request: EdgeRequest,
+    in_session: bool,
+    revision: Revision,
+) -> Response {
     let Some(Message::Single(message)) = request.message else {
         return refusal(
             StatusCode::BAD_REQUEST,
@@ -61,7 +55,8 @@ pub(super) async fn serve(task: Arc<Task>, request: EdgeRequest, in_session: boo
             "tools/call: send one JSON-RPC request, not a batch",
         );
     };
-    serve_call(task, Some(request.checked.identity), message, in_session).await
+    let caller = Some(request.checked.identity);
+    serve_call(task, caller, message, in_session, revision).await
 }
 
 /// Serves the call in `message` with `task`: its answer as JSON, or as an SSE stream when the
@@ -71,6 +66,7 @@ async fn serve_call(
     caller: Option<Identity>,
     message: Box<Envelope>,
     in_session: bool,
+    revision: Revision,
 ) -> Response {
     let Envelope { id, params, .. } = *message;
     let id = id.unwrap_or_default();
@@ -84,7 +80,7 @@ async fn serve_call(
         Ok(params) => params,
         Err(error) => {
             let error = McpError::invalid_params(format!("tools/call params: {error}"), None);
-            return json_answer(&answer_message(&id, Err(error)));
+            return answer::error(&id, error, revision);
         }
     };
     let (sink, mut relayed) = tokio::sync::mpsc::channel(RELAY_CAPACITY);
@@ -96,7 +92,7 @@ async fn serve_call(
         async move {
             tokio::select! {
                 answer = task.call(caller.as_ref(), params, Some(sink)) => {
-                    Some(answer.map(|answer| typed_for(answer, in_session)))
+                    Some(answer.map(complete))
                 }
                 // Dropping the call gives it up at the provider too (capstan-upstream `mcp/call.rs`).
                 () = cancelled => None,
@@ -111,16 +107,14 @@ async fn serve_call(
             // finished: they go first, on a stream (found losing a progress notification).
             (answer, Ok(first)) => {
                 let ended: PendingCall = Box::pin(std::future::ready(answer));
-                streamed(&asking, id, first, relayed, ended)
+                streamed(&asking, id, first, relayed, ended, revision)
             }
             (Some(answer), Err(_)) => {
-                let message = answer_message(&id, answer);
-                let status = status_of(&message, in_session);
-                with_status(json_answer(&message), status)
+                answer::json(&answer::answer(&id, answer.map(Into::into), revision), revision)
             }
             (None, Err(_)) => no_answer(),
         },
-        Some(first) = relayed.recv() => streamed(&asking, id, first, relayed, call),
+        Some(first) = relayed.recv() => streamed(&asking, id, first, relayed, call, revision),
     }
 }
 
@@ -141,18 +135,12 @@ fn cancellation(
     }
 }
 
-/// A call's answer as its caller's revision types it: a result of 2026-07-28 says it is
-/// complete (`resultType`); a session revision has no place for it, so it is taken out of
-/// one that came with it (a built-in's, a provider's spoken to in 2026-07-28), as rmcp does
-/// for the calls it serves.
-fn typed_for(answer: CallToolResponse, in_session: bool) -> CallToolResponse {
+/// A call's answer marked whole (`resultType`, which 2026-07-28 requires; the answer takes it
+/// out again for a session's revision, `edge/answer.rs`).
+fn complete(answer: CallToolResponse) -> CallToolResponse {
     match answer {
         CallToolResponse::Complete(mut result) => {
-            if in_session {
-                result.result_type = None;
-            } else {
-                result.result_type.get_or_insert(ResultType::COMPLETE);
-            }
+            result.result_type.get_or_insert(ResultType::COMPLETE);
             CallToolResponse::Complete(result)
         }
         other => other,
@@ -169,75 +157,6 @@ fn no_answer() -> Response {
     Sse::new(futures::stream::empty::<Result<Event, Infallible>>()).into_response()
 }
 
-/// The JSON-RPC answer to request `id`.
-fn answer_message(id: &Value, answer: Result<CallToolResponse, McpError>) -> AnswerMessage<'_> {
-    let (result, error) = match answer {
-        // A tool result, or (2026-07-28) an `input_required` result as the provider gave it.
-        Ok(response) => (Some(ServerResult::from(response)), None),
-        Err(error) => {
-            request_span::failed(&error.code.0.to_string());
-            (None, Some(error))
-        }
-    };
-    AnswerMessage {
-        jsonrpc: "2.0",
-        id,
-        result,
-        error,
-    }
-}
-
-/// The JSON-RPC answer to a call, serialized straight into its body: building a `Value` first
-/// cost a second tree of maps per call on the hot path (docs/performance.md).
-#[derive(serde::Serialize)]
-struct AnswerMessage<'a> {
-    jsonrpc: &'static str,
-    id: &'a Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<ServerResult>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<McpError>,
-}
-
-/// The HTTP status of a JSON answer: 200, but in 2026-07-28 (no session) 400 for the errors
-/// that revision answers with it — a missing client capability (-32021), an unsupported
-/// revision, a header that contradicts the body — as rmcp answers the requests it serves.
-fn status_of(message: &AnswerMessage<'_>, in_session: bool) -> StatusCode {
-    match &message.error {
-        Some(error)
-            if !in_session
-                && matches!(
-                    error.code,
-                    rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
-                        | rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
-                        | rmcp::model::ErrorCode::HEADER_MISMATCH
-                ) =>
-        {
-            StatusCode::BAD_REQUEST
-        }
-        _ => StatusCode::OK,
-    }
-}
-
-/// `response` with `status`.
-fn with_status(mut response: Response, status: StatusCode) -> Response {
-    *response.status_mut() = status;
-    response
-}
-
-/// The answer as one `application/json` body.
-fn json_answer(message: &AnswerMessage<'_>) -> Response {
-    (
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        serde_json::to_vec(message).unwrap_or_default(),
-    )
-        .into_response()
-}
-
 /// The answer as an SSE stream: `first` and every message relayed after it, then the answer.
 /// The call runs on in a task of its own; the relay's sender lives in the call, so the
 /// messages end when the call does, and the answer follows the last of them. A caller that
@@ -249,6 +168,7 @@ fn streamed(
     first: ToCaller,
     relayed: tokio::sync::mpsc::Receiver<ToCaller>,
     call: PendingCall,
+    revision: Revision,
 ) -> Response {
     let running = AbortOnDrop(tokio::spawn(call));
     let rest = futures::stream::unfold(relayed, |mut relayed| async move {
@@ -267,7 +187,7 @@ fn streamed(
             )))
         });
         // A cancelled call ends its stream without an answer.
-        answer.map(|answer| serde_json::to_string(&answer_message(&id, answer)).unwrap_or_default())
+        answer.map(|answer| answer::text(&answer::answer(&id, answer.map(Into::into), revision)))
     })
     .filter_map(std::future::ready);
     let events = notifications

@@ -46,7 +46,7 @@ pub fn argument_header_mismatch(
         let mut values = headers.get_all(header.as_str()).iter();
         let sent = match (values.next(), values.next()) {
             (_, Some(_)) => return Some(format!("{header} is sent more than once")),
-            (Some(value), None) => match value.to_str().ok().and_then(decoded) {
+            (Some(value), None) => match value.to_str().ok().and_then(decoded_header_value) {
                 Some(value) => Some(value),
                 None => return Some(format!("{header} is neither text nor valid Base64")),
             },
@@ -82,8 +82,9 @@ pub fn argument_header_mismatch(
     None
 }
 
-/// A header value as the caller meant it: `=?base64?…?=` decoded, anything else as it is.
-fn decoded(value: &str) -> Option<String> {
+/// A header value as the caller meant it: `=?base64?…?=` decoded, anything else as it is;
+/// `None` when the wrapped value is not Base64 of UTF-8 text.
+pub fn decoded_header_value(value: &str) -> Option<String> {
     match value
         .strip_prefix(BASE64_PREFIX)
         .and_then(|rest| rest.strip_suffix(BASE64_SUFFIX))

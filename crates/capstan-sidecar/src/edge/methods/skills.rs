@@ -36,7 +36,7 @@ fn entry(file: &SkillFile) -> Option<Skill> {
 /// no skill through it: a client told of the extension looks for a skill behind it. The methods
 /// stay implemented (rmcp answers them by the server's own declaration), so a session whose
 /// bindings gain a skill later can still list it (docs/mcp-surface.md "Skills").
-pub(super) fn declare(capabilities: &mut ServerCapabilities, composed: &Composed) {
+pub(in crate::edge) fn declare(capabilities: &mut ServerCapabilities, composed: &Composed) {
     let serves = composed.composition.skills.iter().any(|skill| {
         let frontmatter = SkillFrontmatter::new(skill.name.as_str(), skill.description.as_str());
         let uri = capstan_compose::skill_uri(&skill.name);
