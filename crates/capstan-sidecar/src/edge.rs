@@ -11,52 +11,45 @@
 //! - a session's GET stream and its DELETE: `edge/session_stream.rs`;
 //! - `tools/call`, and the caller's cancellation of a call or answer to a provider's question:
 //!   `edge/tools_call.rs`, in the request's own task;
-//! - the requests answered from the task in one step — the lists, a prompt, a resource or a
-//!   skill, a completion, the log level, a session's subscriptions, `ping`:
-//!   `edge/methods.rs`, one handler each;
+//! - `subscriptions/listen`: `edge/listen.rs`;
+//! - every other request — `initialize`, `server/discover`, the lists, a prompt, a resource
+//!   or a skill, a completion, the log level, a session's subscriptions, `ping` — answered in
+//!   one step by its handler in `edge/methods.rs`; a notification is acknowledged;
 //! - the inspection reads (`/v1/composition`, `/v1/routes`, `/v1/route-decisions`:
-//!   `edge/inspect.rs`, `edge/inspect/routes.rs`);
-//! - what is left — `initialize`, `server/discover`, `subscriptions/listen`, notifications,
-//!   batches, methods nobody serves — rmcp's Streamable HTTP server, with a handler made for
-//!   the request (`edge/rmcp_handler.rs`), which is handed what the gate established as the
-//!   one `Checked` on the request (rmcp's handlers see the HTTP request's parts and nothing
-//!   else). rmcp checks those again by its own rules, which are the same.
+//!   `edge/inspect.rs`, `edge/inspect/routes.rs`).
+//!
+//! rmcp is the model library here: its types are the requests' and the answers', and no
+//! server of its runs (docs/architecture.md "One way in").
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::Request;
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use capstan_api::wire::SOCKET_HOST;
-use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::ErrorData as McpError;
 use serde_json::Value;
 
 mod answer;
 pub(crate) mod gate;
 mod inspect;
+mod listen;
 mod methods;
 pub(crate) mod protocol;
 pub(crate) mod request;
-mod rmcp_handler;
 mod session_stream;
 mod tools_call;
 
 use self::answer::Revision;
-use self::gate::{Gate, MAX_BODY_BYTES, check, check_host};
+use self::gate::{Gate, check, check_host};
 use self::inspect::routes::{route_decisions, routes};
 use self::inspect::{CompositionViews, Inspection, composition};
 use self::protocol::check_post;
 use self::request::{EdgeRequest, Refused, Serve};
-use self::rmcp_handler::SessionHandler;
-use self::session_stream::SSE_KEEP_ALIVE;
 use crate::message::{Message, Params};
 use crate::project_composer::ProjectComposer;
 use crate::reaper::reap;
-use crate::task::Task;
+use crate::task::{ANOTHER_CALLER, Task};
 use crate::tasks::{TaskStarter, Tasks};
 
 /// Builds the router over the task registry `tasks` (tasks started by `starter`; inspection
@@ -70,7 +63,7 @@ pub fn router(
 ) -> Router {
     tokio::spawn(reap(tasks.clone()));
     let edge = Arc::new(Edge {
-        mcp: mcp_server(&tasks, &starter),
+        starter: starter.clone(),
         inspection: Arc::new(Inspection {
             views: CompositionViews::new(tasks.admission().caps().total),
             tasks: tasks.clone(),
@@ -91,54 +84,53 @@ pub fn router(
         .layer(axum::middleware::from_fn(check_host))
 }
 
-/// rmcp's Streamable HTTP server, keeping no session: each request gets a handler of its own
-/// (`edge/rmcp_handler.rs`), which finds the task the gate resolved. A session costs what the sidecar keeps
-/// for it (docs/performance.md "Memory per session").
-fn mcp_server(
-    tasks: &Arc<Tasks>,
-    starter: &Arc<TaskStarter>,
-) -> StreamableHttpService<SessionHandler, NeverSessionManager> {
-    let (tasks, starter) = (tasks.clone(), starter.clone());
-    StreamableHttpService::new(
-        move || Ok(SessionHandler::new(tasks.clone(), starter.clone())),
-        Arc::new(NeverSessionManager::default()),
-        // A 2026-07-28 `subscriptions/listen` stream gets a keep-alive comment like a
-        // session's GET stream. An answer that comes alone is JSON (an SSE stream only when
-        // the handler sends something first): `initialize` must have answered before its
-        // response leaves, for the gate to mint the session's id over the task it started
-        // (`edge/gate.rs`, `settle`).
-        StreamableHttpServerConfig::default()
-            .with_legacy_session_mode(false)
-            .with_json_response(true)
-            .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))
-            .with_allowed_hosts([SOCKET_HOST])
-            .with_max_request_body_bytes(MAX_BODY_BYTES),
-    )
-}
-
 /// What serves the requests the gate lets through.
 struct Edge {
     tasks: Arc<Tasks>,
-    mcp: StreamableHttpService<SessionHandler, NeverSessionManager>,
+    starter: Arc<TaskStarter>,
     inspection: Arc<Inspection>,
 }
 
-/// What an MCP request asks, as far as the sidecar answers it itself.
+/// What an MCP request asks.
 enum Asked {
     /// A session's GET stream.
     SessionStream(Arc<Task>),
     /// A session's DELETE.
     SessionEnd,
+    /// `initialize`: a session revision's handshake.
+    Initialize,
     /// `tools/call`, served by `task` (in a session, or the caller's task without one).
     Call { task: Arc<Task>, in_session: bool },
-    /// A request answered from `task` in one step (`edge/methods.rs`).
+    /// `subscriptions/listen`, served by the caller's task.
+    Listen(Arc<Task>),
+    /// Any other request, answered from `task` in one step (`edge/methods.rs`).
     Method(Arc<Task>),
     /// The caller's `notifications/cancelled` for request `id` of the session's task.
     Cancel(Arc<Task>, Value),
     /// The caller's answer to the question with id `id` the session's task asked it.
     Answer(Arc<Task>, Value),
-    /// Anything else: rmcp serves it.
-    Other,
+    /// Any other notification: acknowledged.
+    Notification,
+    /// What the sidecar serves in no way.
+    Refused(Refusal),
+}
+
+/// Why a request is served in no way.
+enum Refusal {
+    /// An HTTP method MCP does not use on its endpoint.
+    NotAllowed,
+    /// A body that is no single JSON-RPC message: a batch (no revision served has them), or
+    /// no object.
+    NotOneMessage,
+    /// A request whose id is neither a string nor a number.
+    BadId,
+    /// An answer without a session: only a session's task asks its caller anything.
+    StrayAnswer,
+    /// A request no task serves (a session revision's request before `initialize`).
+    NoTask,
+    /// A task that is not the caller's (the gate let none through: checked again here, as
+    /// `Task::call` checks again, so that no handler is one check from another's task).
+    AnotherCaller,
 }
 
 impl Edge {
@@ -152,48 +144,44 @@ impl Edge {
             Ok(revision) => revision,
             Err(refused) => return *refused,
         };
-        match asked(&request) {
-            Asked::SessionStream(task) => session_stream::open(&task, &request.parts.headers),
-            Asked::SessionEnd => session_stream::end(&self.tasks, &request.parts.headers),
-            Asked::Call { task, in_session } => {
-                tools_call::serve(task, request, in_session, revision).await
+        let asked = asked(&request);
+        let message = match request.message {
+            Some(Message::Single(message)) => Some(message),
+            _ => None,
+        };
+        match (asked, message) {
+            (Asked::SessionStream(task), _) => session_stream::open(&task, &request.parts.headers),
+            (Asked::SessionEnd, _) => session_stream::end(&self.tasks, &request.parts.headers),
+            (Asked::Initialize, Some(message)) => {
+                methods::initialize(&self.starter, &request.checked, message, revision).await
             }
-            Asked::Method(task) => match request.message {
-                Some(Message::Single(message)) => methods::serve(task, message, revision).await,
-                // `asked` finds a method only in a message that is one.
-                _ => StatusCode::BAD_REQUEST.into_response(),
-            },
-            Asked::Cancel(task, id) => {
+            (Asked::Call { task, in_session }, Some(message)) => {
+                let caller = request.checked.identity;
+                tools_call::serve(task, caller, message, in_session, revision).await
+            }
+            (Asked::Listen(task), Some(message)) => listen::serve(task, message, revision).await,
+            (Asked::Method(task), Some(message)) => methods::serve(task, message, revision).await,
+            (Asked::Cancel(task, id), _) => {
+                // A request served in one step runs to its end: none waits on a provider's
+                // question.
                 task.cancel_call(&id);
-                // rmcp acknowledges the notification. A request it serves (`prompts/get`, …)
-                // runs to its end: rmcp keeps no session to find it in, and none waits on a
-                // provider's question.
-                self.rmcp(request).await
+                StatusCode::ACCEPTED.into_response()
             }
-            Asked::Answer(task, id) => {
-                // In a session only the sidecar asks the caller anything (rmcp keeps no
-                // session), so an answer nobody waits for any more is accepted and dropped.
-                let answer = request.message.as_ref().and_then(Message::single);
-                if let Some(answer) = answer.and_then(|m| m.answer.clone()) {
+            (Asked::Answer(task, id), Some(message)) => {
+                // An answer nobody waits for any more is accepted and dropped.
+                if let Some(answer) = message.answer {
                     task.answer(&id, answer);
                 }
                 StatusCode::ACCEPTED.into_response()
             }
-            Asked::Other => self.rmcp(request).await,
+            (Asked::Notification, _) => StatusCode::ACCEPTED.into_response(),
+            (Asked::Refused(refusal), message) => {
+                let id = message.and_then(|message| message.id);
+                refused(refusal, id.as_ref(), revision)
+            }
+            // `asked` finds a request, a cancellation or an answer only in one message.
+            (_, None) => refused(Refusal::NotOneMessage, None, revision),
         }
-    }
-
-    /// An MCP request rmcp serves, handed what the gate established.
-    async fn rmcp(&self, request: EdgeRequest) -> Response {
-        let EdgeRequest {
-            checked,
-            mut parts,
-            body,
-            ..
-        } = request;
-        parts.extensions.insert(checked);
-        let response = self.mcp.handle(Request::from_parts(parts, body)).await;
-        response.map(Body::new)
     }
 
     /// The inspection reads: GET (or HEAD) only.
@@ -228,45 +216,88 @@ enum Read {
     RouteDecisions,
 }
 
-/// What `request` asks, among what the sidecar answers itself.
+/// What `request` asks.
 fn asked(request: &EdgeRequest) -> Asked {
     let session = request.checked.session.as_ref();
     match (&request.parts.method, session) {
         (&Method::GET, Some(task)) => return Asked::SessionStream(task.clone()),
         (&Method::DELETE, Some(_)) => return Asked::SessionEnd,
-        _ => {}
+        (&Method::POST, _) => {}
+        _ => return Asked::Refused(Refusal::NotAllowed),
     }
     let Some(message) = request.message.as_ref().and_then(Message::single) else {
-        return Asked::Other;
+        return Asked::Refused(Refusal::NotOneMessage);
     };
-    let id = message.id.as_ref();
-    let request_id = id.is_some_and(|id| id.is_string() || id.is_number());
-    let task = session.or(request.checked.caller_task.as_ref());
-    match (message.method(), session) {
-        (Some("tools/call"), _) if !request_id => Asked::Other,
-        (Some("tools/call"), _) => match task {
-            Some(task) => Asked::Call {
-                task: task.clone(),
+    let task = session.or(request.checked.caller_task.as_ref()).cloned();
+    if task
+        .as_ref()
+        .is_some_and(|task| !task.owned_by(Some(&request.checked.identity)))
+    {
+        return Asked::Refused(Refusal::AnotherCaller);
+    }
+    match (message.method(), message.id.as_ref()) {
+        (Some(_), Some(id)) if !(id.is_string() || id.is_number()) => {
+            Asked::Refused(Refusal::BadId)
+        }
+        (Some("initialize"), Some(_)) => Asked::Initialize,
+        (Some(method), Some(_)) => match (method, task) {
+            ("tools/call", Some(task)) => Asked::Call {
+                task,
                 in_session: session.is_some(),
             },
-            None => Asked::Other,
+            ("subscriptions/listen", Some(task)) => Asked::Listen(task),
+            (_, Some(task)) => Asked::Method(task),
+            (_, None) => Asked::Refused(Refusal::NoTask),
         },
-        (Some(method), _) if request_id && methods::serves(method) => match task {
-            Some(task) => Asked::Method(task.clone()),
-            None => Asked::Other,
-        },
-        (Some("notifications/cancelled"), Some(task)) if id.is_none() => {
-            let params = message.untyped_params();
-            match params.and_then(|p| p.get("requestId")) {
-                Some(id) => Asked::Cancel(task.clone(), id.clone()),
-                None => Asked::Other,
+        (Some("notifications/cancelled"), None) => {
+            let cancelled = message.untyped_params().and_then(|p| p.get("requestId"));
+            match (session, cancelled) {
+                (Some(task), Some(id)) => Asked::Cancel(task.clone(), id.clone()),
+                _ => Asked::Notification,
             }
         }
-        (None, Some(task)) if message.answer.is_some() => match id {
-            Some(id) => Asked::Answer(task.clone(), id.clone()),
-            None => Asked::Other,
+        (Some(_), None) => Asked::Notification,
+        (None, Some(id)) if message.answer.is_some() => match session {
+            Some(task) => Asked::Answer(task.clone(), id.clone()),
+            None => Asked::Refused(Refusal::StrayAnswer),
         },
-        _ => Asked::Other,
+        (None, _) => Asked::Refused(Refusal::NotOneMessage),
+    }
+}
+
+/// The answer to what the sidecar serves in no way.
+fn refused(refusal: Refusal, id: Option<&Value>, revision: Revision) -> Response {
+    let id = id.unwrap_or(&Value::Null);
+    match refusal {
+        Refusal::NotAllowed => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "GET, POST, DELETE")],
+            "Method Not Allowed: MCP takes POST, and a session's GET and DELETE",
+        )
+            .into_response(),
+        Refusal::NotOneMessage => (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Unsupported Media Type: send one JSON-RPC message per POST (no batches)",
+        )
+            .into_response(),
+        Refusal::BadId => answer::refusal(
+            None,
+            McpError::invalid_request("a request's id is a string or a number", None),
+        ),
+        Refusal::StrayAnswer => answer::refusal(
+            None,
+            McpError::invalid_request("stateless server does not accept JSON-RPC responses", None),
+        ),
+        Refusal::NoTask => answer::error(
+            id,
+            McpError::invalid_request("the session is not initialized", None),
+            revision,
+        ),
+        Refusal::AnotherCaller => answer::error(
+            id,
+            McpError::invalid_request(ANOTHER_CALLER, None),
+            revision,
+        ),
     }
 }
 

@@ -1,12 +1,12 @@
 //! The JSON-RPC message of an MCP POST, parsed once into what the sidecar reads of it.
 //!
-//! The gate reads a message's method, its id and a few of its params (`_meta`'s revision
-//! and trace context, a tool's or prompt's name, a cancelled request's id); the call fast path
-//! takes a `tools/call`'s params whole; rmcp parses the body's bytes itself. So a message is
-//! parsed into an [`Envelope`], not a `Value` tree: the params of a `tools/call` go straight
-//! into rmcp's `CallToolRequestParams` (its arguments and `_meta` the only maps built), other
-//! params into a `Value` (rare beside calls: an `initialize` and a `tools/list` a session,
-//! notifications). Building the tree and then typed params from it was about a fifth of the
+//! The gate and the edge read a message's method, its id and a few of its params (`_meta`'s
+//! revision and trace context, a tool's or prompt's name, a cancelled request's id);
+//! `edge/tools_call.rs` takes a `tools/call`'s params whole, and `edge/methods.rs` any other's
+//! as their type. So a message is parsed into an [`Envelope`], not a `Value` tree: the params
+//! of a `tools/call` go straight into rmcp's `CallToolRequestParams` (its arguments and
+//! `_meta` the only maps built), other params into a `Value` (rare beside calls: an
+//! `initialize` and a `tools/list` a session, notifications). Building the tree and then typed params from it was about a fifth of the
 //! sidecar's instructions per forwarded call (docs/performance.md "The request's typed
 //! envelope"). A batch, or a body that is no object, stays a `Value`: only whether it opens
 //! with `initialize` is read of it.

@@ -6,6 +6,7 @@
 
 mod call;
 mod in_flight;
+mod listener;
 mod outbox;
 mod questions;
 mod served;
@@ -16,11 +17,12 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use capstan_compose::{ClientAsks, Document};
-use rmcp::service::{SubscriptionSendError, SubscriptionSink};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use self::in_flight::InFlight;
+pub use self::listener::Listener;
+use self::listener::Unsent;
 pub use self::outbox::SessionStream;
 use self::outbox::{Change, Outbox};
 pub use self::served::Served;
@@ -77,7 +79,7 @@ pub struct Task {
     outbox: Arc<Outbox>,
     /// The open `subscriptions/listen` streams of a task without a session (2026-07-28), each
     /// told of list changes; keyed so each stream removes its own when it ends.
-    listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
+    listeners: Mutex<Vec<(u64, Listener)>>,
     next_listener: AtomicU64,
     /// Sent to when the task is shut down, dropped with it: those following it (`refresh.rs`,
     /// listen streams) stop.
@@ -285,18 +287,12 @@ impl Task {
     /// Tells every open `subscriptions/listen` stream that asked for it that a list changed;
     /// a stream that did not ask is skipped, a stream that is gone is dropped.
     async fn tell_listeners(&self, change: Change) {
-        let sinks: Vec<(u64, SubscriptionSink)> = lock(&self.listeners).clone();
-        for (id, sink) in sinks {
-            let sent = match &change {
-                Change::ToolList => sink.notify_tool_list_changed().await,
-                Change::PromptList => sink.notify_prompt_list_changed().await,
-                Change::ResourceList => sink.notify_resource_list_changed().await,
-                Change::Updated(uri) => sink.notify_resource_updated(uri.clone()).await,
-            };
-            match sent {
-                Ok(()) | Err(SubscriptionSendError::NotificationNotAccepted(_)) => {}
-                Err(error) => {
-                    debug!(project = %self.identity.project, %error, "a listen stream is gone");
+        let listeners: Vec<(u64, Listener)> = lock(&self.listeners).clone();
+        for (id, listener) in listeners {
+            match listener.send(&change).await {
+                Ok(()) | Err(Unsent::NotAccepted) => {}
+                Err(Unsent::Gone) => {
+                    debug!(project = %self.identity.project, "a listen stream is gone");
                     self.forget_listener(id);
                 }
             }
@@ -432,12 +428,12 @@ impl Task {
         self.streams.load(Ordering::Acquire)
     }
 
-    /// Follows `sink` (an open `subscriptions/listen` stream, counted by the gate) until
+    /// Follows `listener` (an open `subscriptions/listen` stream, counted by the gate) until
     /// the returned guard is dropped. The stream does not make the task busy: how long an open
     /// stream keeps a task is the task registry's rule (`tasks.rs`), never forever.
-    pub fn listen(&self, sink: SubscriptionSink) -> Listening<'_> {
+    pub fn listen(&self, listener: Listener) -> Listening<'_> {
         let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
-        lock(&self.listeners).push((id, sink));
+        lock(&self.listeners).push((id, listener));
         Listening { task: self, id }
     }
 

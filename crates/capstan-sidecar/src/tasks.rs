@@ -124,11 +124,10 @@ pub enum Lookup {
     Unbound,
 }
 
-/// What the gate admitted a request to open, handed to the rmcp handler that
-/// opens it (rmcp passes the handler the request's HTTP parts, where the gate put it):
-/// the place a new task takes, and — left by `initialize` — the task started, which the
-/// gate binds to the session id it mints for the answer. The one thing that travels
-/// from the gate through rmcp and back; it holds the task until then.
+/// What the gate admitted a request to open, handed to the handler that opens it (in the
+/// request's `Checked`, `edge/request.rs`): the place a new task takes, and — left by
+/// `initialize` — the task started, which the gate binds to the session id it mints for the
+/// answer. It holds the task until then.
 #[derive(Clone, Default)]
 pub struct Admitted(Arc<AdmittedInner>);
 

@@ -189,6 +189,82 @@ fn bad_input_should_get_clear_errors_and_the_sidecar_keep_serving() {
     assert_eq!((code, body.as_str()), (200, "ok\n"));
 }
 
+/// What the sidecar serves in no way is refused with the status a client reads, and what a
+/// revision does not have is an unknown method in it: a batch (no revision served has them),
+/// an id that is no id, an answer nobody asked for, an HTTP method MCP does not use; `ping`
+/// and `resources/subscribe` without a session (2026-07-28 has neither), 404 there as that
+/// revision answers an unknown method, and `subscriptions/listen` inside a session.
+#[test]
+fn what_no_revision_serves_should_be_refused_as_each_revision_says() {
+    let (_provider, sidecar) = streamco_sidecar();
+    let session = sidecar.curl_initialize("demo-project", "t");
+    let in_session = [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#;
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &in_session, Some(batch));
+    assert_eq!(code, 415, "{body}");
+    let bad_id = r#"{"jsonrpc":"2.0","id":{"x":1},"method":"tools/list"}"#;
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &in_session, Some(bad_id));
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("-32600"), "{body}");
+    let (code, _, headers) = sidecar.curl("PUT", "/mcp", &in_session, Some("{}"));
+    assert_eq!(code, 405);
+    assert!(
+        headers
+            .to_ascii_lowercase()
+            .contains("allow: get, post, delete"),
+        "{headers}"
+    );
+    let listen =
+        r#"{"jsonrpc":"2.0","id":2,"method":"subscriptions/listen","params":{"notifications":{}}}"#;
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &in_session, Some(listen));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("-32601"), "{body}");
+    let ping = r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#;
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &in_session, Some(ping));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(r#""result":{}"#), "{body}");
+
+    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+    for (method, params) in [
+        ("ping", String::new()),
+        ("resources/subscribe", r#""uri":"capstan://x","#.to_owned()),
+        ("no/such-method", String::new()),
+    ] {
+        let mut sessionless = vec![
+            (PROJECT_HEADER, "demo-project"),
+            ("authorization", "Bearer t"),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", method),
+        ];
+        if method == "resources/subscribe" {
+            sessionless.push(("mcp-name", "capstan://x"));
+        }
+        let request = format!(
+            r#"{{"jsonrpc":"2.0","id":4,"method":"{method}","params":{{{params}{meta}}}}}"#
+        );
+        let (code, body, _) = sidecar.curl("POST", "/mcp", &sessionless, Some(&request));
+        assert_eq!(code, 404, "{method}: {body}");
+        assert!(body.contains("-32601"), "{method}: {body}");
+    }
+    let answer = r#"{"jsonrpc":"2.0","id":9,"result":{}}"#;
+    let sessionless = [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+        ("mcp-protocol-version", "2026-07-28"),
+    ];
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &sessionless, Some(answer));
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("does not accept JSON-RPC responses"),
+        "{body}"
+    );
+}
+
 #[test]
 fn the_socket_should_be_0660_and_a_stale_one_replaced() {
     let provider = DemoProvider::start(&[]);

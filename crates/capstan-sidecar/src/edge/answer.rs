@@ -80,6 +80,16 @@ pub(super) fn error(id: &Value, error: McpError, revision: Revision) -> Response
     json(&answer(id, Err(error), revision), revision)
 }
 
+/// A request refused before it is served, whatever its revision: `error` as a JSON-RPC
+/// answer to request `id` (null when its id is unknown or unusable), 400.
+pub(super) fn refusal(id: Option<&Value>, error: McpError) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": error })),
+    )
+        .into_response()
+}
+
 /// The answer as one `application/json` body, with its status (`status`).
 pub(super) fn json(answer: &Answer<'_>, revision: Revision) -> Response {
     (

@@ -8,7 +8,7 @@
 //! outside a session are admitted only for a caller the project's control plane admits.
 //!
 //! An MCP request without a session must be an `initialize`, or a request of the 2026-07-28
-//! revision (which has no sessions, `edge/rmcp_handler.rs`): such a request is checked like an `initialize`
+//! revision (which has no sessions): such a request is checked like an `initialize`
 //! — caller check included — on every request, and served by the caller's own task
 //! (`tasks.rs`), so no tool call slips past the identity by skipping `initialize`.
 
@@ -55,9 +55,8 @@ pub(crate) async fn after_body(body: Body, refusal: Response) -> Response {
     refusal
 }
 
-/// Refuses a request whose Host is not `localhost`, on every path. rmcp checks the Host of
-/// what reaches it, but `tools/call` in a session and `/v1/composition` are answered without
-/// rmcp; one check in front of everything keeps the rule the same for all of them.
+/// Refuses a request whose Host is not `localhost`, on every path: one check in front of
+/// everything keeps the rule the same for all of them.
 pub(crate) async fn check_host(request: Request, next: Next) -> Response {
     let host = request
         .headers()
@@ -141,7 +140,7 @@ fn refused_by(full: Full) -> Refused {
 
 /// The live task of session `id`, if it is `identity`'s. Fails closed: an id the registry
 /// does not know (made up, reaped, or an `initialize` that never bound) is gone as far as
-/// this caller is concerned, whatever rmcp ever held.
+/// this caller is concerned.
 fn session_task(tasks: &Tasks, id: &str, identity: &Identity) -> Result<Arc<Task>, Refused> {
     match tasks.session(id) {
         Err(_) => Err(Box::new(unreadable_table())),
@@ -198,8 +197,8 @@ async fn admit(
         Kind::Sessionless { .. } => !gate.tasks.has_caller_task(identity),
         _ => false,
     };
-    // A caller's live task without a session needs nothing admitted: rmcp serves the task
-    // resolved below (`edge/rmcp_handler.rs`), and only `initialize` reads what is admitted back.
+    // A caller's live task without a session needs nothing admitted: the edge serves the task
+    // resolved below, and only `initialize` reads what is admitted back.
     let admitted = if needs_place {
         Some(Admitted::with_place(
             admission.admit(identity).map_err(refused_by)?,
@@ -348,12 +347,12 @@ async fn serve_checked(
         session: bound,
         caller_task: opened.caller_task,
         admitted: opened.admitted.clone(),
-        span: Span::current(),
     };
+    // Its bytes, if any were read, are in `message`.
+    drop(body);
     let request = EdgeRequest {
         checked,
         parts,
-        body,
         message,
     };
     let response = (gate.serve)(request).await;

@@ -1,9 +1,11 @@
-//! The MCP requests answered from a caller's task in one step: the lists (tools, prompts,
-//! resources and their templates, skills), a prompt, a resource or a skill read, a completion,
-//! the log level, a session's resource subscriptions, and `ping`. Each method has its handler
-//! here, with rmcp's models as its types; the edge's dispatcher (`edge.rs`) has already checked
-//! the request's protocol headers (`edge/protocol.rs`) and found its task, and its answer is
-//! written for the revision it speaks (`edge/answer.rs`).
+//! The MCP requests answered in one step, each by its handler here, with rmcp's models as
+//! their types: `initialize` and `server/discover` (`methods/handshake.rs`), the lists (tools,
+//! prompts, resources and their templates, skills), a prompt, a resource or a skill read
+//! (`methods/forwarded.rs`, `methods/skills.rs`), a completion, the log level, a session's
+//! resource subscriptions, and `ping`; any other method is unknown (-32601). The edge's
+//! dispatcher (`edge.rs`) has already checked the request's protocol headers
+//! (`edge/protocol.rs`) and found its task, and its answer is written for the revision it
+//! speaks (`edge/answer.rs`).
 
 use std::sync::Arc;
 
@@ -21,10 +23,13 @@ use serde_json::{Value, json};
 
 use super::answer::Revision;
 use super::answer::{answer, json};
+use super::request::Checked;
 use crate::message::{Envelope, Params};
 use crate::task::{MAX_SUBSCRIPTIONS, Task};
+use crate::tasks::TaskStarter;
 
 pub(super) mod forwarded;
+pub(super) mod handshake;
 pub(super) mod skills;
 
 use self::forwarded::{answer as provider_answer, params as forwarded_params, response};
@@ -34,27 +39,28 @@ use self::forwarded::{answer as provider_answer, params as forwarded_params, res
 /// (`notifications/*/list_changed`); a client that does not listen re-lists within this.
 pub(super) const LIST_TTL_MS: u64 = 10_000;
 
-/// Whether `method` is one of the requests served here.
-pub(super) fn serves(method: &str) -> bool {
-    matches!(
-        method,
-        "ping"
-            | "tools/list"
-            | "prompts/list"
-            | "resources/list"
-            | "resources/templates/list"
-            | "prompts/get"
-            | "resources/read"
-            | "completion/complete"
-            | "logging/setLevel"
-            | "resources/subscribe"
-            | "resources/unsubscribe"
-            | "skills/list"
-            | "skills/get"
-    )
+/// Serves `initialize` (`message`) for the caller `checked` names, starting its session's
+/// task with `starter`.
+pub(super) async fn initialize(
+    starter: &TaskStarter,
+    checked: &Checked,
+    message: Box<Envelope>,
+    revision: Revision,
+) -> Response {
+    let Envelope { id, params, .. } = *message;
+    let id = id.unwrap_or_default();
+    let params = match params {
+        Params::Other(params) => params,
+        Params::Absent | Params::Call(_) => Value::Null,
+    };
+    let result = match typed(params) {
+        Ok(params) => handshake::initialize(starter, checked, params).await,
+        Err(error) => Err(error),
+    };
+    json(&answer(&id, result, revision), revision)
 }
 
-/// Serves the request `message` (one [`serves`] names) with `task`, answering in `revision`.
+/// Serves the request `message` with `task`, answering in `revision`.
 pub(super) async fn serve(task: Arc<Task>, message: Box<Envelope>, revision: Revision) -> Response {
     let Envelope {
         id, method, params, ..
@@ -96,6 +102,7 @@ async fn served(
     };
     match method {
         "ping" => sessions_only("ping").map(|()| ServerResult::empty(())),
+        "server/discover" => Ok(handshake::discover(task)),
         "tools/list" => Ok(list_tools(task).into()),
         "prompts/list" => Ok(list_prompts(task).into()),
         "resources/list" => Ok(list_resources(task).into()),

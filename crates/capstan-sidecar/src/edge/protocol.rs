@@ -440,13 +440,7 @@ fn plain(status: StatusCode, message: &str) -> Refused {
 
 /// A request refused for what it says against its headers: a JSON-RPC error, 400.
 fn json_error(id: Option<&Value>, error: McpError) -> Refused {
-    Box::new(
-        (
-            StatusCode::BAD_REQUEST,
-            axum::Json(json!({ "jsonrpc": "2.0", "id": id, "error": error })),
-        )
-            .into_response(),
-    )
+    Box::new(super::answer::refusal(id, error))
 }
 
 #[cfg(test)]

@@ -3,11 +3,9 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::http::request::Parts;
 use axum::response::Response;
 use futures::future::BoxFuture;
-use tracing::Span;
 
 use crate::identity::Identity;
 use crate::message::Message;
@@ -15,8 +13,8 @@ use crate::task::Task;
 use crate::tasks::Admitted;
 
 /// What the gate established about a request: who asks, the task of the session it names or
-/// the caller's task without a session, the place it was admitted with, and the span it is
-/// served in.
+/// the caller's task without a session, and the place it was admitted with. (What serves it
+/// runs in the request's span, `request_span.rs`; work it spawns carries the span along.)
 #[derive(Clone)]
 pub(crate) struct Checked {
     pub(crate) identity: Identity,
@@ -26,16 +24,12 @@ pub(crate) struct Checked {
     pub(crate) caller_task: Option<Arc<Task>>,
     /// The place an `initialize` or a caller's first request took, and the task it starts.
     pub(crate) admitted: Option<Admitted>,
-    /// The request's span (`request_span.rs`): what serves it, in whatever task, joins it.
-    pub(crate) span: Span,
 }
 
 /// A request the gate let through, read once.
 pub(crate) struct EdgeRequest {
     pub(crate) checked: Checked,
     pub(crate) parts: Parts,
-    /// The body, whole again for an MCP POST (its bytes were read for `message`).
-    pub(crate) body: Body,
     /// An MCP POST's JSON-RPC message, parsed once.
     pub(crate) message: Option<Message>,
 }

@@ -1,10 +1,9 @@
 //! What a session asks that is not a JSON-RPC request: its GET stream and its DELETE.
 //!
 //! The sidecar keeps its sessions itself (`tasks.rs`): it mints the id when `initialize`
-//! answers (`edge/gate.rs`, `settle`), rmcp serves each POST of a session with a handler made
-//! for that request, and nothing of rmcp lives between requests. So the two requests that are
-//! about the session itself are answered here, for a session the gate has found bound to
-//! this caller:
+//! answers (`edge/gate.rs`, `settle`), and serves each POST of a session from the session's
+//! task. The two requests that are about the session itself are answered here, for a
+//! session the gate has found bound to this caller:
 //!
 //! - **GET** opens a stream of the session: its list changes and the updates of resources it
 //!   subscribed to, as SSE events (`Task::open_session_stream`; each on one stream, when the

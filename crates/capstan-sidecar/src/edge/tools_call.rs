@@ -22,7 +22,6 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use capstan_compose::{RELAY_CAPACITY, ToCaller};
@@ -35,35 +34,16 @@ use tracing::Instrument as _;
 
 use super::answer;
 use super::answer::Revision;
-use super::request::EdgeRequest;
-use crate::identity::{Identity, refusal};
-use crate::message::{Envelope, Message, Params};
+use crate::identity::Identity;
+use crate::message::{Envelope, Params};
 use crate::task::Task;
 
-/// Serves a `tools/call` (`request`, told apart and checked by the edge's dispatcher) with
-/// `task`, answering in `revision`; `in_session` when the task is the session's.
+/// Serves the call in `message` for `caller` with `task` (`in_session` when it is the
+/// session's), answering in `revision`: as JSON, or as an SSE stream when the provider says
+/// something about the call first.
 pub(super) async fn serve(
     task: Arc<Task>,
-    request: EdgeRequest,
-    in_session: bool,
-    revision: Revision,
-) -> Response {
-    let Some(Message::Single(message)) = request.message else {
-        return refusal(
-            StatusCode::BAD_REQUEST,
-            "invalid_input",
-            "tools/call: send one JSON-RPC request, not a batch",
-        );
-    };
-    let caller = Some(request.checked.identity);
-    serve_call(task, caller, message, in_session, revision).await
-}
-
-/// Serves the call in `message` with `task`: its answer as JSON, or as an SSE stream when the
-/// provider says something about the call first.
-async fn serve_call(
-    task: Arc<Task>,
-    caller: Option<Identity>,
+    caller: Identity,
     message: Box<Envelope>,
     in_session: bool,
     revision: Revision,
@@ -91,7 +71,7 @@ async fn serve_call(
     let mut call: PendingCall = Box::pin(
         async move {
             tokio::select! {
-                answer = task.call(caller.as_ref(), params, Some(sink)) => {
+                answer = task.call(Some(&caller), params, Some(sink)) => {
                     Some(answer.map(complete))
                 }
                 // Dropping the call gives it up at the provider too (capstan-upstream `mcp/call.rs`).

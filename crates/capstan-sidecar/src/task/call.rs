@@ -1,5 +1,5 @@
-//! How a task answers a `tools/call`, whichever path it arrived on (rmcp's session worker, or
-//! `edge/tools_call.rs`): the caller and the time limit, then a built-in, a base platform tool, a routed
+//! How a task answers a `tools/call` (`edge/tools_call.rs`, in a session or without one): the
+//! caller and the time limit, then a built-in, a base platform tool, a routed
 //! capability or a provider tool. Every call is counted once under its outcome
 //! (`Task::refuse` for every refusal); calls that reach a provider are traced and metered.
 

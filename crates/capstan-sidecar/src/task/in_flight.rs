@@ -1,8 +1,7 @@
-//! The calls of a task the fast path is serving, by the caller's request id, so that the
+//! The calls of a session's task being served, by the caller's request id, so that the
 //! caller's `notifications/cancelled` can stop one (`edge/tools_call.rs`); and the questions
-//! of providers the fast path put to the caller, by the id it gave them, so that the caller's
-//! answer reaches the provider that asked. rmcp keeps its own tables for the requests it
-//! serves and sends; the fast path's are requests rmcp never sees.
+//! of providers put to the caller, by the id the task gave them, so that the caller's
+//! answer reaches the provider that asked.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -86,8 +86,7 @@ pub(super) fn classify(
     }
 }
 
-/// Reads and parses the JSON-RPC body of an MCP POST (once: rmcp would answer a malformed body
-/// with 415, not a JSON-RPC error).
+/// Reads and parses the JSON-RPC body of an MCP POST, once.
 pub(super) async fn read_message(body: Body) -> Result<(Bytes, Message), Refused> {
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
         return Err(Box::new(refusal(
@@ -113,7 +112,8 @@ pub(super) async fn read_message(body: Body) -> Result<(Bytes, Message), Refused
 
 /// Whether an MCP POST without a session is of a revision without sessions (2026-07-28 on):
 /// its `MCP-Protocol-Version` header or its `_meta` names one, or it is `server/discover`.
-/// rmcp then checks the header against the `_meta`, the method and the name.
+/// The edge then checks the header against the `_meta`, the method and the name
+/// (`edge/protocol.rs`).
 fn is_sessionless(headers: &axum::http::HeaderMap, message: &Message) -> bool {
     // Revisions are dates, so they compare as strings (as rmcp compares them).
     let modern = |version: &str| version >= ProtocolVersion::NO_INITIALIZE.as_str();

@@ -140,7 +140,7 @@ async fn a_request_without_a_session_should_pass_only_as_2026_07_28_with_an_iden
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     }
     assert_eq!(reached.load(Ordering::SeqCst), 0);
-    // 2026-07-28 with a project and token passes, carrying the caller on to rmcp.
+    // 2026-07-28 with a project and token passes, carrying the caller on to the edge.
     let response = router
         .clone()
         .oneshot(sessionless(MODERN_LIST, Some("p"), "2026-07-28"))
@@ -163,7 +163,7 @@ async fn a_request_without_a_session_should_pass_only_as_2026_07_28_with_an_iden
 }
 
 /// With the caller check on (`CAPSTAN_CALLER_CHECK=sar`), a caller the project's plane does
-/// not vouch for never reaches rmcp and holds no place: no token is refused at once (401); a
+/// not vouch for never reaches the edge and holds no place: no token is refused at once (401); a
 /// plane that cannot be asked (here: nothing listens) refuses (503), it never admits.
 #[tokio::test]
 async fn a_caller_the_plane_does_not_vouch_for_should_never_pass() {
@@ -202,7 +202,7 @@ async fn a_caller_the_plane_does_not_vouch_for_should_never_pass() {
     assert_eq!(
         reached.load(Ordering::SeqCst),
         0,
-        "a refused caller reached rmcp"
+        "a refused caller reached the edge"
     );
     assert_eq!(admission.held(), 0, "a refused caller holds a place");
     // What /metrics shows of it: both checks by outcome, the client error by status.
@@ -218,7 +218,7 @@ async fn a_caller_the_plane_does_not_vouch_for_should_never_pass() {
 }
 
 /// A body of exactly 4 MiB (`MAX_BODY_BYTES`) is read; one byte more is refused with 413
-/// before it reaches rmcp.
+/// before it reaches the edge.
 #[tokio::test]
 async fn a_body_should_be_read_up_to_exactly_four_mebibytes() {
     use tower::ServiceExt as _;
@@ -243,7 +243,7 @@ async fn a_body_should_be_read_up_to_exactly_four_mebibytes() {
     assert_eq!(
         reached.load(Ordering::SeqCst),
         1,
-        "an oversized body reached rmcp"
+        "an oversized body reached the edge"
     );
 }
 

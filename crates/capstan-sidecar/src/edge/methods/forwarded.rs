@@ -51,7 +51,8 @@ pub(super) fn answer<T: serde::de::DeserializeOwned>(
 }
 
 /// A provider's answer that is a whole result (its `resultType` set to `complete`, which
-/// 2026-07-28 requires; rmcp takes it out again for a peer of a session revision).
+/// 2026-07-28 requires; the answer takes it out again for a session revision,
+/// `edge/answer.rs`).
 pub(super) trait Complete {
     fn completed(self) -> Self;
 }

@@ -34,7 +34,7 @@ fn entry(file: &SkillFile) -> Option<Skill> {
 
 /// Takes the skills extension out of the `capabilities` a caller is told when `composed` serves
 /// no skill through it: a client told of the extension looks for a skill behind it. The methods
-/// stay implemented (rmcp answers them by the server's own declaration), so a session whose
+/// stay implemented (answered by the server's own declaration), so a session whose
 /// bindings gain a skill later can still list it (docs/mcp-surface.md "Skills").
 pub(in crate::edge) fn declare(capabilities: &mut ServerCapabilities, composed: &Composed) {
     let serves = composed.composition.skills.iter().any(|skill| {

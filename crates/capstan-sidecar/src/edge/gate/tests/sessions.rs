@@ -202,7 +202,7 @@ async fn a_listen_stream_without_a_session_should_count_against_the_tasks_cap() 
     assert_eq!(task.open_streams(), 0);
 }
 
-/// A router that serves as rmcp does what the gate hands it: an `initialize` starts the
+/// A stand-in for the edge, serving what the gate hands it: an `initialize` starts the
 /// caller's task in the place admitted and leaves it for the gate to bind (or, with `fail`,
 /// answers 500 and starts nothing); a request in a session is accepted (202).
 fn serving(tasks: &Arc<Tasks>, fail: bool) -> axum::Router {
@@ -211,7 +211,7 @@ fn serving(tasks: &Arc<Tasks>, fail: bool) -> axum::Router {
         let starter = starter.clone();
         Box::pin(async move {
             let checked = request.checked;
-            // In a session (a DELETE, a notification): accepted, as rmcp answers.
+            // In a session (a DELETE, a notification): accepted, as the edge answers.
             if checked.session.is_some() {
                 return StatusCode::ACCEPTED.into_response();
             }
