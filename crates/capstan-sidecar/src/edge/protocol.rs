@@ -268,7 +268,7 @@ fn standard_headers(
     let id = message.id.as_ref();
     let initialize = id.is_some() && method == "initialize";
     let mismatch = |reason: String| json_error(id, McpError::header_mismatch(reason, None));
-    match one_header(headers, MCP_METHOD).map_err(&mismatch)? {
+    match one_header(headers, MCP_METHOD).map_err(|defect| mismatch(defect.to_string()))? {
         None if required && !initialize => {
             return Err(mismatch("missing required Mcp-Method header".to_owned()));
         }
@@ -283,7 +283,7 @@ fn standard_headers(
         return Ok(());
     }
     if let Some(named) = named_param(method).and_then(|key| message.param(key)) {
-        match one_header(headers, MCP_NAME).map_err(&mismatch)? {
+        match one_header(headers, MCP_NAME).map_err(|defect| mismatch(defect.to_string()))? {
             None if required => {
                 return Err(mismatch(format!(
                     "missing required Mcp-Name header for `{method}`"
@@ -413,19 +413,28 @@ fn per_request_meta(
     Ok(())
 }
 
-/// The one value of header `name`, if sent: sent twice, or not as text, is an error.
-fn one_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, String> {
+/// The one value of header `name`, if sent: sent twice, or not as text, is a defect.
+fn one_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, HeaderDefect> {
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
         return Ok(None);
     };
     if values.next().is_some() {
-        return Err(format!("duplicate {name} header"));
+        return Err(HeaderDefect::Repeated(name.to_owned()));
     }
     value
         .to_str()
         .map(Some)
-        .map_err(|_| format!("{name} header contains invalid characters"))
+        .map_err(|_| HeaderDefect::NotText(name.to_owned()))
+}
+
+/// A standard header that cannot say anything: sent twice, or not as text.
+#[derive(Debug, thiserror::Error)]
+enum HeaderDefect {
+    #[error("duplicate {0} header")]
+    Repeated(String),
+    #[error("{0} header contains invalid characters")]
+    NotText(String),
 }
 
 /// Header `name` as text, if sent as text.
