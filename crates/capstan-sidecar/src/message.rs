@@ -64,8 +64,8 @@ pub enum Params {
     Absent,
     /// A `tools/call`'s, typed.
     Call(Box<CallToolRequestParams>),
-    /// Any other method's, or a `tools/call`'s that do not fit their type (the fast path
-    /// answers those with the type's own error, `edge/tools_call.rs`).
+    /// Any other method's, or a `tools/call`'s that do not fit their type (answered with the
+    /// type's own error, `edge/tools_call.rs`).
     Other(Value),
 }
 

@@ -87,8 +87,8 @@ pub struct Task {
     /// The level the client asked for with `logging/setLevel`, sent again to the upstreams of
     /// every later composition.
     log_level: Mutex<Option<Value>>,
-    /// The calls the fast path is serving, for the caller's `notifications/cancelled`, and
-    /// the providers' questions it put to the caller.
+    /// The calls of the session being served, for the caller's `notifications/cancelled`, and
+    /// the providers' questions put to the caller.
     in_flight: InFlight,
     /// What the caller can be asked, read from its `initialize` (nothing without a session).
     asks: OnceLock<ClientAsks>,

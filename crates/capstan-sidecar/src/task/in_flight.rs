@@ -93,8 +93,8 @@ impl Task {
         (tracked, cancelled)
     }
 
-    /// Stops the call with request id `id`, if this task is serving it on the fast path;
-    /// whether it was.
+    /// Stops the call with request id `id`, if this task is serving it in its session; whether
+    /// it was.
     pub fn cancel_call(&self, id: &serde_json::Value) -> bool {
         self.in_flight.cancel(&id.to_string())
     }
