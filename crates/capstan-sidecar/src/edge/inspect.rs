@@ -10,11 +10,13 @@ use std::time::Duration;
 use axum::response::{IntoResponse, Response};
 use capstan_compose::{BindingOutcome, CallerRevision, Composed};
 use capstan_platform::BaseTools;
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::request::Checked;
+use crate::identity::Identity;
 use crate::identity::refusal;
-use crate::project_composer::ProjectComposer;
+use crate::project_composer::{ComposedProject, ProjectComposer};
 use crate::task::{LOAD_SKILL, Task};
 use crate::tasks::Tasks;
 
@@ -39,6 +41,40 @@ impl Inspection {
             .clone()
             .or_else(|| self.tasks.live_task(&checked.identity.fingerprint()))
     }
+
+    /// A read answered without a live session: `identity`'s project composed for it and
+    /// rendered by `render`, at most once per `key` every [`VIEW_TTL`] (concurrent reads share
+    /// the one composition), its upstream sessions closed once rendered; 503 while as many
+    /// other callers hold fresh views as there are places.
+    pub(crate) async fn composed_view<F>(
+        &self,
+        key: [u8; 32],
+        identity: &Identity,
+        render: F,
+    ) -> Response
+    where
+        F: for<'a> FnOnce(&'a ComposedProject) -> BoxFuture<'a, Value>,
+    {
+        let Some(cell) = self.views.cell(key).await else {
+            return refusal(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "too many callers are inspecting compositions at once; retry in a few seconds",
+            );
+        };
+        let body = cell
+            .get_or_init(|| async {
+                let project = self
+                    .composer
+                    .compose(identity, CallerRevision::default())
+                    .await;
+                let body = render(&project).await;
+                project.composed.close().await;
+                body
+            })
+            .await;
+        axum::Json(body.clone()).into_response()
+    }
 }
 
 /// `GET /v1/composition`: the caller's composition as JSON (tools with `mutating`,
@@ -62,32 +98,17 @@ pub(crate) async fn composition(inspection: &Inspection, checked: &Checked) -> R
         ))
         .into_response();
     }
-    let Some(cell) = inspection.views.cell(identity.fingerprint()).await else {
-        return refusal(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "too many callers are inspecting compositions at once; retry in a few seconds",
-        );
-    };
-    let body = cell
-        .get_or_init(|| async {
-            let project = inspection
-                .composer
-                .compose(&identity, CallerRevision::default())
-                .await;
-            let composed = &project.composed;
-            let outcomes = composed.outcomes_with_skill_digests().await;
-            let body = composition_view(
-                &identity.project,
-                composed,
-                &outcomes,
-                project.base.as_ref(),
-            );
-            project.composed.close().await;
-            body
+    let key = identity.fingerprint();
+    let name = identity.project.clone();
+    inspection
+        .composed_view(key, &identity, |project| {
+            Box::pin(async move {
+                let composed = &project.composed;
+                let outcomes = composed.outcomes_with_skill_digests().await;
+                composition_view(&name, composed, &outcomes, project.base.as_ref())
+            })
         })
-        .await;
-    axum::Json(body.clone()).into_response()
+        .await
 }
 
 /// The JSON view of a composition, its bindings' `outcomes` (with every skill's digest:

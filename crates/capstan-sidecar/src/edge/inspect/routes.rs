@@ -7,7 +7,7 @@
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
-use capstan_compose::{CallerRevision, Composed, Snapshot};
+use capstan_compose::{Composed, Snapshot};
 use capstan_route::{Catalog, Requirements, RouteRequest};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -126,30 +126,13 @@ pub(crate) async fn routes(inspection: &Inspection, checked: &Checked, parts: &P
     let mut key = Sha256::new();
     key.update(identity.fingerprint());
     key.update(capability.as_bytes());
-    let Some(cell) = inspection.views.cell(key.finalize().into()).await else {
-        return refusal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "too many callers are inspecting compositions at once; retry in a few seconds",
-        );
-    };
-    let body = cell
-        .get_or_init(|| async {
-            let project = inspection
-                .composer
-                .compose(&identity, CallerRevision::default())
-                .await;
-            let body = routes_view(
-                &identity.project,
-                &capability,
-                &project.composed,
-                &project.snapshot,
-            );
-            project.composed.close().await;
-            body
+    let name = identity.project.clone();
+    inspection
+        .composed_view(key.finalize().into(), &identity, |project| {
+            let body = routes_view(&name, &capability, &project.composed, &project.snapshot);
+            Box::pin(std::future::ready(body))
         })
-        .await;
-    axum::Json(body.clone()).into_response()
+        .await
 }
 
 /// What a call to `capability` would meet: its candidates and the decision, or why it is not
