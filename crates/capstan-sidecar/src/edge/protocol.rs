@@ -31,8 +31,10 @@ pub(crate) const SUPPORTED_VERSIONS: &[ProtocolVersion] = &[
 const MCP_NAME: &str = "mcp-name";
 /// The `_meta` member holding the caller's capabilities (2026-07-28).
 const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
-/// The revision a request without any is taken to speak (as the 2025-06-18 spec asks).
-const UNNAMED_REVISION: ProtocolVersion = ProtocolVersion::V_2025_03_26;
+/// Whether `version` is 2026-07-28 or later (revisions are dates: they compare as text).
+fn is_modern(version: &str) -> bool {
+    version >= ProtocolVersion::V_2026_07_28.as_str()
+}
 
 /// Checks an MCP POST (`headers`, its one message `message`) against the protocol's rules;
 /// `marks` are the argument headers the tool a `tools/call` names asks for (capstan-upstream
@@ -57,24 +59,30 @@ pub(super) fn check_post(
         header_version(headers, meta_version.is_some())?;
     }
     standard_headers(headers, message, marks)?;
-    let meta = request_id.and(message.meta());
-    let missing = meta.map(missing_meta).unwrap_or(REQUIRED_META.to_vec());
     let discover = message.method() == Some("server/discover");
+    let per_request = request_id.is_some() && (meta_version.is_some() || discover);
+    let sent_modern = header_str(headers, MCP_PROTOCOL_VERSION).is_some_and(is_modern);
+    // What the `_meta` lacks matters only to a request of a revision that requires it: a
+    // session's requests (the hot path of the session revisions) skip the walk.
+    let missing = match request_id {
+        Some(_) if !initialize && (per_request || sent_modern) => request_id
+            .and(message.meta())
+            .map_or_else(|| REQUIRED_META.to_vec(), missing_meta),
+        _ => Vec::new(),
+    };
     if let Some(id) = request_id.filter(|_| !initialize) {
         meta_against_header(headers, id, meta_version, discover, &missing)?;
     }
     let version = if initialize {
-        message.param("protocolVersion").map(str::to_owned)
+        message.param("protocolVersion")
     } else {
-        meta_version
-            .map(str::to_owned)
-            .or_else(|| header_str(headers, MCP_PROTOCOL_VERSION).map(str::to_owned))
-    }
-    .unwrap_or_else(|| UNNAMED_REVISION.as_str().to_owned());
+        meta_version.or_else(|| header_str(headers, MCP_PROTOCOL_VERSION))
+    };
     let revision = Revision {
-        per_request: request_id.is_some() && (meta_version.is_some() || discover),
-        modern: version.as_str() >= ProtocolVersion::V_2026_07_28.as_str(),
-        meta_malformed: request_id.is_some() && !missing.is_empty(),
+        per_request,
+        // A request that names no revision speaks 2025-03-26 (as the 2025-06-18 spec asks).
+        modern: version.is_some_and(is_modern),
+        meta_malformed: !missing.is_empty(),
     };
     if let Some(id) = request_id.filter(|_| !initialize) {
         per_request_meta(id, meta_version, discover, &missing, revision)?;
@@ -263,8 +271,7 @@ fn standard_headers(
     let Some(method) = message.method() else {
         return Ok(());
     };
-    let required = header_str(headers, MCP_PROTOCOL_VERSION)
-        .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28.as_str());
+    let required = header_str(headers, MCP_PROTOCOL_VERSION).is_some_and(is_modern);
     let id = message.id.as_ref();
     let initialize = id.is_some() && method == "initialize";
     let mismatch = |reason: String| json_error(id, McpError::header_mismatch(reason, None));
@@ -350,8 +357,7 @@ fn meta_against_header(
 ) -> Result<(), Refused> {
     let sent = header_str(headers, MCP_PROTOCOL_VERSION);
     let Some(meta_version) = meta_version else {
-        let required = discover
-            || sent.is_some_and(|version| version >= ProtocolVersion::V_2026_07_28.as_str());
+        let required = discover || sent.is_some_and(is_modern);
         if required {
             return Err(json_error(
                 Some(id),
@@ -395,7 +401,8 @@ fn per_request_meta(
             .iter()
             .any(|known| known.as_str() == asked)
     {
-        let asked = serde_json::from_value(json!(asked)).unwrap_or(UNNAMED_REVISION);
+        // rmcp's type reads any text as a revision (its only constructor is serde's).
+        let asked = serde_json::from_value(json!(asked)).unwrap_or(ProtocolVersion::LATEST);
         let error = McpError::unsupported_protocol_version(asked, SUPPORTED_VERSIONS);
         return Err(Box::new(super::answer::error(id, error, revision)));
     }
