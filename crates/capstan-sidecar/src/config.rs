@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use capstan_api::wire::{DEFAULT_SOCKET, PROJECT_HEADER};
 use capstan_process::LogFormat;
 
-use crate::caller_check::CallerCheckMode;
+use crate::caller::check::CallerCheckMode;
 
 /// Where capability documents come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -146,7 +146,7 @@ pub struct CallerCheckSettings {
     /// Seconds an answer of the caller check is reused (`sar`). A request after it, in a live
     /// session too, asks the project's plane again, so a revoked caller is refused — and its
     /// open session ended — within this time.
-    #[arg(long, env = "CAPSTAN_CALLER_CHECK_TTL_SECONDS", default_value_t = crate::caller_check::CALLER_CHECK_TTL.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "CAPSTAN_CALLER_CHECK_TTL_SECONDS", default_value_t = crate::caller::check::CALLER_CHECK_TTL.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub caller_check_ttl_seconds: u64,
 
     /// The request header naming the caller's project.
@@ -244,21 +244,21 @@ pub struct SessionSettings {
     /// Places open at most: every session, task without a session (2026-07-28) and open
     /// stream (a session's GET stream, a `subscriptions/listen`) takes one. Beyond it a new one
     /// is answered 503 with Retry-After.
-    #[arg(long, env = "CAPSTAN_MAX_SESSIONS", default_value_t = crate::admission::DEFAULT_MAX_PLACES)]
+    #[arg(long, env = "CAPSTAN_MAX_SESSIONS", default_value_t = crate::caller::admission::DEFAULT_MAX_PLACES)]
     pub max_sessions: usize,
 
     /// Places one caller (one bearer token, whatever projects it names) may hold at once;
     /// beyond it, 429 with Retry-After.
-    #[arg(long, env = "CAPSTAN_MAX_SESSIONS_PER_CALLER", default_value_t = crate::admission::DEFAULT_MAX_PLACES_PER_CALLER)]
+    #[arg(long, env = "CAPSTAN_MAX_SESSIONS_PER_CALLER", default_value_t = crate::caller::admission::DEFAULT_MAX_PLACES_PER_CALLER)]
     pub max_sessions_per_caller: usize,
 
     /// Places one project's callers may hold together at once; beyond it, 429 with
     /// Retry-After.
-    #[arg(long, env = "CAPSTAN_MAX_SESSIONS_PER_PROJECT", default_value_t = crate::admission::DEFAULT_MAX_PLACES_PER_PROJECT)]
+    #[arg(long, env = "CAPSTAN_MAX_SESSIONS_PER_PROJECT", default_value_t = crate::caller::admission::DEFAULT_MAX_PLACES_PER_PROJECT)]
     pub max_sessions_per_project: usize,
 
     /// Streams one session or task may hold open at once; beyond it, 429.
-    #[arg(long, env = "CAPSTAN_MAX_STREAMS_PER_TASK", default_value_t = crate::admission::DEFAULT_MAX_STREAMS_PER_TASK)]
+    #[arg(long, env = "CAPSTAN_MAX_STREAMS_PER_TASK", default_value_t = crate::caller::admission::DEFAULT_MAX_STREAMS_PER_TASK)]
     pub max_streams_per_task: usize,
 }
 

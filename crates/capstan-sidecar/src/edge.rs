@@ -46,10 +46,10 @@ use self::inspect::routes::{route_decisions, routes};
 use self::inspect::{CompositionViews, Inspection, composition};
 use self::protocol::check_post;
 use self::request::{EdgeRequest, Refused, Serve};
+use crate::composition::composer::ProjectComposer;
 use crate::message::{Message, Params};
-use crate::project_composer::ProjectComposer;
-use crate::reaper::reap;
 use crate::task::{ANOTHER_CALLER, Task};
+use crate::tasks::reaper::reap;
 use crate::tasks::{TaskStarter, Tasks};
 
 /// Builds the router over the task registry `tasks` (tasks started by `starter`; inspection

@@ -12,9 +12,9 @@ use axum::response::IntoResponse as _;
 use capstan_api::wire::PROJECT_HEADER;
 use tower::ServiceExt;
 
+use crate::caller::identity::Identity;
 use crate::edge::gate::{Gate, check, check_host};
 use crate::edge::request::{EdgeRequest, Serve};
-use crate::identity::Identity;
 use crate::tasks::Tasks;
 
 /// What the gate did with one request.
@@ -40,9 +40,9 @@ fn harness() -> &'static Harness {
             .build()
             .expect("a runtime for the fuzz harness");
         let tasks = Arc::new(Tasks::new(
-            crate::admission::Admission::new(
+            crate::caller::admission::Admission::new(
                 HeaderName::from_static("x-capstan-project"),
-                crate::admission::Caps::default(),
+                crate::caller::admission::Caps::default(),
             ),
             crate::tasks::Lifetimes::default(),
         ));

@@ -4,39 +4,50 @@
 //!
 //! How a request flows through the modules: `docs/architecture.md#capstan-sidecar`.
 
-mod admission;
-mod caller_check;
-mod config;
-mod decisions;
-mod edge;
-mod feeds;
-#[doc(hidden)]
-pub mod fuzzing;
-mod identity;
+// The layers, lowest first: each uses only the layers listed before it (scripts/check-layout).
+
+/// The JSON-RPC message of a POST, parsed once.
 mod message;
-mod metering;
-mod metrics;
-mod project_composer;
-mod reaper;
-mod refresh;
-mod request_span;
-mod request_states;
-mod route_decision;
-mod run;
-mod socket;
+
+/// Metrics, request spans, metering.
+mod observe;
+
+/// Who is calling, and what they may open.
+mod caller;
+
+/// Routed (`cap.*`) calls.
+mod routing;
+
+/// One task: what it serves and how it answers.
 mod task;
+
+/// A task's composition, and how it follows its documents.
+mod composition;
+
+/// The registry of live tasks.
 mod tasks;
 
-pub use admission::{
+/// The one way in: every request on the socket.
+mod edge;
+
+/// The settings, and the start-up that wires the layers together.
+mod config;
+mod run;
+
+/// The fuzz targets' entry points.
+#[doc(hidden)]
+pub mod fuzzing;
+
+pub use caller::admission::{
     DEFAULT_MAX_PLACES, DEFAULT_MAX_PLACES_PER_CALLER, DEFAULT_MAX_PLACES_PER_PROJECT,
     DEFAULT_MAX_STREAMS_PER_TASK,
 };
-pub use caller_check::{CALLER_CHECK_TTL, CallerCheckMode};
+pub use caller::check::{CALLER_CHECK_TTL, CallerCheckMode};
 pub use capstan_core::tool_error::{ErrorKind, ToolError};
 pub use config::{
     BaseToolSettings, BaseToolsMode, CallerCheckSettings, Config, DEFAULT_SESSION_IDLE_SECONDS,
     DocumentSettings, ObservabilitySettings, ServeSettings, SessionSettings, SourceKind,
     UpstreamSettings,
 };
+pub use run::socket::SOCKET_MODE;
 pub use run::{RunError, run};
-pub use socket::SOCKET_MODE;

@@ -17,25 +17,26 @@ use tracing::{info, warn};
 
 mod base_tools;
 mod documents;
+pub mod socket;
 
 use self::base_tools::with_base_tools;
 use self::documents::{Watched, document_settings};
-use crate::admission::{Admission, Caps};
-use crate::caller_check::{CallerCheck, CallerCheckMode};
+use self::socket::SocketError;
+use crate::caller::admission::{Admission, Caps};
+use crate::caller::check::{CallerCheck, CallerCheckMode};
+use crate::composition::composer::ProjectComposer;
+use crate::composition::feeds::ProjectFeeds;
 use crate::config::{
     CallerCheckSettings, Config, ObservabilitySettings, ServeSettings, SessionSettings, SourceKind,
     UpstreamSettings,
 };
-use crate::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
 use crate::edge::router;
-use crate::feeds::ProjectFeeds;
-use crate::metering::Meter;
-use crate::metrics::{Metrics, WatchMetrics};
-use crate::project_composer::ProjectComposer;
-use crate::reaper::revalidate_streams;
-use crate::request_states::RequestStates;
-use crate::socket::{self, SocketError};
+use crate::observe::metering::Meter;
+use crate::observe::metrics::{Metrics, WatchMetrics};
+use crate::routing::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
 use crate::task::TaskContext;
+use crate::task::request_states::RequestStates;
+use crate::tasks::reaper::revalidate_streams;
 use crate::tasks::{Lifetimes, TaskStarter, Tasks};
 
 /// Why the sidecar could not start or stopped with an error. Each names the setting to fix.

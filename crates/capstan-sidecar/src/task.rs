@@ -9,6 +9,7 @@ mod in_flight;
 mod listener;
 mod outbox;
 mod questions;
+pub mod request_states;
 mod served;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,12 +27,12 @@ use self::listener::Unsent;
 pub use self::outbox::SessionStream;
 use self::outbox::{Change, Outbox};
 pub use self::served::Served;
-use crate::admission::{Full, Place};
-use crate::decisions::DecisionLog;
-use crate::identity::Identity;
-use crate::metering::Meter;
-use crate::metrics::Metrics;
-use crate::request_states::RequestStates;
+use crate::caller::admission::{Full, Place};
+use crate::caller::identity::Identity;
+use crate::observe::metering::Meter;
+use crate::observe::metrics::Metrics;
+use crate::routing::decisions::DecisionLog;
+use crate::task::request_states::RequestStates;
 
 /// The one refusal of a request (or call) whose caller is not the task's: another project or
 /// token than the session was started with.
@@ -52,7 +53,7 @@ pub struct TaskContext {
     pub clock: Instant,
     /// Routing decisions, for `GET /v1/route-decisions`.
     pub decisions: Arc<DecisionLog>,
-    /// Seals the `requestState` of the questions its callers are asked (`request_states.rs`).
+    /// Seals the `requestState` of the questions its callers are asked (`task/request_states.rs`).
     pub states: Arc<RequestStates>,
 }
 
@@ -60,8 +61,8 @@ pub struct TaskContext {
 pub struct Task {
     context: TaskContext,
     identity: Identity,
-    /// What the session serves; replaced whole when its composition changes (`refresh.rs`),
-    /// while calls already running finish on the one they started with.
+    /// What the session serves; replaced whole when its composition changes
+    /// (`composition/refresh.rs`), while calls already running finish on the one they started with.
     served: RwLock<Arc<Served>>,
     max_duration: Option<Duration>,
     /// Set once, when the time limit passes; calls running then are cut (`task/call.rs`).
@@ -81,8 +82,8 @@ pub struct Task {
     /// told of list changes; keyed so each stream removes its own when it ends.
     listeners: Mutex<Vec<(u64, Listener)>>,
     next_listener: AtomicU64,
-    /// Sent to when the task is shut down, dropped with it: those following it (`refresh.rs`,
-    /// listen streams) stop.
+    /// Sent to when the task is shut down, dropped with it: those following it
+    /// (`composition/refresh.rs`, listen streams) stop.
     ended: tokio::sync::watch::Sender<()>,
     /// The level the client asked for with `logging/setLevel`, sent again to the upstreams of
     /// every later composition.
@@ -266,7 +267,7 @@ impl Task {
 
     /// Opens a GET stream of the session: the messages for the session from now on, until the
     /// task ends or the client leaves. A session may hold several (its streams' cap,
-    /// `admission.rs`); each message goes on one of them.
+    /// `caller/admission.rs`); each message goes on one of them.
     pub fn open_session_stream(&self) -> SessionStream {
         self.outbox.open()
     }

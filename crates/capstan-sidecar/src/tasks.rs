@@ -12,6 +12,8 @@
 //! task as long as a session is kept, never forever) — or its smallest
 //! `maxTaskDurationSeconds` passes; the next request then starts a new task.
 
+pub mod reaper;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,11 +23,11 @@ use rmcp::ErrorData as McpError;
 use tokio::sync::OnceCell;
 use tracing::info;
 
-use crate::admission::{Admission, Place};
-use crate::feeds::ProjectFeeds;
-use crate::identity::Identity;
-use crate::project_composer::{ComposedProject, ProjectComposer};
-use crate::refresh;
+use crate::caller::admission::{Admission, Place};
+use crate::caller::identity::Identity;
+use crate::composition::composer::{ComposedProject, ProjectComposer};
+use crate::composition::feeds::ProjectFeeds;
+use crate::composition::refresh;
 use crate::task::{Served, Task};
 
 /// How long a session may go without a request. 600 s: an assistant's task pauses for a
@@ -428,7 +430,7 @@ impl Tasks {
 #[allow(clippy::unwrap_used)]
 pub(crate) mod tests {
     use super::*;
-    use crate::admission::Caps;
+    use crate::caller::admission::Caps;
 
     fn tasks() -> Arc<Tasks> {
         tasks_with(Caps::default())
@@ -461,7 +463,7 @@ pub(crate) mod tests {
     pub(crate) fn starter() -> Arc<TaskStarter> {
         capstan_core::install_crypto_provider();
         let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = crate::metrics::Metrics::register(&mut registry);
+        let metrics = crate::observe::metrics::Metrics::register(&mut registry);
         let documents: Arc<dyn capstan_compose::ProjectDocuments> =
             Arc::new(capstan_compose::Uncached::new(Arc::new(
                 capstan_compose::FixtureSource::new("/nonexistent/documents.json"),
@@ -471,9 +473,9 @@ pub(crate) mod tests {
                 .unwrap();
         let context = crate::task::TaskContext {
             metrics: metrics.clone(),
-            meter: Arc::new(crate::metering::Meter::open("off").unwrap()),
+            meter: Arc::new(crate::observe::metering::Meter::open("off").unwrap()),
             clock: Instant::now(),
-            decisions: Arc::new(crate::decisions::DecisionLog::new(2)),
+            decisions: Arc::new(crate::routing::decisions::DecisionLog::new(2)),
             states: Arc::default(),
         };
         let composer = Arc::new(ProjectComposer::new(documents.clone(), composer, context));

@@ -1,10 +1,11 @@
-//! A call's own traffic through the sidecar (docs/mcp-surface.md): the provider's progress and
-//! log messages about a call reach its caller under the caller's own progress token; the
-//! provider sees a token Capstan minted, never the caller's; progress on a token that is not
-//! the call's never reaches the caller; a question the provider asks mid-call is refused at
-//! once to a client that did not declare the capability, and relayed to one that did, its
-//! answer going back to the provider; a call the caller cancels is cancelled at the provider. The provider and the client are both the Python `mcp` SDK, and the oracle is the same
-//! client run against the same server directly.
+//! A call's own traffic through the sidecar (docs/mcp-surface.md): the provider's progress and log
+//! messages about a call reach its caller under the caller's own progress token; the provider sees
+//! a token Capstan minted, never the caller's; progress on a token that is not the call's never
+//! reaches the caller; a question the provider asks mid-call is refused at once to a client that
+//! did not declare the capability, and relayed to one that did, its answer going back to the
+//! provider; a call the caller cancels is cancelled at the provider. The provider and the client
+//! are both the Python `mcp` SDK, and the oracle is the same client run against the same server
+//! directly.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -407,7 +408,7 @@ fn a_providers_question_should_reach_the_caller_in_its_own_revision_and_the_answ
 /// was routed again, so it could carry one provider's `requestState` and the caller's answers
 /// to another provider of the capability; then a state was looked up across the whole task, so
 /// `cap__A`'s could be sent to `cap__B`, metered as `cap__A`. Capstan now seals every state it
-/// hands a caller with who asked, for that caller and that name (`request_states.rs`): a retry
+/// hands a caller with who asked, for that caller and that name (`task/request_states.rs`): a retry
 /// goes back to the provider that asked if it is still eligible, and a state that does not
 /// verify — forged, another capability's, another caller's — is a JSON-RPC error that reaches
 /// no provider.

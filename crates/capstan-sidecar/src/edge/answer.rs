@@ -8,7 +8,7 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{ErrorCode, ServerResult};
 use serde_json::Value;
 
-use crate::request_span;
+use crate::observe::request_span;
 
 /// How a message that passed the checks is answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

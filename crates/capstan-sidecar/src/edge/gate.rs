@@ -4,7 +4,7 @@
 //! bound to its caller when it answers) — after which a request goes on as one
 //! [`EdgeRequest`] to what serves it (`edge.rs`).
 //!
-//! With a caller check configured (`caller_check.rs`), an `initialize` and a composition read
+//! With a caller check configured (`caller/check.rs`), an `initialize` and a composition read
 //! outside a session are admitted only for a caller the project's control plane admits.
 //!
 //! An MCP request without a session must be an `initialize`, or a request of the 2026-07-28
@@ -28,10 +28,10 @@ mod classify;
 
 use self::classify::{Kind, classify, read_message};
 use super::request::{Checked, EdgeRequest, Refused, Serve};
-use crate::admission::{Full, Place};
-use crate::identity::{Identity, refusal};
+use crate::caller::admission::{Full, Place};
+use crate::caller::identity::{Identity, refusal};
 use crate::message::Message;
-use crate::request_span::{answered, describe, request_span};
+use crate::observe::request_span::{answered, describe, request_span};
 use crate::task::{ANOTHER_CALLER, OpenStream, Task};
 use crate::tasks::{Admitted, Lookup, TaskKey, TaskStarter, Tasks};
 
@@ -252,7 +252,7 @@ async fn admit(
 /// The identity check on every request; then, for MCP requests, the request classified once,
 /// its session bound to its caller, the caller checked against the project, what it opens
 /// admitted; then served; after the answer, a new session bound and an ended one forgotten.
-/// All of it in the request's span (`request_span.rs`).
+/// All of it in the request's span (`observe/request_span.rs`).
 pub(crate) async fn check(State(gate): State<Gate>, request: Request) -> Response {
     let span = request_span(request.headers());
     let tasks = gate.tasks.clone();

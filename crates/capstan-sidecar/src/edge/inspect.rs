@@ -14,9 +14,9 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::request::Checked;
-use crate::identity::Identity;
-use crate::identity::refusal;
-use crate::project_composer::{ComposedProject, ProjectComposer};
+use crate::caller::identity::Identity;
+use crate::caller::identity::refusal;
+use crate::composition::composer::{ComposedProject, ProjectComposer};
 use crate::task::{LOAD_SKILL, Task};
 use crate::tasks::Tasks;
 

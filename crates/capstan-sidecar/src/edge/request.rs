@@ -7,14 +7,14 @@ use axum::http::request::Parts;
 use axum::response::Response;
 use futures::future::BoxFuture;
 
-use crate::identity::Identity;
+use crate::caller::identity::Identity;
 use crate::message::Message;
 use crate::task::Task;
 use crate::tasks::Admitted;
 
 /// What the gate established about a request: who asks, the task of the session it names or
 /// the caller's task without a session, and the place it was admitted with. (What serves it
-/// runs in the request's span, `request_span.rs`; work it spawns carries the span along.)
+/// runs in the request's span, `observe/request_span.rs`; work it spawns carries the span along.)
 #[derive(Clone)]
 pub(crate) struct Checked {
     pub(crate) identity: Identity,

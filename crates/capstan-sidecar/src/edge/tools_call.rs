@@ -34,7 +34,7 @@ use tracing::Instrument as _;
 
 use super::answer;
 use super::answer::Revision;
-use crate::identity::Identity;
+use crate::caller::identity::Identity;
 use crate::message::{Envelope, Params};
 use crate::task::Task;
 
@@ -74,7 +74,8 @@ pub(super) async fn serve(
                 answer = task.call(Some(&caller), params, Some(sink)) => {
                     Some(answer.map(complete))
                 }
-                // Dropping the call gives it up at the provider too (capstan-upstream `mcp/call.rs`).
+                // Dropping the call gives it up at the provider too (capstan-upstream
+                // `mcp/call.rs`).
                 () = cancelled => None,
             }
         }

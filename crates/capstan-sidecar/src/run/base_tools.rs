@@ -10,8 +10,8 @@ use capstan_platform::{ChangePath, PlanKeys, PlanLedger};
 use tracing::{info, warn};
 
 use super::RunError;
+use crate::composition::composer::{BaseToolsSetup, ProjectComposer};
 use crate::config::{BaseToolSettings, BaseToolsMode};
-use crate::project_composer::{BaseToolsSetup, ProjectComposer};
 
 /// `composer` with the base platform tools, when they are on and a control plane is known;
 /// the change path with them in `auto` mode.

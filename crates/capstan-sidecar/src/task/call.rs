@@ -22,12 +22,12 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span, debug_span, info, warn};
 
 use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, Served, Task};
-use crate::decisions::DecisionRecord;
-use crate::identity::Identity;
-use crate::metering::ToolInvocation;
-use crate::request_span;
-use crate::request_states::Asked;
-use crate::route_decision::{decide, no_eligible_provider};
+use crate::caller::identity::Identity;
+use crate::observe::metering::ToolInvocation;
+use crate::observe::request_span;
+use crate::routing::decide::{decide, no_eligible_provider};
+use crate::routing::decisions::DecisionRecord;
+use crate::task::request_states::Asked;
 
 impl Task {
     /// Serves one `tools/call` of this task: identity, the task's time limit, then a built-in,
@@ -60,7 +60,7 @@ impl Task {
             ..
         } = request;
         // A retry answering a provider's question: the state Capstan sealed with the question
-        // says who asked (`request_states.rs`); one that does not verify reaches no provider.
+        // says who asked (`task/request_states.rs`); one that does not verify reaches no provider.
         let asked = match request_state.as_deref() {
             Some(sealed) => match self.open_state("tools/call", &name, sealed) {
                 Ok(asked) => Some(asked),

@@ -1,12 +1,12 @@
 //! What a session's GET streams have yet to send (`edge/session_stream.rs`).
 //!
-//! A notification here only says "list again" or "read this resource again", so what waits
-//! for a client slow to read is kept once: a change noted while the same one still waits is
-//! the one already waiting. That bounds the outbox by what a session can be told — the three
-//! list changes and one update per subscription (`MAX_SUBSCRIPTIONS`) — so nothing is ever
-//! dropped for want of room, and the session's refresh (`refresh.rs`) never waits on a
-//! client slow to read its GET stream. What waits while no stream is open is not kept: a stream replays
-//! nothing (docs/mcp-surface.md), and a client re-lists when it opens one.
+//! A notification here only says "list again" or "read this resource again", so what waits for a
+//! client slow to read is kept once: a change noted while the same one still waits is the one
+//! already waiting. That bounds the outbox by what a session can be told — the three list changes
+//! and one update per subscription (`MAX_SUBSCRIPTIONS`) — so nothing is ever dropped for want of
+//! room, and the session's refresh (`composition/refresh.rs`) never waits on a client slow to read
+//! its GET stream. What waits while no stream is open is not kept: a stream replays nothing
+//! (docs/mcp-surface.md), and a client re-lists when it opens one.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

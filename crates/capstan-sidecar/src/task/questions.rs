@@ -1,6 +1,6 @@
 //! The questions a task's 2026-07-28 caller is asked (`input_required` results) and its
 //! retries: the provider's `requestState` goes out sealed with who asked and comes back only
-//! if it verifies (`request_states.rs`), for tool calls (`task/call.rs`), prompts and reads
+//! if it verifies (`task/request_states.rs`), for tool calls (`task/call.rs`), prompts and reads
 //! alike.
 
 use rmcp::ErrorData as McpError;
@@ -8,8 +8,8 @@ use serde_json::Value;
 use tracing::warn;
 
 use super::Task;
-use crate::request_span;
-use crate::request_states::Asked;
+use crate::observe::request_span;
+use crate::task::request_states::Asked;
 use capstan_core::tool_error::ErrorKind;
 
 impl Task {

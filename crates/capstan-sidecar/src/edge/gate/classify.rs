@@ -9,7 +9,7 @@ use rmcp::model::ProtocolVersion;
 use serde_json::json;
 
 use super::{MAX_BODY_BYTES, Refused};
-use crate::identity::refusal;
+use crate::caller::identity::refusal;
 use crate::message::{Envelope, Message, PROTOCOL_VERSION_META};
 
 /// What a request is, decided once from its path, method, session id and (for an MCP POST)

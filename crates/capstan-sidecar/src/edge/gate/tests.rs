@@ -54,12 +54,15 @@ fn gated(tasks: &Arc<Tasks>, starter: Option<Arc<TaskStarter>>) -> (axum::Router
 }
 
 fn sessions() -> Arc<Tasks> {
-    capped(crate::admission::Caps::default())
+    capped(crate::caller::admission::Caps::default())
 }
 
-fn capped(caps: crate::admission::Caps) -> Arc<Tasks> {
+fn capped(caps: crate::caller::admission::Caps) -> Arc<Tasks> {
     Arc::new(Tasks::new(
-        crate::admission::Admission::new(HeaderName::from_static("x-capstan-project"), caps),
+        crate::caller::admission::Admission::new(
+            HeaderName::from_static("x-capstan-project"),
+            caps,
+        ),
         crate::tasks::Lifetimes::default(),
     ))
 }
@@ -170,15 +173,15 @@ async fn a_caller_the_plane_does_not_vouch_for_should_never_pass() {
     use tower::ServiceExt as _;
     let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
     let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = crate::metrics::Metrics::register(&mut registry);
-    let check = crate::caller_check::CallerCheck::new(
+    let metrics = crate::observe::metrics::Metrics::register(&mut registry);
+    let check = crate::caller::check::CallerCheck::new(
         capstan_core::control_plane::ControlPlane::new(config, None),
         metrics.clone(),
-        crate::caller_check::CALLER_CHECK_TTL,
+        crate::caller::check::CALLER_CHECK_TTL,
     );
-    let admission = crate::admission::Admission::with(
+    let admission = crate::caller::admission::Admission::with(
         HeaderName::from_static("x-capstan-project"),
-        crate::admission::Caps::default(),
+        crate::caller::admission::Caps::default(),
         Some(Arc::new(check)),
         Some(metrics),
     );

@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::Inspection;
+use crate::caller::identity::refusal;
 use crate::edge::request::Checked;
-use crate::identity::refusal;
-use crate::route_decision::decide;
+use crate::routing::decide::decide;
 
 /// Decisions returned when no `limit` is given.
 pub const DEFAULT_LIMIT: usize = 50;

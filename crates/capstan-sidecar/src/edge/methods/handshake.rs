@@ -18,15 +18,15 @@ use crate::edge::request::Checked;
 use crate::task::Task;
 use crate::tasks::{Admitted, TaskStarter};
 
-/// What the sidecar declares of itself, the same to every caller before its composition is
-/// known. listChanged: a session's tools follow its bindings and upstreams (`refresh.rs`).
-/// logging: `logging/setLevel` is passed to the providers, and their messages about a call
-/// reach its caller (capstan-upstream `mcp/relay.rs`). prompts, resources, completions: what
-/// the task's bindings select, forwarded to the provider that offers it
-/// (`composer/offerings.rs` in capstan-compose); their list changes and the updates of
-/// subscribed resources reach the caller (`refresh.rs`). skills: the bindings' skills through
-/// the MCP skills extension (`edge/methods/skills.rs`), told to a caller only when its
-/// composition has one (`skills::declare`).
+/// What the sidecar declares of itself, the same to every caller before its composition is known.
+/// listChanged: a session's tools follow its bindings and upstreams (`composition/refresh.rs`).
+/// logging: `logging/setLevel` is passed to the providers, and their messages about a call reach
+/// its caller (capstan-upstream `mcp/relay.rs`). prompts, resources, completions: what the task's
+/// bindings select, forwarded to the provider that offers it (`composer/offerings.rs` in
+/// capstan-compose); their list changes and the updates of subscribed resources reach the caller
+/// (`composition/refresh.rs`). skills: the bindings' skills through the MCP skills extension
+/// (`edge/methods/skills.rs`), told to a caller only when its composition has one
+/// (`skills::declare`).
 // `enable_logging` is deprecated in rmcp with the capability (SEP-2577); the session
 // revisions have it.
 #[allow(deprecated)]

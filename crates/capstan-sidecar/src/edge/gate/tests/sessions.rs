@@ -92,9 +92,9 @@ const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","param
 #[tokio::test]
 async fn a_callers_task_should_take_one_place_under_its_cap() {
     use tower::ServiceExt as _;
-    let tasks = capped(crate::admission::Caps {
+    let tasks = capped(crate::caller::admission::Caps {
         per_caller: 1,
-        ..crate::admission::Caps::default()
+        ..crate::caller::admission::Caps::default()
     });
     let (router, reached) = gated(&tasks, Some(crate::tasks::tests::starter()));
     for served in 1..=2 {
@@ -136,9 +136,9 @@ async fn a_callers_task_should_take_one_place_under_its_cap() {
 #[tokio::test]
 async fn a_sessions_stream_should_be_counted_until_its_body_ends() {
     use tower::ServiceExt as _;
-    let tasks = capped(crate::admission::Caps {
+    let tasks = capped(crate::caller::admission::Caps {
         streams_per_task: 1,
-        ..crate::admission::Caps::default()
+        ..crate::caller::admission::Caps::default()
     });
     let task = bound(&tasks, "s-1", &caller()).await;
     let (router, reached) = guarded(&tasks);
@@ -182,9 +182,9 @@ async fn a_sessions_stream_should_be_counted_until_its_body_ends() {
 #[tokio::test]
 async fn a_listen_stream_without_a_session_should_count_against_the_tasks_cap() {
     use tower::ServiceExt as _;
-    let tasks = capped(crate::admission::Caps {
+    let tasks = capped(crate::caller::admission::Caps {
         streams_per_task: 1,
-        ..crate::admission::Caps::default()
+        ..crate::caller::admission::Caps::default()
     });
     let (router, reached) = gated(&tasks, Some(crate::tasks::tests::starter()));
     let listen = || {

@@ -1,7 +1,7 @@
-//! Deciding a routed (`cap.*`) call: the project's qualifiers from the same snapshot the
-//! session composed, narrowed by the call's routing arguments, then selection
-//! (`capstan_route`). Used by a call (`task.rs`) and by `GET /v1/routes` (`edge/inspect/routes.rs`), so what
-//! `capstanctl routes` shows is what a call would get.
+//! Deciding a routed (`cap.*`) call: the project's qualifiers from the same snapshot the session
+//! composed, narrowed by the call's routing arguments, then selection (`capstan_route`). Used by a
+//! call (`task.rs`) and by `GET /v1/routes` (`edge/inspect/routes.rs`), so what `capstanctl routes`
+//! shows is what a call would get.
 
 use capstan_compose::{RoutedCapability, Snapshot};
 use capstan_route::{Decision, Refusal, Requirements, RouteRequest, route_for, select};

@@ -1,8 +1,8 @@
-//! A live session following its composition: when its project's documents change (the
-//! project's feed, `feeds.rs`) or one of its upstreams says its tool list changed, the session
-//! is composed again and serves the new composition; when the tools it lists differ, its
-//! client is sent `notifications/tools/list_changed`. A tool that left then reads as unknown;
-//! a call already running finishes on the composition it started with.
+//! A live session following its composition: when its project's documents change (the project's
+//! feed, `composition/feeds.rs`) or one of its upstreams says its tool list changed, the session is
+//! composed again and serves the new composition; when the tools it lists differ, its client is
+//! sent `notifications/tools/list_changed`. A tool that left then reads as unknown; a call already
+//! running finishes on the composition it started with.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -13,8 +13,8 @@ use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use tokio::sync::watch;
 use tracing::{debug, info};
 
-use crate::feeds::{ProjectFeeds, SETTLE};
-use crate::project_composer::{ComposedProject, ProjectComposer};
+use crate::composition::composer::{ComposedProject, ProjectComposer};
+use crate::composition::feeds::{ProjectFeeds, SETTLE};
 use crate::task::{Served, Task};
 
 /// The shortest time between two compositions of one task. 1 s: a provider announcing list
@@ -111,7 +111,7 @@ async fn serve(
     task: &Task,
     served: Arc<Served>,
     project: ComposedProject,
-    metrics: &crate::metrics::Metrics,
+    metrics: &crate::observe::metrics::Metrics,
 ) -> Option<Followed> {
     let fresh = with_log_level(task, project).await;
     let changed = fresh.tools() != served.tools();
@@ -136,7 +136,7 @@ async fn tell_list_changes(
     task: &Task,
     tools: bool,
     (prompts, resources): (bool, bool),
-    metrics: &crate::metrics::Metrics,
+    metrics: &crate::observe::metrics::Metrics,
 ) {
     task.notify_offerings_changed(prompts, resources).await;
     if !tools {
@@ -154,7 +154,7 @@ fn requalify(
     task: &Task,
     served: &Served,
     snapshot: Arc<capstan_compose::Snapshot>,
-    metrics: &crate::metrics::Metrics,
+    metrics: &crate::observe::metrics::Metrics,
 ) {
     if served.snapshot().qualifiers != snapshot.qualifiers
         || served.snapshot().qualifiers_error != snapshot.qualifiers_error
@@ -176,9 +176,9 @@ fn subscribed_upstreams(task: &Task, served: &Served) -> Vec<(String, Option<u64
         .collect()
 }
 
-/// Carries the session's subscriptions over to the composition it serves now: each resource
-/// reached on another upstream session than before (a binding changed, its server's session
-/// was opened again) is subscribed to there, and told once. A resource no longer offered stays subscribed in
+/// Carries the session's subscriptions over to the composition it serves now: each resource reached
+/// on another upstream session than before (a binding changed, its server's session was opened
+/// again) is subscribed to there, and told once. A resource no longer offered stays subscribed in
 /// the session, and is subscribed to again should a later composition offer it.
 async fn resubscribe(task: &Task, subscribed: Vec<(String, Option<u64>)>) {
     let served = task.served();

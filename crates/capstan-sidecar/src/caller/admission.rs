@@ -1,10 +1,10 @@
-//! Admission: who may open what. The header that names a request's project, the caller check
-//! (is the caller admitted by the project it names), and how many places the sidecar gives out,
-//! and to whom. A session, a task without a session, and every open stream (a session's GET stream, a 2026-07-28
-//! `subscriptions/listen`) each take a place for as long as they live. Places are capped three
-//! ways at once — for the whole sidecar, per caller (the bearer token), and per project — so
-//! neither one token nor one project can take every place and lock the others out; and each
-//! task holds at most a few streams.
+//! Admission: who may open what. The header that names a request's project, the caller check (is
+//! the caller admitted by the project it names), and how many places the sidecar gives out, and to
+//! whom. A session, a task without a session, and every open stream (a session's GET stream, a
+//! 2026-07-28 `subscriptions/listen`) each take a place for as long as they live. Places are capped
+//! three ways at once — for the whole sidecar, per caller (the bearer token), and per project — so
+//! neither one token nor one project can take every place and lock the others out; and each task
+//! holds at most a few streams.
 //!
 //! A refusal names the cap that was reached and the setting that sets it: 503 for the
 //! sidecar's cap, 429 for a caller's, a project's or a task's, each with `Retry-After`.
@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::caller_check::CallerCheck;
-use crate::identity::{Identity, refusal};
-use crate::metrics::Metrics;
+use crate::caller::check::CallerCheck;
+use crate::caller::identity::{Identity, refusal};
+use crate::observe::metrics::Metrics;
 
 /// Places at most, for the whole sidecar. 1,024: one assistant runs a handful of tasks at a
 /// time; the sidecar benchmark measured ~230 KiB per session with three upstreams and ~95 KiB

@@ -11,7 +11,7 @@ use capstan_compose::{ProjectDocuments, ReadOutcome, Snapshot};
 use tokio::sync::{Notify, watch};
 use tracing::debug;
 
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 
 /// How long a follower waits after a change before it reads. 100 ms: a burst of changes (a
 /// `kubectl apply` of many bindings) is read once, and a change still reaches sessions well

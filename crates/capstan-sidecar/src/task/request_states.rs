@@ -19,7 +19,7 @@ use rmcp::model::{RequestStateCodec, SealOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::identity::Identity;
+use crate::caller::identity::Identity;
 
 /// How long a sealed state may be answered: a person may take a while over a question, and a
 /// task lives an hour at most by default (`maxTaskDurationSeconds` bounds it further).

@@ -29,7 +29,7 @@ pub struct RouteLabel {
     pub reason: String,
 }
 
-/// The outcomes of `caller_checks` (`caller_check.rs`).
+/// The outcomes of `caller_checks` (`caller/check.rs`).
 const CALLER_CHECK_OUTCOMES: [&str; 6] = [
     "allowed",
     "denied",
@@ -39,10 +39,10 @@ const CALLER_CHECK_OUTCOMES: [&str; 6] = [
     "cached_denied",
 ];
 
-/// The caps of `admission_refusals` (`admission.rs`, `Full::label`).
+/// The caps of `admission_refusals` (`caller/admission.rs`, `Full::label`).
 const ADMISSION_CAPS: [&str; 4] = ["total", "caller", "project", "task_streams"];
 
-/// The outcomes of `session_refreshes` (`refresh.rs`).
+/// The outcomes of `session_refreshes` (`composition/refresh.rs`).
 const REFRESH_OUTCOMES: [&str; 3] = ["list_changed", "unchanged", "requalified"];
 
 /// An HTTP status code label.

@@ -9,7 +9,7 @@ use capstan_core::control_plane::ControlPlane;
 use capstan_platform::{BaseTools, ChangePath, ProjectApi};
 use tracing::warn;
 
-use crate::identity::Identity;
+use crate::caller::identity::Identity;
 use crate::task::{Served, TaskContext};
 
 /// Composes projects for callers, and hands each task what tasks share.
@@ -88,7 +88,7 @@ impl ProjectComposer {
     /// Composes `snapshot` (already read) for `identity`, as [`ProjectComposer::compose`]
     /// does, keeping what it can of `previous` (what the task serves until now): the upstream
     /// sessions of unchanged bindings, and the base tools' client. When a live session's
-    /// documents or upstreams change (`refresh.rs`).
+    /// documents or upstreams change (`composition/refresh.rs`).
     pub async fn compose_snapshot(
         &self,
         identity: &Identity,

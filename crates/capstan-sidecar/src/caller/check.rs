@@ -16,8 +16,8 @@ use axum::response::{IntoResponse, Response};
 use capstan_core::control_plane::ControlPlane;
 use tracing::warn;
 
-use crate::identity::{Identity, refusal};
-use crate::metrics::Metrics;
+use crate::caller::identity::{Identity, refusal};
+use crate::observe::metrics::Metrics;
 
 /// How long an answer is reused by default (`CAPSTAN_CALLER_CHECK_TTL_SECONDS`). 60 s: the
 /// window the platform already accepts for a revoked authorization, and what keeps a busy
@@ -127,7 +127,7 @@ impl CallerCheck {
         }
     }
 
-    /// How often the callers of open streams are checked again (`reaper.rs`): every half of
+    /// How often the callers of open streams are checked again (`tasks/reaper.rs`): every half of
     /// the time an answer is reused, so a denial reaches a stream at most half a TTL after its
     /// cached admission expires; at least a second apart.
     pub fn revalidation_period(&self) -> Duration {

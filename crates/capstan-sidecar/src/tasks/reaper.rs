@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tracing::info;
 
-use crate::caller_check::CallerCheck;
+use crate::caller::check::CallerCheck;
 use crate::tasks::Tasks;
 
 /// Reaps forever, every quarter of the shortest lifetime (100 ms to 5 s).
