@@ -274,30 +274,28 @@ impl Task {
 
     /// Tells the task's client that its tools changed: on the session's GET stream, and on
     /// every open `subscriptions/listen` stream (a stream that is gone is dropped).
-    pub async fn notify_tool_list_changed(&self) {
-        self.tell(Change::ToolList).await;
+    pub fn notify_tool_list_changed(&self) {
+        self.tell(Change::ToolList);
     }
 
     /// Tells the task's client of `change`: on the session's GET streams (its outbox), and on
-    /// every open `subscriptions/listen` stream.
-    async fn tell(&self, change: Change) {
+    /// every open `subscriptions/listen` stream (each its own outbox). Nothing here waits on a
+    /// client slow to read: an outbox keeps each change once.
+    fn tell(&self, change: Change) {
         self.outbox.note(change.clone());
-        self.tell_listeners(change).await;
+        self.tell_listeners(&change);
     }
 
-    /// Tells every open `subscriptions/listen` stream that asked for it that a list changed;
-    /// a stream that did not ask is skipped, a stream that is gone is dropped.
-    async fn tell_listeners(&self, change: Change) {
-        let listeners: Vec<(u64, Listener)> = lock(&self.listeners).clone();
-        for (id, listener) in listeners {
-            match listener.send(&change).await {
-                Ok(()) | Err(Unsent::NotAccepted) => {}
-                Err(Unsent::Gone) => {
-                    debug!(project = %self.identity.project, "a listen stream is gone");
-                    self.forget_listener(id);
-                }
+    /// Tells every open `subscriptions/listen` stream that asked for it of `change`; a stream
+    /// that did not ask is skipped, a stream that is gone is dropped.
+    fn tell_listeners(&self, change: &Change) {
+        lock(&self.listeners).retain(|(_, listener)| match listener.send(change) {
+            Ok(()) | Err(Unsent::NotAccepted) => true,
+            Err(Unsent::Gone) => {
+                debug!(project = %self.identity.project, "a listen stream is gone");
+                false
             }
-        }
+        });
     }
 
     /// Notes the session's subscription to `uri` (as it named it); false when it already
@@ -387,7 +385,7 @@ impl Task {
 
     /// Tells the task's client of an update of each of `uris` it subscribed to: through the
     /// session's GET stream, and on every open listen stream that holds it.
-    pub async fn notify_resource_updated(&self, uris: BTreeSet<String>) {
+    pub fn notify_resource_updated(&self, uris: BTreeSet<String>) {
         let subscribed: Vec<String> = {
             let subscriptions = lock(&self.subscriptions);
             uris.into_iter()
@@ -395,18 +393,18 @@ impl Task {
                 .collect()
         };
         for uri in subscribed {
-            self.tell(Change::Updated(uri)).await;
+            self.tell(Change::Updated(uri));
         }
     }
 
     /// Tells the task's client that its prompts or its resources changed: on the session's
     /// GET stream, and on every open `subscriptions/listen` stream that asked for it.
-    pub async fn notify_offerings_changed(&self, prompts: bool, resources: bool) {
+    pub fn notify_offerings_changed(&self, prompts: bool, resources: bool) {
         if prompts {
-            self.tell(Change::PromptList).await;
+            self.tell(Change::PromptList);
         }
         if resources {
-            self.tell(Change::ResourceList).await;
+            self.tell(Change::ResourceList);
         }
     }
 

@@ -138,7 +138,7 @@ async fn tell_list_changes(
     (prompts, resources): (bool, bool),
     metrics: &crate::observe::metrics::Metrics,
 ) {
-    task.notify_offerings_changed(prompts, resources).await;
+    task.notify_offerings_changed(prompts, resources);
     if !tools {
         metrics.session_refresh("unchanged");
         debug!(project = %task.identity().project, "composed again; the same tools");
@@ -146,7 +146,7 @@ async fn tell_list_changes(
     }
     metrics.session_refresh("list_changed");
     info!(project = %task.identity().project, tools = task.served().tools().len(), "the session's tools changed; telling its client");
-    task.notify_tool_list_changed().await;
+    task.notify_tool_list_changed();
 }
 
 /// Qualifiers alone changed (or nothing did): no composition needed, only the routes' view.
@@ -195,8 +195,7 @@ async fn resubscribe(task: &Task, subscribed: Vec<(String, Option<u64>)>) {
     // What the new upstream said before it followed them was heard by no one: each is told
     // once, as "read it again".
     let carried = task.subscribe_upstream("resources/subscribe", moved).await;
-    task.notify_resource_updated(carried.into_iter().collect())
-        .await;
+    task.notify_resource_updated(carried.into_iter().collect());
 }
 
 /// Tells the session of the updates of resources it subscribed to, by the URIs it knows them
@@ -212,7 +211,7 @@ async fn tell_subscribers(task: &Task) {
             .collect(),
         Updated::Any => task.subscriptions(),
     };
-    task.notify_resource_updated(uris).await;
+    task.notify_resource_updated(uris);
 }
 
 /// Waits so that a burst (several upstreams, several bindings) is composed once, and never

@@ -63,17 +63,23 @@ pub(super) async fn serve(task: Arc<Task>, message: Box<Envelope>, revision: Rev
     let acknowledgement = acknowledgement(&request_id, &accepted);
     let (listener, events) = Listener::new(request_id.clone(), accepted);
     let (left, gone) = oneshot::channel::<()>();
-    let result = listener.clone();
+    let (end, last) = oneshot::channel::<String>();
     tokio::spawn(
         async move {
             if follow(task, listener, gone).await {
-                result.send_last(last_result(request_id)).await;
+                let _ = end.send(last_result(request_id));
             }
         }
         .instrument(tracing::Span::current()),
     );
-    let events = futures::stream::unfold(events, |mut events| async move {
-        events.recv().await.map(|event| (event, events))
+    // Every change told before the task ended goes out before the request's result.
+    let events = futures::stream::unfold(Some((events, last)), |state| async move {
+        let (mut events, mut last) = state?;
+        tokio::select! {
+            biased;
+            event = events.next() => Some((event, Some((events, last)))),
+            result = &mut last => result.ok().map(|result| (result, None)),
+        }
     });
     // The stream holds `left`: dropping it (the caller left) tells `follow`.
     let stream = futures::stream::once(std::future::ready(acknowledgement))
@@ -137,8 +143,7 @@ async fn follow(task: Arc<Task>, listener: Listener, gone: oneshot::Receiver<()>
     let listening = task.listen(listener);
     let first = task.hold(&uris);
     let carried = task.subscribe_upstream("resources/subscribe", first).await;
-    task.notify_resource_updated(carried.into_iter().collect())
-        .await;
+    task.notify_resource_updated(carried.into_iter().collect());
     let ended_by_task = tokio::select! {
         _ = gone => false,
         _ = ended.changed() => true,

@@ -1,4 +1,5 @@
-//! What a session's GET streams have yet to send (`edge/session_stream.rs`).
+//! What a session's GET streams have yet to send (`edge/session_stream.rs`), and, one outbox
+//! each, what a `subscriptions/listen` stream has yet to send (`task/listener.rs`).
 //!
 //! A notification here only says "list again" or "read this resource again", so what waits for a
 //! client slow to read is kept once: a change noted while the same one still waits is the one
@@ -61,16 +62,21 @@ pub(super) struct Outbox {
 }
 
 impl Outbox {
-    /// Notes `change` for the session's streams, unless it already waits or no stream is open.
-    pub(super) fn note(&self, change: Change) {
+    /// Notes `change` for the outbox's streams, unless it already waits; false (and nothing
+    /// kept) when no stream is open.
+    pub(super) fn note(&self, change: Change) -> bool {
         {
             let mut waiting = lock(&self.waiting);
-            if waiting.streams == 0 || waiting.changes.contains(&change) {
-                return;
+            if waiting.streams == 0 {
+                return false;
+            }
+            if waiting.changes.contains(&change) {
+                return true;
             }
             waiting.changes.push_back(change);
         }
         self.ready.notify_one();
+        true
     }
 
     /// Drops a waiting update of `uri` (the session unsubscribed from it).
@@ -80,12 +86,9 @@ impl Outbox {
             .retain(|change| !matches!(change, Change::Updated(waiting) if waiting == uri));
     }
 
-    /// The oldest change waiting, as its message.
-    fn take(&self) -> Option<Value> {
-        lock(&self.waiting)
-            .changes
-            .pop_front()
-            .map(|change| change.message())
+    /// The oldest change waiting.
+    fn take(&self) -> Option<Change> {
+        lock(&self.waiting).changes.pop_front()
     }
 
     /// Opens a stream on the outbox.
@@ -102,15 +105,20 @@ pub struct SessionStream(Arc<Outbox>);
 impl SessionStream {
     /// The next message for the session; waits until there is one.
     pub async fn next(&mut self) -> Value {
+        self.next_change().await.message()
+    }
+
+    /// The next change waiting; waits until there is one.
+    pub(super) async fn next_change(&mut self) -> Change {
         loop {
             let ready = self.0.ready.notified();
             tokio::pin!(ready);
             // Registered before looking, so a change noted in between still wakes this stream.
             ready.as_mut().enable();
-            if let Some(message) = self.0.take() {
+            if let Some(change) = self.0.take() {
                 // Another stream may be waiting while more is left: let it take some too.
                 self.0.ready.notify_one();
-                return message;
+                return change;
             }
             ready.await;
         }
