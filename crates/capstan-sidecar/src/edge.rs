@@ -318,3 +318,7 @@ fn checked_post(request: &EdgeRequest) -> Result<Revision, Refused> {
     };
     check_post(&request.parts.headers, message, marks)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
