@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 
 use super::connect::{ServerPlan, ServerResult};
 use super::live::{Composed, Connected};
-use super::offerings::{Route, UriScope, capstan_prefix};
+use super::offerings::{OfferedTemplate, Route, UriScope, capstan_prefix};
 use super::skill_bodies::{SkillBodies, SkillFetch, skill_pin};
 use crate::capabilities::{CapabilitySummary, RoutedCapability, routed_capabilities};
 use crate::composition::{
@@ -227,7 +227,10 @@ impl<'a> Assembly<'a> {
             } else if let Some(template) = template {
                 let mut shown = template.clone();
                 shown.uri_template.clone_from(&uri);
-                self.composed.offered.templates.push((uri.clone(), route));
+                self.composed
+                    .offered
+                    .templates
+                    .push(OfferedTemplate::new(uri.clone(), route));
                 self.composed.composition.resources.push(ComposedResource {
                     uri: uri.clone(),
                     binding: binding.clone(),

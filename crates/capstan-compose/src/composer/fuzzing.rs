@@ -1,7 +1,7 @@
 //! Entry points for the fuzz targets (`fuzz/`, docs/reliability.md) into what is otherwise
 //! private to composing. Not part of the crate's API: nothing but `capstan-fuzz` calls them.
 
-use super::offerings::{Offered, Route};
+use super::offerings::{Offered, OfferedTemplate, Route};
 
 /// Where `resources/read` of `uri` goes among resource templates, resolved as a live
 /// composition resolves it. `templates` are, in composition order, each a provider's URI
@@ -19,7 +19,7 @@ pub fn resolve_template_read(templates: &[(String, String)], uri: &str) -> Optio
                     upstream: template.clone(),
                     prefix: prefix.clone(),
                 };
-                (format!("{prefix}{template}"), route)
+                OfferedTemplate::new(format!("{prefix}{template}"), route)
             })
             .collect(),
         ..Offered::default()

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rmcp::model::{CallToolResponse, CallToolResult, JsonObject, Tool};
 use serde_json::Value;
 
-use super::offerings::{Offered, Route, UriScope};
+use super::offerings::{Offered, Route, Unread, UriScope};
 use super::{OfferingError, ToolCallError};
 use crate::capabilities::RoutedCapability;
 use crate::composition::{ComposedTool, Composition};
@@ -297,18 +297,19 @@ impl Composed {
     /// The route of `params.uri` and the params with the upstream's URI in its place.
     fn resolved(&self, mut params: Value) -> Result<(Route, Value), OfferingError> {
         let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
-        let Some(route) = self.offered.resolve(uri) else {
-            if !self.offered.resources.contains_key(uri)
-                && let Some(holds) = self.offered.unsafe_read(uri)
-            {
+        let route = match self.offered.read(uri) {
+            Ok(route) => route,
+            Err(Unread::Unsafe(holds)) => {
                 return Err(OfferingError::UnsafeUri {
                     uri: uri.to_owned(),
                     holds,
                 });
             }
-            return Err(OfferingError::UnknownResource {
-                uri: uri.to_owned(),
-            });
+            Err(Unread::Unknown) => {
+                return Err(OfferingError::UnknownResource {
+                    uri: uri.to_owned(),
+                });
+            }
         };
         params["uri"] = Value::String(route.upstream.clone());
         Ok((route, params))

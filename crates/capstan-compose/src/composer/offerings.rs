@@ -32,8 +32,40 @@ pub(super) struct Offered {
     pub prompts: HashMap<String, Route>,
     /// Composed resource URI → route.
     pub resources: HashMap<String, Route>,
-    /// Composed template → route, in composition order (the first that matches a URI wins).
-    pub templates: Vec<(String, Route)>,
+    /// The composed templates, in composition order (the first that matches a URI wins).
+    pub templates: Vec<OfferedTemplate>,
+}
+
+/// A composed resource template: the URI template the caller is shown, where it leads, and
+/// the provider's template parsed once, when the composition is built, for every read after.
+#[derive(Debug)]
+pub(super) struct OfferedTemplate {
+    /// The template as the caller is shown it.
+    pub composed: String,
+    /// Where it leads; `route.upstream` is the provider's own template.
+    pub route: Route,
+    matcher: UriTemplate,
+}
+
+impl OfferedTemplate {
+    /// The template shown as `composed`, leading to `route`.
+    pub(super) fn new(composed: String, route: Route) -> Self {
+        let matcher = UriTemplate::parse(&route.upstream);
+        Self {
+            composed,
+            route,
+            matcher,
+        }
+    }
+}
+
+/// Why a URI a caller reads leads nowhere.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Unread {
+    /// No composed resource is it, and no composed template produces it.
+    Unknown,
+    /// Its path could climb out of a template's literal prefix (`unsafe_path`): what it holds.
+    Unsafe(&'static str),
 }
 
 /// How the URIs an upstream's answers name reach the caller.
@@ -54,31 +86,40 @@ impl Offered {
     /// The route of a URI a caller names: a composed resource, or a URI one of the composed
     /// templates produces — the upstream's URI is the caller's with its prefix stripped.
     pub(super) fn resolve(&self, uri: &str) -> Option<Route> {
+        self.read(uri).ok()
+    }
+
+    /// The route of a URI a caller reads, as [`Offered::resolve`] finds it, or why there is none.
+    pub(super) fn read(&self, uri: &str) -> Result<Route, Unread> {
         if let Some(route) = self.resources.get(uri) {
-            return Some(route.clone());
+            return Ok(route.clone());
         }
         // Templates under a prefix first: the prefix names the binding and server outright.
         // A template shown as listed is the provider's own and may match anything (`{+u}`), so
         // it comes after them and never takes a URI of the sidecar's scheme: no provider can
         // capture the reads meant for another binding's server.
-        let prefixed = self.templates.iter().filter(|(_, r)| !r.prefix.is_empty());
+        let prefixed = self.templates.iter().filter(|t| !t.route.prefix.is_empty());
         let as_listed = self
             .templates
             .iter()
-            .filter(|(_, r)| r.prefix.is_empty() && !is_capstan_uri(uri));
+            .filter(|t| t.route.prefix.is_empty() && !is_capstan_uri(uri));
         // A template's literal prefix is a boundary: a URI whose path could climb out of it
         // (a dot segment, an encoded separator) reaches no template.
-        if self.unsafe_read(uri).is_some() {
-            return None;
+        if let Some(holds) = self.unsafe_read(uri) {
+            return Err(Unread::Unsafe(holds));
         }
-        prefixed.chain(as_listed).find_map(|(_, route)| {
-            let upstream = uri.strip_prefix(route.prefix.as_str())?;
-            template_matches(&route.upstream, upstream).then(|| Route {
-                index: route.index,
-                upstream: upstream.to_owned(),
-                prefix: route.prefix.clone(),
+        prefixed
+            .chain(as_listed)
+            .find_map(|template| {
+                let route = &template.route;
+                let upstream = uri.strip_prefix(route.prefix.as_str())?;
+                template.matcher.matches(upstream).then(|| Route {
+                    index: route.index,
+                    upstream: upstream.to_owned(),
+                    prefix: route.prefix.clone(),
+                })
             })
-        })
+            .ok_or(Unread::Unknown)
     }
 
     /// Why a read of `uri` may reach no template, if it may not: its path, or the path of the
@@ -86,13 +127,13 @@ impl Offered {
     /// `capstan://b/s/x:./y` holds no dot segment as the caller wrote it, while its server
     /// would read `x:./y` (`unsafe_path`; the relay fuzz target found this, its input is a
     /// regression).
-    pub(super) fn unsafe_read(&self, uri: &str) -> Option<&'static str> {
+    fn unsafe_read(&self, uri: &str) -> Option<&'static str> {
         unsafe_path(uri).or_else(|| {
             self.templates
                 .iter()
-                .filter(|(_, route)| !route.prefix.is_empty())
-                .find_map(|(_, route)| {
-                    uri.strip_prefix(route.prefix.as_str())
+                .filter(|template| !template.route.prefix.is_empty())
+                .find_map(|template| {
+                    uri.strip_prefix(template.route.prefix.as_str())
                         .and_then(unsafe_path)
                 })
         })
@@ -111,10 +152,10 @@ impl Offered {
         shown.extend(
             self.templates
                 .iter()
-                .filter(|(_, route)| {
-                    is_upstream(route.index) && template_matches(&route.upstream, uri)
+                .filter(|template| {
+                    is_upstream(template.route.index) && template.matcher.matches(uri)
                 })
-                .map(|(_, route)| format!("{}{uri}", route.prefix)),
+                .map(|template| format!("{}{uri}", template.route.prefix)),
         );
         shown.sort();
         shown.dedup();
@@ -133,8 +174,8 @@ impl Offered {
                 let uri = reference.get("uri").and_then(Value::as_str)?;
                 self.templates
                     .iter()
-                    .find(|(composed, _)| composed == uri)
-                    .map(|(_, route)| route.clone())
+                    .find(|template| template.composed == uri)
+                    .map(|template| template.route.clone())
                     .or_else(|| self.resources.get(uri).cloned())
             }
             _ => None,
@@ -182,20 +223,17 @@ pub(crate) fn unsafe_path(uri: &str) -> Option<&'static str> {
     dot_segment.then_some("a dot segment")
 }
 
-/// Whether `uri` is one `template` (RFC 6570) can produce, read loosely: literal text must match
-/// exactly and in order; a simple expression (`{id}`) matches a run of characters other than
-/// `/`, `?` and `#` (what its expansion percent-encodes), any other expression (`{+path}`,
-/// `{/segments}`, `{?query}`, …) any run at all. This decides which server a URI goes to, not
-/// whether the server accepts it; the server checks its own URI. A template whose match would
-/// take more than [`MATCH_WORK_LIMIT`] steps matches nothing. No crate matches URIs against
-/// templates (the ones there are expand them), hence this.
-pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
-    let parts = parts_of(template);
-    let expressions = parts
-        .iter()
-        .filter(|p| !matches!(p, Part::Literal(_)))
-        .count();
-    expressions.saturating_mul(uri.len() + 1) <= MATCH_WORK_LIMIT && matches_from(&parts, uri)
+/// A URI template (RFC 6570) read loosely, to tell whether a URI is one it can produce: literal
+/// text must match exactly and in order; a simple expression (`{id}`) matches a run of
+/// characters other than `/`, `?` and `#` (what its expansion percent-encodes), any other
+/// expression (`{+path}`, `{/segments}`, `{?query}`, …) any run at all. This decides which
+/// server a URI goes to, not whether the server accepts it; the server checks its own URI. A
+/// template whose match would take more than [`MATCH_WORK_LIMIT`] steps matches nothing. No
+/// crate matches URIs against templates (the ones there are expand them), hence this.
+#[derive(Debug)]
+pub(crate) struct UriTemplate {
+    parts: Vec<Part>,
+    expressions: usize,
 }
 
 /// The most steps one URI's match against one template may take (expressions × the URI's
@@ -205,38 +243,51 @@ pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
 /// is tried.
 const MATCH_WORK_LIMIT: usize = 64 * 64 * 1024;
 
-/// `template` as literal text and expressions.
-fn parts_of(template: &str) -> Vec<Part<'_>> {
-    let mut parts = Vec::new();
-    let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        let Some(close) = rest[open..].find('}') else {
-            break;
-        };
-        parts.push(Part::Literal(&rest[..open]));
-        let expression = &rest[open + 1..open + close];
-        parts.push(
-            if expression.starts_with(['+', '#', '/', '.', ';', '?', '&']) {
-                Part::Any
-            } else {
-                Part::Segment
-            },
-        );
-        rest = &rest[open + close + 1..];
+impl UriTemplate {
+    /// `template` as literal text and expressions.
+    pub(crate) fn parse(template: &str) -> Self {
+        let mut parts = Vec::new();
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            let Some(close) = rest[open..].find('}') else {
+                break;
+            };
+            parts.push(Part::Literal(rest[..open].into()));
+            let expression = &rest[open + 1..open + close];
+            parts.push(
+                if expression.starts_with(['+', '#', '/', '.', ';', '?', '&']) {
+                    Part::Any
+                } else {
+                    Part::Segment
+                },
+            );
+            rest = &rest[open + close + 1..];
+        }
+        parts.push(Part::Literal(rest.into()));
+        let parts = coalesced(parts);
+        let expressions = parts
+            .iter()
+            .filter(|p| !matches!(p, Part::Literal(_)))
+            .count();
+        Self { parts, expressions }
     }
-    parts.push(Part::Literal(rest));
-    coalesced(parts)
+
+    /// Whether the template can produce `uri`.
+    pub(crate) fn matches(&self, uri: &str) -> bool {
+        self.expressions.saturating_mul(uri.len() + 1) <= MATCH_WORK_LIMIT
+            && matches_from(&self.parts, uri)
+    }
 }
 
 /// `parts` without empty literals, and with each run of adjacent expressions as one: two
 /// expressions with nothing between them match what the wider one alone matches (`{+a}{+b}`
 /// what `{+a}` does, `{a}{b}` what `{a}` does), so a template of many cannot multiply the work.
-fn coalesced(parts: Vec<Part<'_>>) -> Vec<Part<'_>> {
-    let mut kept: Vec<Part<'_>> = Vec::with_capacity(parts.len());
+fn coalesced(parts: Vec<Part>) -> Vec<Part> {
+    let mut kept: Vec<Part> = Vec::with_capacity(parts.len());
     for part in parts {
         match (kept.last_mut(), part) {
-            (_, Part::Literal("")) => {}
-            (Some(last @ (Part::Segment | Part::Any)), Part::Segment | Part::Any) => {
+            (_, Part::Literal(text)) if text.is_empty() => {}
+            (Some(last @ (Part::Segment | Part::Any)), part @ (Part::Segment | Part::Any)) => {
                 if matches!(part, Part::Any) {
                     *last = Part::Any;
                 }
@@ -248,9 +299,9 @@ fn coalesced(parts: Vec<Part<'_>>) -> Vec<Part<'_>> {
 }
 
 /// A piece of a parsed template.
-#[derive(Clone, Copy)]
-enum Part<'a> {
-    Literal(&'a str),
+#[derive(Clone, Debug)]
+enum Part {
+    Literal(Box<str>),
     /// A simple expression: no `/`, `?` or `#`.
     Segment,
     /// Any other expression.
@@ -258,20 +309,22 @@ enum Part<'a> {
 }
 
 /// Whether `parts` can produce `uri`, in one pass over the parts: the set of places in `uri`
-/// each part can end at, from the set the part before it left. Trying each end of each
-/// expression in turn instead would take time exponential in the number of expressions — a
-/// provider's template of many `{+x}` would hold the caller's read (and the task) for minutes;
-/// the relay fuzz target found that, and its input is a regression.
+/// each part can end at, from the set the part before it left (two buffers, swapped from part
+/// to part). Trying each end of each expression in turn instead would take time exponential
+/// in the number of expressions — a provider's template of many `{+x}` would hold the caller's
+/// read (and the task) for minutes; the relay fuzz target found that, and its input is a
+/// regression.
 fn matches_from(parts: &[Part], uri: &str) -> bool {
     let bytes = uri.as_bytes();
     let mut reach = vec![false; uri.len() + 1];
+    let mut next = vec![false; uri.len() + 1];
     reach[0] = true;
     for part in parts {
-        let mut next = vec![false; uri.len() + 1];
+        next.fill(false);
         match part {
             Part::Literal(text) => {
                 for (at, _) in reach.iter().enumerate().filter(|(_, reached)| **reached) {
-                    if uri[at..].starts_with(text) {
+                    if uri[at..].starts_with(&**text) {
                         next[at + text.len()] = true;
                     }
                 }
@@ -293,7 +346,7 @@ fn matches_from(parts: &[Part], uri: &str) -> bool {
                 }
             }
         }
-        reach = next;
+        std::mem::swap(&mut reach, &mut next);
     }
     reach[uri.len()]
 }
@@ -301,7 +354,11 @@ fn matches_from(parts: &[Part], uri: &str) -> bool {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{Offered, Route, template_matches};
+    use super::{Offered, OfferedTemplate, Route, UriTemplate};
+
+    fn template_matches(template: &str, uri: &str) -> bool {
+        UriTemplate::parse(template).matches(uri)
+    }
 
     fn route(index: usize, upstream: &str, prefix: &str) -> Route {
         Route {
@@ -317,8 +374,8 @@ mod tests {
         let offered = Offered {
             templates: vec![
                 // Earlier in document order, and matching anything.
-                ("{+anything}".to_owned(), route(0, "{+anything}", "")),
-                (
+                OfferedTemplate::new("{+anything}".to_owned(), route(0, "{+anything}", "")),
+                OfferedTemplate::new(
                     format!("{prefix}file:///{{+path}}"),
                     route(1, "file:///{+path}", prefix),
                 ),
@@ -346,7 +403,7 @@ mod tests {
     #[test]
     fn a_path_that_could_leave_a_templates_prefix_should_reach_no_template() {
         let offered = Offered {
-            templates: vec![(
+            templates: vec![OfferedTemplate::new(
                 "file:///docs/{+path}".to_owned(),
                 route(0, "file:///docs/{+path}", ""),
             )],
@@ -389,7 +446,10 @@ mod tests {
     fn the_uri_a_prefixed_template_hands_its_server_should_be_checked_as_that_server_reads_it() {
         let prefix = "capstan://docs-binding/docs/";
         let offered = Offered {
-            templates: vec![(format!("{prefix}{{+path}}"), route(0, "{+path}", prefix))],
+            templates: vec![OfferedTemplate::new(
+                format!("{prefix}{{+path}}"),
+                route(0, "{+path}", prefix),
+            )],
             ..Offered::default()
         };
         let uri = format!("{prefix}x:./secret");
@@ -412,7 +472,7 @@ mod tests {
         };
         match first {
             super::Part::Literal(text) => uri
-                .strip_prefix(text)
+                .strip_prefix(&**text)
                 .is_some_and(|after| tried_in_turn(rest, after)),
             super::Part::Segment | super::Part::Any => {
                 let stop = match first {
@@ -434,7 +494,7 @@ mod tests {
         ) {
             proptest::prop_assert_eq!(
                 template_matches(&template, &uri),
-                tried_in_turn(&super::parts_of(&template), &uri),
+                tried_in_turn(&UriTemplate::parse(&template).parts, &uri),
                 "{} ~ {}", template, uri
             );
         }
