@@ -28,7 +28,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capstan_compose::{CachedSource, CrdSource, ProjectDocuments, Snapshot, WatchedCluster};
+use capstan_compose::source::CachedSource;
+use capstan_compose::source::CrdSource;
+use capstan_compose::source::ProjectDocuments;
+use capstan_compose::source::Snapshot;
+use capstan_compose::source::WatchedCluster;
 use capstan_e2e::ControlPlane;
 use capstan_e2e::objects::{apply_many, resource, sample_binding_spec};
 use capstan_e2e::suite::with_plane;

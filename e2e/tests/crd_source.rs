@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use std::sync::atomic::Ordering;
 
-use capstan_compose::{
-    CachedSource, CrdSource, DocumentSource, ProjectDocuments, ReadOutcome as CacheOutcome,
-    WatchedCluster,
-};
+use capstan_compose::source::CachedSource;
+use capstan_compose::source::CrdSource;
+use capstan_compose::source::DocumentSource;
+use capstan_compose::source::ProjectDocuments;
+use capstan_compose::source::ReadOutcome as CacheOutcome;
+use capstan_compose::source::WatchedCluster;
 use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use capstan_api::wire::{DEFAULT_SOCKET, PROJECT_HEADER};
-use capstan_compose::{Composer, Document, Limits};
+use capstan_compose::composer::Composer;
+use capstan_compose::limits::Limits;
+use capstan_compose::source::Document;
 use serde_json::{Value, json};
 
 use crate::sidecar_client::{Target, fail, fetch_json, project_name, runtime};

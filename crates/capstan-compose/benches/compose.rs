@@ -13,7 +13,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capstan_compose::{CachedSource, Composer, FixtureSource, Limits};
+use capstan_compose::composer::Composer;
+use capstan_compose::limits::Limits;
+use capstan_compose::source::CachedSource;
+use capstan_compose::source::FixtureSource;
 use capstan_testkit::DemoProvider;
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ClientConfig};
@@ -131,7 +134,7 @@ async fn bench() {
     for _ in 0..DIGEST_ROUNDS {
         let started = Instant::now();
         for tool in &listed {
-            std::hint::black_box(capstan_compose::definition_digest(tool));
+            std::hint::black_box(capstan_compose::pins::definition_digest(tool));
         }
         digests.push(started.elapsed() / u32::try_from(listed.len()).unwrap_or(1));
     }

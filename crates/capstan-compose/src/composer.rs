@@ -137,7 +137,7 @@ pub struct Composer {
 }
 
 /// Whether an input schema has a top-level property named `project` (in any case).
-pub fn takes_project(schema: &JsonObject) -> bool {
+pub(crate) fn takes_project(schema: &JsonObject) -> bool {
     schema
         .get("properties")
         .and_then(|p| p.as_object())

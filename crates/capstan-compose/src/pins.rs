@@ -431,7 +431,7 @@ mod tests {
             live: live.clone(),
             listed: Value::Null,
         };
-        let outcome = crate::BindingOutcome {
+        let outcome = crate::composition::BindingOutcome {
             binding: "team-a/docs".into(),
             pin_mismatches: vec![
                 mismatch(Pinned::Tool, "search"),

@@ -29,10 +29,14 @@ use futures::future::BoxFuture;
 use thiserror::Error;
 use tracing::warn;
 
+pub use self::cache::{CachedSource, DEFAULT_CAPACITY, DEFAULT_TTL};
+pub use self::crd_list::CrdSource;
+pub use self::crd_watch::{WatchCounts, WatchedCluster};
 pub use self::fixture::FixtureSource;
 pub use self::http::{DEFAULT_PROVIDER_MAX_BODY, HTTP_SOURCE_TIMEOUT, HttpSource};
 pub(crate) use self::objects::{documents_of, qualifiers_of};
-use self::snapshot::Snapshot;
+pub use self::snapshot::{Document, NamedQualifier, Snapshot};
+pub use self::watch_backoff::watch_backoff;
 
 /// Why a source could not answer for a project.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]

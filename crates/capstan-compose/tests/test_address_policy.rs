@@ -12,7 +12,8 @@ mod common;
 
 use std::process::Command;
 
-use capstan_compose::{Composition, Limits};
+use capstan_compose::composition::Composition;
+use capstan_compose::limits::Limits;
 use common::{DemoProvider, compose_binding, composer, documents, knowledge_binding};
 use serde_json::Value;
 

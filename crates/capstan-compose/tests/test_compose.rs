@@ -7,8 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use capstan_compose::{CallError, ToolCallError};
-use capstan_compose::{Composition, Limits};
+use capstan_compose::composer::ToolCallError;
+use capstan_compose::composition::Composition;
+use capstan_compose::limits::Limits;
+use capstan_upstream::mcp::CallError;
 use common::*;
 use serde_json::{Value, json};
 

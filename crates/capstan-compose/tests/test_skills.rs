@@ -11,7 +11,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use capstan_compose::{Composed, Document, Limits, REFETCH_AFTER, SkillError, skill_uri};
+use capstan_compose::composer::Composed;
+use capstan_compose::composer::REFETCH_AFTER;
+use capstan_compose::composer::SkillError;
+use capstan_compose::composer::skill_uri;
+use capstan_compose::limits::Limits;
+use capstan_compose::source::Document;
 use capstan_testkit::body_pin_oracle;
 use common::*;
 

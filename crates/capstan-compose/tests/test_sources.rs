@@ -11,10 +11,14 @@ use axum::response::IntoResponse;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use capstan_compose::{
-    CrdSource, DEFAULT_PROVIDER_MAX_BODY, DocumentSource, FixtureSource, HttpSource,
-    ProjectDocuments, ReadOutcome, Uncached,
-};
+use capstan_compose::source::CrdSource;
+use capstan_compose::source::DEFAULT_PROVIDER_MAX_BODY;
+use capstan_compose::source::DocumentSource;
+use capstan_compose::source::FixtureSource;
+use capstan_compose::source::HttpSource;
+use capstan_compose::source::ProjectDocuments;
+use capstan_compose::source::ReadOutcome;
+use capstan_compose::source::Uncached;
 use serde_json::json;
 
 fn document(name: &str, namespace: Option<&str>) -> serde_json::Value {
@@ -97,7 +101,7 @@ async fn assert_no_capabilities(source: &HttpSource, project: &str) {
     );
 }
 
-fn names(documents: &[capstan_compose::Document]) -> Vec<&str> {
+fn names(documents: &[capstan_compose::source::Document]) -> Vec<&str> {
     documents.iter().map(|d| d.binding.as_str()).collect()
 }
 
@@ -428,7 +432,7 @@ async fn a_read_that_sees_the_qualifiers_first_sync_should_see_them_read() {
         let (open, opened) = tokio::sync::watch::channel(false);
         let url = empty_apiserver(opened).await;
         let config = kube::Config::new(url.parse().unwrap());
-        let watched = Arc::new(capstan_compose::WatchedCluster::connect(config).unwrap());
+        let watched = Arc::new(capstan_compose::source::WatchedCluster::connect(config).unwrap());
         // The bindings are read first (a read is no longer an outage); the qualifiers' list is
         // held, so their first sync is the last change.
         eventually("the bindings are read", || async {

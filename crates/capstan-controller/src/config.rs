@@ -137,7 +137,7 @@ pub struct ProbeConfig {
 
     /// The upstream timeouts, the sidecar's flags of the same names.
     #[command(flatten)]
-    pub timeouts: capstan_compose::UpstreamTimeouts,
+    pub timeouts: capstan_compose::limits::UpstreamTimeouts,
 }
 
 #[cfg(test)]

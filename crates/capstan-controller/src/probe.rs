@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use capstan_api::CapabilityBindingSpec;
-use capstan_compose::{Composer, Document};
+use capstan_compose::composer::Composer;
+use capstan_compose::source::Document;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::field::Empty;
 use tracing::{Instrument as _, debug_span, info};

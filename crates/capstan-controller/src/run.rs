@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_compose::{Composer, Limits, SetupError};
+use capstan_compose::composer::Composer;
+use capstan_compose::composer::SetupError;
+use capstan_compose::limits::Limits;
 use capstan_process::{
     AdminError, Readiness, Shutdown, TelemetryError, init_telemetry, serve_admin,
 };
@@ -399,7 +401,7 @@ fn watch_bindings(
     let store: Store<CachedBinding> = writer.as_reader();
     let (synced_tx, synced) = watch::channel(false);
     let events = reflector::reflector(writer, watcher(api, config).modify(trim_for_cache))
-        .backoff(capstan_compose::watch_backoff())
+        .backoff(capstan_compose::source::watch_backoff())
         .inspect(move |event| match event {
             Ok(watcher::Event::InitDone) => {
                 let _ = synced_tx.send(true);
@@ -439,7 +441,7 @@ fn watch_qualifiers(
     let api: Api<CachedQualifier> = Api::all(client.clone());
     let (synced_tx, synced) = watch::channel(false);
     let events = reflector::reflector(writer, watcher(api, config).modify(trim_for_cache))
-        .backoff(capstan_compose::watch_backoff())
+        .backoff(capstan_compose::source::watch_backoff())
         .inspect(move |event| match event {
             Ok(watcher::Event::InitDone) => {
                 let _ = synced_tx.send(true);

@@ -8,9 +8,9 @@ use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use capstan_api::{Object, RouteQualifierSpec};
-use capstan_compose::EndpointGuard;
 use capstan_platform::{Caller, PlanKeys, PlanPayload, PlanRefused};
 use capstan_route::{Candidate, Catalog, route_for, select, take_from};
+use capstan_upstream::guard::EndpointGuard;
 use serde_json::Value;
 use url::Host as url_host;
 

@@ -2,7 +2,7 @@
 //! trace context in `_meta`, a provider's questions to the person, a caller's URI through a
 //! provider's resource templates (docs/reliability.md).
 
-use capstan_compose::Origin;
+use capstan_upstream::mcp::Origin;
 use serde_json::{Map, Value};
 use url::Host as url_host;
 
@@ -46,7 +46,7 @@ fn relay_meta(rest: &str) {
             .collect(),
     };
     let mut meta = given.clone();
-    capstan_compose::trace_context::sanitize_meta(&mut meta);
+    capstan_upstream::trace_context::sanitize_meta(&mut meta);
     for (key, value) in &given {
         if !TRACE_KEYS.contains(&key.as_str()) {
             assert_eq!(meta.get(key), Some(value), "{key} changed");
@@ -77,7 +77,7 @@ fn relay_meta(rest: &str) {
         assert!(is_printable_ascii(baggage), "baggage {baggage:?}");
     }
     let mut again = meta.clone();
-    capstan_compose::trace_context::sanitize_meta(&mut again);
+    capstan_upstream::trace_context::sanitize_meta(&mut again);
     assert_eq!(
         comparable(&again),
         comparable(&meta),
@@ -275,7 +275,7 @@ fn host_admitted(host: &str, hosts: &[String]) -> bool {
 /// The prefix the relay target shows a `>`-marked template's URIs under.
 const RELAY_PREFIX: &str = "capstan://docs-binding/docs/";
 
-/// A caller's URI read through resource templates (`capstan_compose::fuzzing`): every line but
+/// A caller's URI read through resource templates (`capstan_compose::composer::fuzzing`): every line but
 /// the last is a template (shown under `capstan://docs-binding/docs/` when it starts with
 /// `>`, as listed otherwise), the last line the URI. Never panics; a URI a template reads, and
 /// the URI its server is handed, begin with that template's literal text and have no path
@@ -292,7 +292,8 @@ fn relay_uri(rest: &str) {
             None => ((*line).to_owned(), String::new()),
         })
         .collect();
-    let Some((index, upstream)) = capstan_compose::fuzzing::resolve_template_read(&templates, uri)
+    let Some((index, upstream)) =
+        capstan_compose::composer::fuzzing::resolve_template_read(&templates, uri)
     else {
         return;
     };

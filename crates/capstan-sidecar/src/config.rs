@@ -102,7 +102,7 @@ pub struct DocumentSettings {
 
     /// Largest capability-provider API answer read, in bytes (source `http`); a longer one
     /// reads as no capabilities, logged with its size.
-    #[arg(long, env = "CAPABILITY_PROVIDER_MAX_BYTES", default_value_t = capstan_compose::DEFAULT_PROVIDER_MAX_BODY)]
+    #[arg(long, env = "CAPABILITY_PROVIDER_MAX_BYTES", default_value_t = capstan_compose::source::DEFAULT_PROVIDER_MAX_BODY)]
     pub provider_max_bytes: usize,
 
     /// The project's control-plane URL, with `{project}` (source `crd`); without one, the
@@ -117,11 +117,11 @@ pub struct DocumentSettings {
 
     /// Seconds a project's bindings are cached (source `crd` with a URL template; without one
     /// they are watched).
-    #[arg(long, env = "CAPABILITY_CRD_CACHE_TTL_SECONDS", default_value_t = capstan_compose::DEFAULT_TTL.as_secs())]
+    #[arg(long, env = "CAPABILITY_CRD_CACHE_TTL_SECONDS", default_value_t = capstan_compose::source::DEFAULT_TTL.as_secs())]
     pub crd_cache_ttl_seconds: u64,
 
     /// Projects cached at most (source `crd` with a URL template).
-    #[arg(long, env = "CAPABILITY_CRD_CACHE_CAPACITY", default_value_t = capstan_compose::DEFAULT_CAPACITY)]
+    #[arg(long, env = "CAPABILITY_CRD_CACHE_CAPACITY", default_value_t = capstan_compose::source::DEFAULT_CAPACITY)]
     pub crd_cache_capacity: usize,
 
     /// Seconds between re-reads of the documents of projects with live sessions, for sources
@@ -201,29 +201,29 @@ pub struct UpstreamSettings {
 
     /// Seconds one forwarded tool call may take, not counting the time its provider's
     /// questions wait for the caller's answers.
-    #[arg(long, env = "CAPSTAN_CALL_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_CALL_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "CAPSTAN_CALL_TIMEOUT_SECONDS", default_value_t = capstan_compose::limits::DEFAULT_CALL_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub call_timeout_seconds: u64,
 
     /// Seconds a provider's question (elicitation, sampling, roots) asked during a call waits
     /// for the caller's answer; unanswered by then, the call is cancelled at the provider and
     /// fails as `unanswered`. The caller's client ends the wait sooner by cancelling the call.
-    #[arg(long, env = "CAPSTAN_QUESTION_TIMEOUT_SECONDS", default_value_t = capstan_compose::DEFAULT_QUESTION_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "CAPSTAN_QUESTION_TIMEOUT_SECONDS", default_value_t = capstan_compose::limits::DEFAULT_QUESTION_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub question_timeout_seconds: u64,
 
     /// The upstream timeouts the controller's Composed probe shares.
     #[command(flatten)]
-    pub timeouts: capstan_compose::UpstreamTimeouts,
+    pub timeouts: capstan_compose::limits::UpstreamTimeouts,
 
     /// Bytes kept of one knowledge source.
-    #[arg(long, env = "CAPSTAN_KNOWLEDGE_SOURCE_CAP", default_value_t = capstan_compose::DEFAULT_KNOWLEDGE_SOURCE_CAP)]
+    #[arg(long, env = "CAPSTAN_KNOWLEDGE_SOURCE_CAP", default_value_t = capstan_compose::limits::DEFAULT_KNOWLEDGE_SOURCE_CAP)]
     pub knowledge_source_cap: usize,
 
     /// Bytes of knowledge in the instructions altogether.
-    #[arg(long, env = "CAPSTAN_KNOWLEDGE_TOTAL_CAP", default_value_t = capstan_compose::DEFAULT_KNOWLEDGE_TOTAL_CAP)]
+    #[arg(long, env = "CAPSTAN_KNOWLEDGE_TOTAL_CAP", default_value_t = capstan_compose::limits::DEFAULT_KNOWLEDGE_TOTAL_CAP)]
     pub knowledge_total_cap: usize,
 
     /// Bytes kept of one skill body.
-    #[arg(long, env = "CAPSTAN_SKILL_CAP", default_value_t = capstan_compose::DEFAULT_SKILL_CAP)]
+    #[arg(long, env = "CAPSTAN_SKILL_CAP", default_value_t = capstan_compose::limits::DEFAULT_SKILL_CAP)]
     pub skill_cap: usize,
 }
 

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderName;
-use capstan_compose::{Composer, Limits, SetupError, SourceError};
+use capstan_compose::composer::Composer;
+use capstan_compose::composer::SetupError;
+use capstan_compose::limits::Limits;
+use capstan_compose::source::SourceError;
 use capstan_core::control_plane::ControlPlane;
 use capstan_platform::{KeyError, LedgerError};
 use capstan_process::{

@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use capstan_compose::{ClientAsks, Document};
+use capstan_compose::source::Document;
+use capstan_upstream::mcp::ClientAsks;
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
@@ -367,8 +368,8 @@ impl Task {
             match answer {
                 Ok(_) => carried.push(uri),
                 Err(
-                    capstan_compose::OfferingError::UnknownResource { .. }
-                    | capstan_compose::OfferingError::UnsafeUri { .. },
+                    capstan_compose::composer::OfferingError::UnknownResource { .. }
+                    | capstan_compose::composer::OfferingError::UnsafeUri { .. },
                 ) => {}
                 Err(error) => {
                     warn!(project = %self.identity.project, %uri, %error, "{method} at the provider failed");

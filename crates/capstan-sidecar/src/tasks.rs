@@ -18,7 +18,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use capstan_compose::{CallerRevision, ClientAsks};
+use capstan_upstream::mcp::CallerRevision;
+use capstan_upstream::mcp::ClientAsks;
 use rmcp::ErrorData as McpError;
 use tokio::sync::OnceCell;
 use tracing::info;
@@ -464,13 +465,16 @@ pub(crate) mod tests {
         capstan_core::install_crypto_provider();
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = crate::observe::metrics::Metrics::register(&mut registry);
-        let documents: Arc<dyn capstan_compose::ProjectDocuments> =
-            Arc::new(capstan_compose::Uncached::new(Arc::new(
-                capstan_compose::FixtureSource::new("/nonexistent/documents.json"),
+        let documents: Arc<dyn capstan_compose::source::ProjectDocuments> =
+            Arc::new(capstan_compose::source::Uncached::new(Arc::new(
+                capstan_compose::source::FixtureSource::new("/nonexistent/documents.json"),
             )));
-        let composer =
-            capstan_compose::Composer::from_allow_lists("", "", capstan_compose::Limits::default())
-                .unwrap();
+        let composer = capstan_compose::composer::Composer::from_allow_lists(
+            "",
+            "",
+            capstan_compose::limits::Limits::default(),
+        )
+        .unwrap();
         let context = crate::task::TaskContext {
             metrics: metrics.clone(),
             meter: Arc::new(crate::observe::metering::Meter::open("off").unwrap()),

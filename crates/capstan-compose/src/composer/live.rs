@@ -55,7 +55,7 @@ pub struct Composed {
     /// (`skill_bodies.rs`).
     pub(super) skill_bodies: super::skill_bodies::SkillBodies,
     /// The revisions its upstreams were opened for (kept by later compositions of the task).
-    pub(super) revision: crate::CallerRevision,
+    pub(super) revision: capstan_upstream::mcp::CallerRevision,
 }
 
 impl Composed {
@@ -65,7 +65,7 @@ impl Composed {
         fetcher: Fetcher,
         limits: Limits,
         changes: UpstreamChanges,
-        revision: crate::CallerRevision,
+        revision: capstan_upstream::mcp::CallerRevision,
     ) -> Self {
         Self {
             composition: Composition::default(),
@@ -258,7 +258,7 @@ impl Composed {
     }
 
     /// The resource updates passed on since the last call, coalesced (`Updated`).
-    pub fn take_resource_updates(&self) -> crate::Updated {
+    pub fn take_resource_updates(&self) -> capstan_upstream::mcp::Updated {
         self.changes.take_updates()
     }
 

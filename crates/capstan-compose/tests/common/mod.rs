@@ -5,7 +5,11 @@
 
 use std::net::SocketAddr;
 
-use capstan_compose::{Composer, Document, EndpointGuard, Fetcher, Limits};
+use capstan_compose::composer::Composer;
+use capstan_compose::limits::Limits;
+use capstan_compose::source::Document;
+use capstan_upstream::fetch::Fetcher;
+use capstan_upstream::guard::EndpointGuard;
 use serde_json::{Value, json};
 
 pub use capstan_testkit::{DemoProvider, PythonServer, python, repo_root};
@@ -75,7 +79,7 @@ pub async fn compose_binding(
     server: &str,
     endpoint: &str,
     include: &[&str],
-) -> capstan_compose::Composed {
+) -> capstan_compose::composer::Composed {
     let text = serde_json::to_string(&json!([binding(name, server, endpoint, include)])).unwrap();
     composer(hosts, hosts, Limits::default())
         .compose(&documents(&text))

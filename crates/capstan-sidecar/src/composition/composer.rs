@@ -4,9 +4,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use capstan_compose::{CallerRevision, Composed, Composer, ProjectDocuments, Snapshot};
+use capstan_compose::composer::Composed;
+use capstan_compose::composer::Composer;
+use capstan_compose::source::ProjectDocuments;
+use capstan_compose::source::Snapshot;
 use capstan_core::control_plane::ControlPlane;
 use capstan_platform::{BaseTools, ChangePath, ProjectApi};
+use capstan_upstream::mcp::CallerRevision;
 use tracing::warn;
 
 use crate::caller::identity::Identity;

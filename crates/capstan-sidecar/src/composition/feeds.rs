@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use capstan_compose::{ProjectDocuments, ReadOutcome, Snapshot};
+use capstan_compose::source::ProjectDocuments;
+use capstan_compose::source::ReadOutcome;
+use capstan_compose::source::Snapshot;
 use tokio::sync::{Notify, watch};
 use tracing::debug;
 
@@ -183,7 +185,7 @@ async fn run(
 mod tests {
     use std::sync::Mutex as StdMutex;
 
-    use capstan_compose::Document;
+    use capstan_compose::source::Document;
     use futures::future::BoxFuture;
 
     use super::*;

@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_compose::{Composition, Updated};
+use capstan_compose::composition::Composition;
+use capstan_upstream::mcp::Updated;
 use rmcp::model::{Prompt, Resource, ResourceTemplate};
 use tokio::sync::watch;
 use tracing::{debug, info};
@@ -153,7 +154,7 @@ async fn tell_list_changes(
 fn requalify(
     task: &Task,
     served: &Served,
-    snapshot: Arc<capstan_compose::Snapshot>,
+    snapshot: Arc<capstan_compose::source::Snapshot>,
     metrics: &crate::observe::metrics::Metrics,
 ) {
     if served.snapshot().qualifiers != snapshot.qualifiers

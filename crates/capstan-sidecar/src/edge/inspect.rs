@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
-use capstan_compose::{BindingOutcome, CallerRevision, Composed};
+use capstan_compose::composer::Composed;
+use capstan_compose::composition::BindingOutcome;
 use capstan_platform::BaseTools;
+use capstan_upstream::mcp::CallerRevision;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 

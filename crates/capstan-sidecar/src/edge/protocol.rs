@@ -8,7 +8,9 @@
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use capstan_api::wire::{MCP_METHOD, MCP_PROTOCOL_VERSION};
-use capstan_compose::{ParamHeader, argument_header_mismatch, decoded_header_value};
+use capstan_upstream::mcp::ParamHeader;
+use capstan_upstream::mcp::argument_header_mismatch;
+use capstan_upstream::mcp::decoded_header_value;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ClientCapabilities, ProtocolVersion};
 use serde::Deserialize as _;

@@ -16,7 +16,7 @@ fn owner() -> Identity {
 async fn task_of(owner: &Identity) -> Arc<Task> {
     let starter = crate::tasks::tests::starter();
     let project = starter
-        .compose(owner, capstan_compose::CallerRevision::Stateless)
+        .compose(owner, capstan_upstream::mcp::CallerRevision::Stateless)
         .await;
     starter.start(owner.clone(), project, None, None)
 }

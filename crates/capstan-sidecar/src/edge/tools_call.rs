@@ -24,7 +24,8 @@ use std::sync::Arc;
 
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use capstan_compose::{RELAY_CAPACITY, ToCaller};
+use capstan_upstream::mcp::RELAY_CAPACITY;
+use capstan_upstream::mcp::ToCaller;
 use futures::StreamExt;
 use rmcp::ErrorData as McpError;
 use rmcp::model::ResultType;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use capstan_compose::WatchCounts;
+use capstan_compose::source::WatchCounts;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -97,7 +97,7 @@ pub struct Metrics {
     pub admission_refusals: Family<OutcomeLabel, Counter>,
 }
 
-/// The crd source's watches (`capstan_compose::WatchedCluster`), read at each scrape: their
+/// The crd source's watches (`capstan_compose::source::WatchedCluster`), read at each scrape: their
 /// counts, and whether they have listed every kind once.
 #[derive(Debug)]
 pub struct WatchMetrics {

@@ -13,7 +13,7 @@
 use axum::http::HeaderMap;
 use axum::response::Response;
 use capstan_api::wire::MCP_PROTOCOL_VERSION;
-use capstan_compose::trace_context::{
+use capstan_upstream::trace_context::{
     from_headers, from_meta, hashed_session_id, is_remote_parent,
 };
 use serde_json::Value;

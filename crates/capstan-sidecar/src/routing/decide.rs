@@ -3,7 +3,8 @@
 //! call (`task.rs`) and by `GET /v1/routes` (`edge/inspect/routes.rs`), so what `capstanctl routes`
 //! shows is what a call would get.
 
-use capstan_compose::{RoutedCapability, Snapshot};
+use capstan_compose::capabilities::RoutedCapability;
+use capstan_compose::source::Snapshot;
 use capstan_route::{Decision, Refusal, Requirements, RouteRequest, route_for, select};
 
 /// Why a routed call is refused before any candidate is looked at.

@@ -5,10 +5,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_compose::{
-    CachedSource, CrdSource, FixtureSource, HttpSource, ProjectDocuments, Uncached, WatchCounts,
-    WatchedCluster,
-};
+use capstan_compose::source::CachedSource;
+use capstan_compose::source::CrdSource;
+use capstan_compose::source::FixtureSource;
+use capstan_compose::source::HttpSource;
+use capstan_compose::source::ProjectDocuments;
+use capstan_compose::source::Uncached;
+use capstan_compose::source::WatchCounts;
+use capstan_compose::source::WatchedCluster;
 use capstan_core::control_plane::ControlPlane;
 
 use super::RunError;

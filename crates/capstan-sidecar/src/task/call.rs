@@ -6,13 +6,18 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use capstan_compose::{
-    CallError, CallTraffic, CallerSide, Composed, ComposedTool, MAX_INTENT_LEN, RoutedCapability,
-    SkillError, ToolCallError,
-};
+use capstan_compose::capabilities::MAX_INTENT_LEN;
+use capstan_compose::capabilities::RoutedCapability;
+use capstan_compose::composer::Composed;
+use capstan_compose::composer::SkillError;
+use capstan_compose::composer::ToolCallError;
+use capstan_compose::composition::ComposedTool;
 use capstan_core::tool_error::{ErrorKind, ToolError};
 use capstan_platform::BaseTools;
 use capstan_route::{Decision, Taken};
+use capstan_upstream::mcp::CallError;
+use capstan_upstream::mcp::CallTraffic;
+use capstan_upstream::mcp::CallerSide;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, JsonObject,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use capstan_compose::ClientAsks;
+use capstan_upstream::mcp::ClientAsks;
 use serde_json::Value;
 
 use tokio::sync::oneshot;

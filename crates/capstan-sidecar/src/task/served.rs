@@ -5,9 +5,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use capstan_api::validate::pointer_to_path;
-use capstan_compose::{Composed, Interned, ParamHeader, Snapshot, content_key, param_headers};
+use capstan_compose::composer::Composed;
+use capstan_compose::interned::Interned;
+use capstan_compose::interned::content_key;
+use capstan_compose::source::Snapshot;
 use capstan_core::tool_error::{ErrorKind, ToolError};
 use capstan_platform::BaseTools;
+use capstan_upstream::mcp::ParamHeader;
+use capstan_upstream::mcp::param_headers;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 use tracing::warn;

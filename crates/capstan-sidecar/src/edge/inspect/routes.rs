@@ -7,7 +7,8 @@
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
-use capstan_compose::{Composed, Snapshot};
+use capstan_compose::composer::Composed;
+use capstan_compose::source::Snapshot;
 use capstan_route::{Catalog, Requirements, RouteRequest};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};

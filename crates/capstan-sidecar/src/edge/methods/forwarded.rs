@@ -2,7 +2,7 @@
 //! `completion/complete`, subscriptions): their parameters as the composer takes them, and the
 //! provider's answer as the caller gets it.
 
-use capstan_compose::OfferingError;
+use capstan_compose::composer::OfferingError;
 use capstan_core::tool_error::{ErrorKind, ToolError};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{GetPromptResult, InputRequiredResult, ReadResourceResult, ResultType};

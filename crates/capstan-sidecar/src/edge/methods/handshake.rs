@@ -3,7 +3,8 @@
 //! task). Both answer with the same declaration ([`server_config`]), the caller's instructions,
 //! and the skills extension only when the caller's composition has a skill.
 
-use capstan_compose::{CallerRevision, ClientAsks};
+use capstan_upstream::mcp::CallerRevision;
+use capstan_upstream::mcp::ClientAsks;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     DiscoverResult, Implementation, InitializeRequestParams, InitializeResult, ProtocolVersion,

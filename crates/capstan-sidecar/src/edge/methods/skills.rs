@@ -5,7 +5,10 @@
 //! whose body its pin withholds is not listed (a get or read names the pin), and a skill whose
 //! name the extension does not admit (upper case, `_`) is left to `load_skill`.
 
-use capstan_compose::{Composed, PinMismatch, SkillError, SkillFile};
+use capstan_compose::composer::Composed;
+use capstan_compose::composer::SkillError;
+use capstan_compose::composer::SkillFile;
+use capstan_compose::pins::PinMismatch;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CacheScope, GetSkillResult, ListSkillsResult, ReadResourceResult, ResourceContents, ResultType,
@@ -39,7 +42,7 @@ fn entry(file: &SkillFile) -> Option<Skill> {
 pub(in crate::edge) fn declare(capabilities: &mut ServerCapabilities, composed: &Composed) {
     let serves = composed.composition.skills.iter().any(|skill| {
         let frontmatter = SkillFrontmatter::new(skill.name.as_str(), skill.description.as_str());
-        let uri = capstan_compose::skill_uri(&skill.name);
+        let uri = capstan_compose::composer::skill_uri(&skill.name);
         Skill::new(uri.as_str(), frontmatter, SkillResources::Dynamic)
             .validate()
             .is_ok()

@@ -5,7 +5,7 @@
 
 use axum::body::to_bytes;
 use axum::http::HeaderValue;
-use capstan_compose::param_headers;
+use capstan_upstream::mcp::param_headers;
 use rmcp::model::Tool;
 
 use super::*;

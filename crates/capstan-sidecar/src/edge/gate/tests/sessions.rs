@@ -25,7 +25,7 @@ fn sent_by(mut request: Request, project: &str, token: &str) -> Request {
 async fn bound(tasks: &Tasks, id: &str, owner: &Identity) -> Arc<Task> {
     let starter = crate::tasks::tests::starter();
     let project = starter
-        .compose(owner, capstan_compose::CallerRevision::Stateless)
+        .compose(owner, capstan_upstream::mcp::CallerRevision::Stateless)
         .await;
     let task = starter.start(owner.clone(), project, None, None);
     tasks.bind_session(id, &task).unwrap();
@@ -222,7 +222,7 @@ fn serving(tasks: &Arc<Tasks>, fail: bool) -> axum::Router {
             let project = starter
                 .compose(
                     &checked.identity,
-                    capstan_compose::CallerRevision::Stateless,
+                    capstan_upstream::mcp::CallerRevision::Stateless,
                 )
                 .await;
             let task = starter.start(checked.identity, project, admitted.take_place(), None);
