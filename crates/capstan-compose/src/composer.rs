@@ -6,6 +6,7 @@
 
 mod assemble;
 mod connect;
+mod forwarding;
 pub mod fuzzing;
 mod live;
 mod offerings;

@@ -1,8 +1,10 @@
 //! A task: one MCP session's composition and who it is for, and its lifecycle — the idle
-//! clock, the time limit, its streams and listeners, the permit it holds. What it serves is
-//! `task/served.rs`; how it answers a `tools/call` (dispatch, routing, metering) is
-//! `task/call.rs`. The session's end (`Tasks::end`) shuts the task down, which closes its
-//! upstream sessions and its GET stream.
+//! clock, the time limit, the permit it holds, its end. Its other concerns each have a file:
+//! what it serves (`task/served.rs`), how it answers a `tools/call` (`task/call.rs`), the calls
+//! running and the questions they ask (`task/in_flight.rs`, `task/questions.rs`), how it tells
+//! its client (`task/streams.rs`) and the resources its client follows
+//! (`task/subscriptions.rs`). The session's end (`Tasks::end`) shuts the task down, which
+//! closes its upstream sessions and its GET stream.
 
 mod call;
 mod in_flight;
@@ -11,8 +13,10 @@ mod outbox;
 mod questions;
 pub mod request_states;
 mod served;
+mod streams;
+mod subscriptions;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
@@ -20,15 +24,15 @@ use std::time::{Duration, Instant};
 use capstan_compose::source::Document;
 use capstan_upstream::mcp::ClientAsks;
 use serde_json::Value;
-use tracing::{debug, info, warn};
+use tracing::info;
 
 use self::in_flight::InFlight;
 pub use self::listener::Listener;
-use self::listener::Unsent;
-pub use self::outbox::SessionStream;
-use self::outbox::{Change, Outbox};
+use self::outbox::Outbox;
 pub use self::served::Served;
-use crate::caller::admission::{Full, Place};
+pub use self::streams::OpenStream;
+pub use self::subscriptions::MAX_SUBSCRIPTIONS;
+use crate::caller::admission::Place;
 use crate::caller::identity::Identity;
 use crate::observe::metering::Meter;
 use crate::observe::metrics::Metrics;
@@ -98,31 +102,6 @@ pub struct Task {
     /// session once each (`resources/subscribe`), without one by how many of its open listen
     /// streams hold it.
     subscriptions: Mutex<BTreeMap<String, usize>>,
-}
-
-/// The most resources one session may subscribe to at once: a template can name unboundedly
-/// many URIs, and each subscription is held for the session's life.
-pub const MAX_SUBSCRIPTIONS: usize = 256;
-
-/// An open `subscriptions/listen` stream of a task ([`Task::listen`]); forgotten on drop.
-pub struct Listening<'a> {
-    task: &'a Task,
-    id: u64,
-}
-
-/// One stream a task holds open, counted against its cap; given back on drop.
-pub struct OpenStream(Arc<AtomicUsize>);
-
-impl Drop for OpenStream {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Drop for Listening<'_> {
-    fn drop(&mut self) {
-        self.task.forget_listener(self.id);
-    }
 }
 
 /// Counts a running call; the session is touched again when it ends (the gate
@@ -264,181 +243,6 @@ impl Task {
     /// Keeps what the session's client declared it can be asked at `initialize` (once).
     pub fn set_client_asks(&self, asks: ClientAsks) {
         let _ = self.asks.set(asks);
-    }
-
-    /// Opens a GET stream of the session: the messages for the session from now on, until the
-    /// task ends or the client leaves. A session may hold several (its streams' cap,
-    /// `caller/admission.rs`); each message goes on one of them.
-    pub fn open_session_stream(&self) -> SessionStream {
-        self.outbox.open()
-    }
-
-    /// Tells the task's client that its tools changed: on the session's GET stream, and on
-    /// every open `subscriptions/listen` stream (a stream that is gone is dropped).
-    pub fn notify_tool_list_changed(&self) {
-        self.tell(Change::ToolList);
-    }
-
-    /// Tells the task's client of `change`: on the session's GET streams (its outbox), and on
-    /// every open `subscriptions/listen` stream (each its own outbox). Nothing here waits on a
-    /// client slow to read: an outbox keeps each change once.
-    fn tell(&self, change: Change) {
-        self.outbox.note(change.clone());
-        self.tell_listeners(&change);
-    }
-
-    /// Tells every open `subscriptions/listen` stream that asked for it of `change`; a stream
-    /// that did not ask is skipped, a stream that is gone is dropped.
-    fn tell_listeners(&self, change: &Change) {
-        lock(&self.listeners).retain(|(_, listener)| match listener.send(change) {
-            Ok(()) | Err(Unsent::NotAccepted) => true,
-            Err(Unsent::Gone) => {
-                debug!(project = %self.identity.project, "a listen stream is gone");
-                false
-            }
-        });
-    }
-
-    /// Notes the session's subscription to `uri` (as it named it); false when it already
-    /// holds [`MAX_SUBSCRIPTIONS`] others.
-    pub fn subscribe(&self, uri: &str) -> bool {
-        let mut subscriptions = lock(&self.subscriptions);
-        if subscriptions.len() >= MAX_SUBSCRIPTIONS && !subscriptions.contains_key(uri) {
-            return false;
-        }
-        subscriptions.insert(uri.to_owned(), 1);
-        true
-    }
-
-    /// Forgets the session's subscription to `uri`.
-    pub fn unsubscribe(&self, uri: &str) {
-        lock(&self.subscriptions).remove(uri);
-        self.outbox.forget(uri);
-    }
-
-    /// A listen stream holds `uris` (within [`MAX_SUBSCRIPTIONS`] in all): those no other
-    /// stream held, to subscribe to upstream.
-    pub fn hold(&self, uris: &[String]) -> Vec<String> {
-        let mut subscriptions = lock(&self.subscriptions);
-        let mut first = Vec::new();
-        for uri in uris {
-            if let Some(holders) = subscriptions.get_mut(uri) {
-                *holders += 1;
-            } else if subscriptions.len() < MAX_SUBSCRIPTIONS {
-                subscriptions.insert(uri.clone(), 1);
-                first.push(uri.clone());
-            }
-        }
-        first
-    }
-
-    /// A listen stream lets go of `uris`: those no stream holds any more, to unsubscribe from
-    /// upstream.
-    pub fn release(&self, uris: &[String]) -> Vec<String> {
-        let mut subscriptions = lock(&self.subscriptions);
-        let mut last = Vec::new();
-        for uri in uris {
-            if let Some(holders) = subscriptions.get_mut(uri) {
-                *holders -= 1;
-                if *holders == 0 {
-                    subscriptions.remove(uri);
-                    last.push(uri.clone());
-                }
-            }
-        }
-        last
-    }
-
-    /// Subscribes to (or unsubscribes from, `method`) each of `uris` at its upstream, those
-    /// the composition offers; a failure is logged, never the caller's error (a listen stream
-    /// stays open; a carried subscription is best effort). Returns the URIs the providers now
-    /// follow (or no longer do): a subscription is carried once its provider answered — in
-    /// 2026-07-28, once a listen stream naming it was acknowledged.
-    pub async fn subscribe_upstream(&self, method: &str, uris: Vec<String>) -> Vec<String> {
-        let served = self.served();
-        // Together: a 2026-07-28 provider is then asked once for a stream naming them all,
-        // not once per URI, each waiting for the last one's acknowledgement.
-        let subscriptions = uris.into_iter().map(|uri| {
-            let params = serde_json::json!({ "uri": uri });
-            let composed = served.composed();
-            async move { (composed.subscription(method, params).await, uri) }
-        });
-        let mut carried = Vec::new();
-        for (answer, uri) in futures::future::join_all(subscriptions).await {
-            match answer {
-                Ok(_) => carried.push(uri),
-                Err(
-                    capstan_compose::composer::OfferingError::UnknownResource { .. }
-                    | capstan_compose::composer::OfferingError::UnsafeUri { .. },
-                ) => {}
-                Err(error) => {
-                    warn!(project = %self.identity.project, %uri, %error, "{method} at the provider failed");
-                }
-            }
-        }
-        carried
-    }
-
-    /// The URIs the task's client subscribed to.
-    pub fn subscriptions(&self) -> BTreeSet<String> {
-        lock(&self.subscriptions).keys().cloned().collect()
-    }
-
-    /// Tells the task's client of an update of each of `uris` it subscribed to: through the
-    /// session's GET stream, and on every open listen stream that holds it.
-    pub fn notify_resource_updated(&self, uris: BTreeSet<String>) {
-        let subscribed: Vec<String> = {
-            let subscriptions = lock(&self.subscriptions);
-            uris.into_iter()
-                .filter(|uri| subscriptions.contains_key(uri))
-                .collect()
-        };
-        for uri in subscribed {
-            self.tell(Change::Updated(uri));
-        }
-    }
-
-    /// Tells the task's client that its prompts or its resources changed: on the session's
-    /// GET stream, and on every open `subscriptions/listen` stream that asked for it.
-    pub fn notify_offerings_changed(&self, prompts: bool, resources: bool) {
-        if prompts {
-            self.tell(Change::PromptList);
-        }
-        if resources {
-            self.tell(Change::ResourceList);
-        }
-    }
-
-    /// A stream of this task opens, if fewer than `max` are open: the guard counts it until
-    /// dropped.
-    pub fn open_stream(&self, max: usize) -> Result<OpenStream, Full> {
-        let opened = self
-            .streams
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
-                (open < max).then_some(open + 1)
-            });
-        match opened {
-            Ok(_) => Ok(OpenStream(self.streams.clone())),
-            Err(_) => Err(Full::Streams { max }),
-        }
-    }
-
-    /// Streams open now.
-    pub fn open_streams(&self) -> usize {
-        self.streams.load(Ordering::Acquire)
-    }
-
-    /// Follows `listener` (an open `subscriptions/listen` stream, counted by the gate) until
-    /// the returned guard is dropped. The stream does not make the task busy: how long an open
-    /// stream keeps a task is the task registry's rule (`tasks.rs`), never forever.
-    pub fn listen(&self, listener: Listener) -> Listening<'_> {
-        let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
-        lock(&self.listeners).push((id, listener));
-        Listening { task: self, id }
-    }
-
-    fn forget_listener(&self, id: u64) {
-        lock(&self.listeners).retain(|(kept, _)| *kept != id);
     }
 
     /// A receiver that changes when the task is shut down (time limit, sidecar shutdown) and
