@@ -19,8 +19,8 @@ pub(crate) mod crd_watch;
 mod fixture;
 mod http;
 mod objects;
-pub(crate) mod slim;
 pub(crate) mod snapshot;
+pub(crate) mod spec_text;
 pub(crate) mod watch_backoff;
 
 use std::sync::Arc;

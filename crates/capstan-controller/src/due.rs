@@ -23,13 +23,13 @@ use crate::cached::CachedBinding;
 
 /// Names due for a reconcile, and those handed to the Controller.
 pub(crate) struct Due {
-    line: Mutex<Line>,
+    queue: Mutex<Queue>,
     ready: Notify,
     limit: usize,
 }
 
 #[derive(Default)]
-struct Line {
+struct Queue {
     /// Waiting, each once, oldest first; `waiting` is the same names for lookup.
     order: VecDeque<Arc<str>>,
     waiting: HashSet<Arc<str>>,
@@ -39,7 +39,7 @@ struct Line {
     again: HashSet<Arc<str>>,
 }
 
-impl Line {
+impl Queue {
     fn mark(&mut self, name: &str) -> bool {
         if self.handed.contains(name) {
             if !self.again.contains(name) {
@@ -61,15 +61,15 @@ impl Due {
     /// At most `limit` names (at least one) handed to the Controller at a time.
     pub(crate) fn new(limit: usize) -> Arc<Self> {
         Arc::new(Self {
-            line: Mutex::default(),
+            queue: Mutex::default(),
             ready: Notify::new(),
             limit: limit.max(1),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Line> {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
         // The sets are changed together under the lock; a panic elsewhere leaves them whole.
-        self.line
+        self.queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -85,14 +85,14 @@ impl Due {
     /// free, and it is due again if it was marked meanwhile. A result for a name not handed
     /// (the Controller's own requeue after an error) changes nothing.
     pub(crate) fn done(&self, name: &str) {
-        let mut line = self.lock();
-        if !line.handed.remove(name) {
+        let mut queue = self.lock();
+        if !queue.handed.remove(name) {
             return;
         }
-        if line.again.remove(name) {
-            line.mark(name);
+        if queue.again.remove(name) {
+            queue.mark(name);
         }
-        drop(line);
+        drop(queue);
         self.ready.notify_one();
     }
 
@@ -103,19 +103,19 @@ impl Due {
 
     /// The next name to hand, if a place is free.
     fn take(&self) -> Option<Arc<str>> {
-        let mut line = self.lock();
-        if line.handed.len() >= self.limit {
+        let mut queue = self.lock();
+        if queue.handed.len() >= self.limit {
             return None;
         }
-        let name = line.order.pop_front()?;
-        line.waiting.remove(&name);
-        if line.order.is_empty() && line.order.capacity() > 1024 {
+        let name = queue.order.pop_front()?;
+        queue.waiting.remove(&name);
+        if queue.order.is_empty() && queue.order.capacity() > 1024 {
             // A burst (the first list, gaining leadership) is over: its capacity is not kept;
             // the walk's few names a tick reuse a small one.
-            line.order = VecDeque::new();
-            line.waiting = HashSet::new();
+            queue.order = VecDeque::new();
+            queue.waiting = HashSet::new();
         }
-        line.handed.insert(name.clone());
+        queue.handed.insert(name.clone());
         Some(name)
     }
 

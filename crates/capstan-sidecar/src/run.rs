@@ -171,7 +171,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         &metrics,
     )?;
     let tasks = Arc::new(tasks(sessions, project_header, check.clone(), &metrics));
-    let served = Served {
+    let built = Built {
         composer: Arc::new(composer),
         tasks,
         check,
@@ -180,7 +180,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         refresh: documents.refresh,
         metrics_address,
     };
-    served.serve(serving).await
+    built.serve(serving).await
 }
 
 /// The composer of the allow-list and limit settings.
@@ -310,7 +310,7 @@ fn tasks(
 
 /// What the socket serves, built: the composer, the task registry, the caller check and
 /// the admin server's registry and readiness.
-struct Served {
+struct Built {
     composer: Arc<ProjectComposer>,
     tasks: Arc<Tasks>,
     check: Option<Arc<CallerCheck>>,
@@ -321,7 +321,7 @@ struct Served {
     metrics_address: Option<std::net::SocketAddr>,
 }
 
-impl Served {
+impl Built {
     /// Serves the socket (and the admin server, if asked) until SIGTERM. On SIGTERM: no new
     /// connection is accepted, in-flight requests get the grace period, then every task's
     /// upstream sessions are ended (providers see the session close) and the sidecar exits,

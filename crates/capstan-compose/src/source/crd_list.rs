@@ -1,6 +1,6 @@
-//! The crd source with a URL template: each project's control plane listed with the sidecar's
-//! own credential, behind `source/cache.rs` (TTL, the last good answer on failure, capacity). Without
-//! a template one watch serves every project instead (`source/crd_watch.rs`).
+//! The crd source with a URL template: each project's control plane listed with the sidecar's own
+//! credential, behind `source/cache.rs` (TTL, the last good answer on failure, capacity). Without a
+//! template one watch serves every project instead (`source/crd_watch.rs`).
 //!
 //! Each project keeps its client between reads, so its connections (and their TLS sessions)
 //! outlive one list, and the resourceVersion of its last list of each kind. A later list asks
@@ -21,8 +21,8 @@ use kube::api::{Api, ListParams, ObjectList, VersionMatch};
 use tracing::{debug, warn};
 
 use crate::source::cache::DEFAULT_CAPACITY;
-use crate::source::slim::Slim;
 use crate::source::snapshot::{Document, NamedQualifier, Snapshot};
+use crate::source::spec_text::SpecText;
 use crate::source::{DocumentSource, SourceError, check_project, documents_of, qualifiers_of};
 use capstan_core::control_plane::{ControlPlane, PlaneUrlError};
 
@@ -129,12 +129,12 @@ const MOST_RETRY_AFTER: Duration = Duration::from_secs(1);
 async fn list<K>(
     client: kube::Client,
     since: Option<&str>,
-) -> Result<ObjectList<Slim<K>>, kube::Error>
+) -> Result<ObjectList<SpecText<K>>, kube::Error>
 where
     K: Resource<DynamicType = ()> + 'static,
     K::Scope: Send,
 {
-    let api: Api<Slim<K>> = Api::all(client);
+    let api: Api<SpecText<K>> = Api::all(client);
     if let Some(version) = since {
         let params = ListParams::default()
             .at(version)
@@ -159,9 +159,9 @@ const THROTTLED: u16 = 429;
 /// One list; a throttled one is tried once more after the server's delay, at most
 /// [`MOST_RETRY_AFTER`]. Anything else is the cache's to handle.
 async fn list_once_more_if_throttled<K>(
-    api: &Api<Slim<K>>,
+    api: &Api<SpecText<K>>,
     params: &ListParams,
-) -> Result<ObjectList<Slim<K>>, kube::Error>
+) -> Result<ObjectList<SpecText<K>>, kube::Error>
 where
     K: Resource<DynamicType = ()> + 'static,
 {

@@ -28,8 +28,8 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::source::counted_body::counting_client;
-use crate::source::slim::Slim;
 use crate::source::snapshot::Snapshot;
+use crate::source::spec_text::SpecText;
 use crate::source::{ProjectDocuments, ReadOutcome};
 use crate::source::{check_project, documents_of, qualifiers_of};
 
@@ -42,13 +42,14 @@ pub struct WatchCounts {
     pub failures: AtomicU64,
     /// Objects received, in lists and as events.
     pub events: AtomicU64,
-    /// Response bytes read from the apiserver (counted when started with [`WatchedCluster::connect`]).
+    /// Response bytes read from the apiserver (counted when started with
+    /// [`WatchedCluster::connect`]).
     pub bytes: Arc<AtomicU64>,
 }
 
 /// One kind's watch: its store, whether it has synced, whether it is healthy now.
 struct Kept<K: Resource<DynamicType = ()> + 'static> {
-    store: Store<Slim<K>>,
+    store: Store<SpecText<K>>,
     synced: AtomicBool,
     healthy: AtomicBool,
 }
@@ -243,8 +244,8 @@ impl Shared {
 /// Runs one kind's reflector for as long as the source lives, noting syncs, health and
 /// changes in `shared`.
 async fn keep<K>(
-    api: Api<Slim<K>>,
-    writer: reflector::store::Writer<Slim<K>>,
+    api: Api<SpecText<K>>,
+    writer: reflector::store::Writer<SpecText<K>>,
     shared: Arc<Shared>,
     kept: fn(&Shared) -> &Kept<K>,
 ) where
@@ -253,7 +254,7 @@ async fn keep<K>(
     let config = watcher::Config::default().any_semantic();
     let events = reflector::reflector(
         writer,
-        watcher(api, config).modify(|object: &mut Slim<K>| {
+        watcher(api, config).modify(|object: &mut SpecText<K>| {
             object.metadata.managed_fields = None;
         }),
     )

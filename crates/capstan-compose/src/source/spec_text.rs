@@ -1,7 +1,7 @@
 //! One CapabilityBinding or RouteQualifier as the crd sources read it (`source/crd_watch.rs`,
-//! `source/crd_list.rs`): the metadata and the spec as the JSON text the apiserver sent. The spec is
-//! parsed once, by `capstan_api::parse` (`source/objects.rs` `documents_of`), never into a `Value`
-//! tree first; the watch also drops managed fields before it stores an object.
+//! `source/crd_list.rs`): the metadata and the spec as the JSON text the apiserver sent. The spec
+//! is parsed once, by `capstan_api::parse` (`source/objects.rs` `documents_of`), never into a
+//! `Value` tree first; the watch also drops managed fields before it stores an object.
 
 use std::marker::PhantomData;
 
@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 
 /// One object as the crd sources read it: metadata and the spec as JSON text.
 #[derive(Deserialize)]
-pub struct Slim<K> {
+pub struct SpecText<K> {
     pub(crate) metadata: ObjectMeta,
     #[serde(default)]
     spec: Option<Box<RawValue>>,
@@ -19,7 +19,7 @@ pub struct Slim<K> {
     kind: PhantomData<fn() -> K>,
 }
 
-impl<K> Slim<K> {
+impl<K> SpecText<K> {
     /// The spec as the apiserver sent it (`null` when the object has none).
     pub(crate) fn spec(&self) -> &RawValue {
         self.spec.as_deref().unwrap_or(RawValue::NULL)
@@ -27,7 +27,7 @@ impl<K> Slim<K> {
 }
 
 // Hand-written: a derive would demand `K: Clone`, and `K` is only a marker here.
-impl<K> Clone for Slim<K> {
+impl<K> Clone for SpecText<K> {
     fn clone(&self) -> Self {
         Self {
             metadata: self.metadata.clone(),
@@ -37,12 +37,12 @@ impl<K> Clone for Slim<K> {
     }
 }
 
-impl<K> std::fmt::Debug for Slim<K> {
+impl<K> std::fmt::Debug for SpecText<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Slim")
+        f.debug_struct("SpecText")
             .field("name", &self.metadata.name)
             .finish_non_exhaustive()
     }
 }
 
-capstan_api::resource_projection!(Slim);
+capstan_api::resource_projection!(SpecText);
