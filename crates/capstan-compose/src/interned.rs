@@ -1,12 +1,11 @@
 //! One copy of what many tasks hold alike.
 //!
-//! Every session of a project composes the same upstreams' lists and serves the same tools,
-//! yet each task parsed and kept its own: at 1,000 open sessions that was most of a task's
-//! memory (docs/performance.md, "What is left"). An [`Interned`] table hands out one `Arc`
-//! per content digest, so a task keeps only its own state; the table holds each value weakly
-//! (it lives as long as a task holds it), and forgets dead entries as it grows. A hash map of
-//! weak references is all it is — the interning crates keep values for the process's life or
-//! intern only strings — so it is written here.
+//! Every session of a project composes the same upstreams' lists and serves the same tools; a copy
+//! of them parsed and kept by each task would be most of a task's memory at 1,000 open sessions. An
+//! [`Interned`] table hands out one `Arc` per content digest, so a task keeps only its own state;
+//! the table holds each value weakly (it lives as long as a task holds it), and forgets dead
+//! entries as it grows. A hash map of weak references is all it is — the interning crates keep
+//! values for the process's life or intern only strings — so it is written here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};

@@ -11,14 +11,13 @@ use capstan_process::LogFormat;
 pub const DEFAULT_STATUS_QUEUE_CAPACITY: usize = 16_384;
 
 /// Default of `--status-writes-in-flight`: where the apiserver's own status-patch rate levels
-/// off on the benchmark machine (docs/benchmarks.md: 32 and 128 in flight within 10%), while
-/// leaving room for everyone else's requests.
+/// off (32 in flight patch within 10% of the rate of 128), while leaving room for everyone
+/// else's requests.
 pub const DEFAULT_STATUS_WRITES_IN_FLIGHT: usize = 32;
 
 /// Default of `--reconcile-concurrency`. A reconcile is CPU work (validation) and a hand-off to
 /// the status queue, so more than a few per core buys no speed, and each one waiting to run
-/// is a spawned task: unbounded, the initial sync of 50,000 bindings held 160 MB of them
-/// (docs/benchmarks.md, the large round).
+/// is a spawned task: unbounded, the initial sync of 50,000 bindings holds 160 MB of them.
 pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 16;
 
 /// Seconds between full reconciles. 300 s: the backstop for anything missed costs one pass

@@ -4,12 +4,12 @@
 //! The Controller's scheduler keeps every trigger it is given until it runs — an `ObjectRef`
 //! with its resource version and uid, in a delay queue and two maps, ~1 KB each — and the
 //! first list of a cluster triggers every binding at once, far faster than reconciles run.
-//! With 50,000 bindings that was most of the controller's peak memory (docs/performance.md
-//! "100,000 bindings"). Every trigger (a watch event, the resync walk, the status queue's
-//! overflow, a probe's finding, gaining leadership) marks the name here instead; a name marked
-//! again while it waits is one reconcile, and one marked while its reconcile runs is reconciled
-//! once more after it. The Controller is handed at most `limit` names at a time, and each
-//! result it reports frees a place.
+//! With 50,000 bindings those triggers would be most of the controller's peak memory. Every
+//! trigger (a watch event, the resync walk, the status queue's overflow, a probe's finding,
+//! gaining leadership) marks the name here instead; a name marked again while it waits is one
+//! reconcile, and one marked while its reconcile runs is reconciled once more after it. The
+//! Controller is handed at most `limit` names at a time, and each result it reports frees a
+//! place.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};

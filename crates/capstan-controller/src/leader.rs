@@ -2,16 +2,16 @@
 //! instant; the others keep their caches warm and take over when the lease is released or has
 //! gone unrenewed for its whole duration.
 //!
-//! The election is written here, after client-go's (`tools/leaderelection`), in
-//! [`election`] (the decisions, pure) and [`lease_store`] (the reads and writes). Why not a
-//! crate: kube-lease-manager (0.13, used until issue 55) takes an expired lease by first
-//! clearing its holder with a patch that carries no precondition, so with two standbys the
-//! later one's clear could land after the earlier one's take and both led until the first
-//! one's renewal; it also judged expiry by comparing the holder's renewTime with its own
-//! wall clock. kube-leader-election (0.44) writes merge patches without a precondition and is
-//! built on kube 4; kube-coordinate conditions its writes on the resourceVersion but is a
-//! release candidate on kube 2. The algorithm is small and well known; owning it keeps every
-//! write conditioned and every deadline on this replica's own clock:
+//! The election is written here, after client-go's (`tools/leaderelection`), in [`election`] (the
+//! decisions, pure) and [`lease_store`] (the reads and writes). Why not a crate: kube-lease-manager
+//! (0.13) is not used because it takes an expired lease by first clearing its holder with a patch
+//! that carries no precondition, so with two standbys the later one's clear can land after the
+//! earlier one's take and both lead until the first one's renewal; it also judges expiry by
+//! comparing the holder's renewTime with its own wall clock. kube-leader-election (0.44) writes
+//! merge patches without a precondition and is built on kube 4; kube-coordinate conditions its
+//! writes on the resourceVersion but is a release candidate on kube 2. The algorithm is small and
+//! well known; owning it keeps every write conditioned and every deadline on this replica's own
+//! clock:
 //!
 //! - every write of the Lease carries the resourceVersion the replica read, so of two replicas
 //!   acting on the same Lease exactly one write lands (the other gets 409 and reads again);

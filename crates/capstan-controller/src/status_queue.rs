@@ -8,8 +8,8 @@
 //! handed back on the released channel for a fresh reconcile, whose status then finds a place.
 //! A burst larger than the queue (the first sync of a cluster with more objects than the
 //! capacity) so converges with about two reconciles per object and no timers; the desired
-//! status itself is not kept, since the reconcile computes a newer one (docs/performance.md
-//! "100,000 bindings"). The receiving half is not `Clone`, so one worker drains it.
+//! status itself is not kept, since the reconcile computes a newer one. The receiving half is
+//! not `Clone`, so one worker drains it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;

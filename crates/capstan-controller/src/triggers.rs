@@ -141,8 +141,8 @@ const WALK_TICK: Duration = Duration::from_millis(100);
 /// The resync: every binding visited once each `revisit`, spread evenly over it in name order
 /// (so each comes by about `revisit` after its last visit), the first pass one `revisit` after
 /// start, since the first list reconciles every binding. It holds the names of one pass and
-/// nothing else per binding: a requeue per object in kube-runtime's scheduler held ~1 KB a
-/// binding (docs/performance.md "100,000 bindings").
+/// nothing else per binding: a requeue per object in kube-runtime's scheduler holds ~1 KB a
+/// binding.
 pub(crate) fn resync_walk(
     store: Store<CachedBinding>,
     revisit: Duration,

@@ -1,8 +1,8 @@
 //! The status worker: drains the status queue and writes a status only on a transition.
 //!
 //! Up to `in_flight` writes run at once — one status write costs an apiserver round trip and
-//! an etcd commit, and one at a time made 5,000 bindings take 3× what the apiserver itself
-//! allows (docs/benchmarks.md) — but never two for the same object: a status arriving for an
+//! an etcd commit, and written one at a time the statuses of 5,000 bindings take 3× as long as
+//! the apiserver itself allows — but never two for the same object: a status arriving for an
 //! object whose write is still running waits beside it (a newer one replacing it, as in the
 //! queue) and is decided once that write's answer is known.
 

@@ -73,8 +73,7 @@ pub struct ServeSettings {
 
     /// Threads that run the sidecar's work: 1 (the default) runs everything on one thread, with
     /// no hand-offs between threads; 0 one per CPU the process may use; more only for a sidecar
-    /// given more than one CPU that serves more calls than one core carries (docs/performance.md
-    /// "One thread by default").
+    /// given more than one CPU that serves more calls than one core carries.
     #[arg(long, env = "CAPSTAN_WORKER_THREADS", default_value_t = DEFAULT_WORKER_THREADS)]
     pub worker_threads: usize,
 
@@ -284,8 +283,8 @@ pub struct ObservabilitySettings {
 
 /// Default of `--worker-threads`: one thread. A sidecar serves one assistant; one core
 /// carries ~16,000 forwarded calls a second (61 µs of CPU each), and a second worker costs
-/// every call two wake-ups of the other thread (docs/performance.md "One thread by default").
-/// One per CPU would also mean one per node CPU in a pod without a CPU limit.
+/// every call two wake-ups of the other thread. One per CPU would also mean one per node CPU
+/// in a pod without a CPU limit.
 pub const DEFAULT_WORKER_THREADS: usize = 1;
 
 /// Seconds a session may go without a request ([`crate::tasks::DEFAULT_SESSION_IDLE`]).

@@ -6,10 +6,10 @@
 //! as their type. So a message is parsed into an [`Envelope`], not a `Value` tree: the params
 //! of a `tools/call` go straight into rmcp's `CallToolRequestParams` (its arguments and
 //! `_meta` the only maps built), other params into a `Value` (rare beside calls: an
-//! `initialize` and a `tools/list` a session, notifications). Building the tree and then typed params from it was about a fifth of the
-//! sidecar's instructions per forwarded call (docs/performance.md "The request's typed
-//! envelope"). A batch, or a body that is no object, stays a `Value`: only whether it opens
-//! with `initialize` is read of it.
+//! `initialize` and a `tools/list` a session, notifications). Building the tree and then typed
+//! params from it would be about a fifth of the sidecar's instructions per forwarded call. A
+//! batch, or a body that is no object, stays a `Value`: only whether it opens with
+//! `initialize` is read of it.
 //!
 //! No object of the body names a member twice (`unique.rs` says why): the visitors here are
 //! hand-written because a derived one skips the members it does not know unchecked. Every

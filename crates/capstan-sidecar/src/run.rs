@@ -364,7 +364,7 @@ impl Built {
         }
         // Its routes are made into services once here, and each connection gets a clone of
         // the `Arc` that holds them: served as a `Router`, axum would make them again for each
-        // connection (~5 KiB a connection held open, docs/performance.md).
+        // connection (~5 KiB for each connection held open).
         let app = router(composer, starter, tasks.clone()).with_state(());
         let grace = Duration::from_secs(shutdown_grace_seconds);
         let serve = axum::serve(listener, app.into_make_service())

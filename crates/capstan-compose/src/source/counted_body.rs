@@ -1,6 +1,6 @@
 //! Counting the bytes a kube client reads, for the crd source's metrics: what its watches cost
-//! the apiserver to send (docs/plan.md, issue 19). kube keeps no such count; a response-body
-//! wrapper applied as a layer on the client is the smallest way to get one.
+//! the apiserver to send. kube keeps no such count; a response-body wrapper applied as a layer
+//! on the client is the smallest way to get one.
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -2,9 +2,9 @@
 //!
 //! Without a template every project reads the one cluster the sidecar's credential points at
 //! (the control plane is the tenancy boundary), so one watch per kind serves every project:
-//! one LIST at start — from the apiserver's watch cache — then events only. A sidecar that
-//! re-listed every binding once per cache TTL cost the apiserver a LIST of the whole set per
-//! pod per minute (docs/plan.md, issue 19).
+//! one LIST at start — from the apiserver's watch cache — then events only. Re-listing every
+//! binding once per cache TTL would cost the apiserver a LIST of the whole set per pod per
+//! minute.
 //!
 //! What is kept per object is a slim projection: the metadata without managed fields and the
 //! spec as the JSON text the apiserver sent. The snapshot every session composes from is

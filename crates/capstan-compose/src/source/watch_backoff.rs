@@ -3,14 +3,14 @@
 //!
 //! kube's default follows client-go's reflector: 0.8 s doubling to 30 s, and a jitter that
 //! adds up to as much again, so once an outage has lasted ~25 s a watch sleeps 30–60 s
-//! between tries. An apiserver restart of that length (a control-plane upgrade; a loaded
-//! machine) then left a watch blind for up to a minute after the apiserver was back: the
-//! controller wrote no condition and a sidecar served a stale snapshot that long. Here the
+//! between tries. After an apiserver restart of that length (a control-plane upgrade; a loaded
+//! machine) such a watch stays blind for up to a minute once the apiserver is back: the
+//! controller writes no condition and a sidecar serves a stale snapshot that long. Here the
 //! pause stops growing at [`LONGEST`], so a watch is back within 10 s of the apiserver. The
 //! price is a try every 5–10 s per watch while the apiserver is down (a refused connection),
 //! and a fleet's re-lists packed closer once it is back: every sidecar re-lists after a
-//! restart either way (0.17–0.22 CPU-s of the apiserver each at 5,000 bindings,
-//! docs/performance.md "The crd source at fleet scale"), within ~10 s here instead of ~60 s.
+//! restart either way (0.17–0.22 CPU-s of the apiserver each at 5,000 bindings), within
+//! ~10 s here instead of ~60 s.
 //! The lists are served from the apiserver's watch cache (`any_semantic`), the jitter spreads
 //! them, and API Priority and Fairness answers an excess with 429s, which are retried here.
 

@@ -1,11 +1,11 @@
 //! A condition as the watch cache keeps it, compactly.
 //!
 //! The cache holds every object's status for as long as the object exists. As k8s-openapi's
-//! `Condition` each was four heap strings and a time — ~0.5 KB a binding, the largest share of
-//! the controller's memory at 100,000 bindings after the scheduler's (docs/performance.md
-//! "100,000 bindings"). Almost every type, status, reason and message Capstan writes is one of
-//! a few fixed words and sentences: those are held as static strings, and a binding's
-//! conditions that repeat one message (`Ready` and `Stalled` carry their cause's) share it.
+//! `Condition` each would be four heap strings and a time — ~0.5 KB a binding, the largest
+//! share of the controller's memory at 100,000 bindings after the scheduler's. Almost every
+//! type, status, reason and message Capstan writes is one of a few fixed words and sentences:
+//! those are held as static strings, and a binding's conditions that repeat one message
+//! (`Ready` and `Stalled` carry their cause's) share it.
 
 use std::fmt;
 use std::ops::Deref;

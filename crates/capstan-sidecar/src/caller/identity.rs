@@ -48,8 +48,7 @@ impl Identity {
 
     /// Whether `other` is the same caller: the same project and the same token (none and an
     /// empty one alike) — what comparing fingerprints says, without a SHA-256 for every request
-    /// in a session (docs/performance.md "The caller's identity without a digest"). The
-    /// tokens are compared in constant time.
+    /// in a session. The tokens are compared in constant time.
     pub fn is_same_caller(&self, other: &Identity) -> bool {
         fn token(identity: &Identity) -> &[u8] {
             identity.token.as_deref().unwrap_or("").as_bytes()
@@ -59,8 +58,7 @@ impl Identity {
 
     /// A digest of the bearer token alone (callers without a token share one): who the caller
     /// is across projects, what the per-caller cap counts by. Made when a place is taken, not
-    /// for every request (a SHA-256 was ~2 % of a forwarded call's instructions,
-    /// docs/performance.md).
+    /// for every request: a SHA-256 is ~2 % of a forwarded call's instructions.
     pub fn caller(&self) -> [u8; 32] {
         let mut caller = Sha256::new();
         caller.update(b"caller\0");

@@ -37,7 +37,7 @@ enum Woke {
 
 /// Follows `task` until it ends (spawned; holds the task weakly). Every session holds this
 /// future while it waits, so what it awaits besides waiting is boxed: a composition's future
-/// lives on the heap only while it runs, not in each idle session's (docs/performance.md).
+/// lives on the heap only while it runs, not in each idle session's.
 pub fn follow(task: &Arc<Task>, composer: Arc<ProjectComposer>, feeds: &Arc<ProjectFeeds>) {
     let weak = Arc::downgrade(task);
     let mut ended = task.ended();

@@ -22,8 +22,8 @@ pub(crate) struct Revision {
     pub(crate) meta_malformed: bool,
 }
 
-/// The JSON-RPC answer to one request, serialized straight into its body: building a `Value`
-/// first cost a second tree of maps per call on the hot path (docs/performance.md).
+/// The JSON-RPC answer to one request, serialized straight into its body: a `Value` built
+/// first would be a second tree of maps per call on the hot path.
 #[derive(serde::Serialize)]
 pub(super) struct Answer<'a> {
     jsonrpc: &'static str,

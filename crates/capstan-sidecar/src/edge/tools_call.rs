@@ -5,7 +5,8 @@
 //!
 //! rmcp's server would hand the call through its service loop and a handler task and stream
 //! the answer back through the same hops; on the hot path of a sidecar those hand-offs cost
-//! more than the forwarding itself (docs/performance.md), so the edge serves calls itself.
+//! more than the forwarding itself, so the edge serves calls itself (docs/architecture.md
+//! "One way in").
 //!
 //! A provider that says something about the call before answering it — progress on the
 //! caller's token, log messages (capstan-upstream `mcp/relay.rs`) — turns the answer into an

@@ -395,7 +395,7 @@ impl DirectCalls {
             .map_err(|error| self.unavailable(chain_text(&error)))?;
         // Boxed: the exchange holds the connection, the request and the reading of its answer
         // at once, and every future around a call would otherwise carry (and move, layer by
-        // layer) all of it (docs/performance.md "The request path, stop 24").
+        // layer) all of it.
         let exchange = self
             .target
             .lane

@@ -3,13 +3,13 @@
 //!
 //! A pooled client (reqwest, hyper-util's) keeps each connection in a task of its own: a
 //! request goes to it over a channel and the answer comes back over another, two task switches
-//! per call on top of the client's own layers (redirects, timeouts, the pool's bookkeeping; the
-//! sidecar's profile in docs/performance.md "The request path, stop 24"). Here a call takes an
-//! idle connection from [`Lanes`] and polls it itself, beside its request and the reading of
-//! the answer, so that a forwarded call runs in the task that received it from end to end; the
-//! connection goes back once its response has been read to the end. No client crate drives a
-//! pooled connection in the task that uses it, hence this module; it is built on hyper's own
-//! connection API, which the pooled clients are built on too.
+//! per call on top of the client's own layers (redirects, timeouts, the pool's bookkeeping).
+//! Here a call takes an idle connection from [`Lanes`] and polls it itself, beside its request
+//! and the reading of the answer, so that a forwarded call runs in the task that received it
+//! from end to end; the connection goes back once its response has been read to the end. No
+//! client crate drives a pooled connection in the task that uses it, hence this module
+//! (docs/architecture.md "One way out"); it is built on hyper's own connection API, which the
+//! pooled clients are built on too.
 //!
 //! An `https` upstream's connections speak TLS (rustls, the server's certificate checked against
 //! the platform's trust store, as the fetcher's reqwest client checks it: `SSL_CERT_FILE` and

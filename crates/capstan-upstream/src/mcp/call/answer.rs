@@ -3,8 +3,8 @@
 //!
 //! An answer is read into [`Answer`]: its `result` kept as the provider's text, parsed once
 //! into the type its request expects (a tool result, a tool list), with no `Value` tree
-//! between — the tree and the typed result made from it were ~5 % of the sidecar's
-//! instructions per forwarded call (docs/performance.md "The provider's answer, typed").
+//! between — the tree and the typed result made from it would be ~5 % of the sidecar's
+//! instructions per forwarded call.
 
 use futures::StreamExt;
 use serde::Deserialize;
