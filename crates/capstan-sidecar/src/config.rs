@@ -73,7 +73,8 @@ pub struct ServeSettings {
 
     /// Threads that run the sidecar's work: 1 (the default) runs everything on one thread, with
     /// no hand-offs between threads; 0 one per CPU the process may use; more only for a sidecar
-    /// given more than one CPU that serves more calls than one core carries.
+    /// given more than one CPU that serves more calls than one core carries (docs/performance.md
+    /// "One thread by default").
     #[arg(long, env = "CAPSTAN_WORKER_THREADS", default_value_t = DEFAULT_WORKER_THREADS)]
     pub worker_threads: usize,
 
