@@ -1,0 +1,261 @@
+//! A routed (`cap.*`) call: the routing arguments taken out and the rest checked against the
+//! capability's schema, the decision made and recorded whatever its outcome, and the call
+//! forwarded to the chosen provider (`task/call/provider.rs`); a retry answering a provider's
+//! question goes back to the provider that asked, if it is still eligible.
+
+use capstan_compose::capabilities::{MAX_INTENT_LEN, RoutedCapability};
+use capstan_compose::composition::ComposedTool;
+use capstan_core::tool_error::{ErrorKind, ToolError};
+use capstan_route::{Decision, Taken};
+use capstan_upstream::mcp::CallTraffic;
+use rmcp::ErrorData as McpError;
+use rmcp::model::{CallToolResponse, CallToolResult, JsonObject};
+use serde_json::Value;
+use tracing::field::Empty;
+use tracing::{Span, debug_span, info, warn};
+
+use super::super::{Served, Task};
+use crate::routing::decide::{decide, no_eligible_provider};
+use crate::routing::decisions::DecisionRecord;
+use crate::task::request_states::Asked;
+
+impl Task {
+    /// A routed call: take out the routing arguments, check the rest against the capability's
+    /// schema, decide (recorded whatever the outcome), and forward to the chosen provider. A
+    /// retry answering a question (`asked`) goes back to the provider that asked, if it is
+    /// still a candidate of this capability and eligible for this call.
+    pub(super) async fn call_capability(
+        &self,
+        served: &Served,
+        routed: &RoutedCapability,
+        arguments: Option<JsonObject>,
+        traffic: CallTraffic,
+        asked: Option<Asked>,
+    ) -> Result<CallToolResponse, McpError> {
+        let capability = routed.spec.capability_id.as_str();
+        let called: &str = &routed.tool.name;
+        let (taken, arguments) = match routing_arguments(served, routed, arguments) {
+            Ok(split) => split,
+            Err(error) => return Ok(self.refuse(error).into()),
+        };
+        if let Some(asked) = asked {
+            // Not routed again: another provider must never see one provider's state or the
+            // caller's answers to it. The seal binds the state to this capability and caller;
+            // eligibility is judged again, as the call is made again.
+            return match self.asker_still_eligible(served, routed, &taken, &asked.by) {
+                Ok(tool) => {
+                    self.forward(served, tool, arguments, Some(capability), called, traffic)
+                        .await
+                }
+                Err(error) => Ok(self.refuse(error).into()),
+            };
+        }
+        if traffic.input_responses.is_some() {
+            return Ok(self
+                .refuse(
+                    ToolError::new(
+                        ErrorKind::Rejected,
+                        format!(
+                            "inputResponses answer a question of one provider of {capability}; \
+                             send them with the requestState that came with the question"
+                        ),
+                    )
+                    .at("requestState"),
+                )
+                .into());
+        }
+        let decision = match self.decided(served, routed, &taken) {
+            Ok(decision) => decision,
+            Err(refused) => return Ok(refused.into()),
+        };
+        let Some(tool) = decision
+            .selected()
+            .and_then(|winner| served.composed().tool(&winner.tool))
+        else {
+            let error = ToolError::new(ErrorKind::Rejected, no_eligible_provider(&decision))
+                .with_code("no_eligible_provider");
+            return Ok(self.refuse(error).into());
+        };
+        self.forward(served, tool, arguments, Some(capability), called, traffic)
+            .await
+    }
+
+    /// The decision of a routed call, made in its own span and recorded whatever the outcome;
+    /// a route refused before any candidate was looked at is answered in the request's span,
+    /// which carries the error.
+    fn decided(
+        &self,
+        served: &Served,
+        routed: &RoutedCapability,
+        taken: &Taken,
+    ) -> Result<Decision, CallToolResult> {
+        let capability = routed.spec.capability_id.as_str();
+        let digest = taken
+            .intent
+            .as_deref()
+            .map(|intent| self.context.decisions.intent_digest(intent));
+        let decided = {
+            let _deciding = route_span(capability).entered();
+            let decided = decide(routed, served.snapshot(), &taken.route, &taken.requirements);
+            match &decided {
+                Ok(decision) => self.record_decision(capability, decision, digest.clone()),
+                Err(_) => {
+                    Span::current().record("capstan.route.reason", "refused");
+                }
+            }
+            decided
+        };
+        decided.map_err(|why| self.route_refused(capability, why.to_string(), digest))
+    }
+
+    /// The provider tool `asker` of a routed capability, if it is still one of its composed
+    /// candidates and not excluded from this call (the route and requirements the retry
+    /// carries, the qualifiers in force now).
+    fn asker_still_eligible<'a>(
+        &self,
+        served: &'a Served,
+        routed: &RoutedCapability,
+        taken: &Taken,
+        asker: &str,
+    ) -> Result<&'a ComposedTool, ToolError> {
+        let capability = routed.spec.capability_id.as_str();
+        let refused = |why: String| {
+            ToolError::new(
+                ErrorKind::Rejected,
+                format!(
+                    "the provider that asked ({asker}) {why}; call {capability} again without \
+                     inputResponses and requestState"
+                ),
+            )
+            .with_code("asker_not_eligible")
+        };
+        let candidate = routed
+            .candidates
+            .iter()
+            .any(|c| c.tool == asker && c.composed);
+        let tool = served
+            .composed()
+            .tool(asker)
+            .filter(|_| candidate)
+            .ok_or_else(|| refused(format!("is no longer a provider of {capability}")))?;
+        let decision = decide(routed, served.snapshot(), &taken.route, &taken.requirements)
+            .map_err(|why| refused(format!("cannot be routed to now: {why}")))?;
+        if let Some(excluded) = decision.exclusions.iter().find(|e| e.tool == asker) {
+            return Err(refused(format!(
+                "is not eligible for this call: {}",
+                excluded.reason.as_str()
+            )));
+        }
+        Ok(tool)
+    }
+
+    /// A route refused before any candidate was looked at: counted, logged and recorded.
+    fn route_refused(
+        &self,
+        capability: &str,
+        why: String,
+        digest: Option<String>,
+    ) -> CallToolResult {
+        warn!(capability, %why, "routed call refused");
+        self.context
+            .metrics
+            .route_decision(capability, "refused", &[]);
+        self.context.decisions.record(DecisionRecord::refused(
+            &self.identity.project,
+            capability,
+            why.clone(),
+            digest,
+        ));
+        self.refuse(ToolError::new(ErrorKind::Rejected, why).with_code("route_refused"))
+    }
+
+    /// A decision made: counted by its reason and exclusions, logged, and recorded for
+    /// `GET /v1/route-decisions`.
+    fn record_decision(&self, capability: &str, decision: &Decision, digest: Option<String>) {
+        let exclusions: Vec<&str> = decision
+            .exclusions
+            .iter()
+            .map(|e| e.reason.as_str())
+            .collect();
+        let reason = decision
+            .route_reason
+            .map_or("no_eligible_provider", route_reason_label);
+        self.context
+            .metrics
+            .route_decision(capability, reason, &exclusions);
+        let span = Span::current();
+        span.record("capstan.route.reason", reason);
+        span.record("capstan.route.eligible", decision.eligible());
+        span.record("capstan.route.excluded", decision.exclusions.len());
+        if let Some(winner) = decision.selected() {
+            span.record("capstan.route.winner", winner.tool.as_str());
+        }
+        info!(
+            capability,
+            selected = decision.selected().map(|c| c.tool.as_str()),
+            route_reason = reason,
+            eligible = decision.eligible(),
+            excluded = decision.exclusions.len(),
+            intent_digest = digest.as_deref(),
+            "routed call decided"
+        );
+        self.context
+            .decisions
+            .record(DecisionRecord::of(&self.identity.project, decision, digest));
+    }
+}
+
+/// The routing arguments (`route`, `requirements`, `intent`) taken out of a routed call's
+/// `arguments`, and the rest checked against the capability's own schema.
+fn routing_arguments(
+    served: &Served,
+    routed: &RoutedCapability,
+    arguments: Option<JsonObject>,
+) -> Result<(Taken, Value), ToolError> {
+    let mut arguments = arguments.unwrap_or_default();
+    let taken = capstan_route::take_from(&mut arguments).map_err(|errors| {
+        let message: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let error = ToolError::new(ErrorKind::InvalidInput, message.join("; "));
+        match errors.first() {
+            Some(first) => error.at(first.path.clone()),
+            None => error,
+        }
+    })?;
+    if let Some(intent) = &taken.intent
+        && intent.chars().count() as u64 > MAX_INTENT_LEN
+    {
+        return Err(ToolError::new(
+            ErrorKind::InvalidInput,
+            format!("intent: at most {MAX_INTENT_LEN} characters"),
+        )
+        .at("intent"));
+    }
+    let arguments = Value::Object(arguments);
+    served.validate(&routed.tool.name, &arguments)?;
+    Ok((taken, arguments))
+}
+
+/// A route reason as metrics and logs spell it.
+fn route_reason_label(reason: capstan_route::RouteReason) -> &'static str {
+    use capstan_route::RouteReason as R;
+    match reason {
+        R::PinnedByRequest => "pinned_by_request",
+        R::PinnedByPolicy => "pinned_by_policy",
+        R::OnlyCandidate => "only_candidate",
+        R::BestScore => "best_score",
+    }
+}
+
+/// The span of a routing decision: the capability, and once decided the reason, the winner and
+/// how many providers were eligible or excluded.
+fn route_span(capability: &str) -> Span {
+    debug_span!(
+        "capstan.route",
+        otel.name = %format_args!("route {capability}"),
+        capstan.route.capability = capability,
+        capstan.route.reason = Empty,
+        capstan.route.winner = Empty,
+        capstan.route.eligible = Empty,
+        capstan.route.excluded = Empty,
+    )
+}
