@@ -13,6 +13,7 @@ mod offerings;
 mod skill_bodies;
 mod skill_files;
 mod uri_scope;
+mod uri_template;
 
 use std::sync::Arc;
 

@@ -211,38 +211,44 @@ impl<'a> Assembly<'a> {
                 upstream: wanted.clone(),
                 prefix: prefix.clone(),
             };
-            if let Some(resource) = resource {
-                let mut shown = resource.clone();
-                shown.uri.clone_from(&uri);
-                self.composed.offered.resources.insert(uri.clone(), route);
-                self.composed.composition.resources.push(ComposedResource {
-                    uri: uri.clone(),
-                    binding: binding.clone(),
-                    server: plan.server.clone(),
-                    upstream_uri: wanted.clone(),
-                    template: false,
-                    resource: Some(shown),
-                    resource_template: None,
-                });
-            } else if let Some(template) = template {
-                let mut shown = template.clone();
-                shown.uri_template.clone_from(&uri);
-                self.composed
-                    .offered
-                    .templates
-                    .push(OfferedTemplate::new(uri.clone(), route));
-                self.composed.composition.resources.push(ComposedResource {
-                    uri: uri.clone(),
-                    binding: binding.clone(),
-                    server: plan.server.clone(),
-                    upstream_uri: wanted.clone(),
-                    template: true,
-                    resource: None,
-                    resource_template: Some(shown),
-                });
-            }
+            self.offer(plan, listed, &uri, route);
             self.outcomes[plan.doc].resources.push(uri);
         }
+    }
+
+    /// Offers one selected resource or template of `plan`'s server under composed URI `uri`,
+    /// leading to `route`: routed by `composer/offerings.rs`, listed in the composition.
+    fn offer(&mut self, plan: &ServerPlan, listed: Offering<'_>, uri: &str, route: Route) {
+        let upstream_uri = route.upstream.clone();
+        let (resource, resource_template) = match listed {
+            Offering::Resource(resource) => {
+                let mut shown = resource.clone();
+                shown.uri = uri.to_owned();
+                self.composed
+                    .offered
+                    .resources
+                    .insert(uri.to_owned(), route);
+                (Some(shown), None)
+            }
+            Offering::Template(template) => {
+                let mut shown = template.clone();
+                shown.uri_template = uri.to_owned();
+                let offered = OfferedTemplate::new(uri.to_owned(), route);
+                self.composed.offered.templates.push(offered);
+                (None, Some(shown))
+            }
+            // Prompts are offered by name (`offer_prompts`), never under a URI.
+            Offering::Prompt(_) => return,
+        };
+        self.composed.composition.resources.push(ComposedResource {
+            uri: uri.to_owned(),
+            binding: self.documents[plan.doc].binding.clone(),
+            server: plan.server.clone(),
+            upstream_uri,
+            template: resource_template.is_some(),
+            resource,
+            resource_template,
+        });
     }
 
     /// Records the digest of an allowed tool, prompt or resource as listed; false (reported,
