@@ -122,17 +122,7 @@ async fn run(
         let mut nudged = false;
         tokio::select! {
             () = sender.closed() => {
-                let Some(feeds) = feeds.upgrade() else { return };
-                let mut map = match feeds.feeds.lock() {
-                    Ok(map) => map,
-                    Err(poisoned) => poisoned.into_inner(),
-                };
-                // A session may have started following under the lock meanwhile.
-                if sender.receiver_count() == 0 {
-                    if map.get(&project).is_some_and(|f| f.latest.same_channel(&sender)) {
-                        map.remove(&project);
-                    }
-                    debug!(%project, "no live session follows the project's documents");
+                if unfollowed(&feeds, &project, &sender) {
                     return;
                 }
                 continue;
@@ -158,17 +148,52 @@ async fn run(
         }
         tokio::time::sleep(SETTLE).await;
         let Some(this) = feeds.upgrade() else { return };
-        let (snapshot, outcome) = this.documents.read(&project).await;
-        this.metrics.source_read(outcome.label());
-        // An outage is not a change: sessions keep what they have until the source answers.
+        this.read_into(&project, &sender, nudged).await;
+    }
+}
+
+/// Whether no session follows `project` any more, its feed then taken out of the map (under
+/// the map's lock, so that a session starting to follow meanwhile keeps it).
+fn unfollowed(
+    feeds: &Weak<ProjectFeeds>,
+    project: &str,
+    sender: &watch::Sender<Arc<Snapshot>>,
+) -> bool {
+    let Some(feeds) = feeds.upgrade() else {
+        return true;
+    };
+    let mut map = match feeds.feeds.lock() {
+        Ok(map) => map,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    if sender.receiver_count() > 0 {
+        return false;
+    }
+    if map
+        .get(project)
+        .is_some_and(|f| f.latest.same_channel(sender))
+    {
+        map.remove(project);
+    }
+    debug!(%project, "no live session follows the project's documents");
+    true
+}
+
+impl ProjectFeeds {
+    /// Reads `project`'s documents and passes the snapshot on: to every follower when one was
+    /// `nudged` (it composed from another state than the feed held), else only if it differs.
+    /// An outage is not a change: sessions keep what they have until the source answers.
+    async fn read_into(&self, project: &str, sender: &watch::Sender<Arc<Snapshot>>, nudged: bool) {
+        let (snapshot, outcome) = self.documents.read(project).await;
+        self.metrics.source_read(outcome.label());
         if outcome == ReadOutcome::Error {
-            continue;
+            return;
         }
         if nudged {
-            // A follower composed from another state than the feed held, newer or older: all
-            // are told what is current, and each compares it with what it serves.
+            // Newer or older, all are told what is current, and each compares it with what it
+            // serves.
             sender.send_replace(snapshot);
-            continue;
+            return;
         }
         sender.send_if_modified(|current| {
             if same(current, &snapshot) {

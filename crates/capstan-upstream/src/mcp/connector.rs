@@ -120,20 +120,7 @@ impl Connector {
             subscribed: Subscribed::default(),
             log_level: std::sync::Mutex::default(),
         };
-        let tools = match tokio::time::timeout(self.timeout, direct.list_tools()).await {
-            Ok(Ok(tools)) => tools,
-            failed => {
-                let message = match failed {
-                    Ok(Err(error)) => error.to_string(),
-                    _ => format!("no answer within {:?}", self.timeout),
-                };
-                direct.end().await;
-                return Err(ConnectError::List {
-                    endpoint: endpoint.to_owned(),
-                    message,
-                });
-            }
-        };
+        let tools = self.first_tools(&direct, endpoint).await?;
         let id = NEXT_UPSTREAM_ID.fetch_add(1, Ordering::Relaxed);
         let listener =
             followed.then(|| Listener(tokio::spawn(direct.listen(changes.clone(), id, filter))));
@@ -151,6 +138,29 @@ impl Connector {
         };
         let offerings = upstream.list_offerings(self.timeout).await;
         Ok((upstream, tools, offerings))
+    }
+
+    /// The tools a server just opened lists, within the connector's timeout; a server that
+    /// cannot list them has its session ended (a DELETE where it has one) before the failure.
+    async fn first_tools(
+        &self,
+        direct: &DirectCalls,
+        endpoint: &str,
+    ) -> Result<Vec<Tool>, ConnectError> {
+        match tokio::time::timeout(self.timeout, direct.list_tools()).await {
+            Ok(Ok(tools)) => Ok(tools),
+            failed => {
+                let message = match failed {
+                    Ok(Err(error)) => error.to_string(),
+                    _ => format!("no answer within {:?}", self.timeout),
+                };
+                direct.end().await;
+                Err(ConnectError::List {
+                    endpoint: endpoint.to_owned(),
+                    message,
+                })
+            }
+        }
     }
 
     /// The handshake (`mcp/handshake.rs`) in the revision `revision` names where the server

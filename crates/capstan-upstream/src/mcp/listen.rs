@@ -101,23 +101,8 @@ impl DirectCalls {
                 } else {
                     BTreeSet::new()
                 };
-                let request = if stateless {
-                    listen_request(&target, filter, &uris, attempt)
-                } else {
-                    standalone_stream_request(&target)
-                };
-                // A server that never acknowledges is given up on like one that fails: the
-                // stream heard now stays, and a changed set is asked for again after the pause.
-                let opening = tokio::time::timeout(
-                    LISTEN_ACKNOWLEDGEMENT_WAIT,
-                    open(&target.lane, request, stateless, &server),
-                );
-                let opened = while_hearing(&mut heard, opening)
-                    .await
-                    .unwrap_or_else(|_| {
-                        debug!(%server, "the stream was not acknowledged in time");
-                        Opened::Failed
-                    });
+                let opening = open_one(&target, filter, &uris, attempt, &server);
+                let opened = while_hearing(&mut heard, opening).await;
                 match opened {
                     Opened::Refused if heard.is_none() => {
                         debug!(%server, "the server offers no stream to listen on");
@@ -150,6 +135,32 @@ impl DirectCalls {
             }
         }
     }
+}
+
+/// Opens one stream to listen on: in 2026-07-28 a `subscriptions/listen` naming `uris`
+/// (attempt `attempt`), else the session's standalone GET stream. A server that never
+/// acknowledges is given up on like one that fails: the stream heard now stays, and a changed
+/// set is asked for again after the pause.
+async fn open_one(
+    target: &Target,
+    filter: Filter,
+    uris: &BTreeSet<String>,
+    attempt: u64,
+    server: &str,
+) -> Opened {
+    let stateless = target.revision.is_stateless();
+    let request = if stateless {
+        listen_request(target, filter, uris, attempt)
+    } else {
+        standalone_stream_request(target)
+    };
+    let opening = open(&target.lane, request, stateless, server);
+    tokio::time::timeout(LISTEN_ACKNOWLEDGEMENT_WAIT, opening)
+        .await
+        .unwrap_or_else(|_| {
+            debug!(%server, "the stream was not acknowledged in time");
+            Opened::Failed
+        })
 }
 
 /// Runs `work` while the stream being heard (if any) goes on being heard; a stream that ends
