@@ -2,7 +2,7 @@
 //! probe, the status queue, then the caches, reconcilers and the queue's writer — run until
 //! SIGTERM, then handed over.
 
-use std::hash::{BuildHasher as _, Hash, Hasher as _};
+use std::hash::{BuildHasher as _, Hasher as _};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,19 +14,18 @@ use capstan_compose::limits::Limits;
 use capstan_process::{
     AdminError, Readiness, Shutdown, TelemetryError, init_telemetry, serve_admin,
 };
-use futures::{FutureExt, Stream, StreamExt};
-use kube::api::Api;
+use futures::{FutureExt, StreamExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
-use kube::{Client, Config as KubeConfig, Resource, ResourceExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, controller, watcher};
+use kube::{Client, Config as KubeConfig};
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::cached::{CachedBinding, CachedQualifier};
+use crate::cached::CachedBinding;
 use crate::config::{Config, ProbeConfig};
 use crate::due::Due;
 use crate::leader::{Leadership, LeaseSettings, LeaseSettingsError};
@@ -36,13 +35,16 @@ use crate::qualifiers::run_qualifiers;
 use crate::reconcile::{
     Context, DirectWriter, StatusPath, binding_error_policy, reconcile_binding,
 };
-use crate::status::{DesiredStatus, Kind, ObjectKey};
-use crate::status_queue::{Released, StatusReceiver, StatusSender, status_queue};
+use crate::status::{DesiredStatus, ObjectKey};
+use crate::status_queue::{Released, StatusReceiver, status_queue};
 use crate::triggers::{
-    ProbedNames, all_on_leadership, named_for_reconcile, probed_bindings, resync_walk,
-    spawn_marker, split_released,
+    ProbedNames, all_on_leadership, probed_bindings, resync_walk, spawn_marker, split_released,
 };
 use crate::writer::StatusWriter;
+
+mod caches;
+
+use self::caches::{Ready, spawn_readiness, watch_bindings, watch_qualifiers};
 
 /// Why the controller could not start or stopped with an error.
 #[derive(Debug, Error)]
@@ -280,14 +282,14 @@ async fn run_controllers(
         ctx.metrics.clone(),
         settings.status_writes_in_flight,
     );
-    let worker = tokio::spawn(writer.run(queue));
+    let writer = tokio::spawn(writer.run(queue));
     let synced = spawn_readiness(
         readiness,
         bindings.synced,
         qualifiers.synced,
         ctx.metrics.clone(),
     );
-    let leadership_log = tokio::spawn(log_leadership(ctx.leader.clone(), ctx.metrics.clone()));
+    let leadership = tokio::spawn(log_leadership(ctx.leader.clone(), ctx.metrics.clone()));
     let qualifier_loop = tokio::spawn(run_qualifiers(
         qualifiers.events,
         qualifiers.store,
@@ -305,16 +307,49 @@ async fn run_controllers(
         stop,
     )
     .await;
-
-    // Graceful shutdown: stop the loops before the lease is released.
-    marker.abort();
-    qualifier_loop.abort();
-    worker.abort();
-    leadership_log.abort();
-    if let Some(forgetter) = forgetter {
-        forgetter.abort();
+    Beside {
+        marker,
+        qualifier_loop,
+        writer,
+        leadership,
+        forgetter,
     }
-    let _ = tokio::join!(marker, qualifier_loop, worker, leadership_log);
+    .stop()
+    .await;
+}
+
+/// The loops that run beside the binding controller.
+struct Beside {
+    /// Marks bindings due (`triggers.rs`).
+    marker: JoinHandle<()>,
+    qualifier_loop: JoinHandle<()>,
+    /// The status queue's writer.
+    writer: JoinHandle<()>,
+    leadership: JoinHandle<()>,
+    /// Frees the probe's names of bindings that are gone.
+    forgetter: Option<JoinHandle<()>>,
+}
+
+impl Beside {
+    /// Stops them all and waits for them: a graceful shutdown stops the loops before the
+    /// lease is released.
+    async fn stop(self) {
+        let Self {
+            marker,
+            qualifier_loop,
+            writer,
+            leadership,
+            forgetter,
+        } = self;
+        marker.abort();
+        qualifier_loop.abort();
+        writer.abort();
+        leadership.abort();
+        if let Some(forgetter) = forgetter {
+            forgetter.abort();
+        }
+        let _ = tokio::join!(marker, qualifier_loop, writer, leadership);
+    }
 }
 
 /// kube-runtime's Controller for bindings, handed names by `due` and running at most
@@ -367,98 +402,6 @@ fn finished<E: std::fmt::Display, Q: std::fmt::Display>(
     }
 }
 
-/// A watch cache: its event stream, its store, and a channel that turns true at its first full
-/// sync (InitDone) — a store's own readiness future wakes only its latest waiter, and the
-/// Controller already waits on it.
-struct WatchCache<S, K: Lookup + 'static>
-where
-    K::DynamicType: Hash + Eq,
-{
-    events: S,
-    store: Store<K>,
-    synced: watch::Receiver<bool>,
-}
-
-/// The CapabilityBinding cache, whose stream of changed bindings drives the binding
-/// controller. A deleted binding frees the names it held in the probe at once and leaves the
-/// status queue's overflow (no reconcile follows a delete).
-///
-/// A (re-)list's bindings are named when it ends, not as they arrive: until then the store
-/// still holds the previous list (the reflector swaps it in at `InitDone`), so a reconcile
-/// started by a listed binding read the binding as it was before the watch broke — or found
-/// none, for one created meanwhile, and dropped it until the resync walk came by (found when
-/// a binding applied after an apiserver restart waited past a minute for its status).
-fn watch_bindings(
-    ctx: &Context,
-    config: watcher::Config,
-) -> WatchCache<
-    impl Stream<Item = Result<ObjectRef<CachedBinding>, watcher::Error>> + Send + 'static,
-    CachedBinding,
-> {
-    let api: Api<CachedBinding> = Api::all(ctx.client.clone());
-    let (probe, queue) = (ctx.probe.clone(), ctx.queue.clone());
-    let writer = reflector::store::Writer::default();
-    let store: Store<CachedBinding> = writer.as_reader();
-    let (synced_tx, synced) = watch::channel(false);
-    let events = reflector::reflector(writer, watcher(api, config).modify(trim_for_cache))
-        .backoff(capstan_compose::source::watch_backoff())
-        .inspect(move |event| match event {
-            Ok(watcher::Event::InitDone) => {
-                let _ = synced_tx.send(true);
-            }
-            Ok(watcher::Event::Delete(binding)) => {
-                let name = binding.name_any();
-                if let Some(prober) = &probe {
-                    prober.forget(&name);
-                }
-                queue.forget(&ObjectKey {
-                    kind: Kind::Binding,
-                    name,
-                });
-            }
-            _ => {}
-        })
-        .flat_map(named_for_reconcile(store.clone()));
-    WatchCache {
-        events,
-        store,
-        synced,
-    }
-}
-
-/// The RouteQualifier cache, whose events the qualifier loop follows. A deleted qualifier
-/// leaves the status queue's overflow.
-fn watch_qualifiers(
-    client: &Client,
-    config: watcher::Config,
-    queue: StatusSender<ObjectKey, DesiredStatus>,
-) -> WatchCache<
-    impl Stream<Item = Result<watcher::Event<CachedQualifier>, watcher::Error>> + Send + 'static,
-    CachedQualifier,
-> {
-    let writer = reflector::store::Writer::default();
-    let store: Store<CachedQualifier> = writer.as_reader();
-    let api: Api<CachedQualifier> = Api::all(client.clone());
-    let (synced_tx, synced) = watch::channel(false);
-    let events = reflector::reflector(writer, watcher(api, config).modify(trim_for_cache))
-        .backoff(capstan_compose::source::watch_backoff())
-        .inspect(move |event| match event {
-            Ok(watcher::Event::InitDone) => {
-                let _ = synced_tx.send(true);
-            }
-            Ok(watcher::Event::Delete(qualifier)) => queue.forget(&ObjectKey {
-                kind: Kind::Qualifier,
-                name: qualifier.name_any(),
-            }),
-            _ => {}
-        });
-    WatchCache {
-        events,
-        store,
-        synced,
-    }
-}
-
 /// A backstop for deletions a re-list hid from the watch: every resync (at least every
 /// second), findings of bindings that are gone free their names.
 fn spawn_forgetter(
@@ -475,45 +418,6 @@ fn spawn_forgetter(
                 .forget_missing(|name| store.get(&ObjectRef::<CachedBinding>::new(name)).is_some());
         }
     })
-}
-
-/// What turns true when both caches have synced.
-struct Ready {
-    /// `/readyz`.
-    readiness: Readiness,
-    /// The election and the qualifier loop.
-    synced: watch::Sender<bool>,
-}
-
-/// Marks the replica ready once both caches have synced, and sends `true` on its channel (the
-/// election campaigns from then on); returns a receiver of it, for the qualifier loop.
-fn spawn_readiness(
-    ready: Ready,
-    mut bindings: watch::Receiver<bool>,
-    mut qualifiers: watch::Receiver<bool>,
-    metrics: Metrics,
-) -> watch::Receiver<bool> {
-    let Ready { readiness, synced } = ready;
-    let receiver = synced.subscribe();
-    tokio::spawn(async move {
-        if bindings.wait_for(|s| *s).await.is_ok() && qualifiers.wait_for(|s| *s).await.is_ok() {
-            metrics.caches_synced.set(1);
-            readiness.set_ready();
-            synced.send_replace(true);
-            info!("caches synced; ready");
-        }
-    });
-    receiver
-}
-
-/// Drops what the controller never reads before an object enters the cache: managed fields
-/// and the last-applied annotation are often larger than the spec itself.
-fn trim_for_cache<K: Resource>(object: &mut K) {
-    let metadata = object.meta_mut();
-    metadata.managed_fields = None;
-    if let Some(annotations) = metadata.annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
 }
 
 /// Logs leadership changes and keeps the `leader` gauge current.
