@@ -152,21 +152,11 @@ fn relay_ask(rest: &str) {
         .filter(|h| is_elicitation_host(h))
         .map(str::to_owned)
         .collect();
-    let mut asked = serde_json::from_str::<Value>(request).unwrap_or_else(|_| {
-        let mut lines = request.splitn(2, '\n');
-        let url = lines.next().unwrap_or_default();
-        let message = lines.next().unwrap_or_default();
-        serde_json::json!({"method": "elicitation/create", "params": {
-            "mode": "url", "url": url, "message": message, "elicitationId": "e1"}})
-    });
+    let mut asked = provider_request(request);
     let given = asked.clone();
     let origin = relay_origin(url_hosts.clone());
     let outcome = origin.attribute(&mut asked);
-    // Only a URL-mode elicitation may be refused for what it asks; anything else is refused
-    // only when it is not a request at all (not an object, or params not an object).
-    let params_given = &given["params"];
-    let url_mode = given["method"] == "elicitation/create" && params_given["mode"] == "url";
-    if given.is_object() && (params_given.is_object() || params_given.is_null()) && !url_mode {
+    if !refusable(&given) {
         assert!(outcome.is_ok(), "{given} refused: {outcome:?}");
     }
     if outcome.is_err() {
@@ -188,22 +178,7 @@ fn relay_ask(rest: &str) {
             assert!(is_displayable(message), "message {message:?}");
             if params["mode"] == "url" {
                 let url = params["url"].as_str().unwrap_or_default();
-                let parsed = url::Url::parse(url);
-                let Ok(parsed) = parsed else {
-                    panic!("URL-mode elicitation to {url:?} let through");
-                };
-                assert_eq!(parsed.scheme(), "https", "{url:?}");
-                assert!(
-                    parsed.username().is_empty() && parsed.password().is_none(),
-                    "{url:?}"
-                );
-                let Some(url_host::Domain(host)) = parsed.host() else {
-                    panic!("URL-mode elicitation to {url:?}, no DNS host, let through");
-                };
-                assert!(
-                    host_admitted(host, &url_hosts),
-                    "URL-mode elicitation to {url:?} let through with {url_hosts:?}"
-                );
+                assert_url_admitted(url, &url_hosts);
             }
         }
         Some("sampling/createMessage") => {
@@ -218,6 +193,48 @@ fn relay_ask(rest: &str) {
         }
         _ => {}
     }
+}
+
+/// The provider's request the relay target's input describes: the input as JSON, or else a
+/// URL-mode elicitation whose first line is the URL and the rest the message.
+fn provider_request(request: &str) -> Value {
+    serde_json::from_str::<Value>(request).unwrap_or_else(|_| {
+        let mut lines = request.splitn(2, '\n');
+        let url = lines.next().unwrap_or_default();
+        let message = lines.next().unwrap_or_default();
+        serde_json::json!({"method": "elicitation/create", "params": {
+            "mode": "url", "url": url, "message": message, "elicitationId": "e1"}})
+    })
+}
+
+/// Whether `Origin::attribute` may refuse `given`: only a URL-mode elicitation may be refused
+/// for what it asks; anything else only when it is not a request at all (not an object, or
+/// params not an object).
+fn refusable(given: &Value) -> bool {
+    let params = &given["params"];
+    let url_mode = given["method"] == "elicitation/create" && params["mode"] == "url";
+    !given.is_object() || !(params.is_object() || params.is_null()) || url_mode
+}
+
+/// A URL-mode elicitation let through names an `https` URL without credentials whose DNS host
+/// `url_hosts` admits; panics naming the URL otherwise.
+fn assert_url_admitted(url: &str, url_hosts: &[String]) {
+    let parsed = url::Url::parse(url);
+    let Ok(parsed) = parsed else {
+        panic!("URL-mode elicitation to {url:?} let through");
+    };
+    assert_eq!(parsed.scheme(), "https", "{url:?}");
+    assert!(
+        parsed.username().is_empty() && parsed.password().is_none(),
+        "{url:?}"
+    );
+    let Some(url_host::Domain(host)) = parsed.host() else {
+        panic!("URL-mode elicitation to {url:?}, no DNS host, let through");
+    };
+    assert!(
+        host_admitted(host, url_hosts),
+        "URL-mode elicitation to {url:?} let through with {url_hosts:?}"
+    );
 }
 
 /// What a person may be shown: no control character (C0, DEL, C1) but `\n` and `\t`, and no

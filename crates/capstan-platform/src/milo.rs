@@ -115,67 +115,77 @@ pub fn quota_rows(service: Option<&str>, buckets: &[Value], registrations: &[Val
         .iter()
         .filter_map(|bucket| {
             let resource_type = text(bucket, "/spec/resourceType")?;
-            let registration = by_type.get(resource_type);
-            if let Some(service) = service {
-                let owner = registration
-                    .and_then(|r| r.pointer("/metadata/labels"))
-                    .and_then(|labels| labels.get(OWNER_LABEL))
-                    .and_then(Value::as_str);
-                let named_under = resource_type
-                    .strip_prefix(service)
-                    .is_some_and(|rest| rest.starts_with('/'));
-                if owner != Some(service) && !named_under {
-                    return None;
-                }
+            let registration = by_type.get(resource_type).copied();
+            if let Some(service) = service
+                && !owned_by(service, resource_type, registration)
+            {
+                return None;
             }
-            let number = |field: &str| {
-                bucket
-                    .pointer(&format!("/status/{field}"))
-                    .and_then(Value::as_i64)
-            };
-            let (limit, used, available) =
-                (number("limit"), number("allocated"), number("available"));
-            let mut row = json!({
-                "resourceType": resource_type,
-                "base": {"limit": limit, "used": used, "available": available},
-            });
-            match registration {
-                Some(registration) => {
-                    let factor = registration
-                        .pointer("/spec/unitConversionFactor")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(1);
-                    row["unit"] = json!(text(registration, "/spec/displayUnit"));
-                    row["baseUnit"] = json!(text(registration, "/spec/baseUnit"));
-                    row["unitConversionFactor"] = json!(factor);
-                    if let Some(description) = text(registration, "/spec/description") {
-                        row["description"] = json!(description);
-                    }
-                    for (name, value) in
-                        [("limit", limit), ("used", used), ("available", available)]
-                    {
-                        row[name] = value.map_or(Value::Null, |v| display(v, factor));
-                    }
-                }
-                None => {
-                    row["unit"] = Value::Null;
-                    row["note"] = json!(
-                        "no ResourceRegistration publishes this resource type's unit: the \
-                         amounts are in its base unit (see base)"
-                    );
-                }
-            }
-            if limit.is_none() {
-                row["note"] = json!(
-                    "the bucket has not been reconciled yet: its limit is not known, which is \
-                     not the same as no limit"
-                );
-            }
-            Some(row)
+            Some(quota_row(bucket, resource_type, registration))
         })
         .collect();
     rows.sort_by(|a, b| a["resourceType"].as_str().cmp(&b["resourceType"].as_str()));
     rows
+}
+
+/// Whether `service` owns `resource_type`: its registration carries the service's owner
+/// label, or the type is named under the service (`compute.datumapis.com/instances`).
+fn owned_by(service: &str, resource_type: &str, registration: Option<&Value>) -> bool {
+    let owner = registration
+        .and_then(|r| r.pointer("/metadata/labels"))
+        .and_then(|labels| labels.get(OWNER_LABEL))
+        .and_then(Value::as_str);
+    let named_under = resource_type
+        .strip_prefix(service)
+        .is_some_and(|rest| rest.starts_with('/'));
+    owner == Some(service) || named_under
+}
+
+/// One bucket's row: its amounts in the base unit under `base` and, when a registration
+/// publishes the type's unit, in the display unit beside them; a note when the amounts cannot
+/// be read as they stand (no unit published, or no limit known yet).
+fn quota_row(bucket: &Value, resource_type: &str, registration: Option<&Value>) -> Value {
+    let number = |field: &str| {
+        bucket
+            .pointer(&format!("/status/{field}"))
+            .and_then(Value::as_i64)
+    };
+    let (limit, used, available) = (number("limit"), number("allocated"), number("available"));
+    let mut row = json!({
+        "resourceType": resource_type,
+        "base": {"limit": limit, "used": used, "available": available},
+    });
+    match registration {
+        Some(registration) => {
+            let factor = registration
+                .pointer("/spec/unitConversionFactor")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            row["unit"] = json!(text(registration, "/spec/displayUnit"));
+            row["baseUnit"] = json!(text(registration, "/spec/baseUnit"));
+            row["unitConversionFactor"] = json!(factor);
+            if let Some(description) = text(registration, "/spec/description") {
+                row["description"] = json!(description);
+            }
+            for (name, value) in [("limit", limit), ("used", used), ("available", available)] {
+                row[name] = value.map_or(Value::Null, |v| display(v, factor));
+            }
+        }
+        None => {
+            row["unit"] = Value::Null;
+            row["note"] = json!(
+                "no ResourceRegistration publishes this resource type's unit: the amounts are \
+                 in its base unit (see base)"
+            );
+        }
+    }
+    if limit.is_none() {
+        row["note"] = json!(
+            "the bucket has not been reconciled yet: its limit is not known, which is not the \
+             same as no limit"
+        );
+    }
+    row
 }
 
 #[cfg(test)]

@@ -41,73 +41,93 @@ fn target<'a>(node: &'a Value, document: &'a Value) -> Option<(&'a Value, String
 fn expand_to(schema: &Value, document: &Value, depth: usize, stack: &mut Vec<String>) -> Value {
     if let Some((resolved, name)) = target(schema, document) {
         if depth == 0 || stack.contains(&name) {
-            let mut stub = Map::new();
-            stub.insert("$ref".into(), Value::String(name.clone()));
-            if let Some(description) = schema
-                .get("description")
-                .or_else(|| resolved.get("description"))
-            {
-                stub.insert("description".into(), description.clone());
-            }
-            stub.insert(
-                "x-capstan-not-expanded".into(),
-                Value::String(format!(
-                    "call schema_get with a path ending here to see {name}"
-                )),
-            );
-            return Value::Object(stub);
+            return not_expanded(schema, resolved, name);
         }
         stack.push(name);
-        let mut expanded = expand_to(resolved, document, depth - 1, stack);
+        let expanded = expand_to(resolved, document, depth - 1, stack);
         stack.pop();
-        // The field's own description and default win over the referenced type's.
-        if let (Some(map), Some(own)) = (expanded.as_object_mut(), schema.as_object()) {
-            for key in ["description", "default"] {
-                if let Some(value) = own.get(key) {
-                    map.insert(key.into(), value.clone());
-                }
-            }
-        }
-        return expanded;
+        return with_own_annotations(expanded, schema);
     }
     match schema {
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(key, value)| {
-                    let value = match key.as_str() {
-                        "properties" | "patternProperties" => Value::Object(
-                            value
-                                .as_object()
-                                .map(|props| {
-                                    props
-                                        .iter()
-                                        .map(|(name, prop)| {
-                                            (name.clone(), expand_to(prop, document, depth, stack))
-                                        })
-                                        .collect()
-                                })
-                                .unwrap_or_default(),
-                        ),
-                        "items" | "additionalProperties" | "not" => {
-                            expand_to(value, document, depth, stack)
-                        }
-                        "allOf" | "anyOf" | "oneOf" => Value::Array(
-                            value
-                                .as_array()
-                                .map(|all| {
-                                    all.iter()
-                                        .map(|s| expand_to(s, document, depth, stack))
-                                        .collect()
-                                })
-                                .unwrap_or_default(),
-                        ),
-                        _ => value.clone(),
-                    };
+                    let value = expand_keyword(key, value, document, depth, stack);
                     (key.clone(), value)
                 })
                 .collect(),
         ),
         other => other.clone(),
+    }
+}
+
+/// The stand-in for a reference to `name` (resolved to `resolved`) left unexpanded: its name,
+/// the field's description (or else the type's), and how to see the rest.
+fn not_expanded(schema: &Value, resolved: &Value, name: String) -> Value {
+    let mut stub = Map::new();
+    stub.insert("$ref".into(), Value::String(name.clone()));
+    if let Some(description) = schema
+        .get("description")
+        .or_else(|| resolved.get("description"))
+    {
+        stub.insert("description".into(), description.clone());
+    }
+    stub.insert(
+        "x-capstan-not-expanded".into(),
+        Value::String(format!(
+            "call schema_get with a path ending here to see {name}"
+        )),
+    );
+    Value::Object(stub)
+}
+
+/// A referenced type inlined for a field: the field's own description and default win over
+/// the referenced type's.
+fn with_own_annotations(mut expanded: Value, schema: &Value) -> Value {
+    if let (Some(map), Some(own)) = (expanded.as_object_mut(), schema.as_object()) {
+        for key in ["description", "default"] {
+            if let Some(value) = own.get(key) {
+                map.insert(key.into(), value.clone());
+            }
+        }
+    }
+    expanded
+}
+
+/// The value of one keyword of a schema, with the subschemas it holds expanded: every
+/// property's, the one of `items`, `additionalProperties` and `not`, each of `allOf`, `anyOf`
+/// and `oneOf`. Any other keyword's value is data, kept as it is.
+fn expand_keyword(
+    key: &str,
+    value: &Value,
+    document: &Value,
+    depth: usize,
+    stack: &mut Vec<String>,
+) -> Value {
+    match key {
+        "properties" | "patternProperties" => Value::Object(
+            value
+                .as_object()
+                .map(|props| {
+                    props
+                        .iter()
+                        .map(|(name, prop)| (name.clone(), expand_to(prop, document, depth, stack)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        ),
+        "items" | "additionalProperties" | "not" => expand_to(value, document, depth, stack),
+        "allOf" | "anyOf" | "oneOf" => Value::Array(
+            value
+                .as_array()
+                .map(|all| {
+                    all.iter()
+                        .map(|s| expand_to(s, document, depth, stack))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        ),
+        _ => value.clone(),
     }
 }
 

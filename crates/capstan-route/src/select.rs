@@ -17,6 +17,10 @@ use crate::qualifier_merge::{Conflict, MergedRoute, Qualifier, merge_for};
 use crate::request::{Level, Requirements, RouteRequest};
 use crate::spec::CapabilitySpec;
 
+mod score;
+
+use self::score::by_score;
+
 /// Named in every decision record, so a record can be read against the rules that made it.
 pub const ALGORITHM: &str = "capstan-route/1";
 
@@ -428,53 +432,6 @@ fn exclusion(candidate: &Candidate, route: &Route, required: &[&str]) -> Option<
     None
 }
 
-/// The price term: the log ratio to the cheapest priced survivor (both floored at
-/// [`PRICE_FLOOR_MICROS`]), capped at ln 4 and mapped to 1 (cheapest) … 0 (4× or dearer).
-fn price_term(candidate: &Candidate, cheapest: Option<i64>) -> f64 {
-    let ln4 = 4f64.ln();
-    match (candidate.price(), cheapest) {
-        (Some(price), Some(cheapest)) => {
-            let ratio =
-                price.max(PRICE_FLOOR_MICROS) as f64 / cheapest.max(PRICE_FLOOR_MICROS) as f64;
-            1.0 - ratio.ln().clamp(0.0, ln4) / ln4
-        }
-        _ if candidate.bundled() => UNPRICED_BUNDLED,
-        _ => UNPRICED,
-    }
-}
-
-/// The fitness term: the share of the features the caller prefers that the candidate claims;
-/// when the caller prefers none, the share of the spec's vocabulary it claims.
-fn fitness_term(candidate: &Candidate, spec: &CapabilitySpec, preferred: &[&str]) -> f64 {
-    let claims = |f: &&&str| candidate.features.iter().any(|c| c == **f);
-    let wanted: Vec<&str> = if preferred.is_empty() {
-        spec.feature_vocabulary.iter().map(String::as_str).collect()
-    } else {
-        preferred.to_vec()
-    };
-    if wanted.is_empty() {
-        return 1.0;
-    }
-    wanted.iter().filter(claims).count() as f64 / wanted.len() as f64
-}
-
-/// A survivor's score: the weighted price, fitness and quality² terms, plus the bonus for a
-/// target the caller prefers. `cheapest` is the lowest price among the survivors.
-fn score(
-    candidate: &Candidate,
-    spec: &CapabilitySpec,
-    route: &Route,
-    cheapest: Option<i64>,
-    preferred: &[&str],
-) -> f64 {
-    let quality = f64::from(candidate.quality.unwrap_or(DEFAULT_QUALITY)) / 10_000.0;
-    let preferred_target = route.prefer.iter().any(|t| candidate.matches(t));
-    WEIGHT_PRICE * price_term(candidate, cheapest)
-        + WEIGHT_FITNESS * fitness_term(candidate, spec, preferred)
-        + WEIGHT_QUALITY * quality * quality
-        + if preferred_target { PREFER_BONUS } else { 0.0 }
-}
-
 /// Why the first of `ranked` candidates was chosen: a pin, being the only one, or the best
 /// score; `None` when none is eligible.
 fn route_reason(route: &Route, ranked: usize) -> Option<RouteReason> {
@@ -487,6 +444,50 @@ fn route_reason(route: &Route, ranked: usize) -> Option<RouteReason> {
     }
 }
 
+/// The features of `requirements` at `level` that the spec's vocabulary knows.
+fn known_features<'a>(
+    spec: &CapabilitySpec,
+    requirements: &'a Requirements,
+    level: Level,
+) -> Vec<&'a str> {
+    requirements
+        .iter()
+        .filter(|(feature, l)| **l == level && spec.knows(feature))
+        .map(|(feature, _)| feature.as_str())
+        .collect()
+}
+
+/// `candidates` in a fixed order, one per (binding, tool) pair: should a pair appear twice,
+/// the copy kept is chosen by its contents, never by input order.
+fn distinct(candidates: &[Candidate]) -> Vec<&Candidate> {
+    let mut ordered: Vec<&Candidate> = candidates.iter().collect();
+    ordered.sort_by_key(|c| c.order_key());
+    ordered.dedup_by(|a, b| a.binding == b.binding && a.tool == b.tool);
+    ordered
+}
+
+/// Parts `candidates` into those left out, each with its first reason, and the survivors that
+/// may serve, both in the order given.
+fn sift<'a>(
+    candidates: Vec<&'a Candidate>,
+    route: &Route,
+    required: &[&str],
+) -> (Vec<Exclusion>, Vec<&'a Candidate>) {
+    let mut exclusions = Vec::new();
+    let mut survivors = Vec::new();
+    for candidate in candidates {
+        match exclusion(candidate, route, required) {
+            Some(reason) => exclusions.push(Exclusion {
+                binding: candidate.binding.clone(),
+                tool: candidate.tool.clone(),
+                reason,
+            }),
+            None => survivors.push(candidate),
+        }
+    }
+    (exclusions, survivors)
+}
+
 /// Chooses among `candidates` for a call to `spec` under `route` with the caller's
 /// `requirements` (keys outside the spec's vocabulary are ignored: they are model-written and
 /// must not steer).
@@ -496,49 +497,10 @@ pub fn select(
     route: &Route,
     requirements: &Requirements,
 ) -> Decision {
-    let known = |level: Level| -> Vec<&str> {
-        requirements
-            .iter()
-            .filter(|(feature, l)| **l == level && spec.knows(feature))
-            .map(|(feature, _)| feature.as_str())
-            .collect()
-    };
-    let (required, preferred) = (known(Level::Require), known(Level::Prefer));
-    let mut ordered: Vec<&Candidate> = candidates.iter().collect();
-    // A (binding, tool) pair names one candidate; should one appear twice, the copy kept is
-    // chosen by its contents, never by input order.
-    ordered.sort_by_key(|c| c.order_key());
-    ordered.dedup_by(|a, b| a.binding == b.binding && a.tool == b.tool);
-
-    let mut exclusions = Vec::new();
-    let mut survivors = Vec::new();
-    for candidate in ordered {
-        match exclusion(candidate, route, &required) {
-            Some(reason) => exclusions.push(Exclusion {
-                binding: candidate.binding.clone(),
-                tool: candidate.tool.clone(),
-                reason,
-            }),
-            None => survivors.push(candidate),
-        }
-    }
-    let cheapest = survivors.iter().filter_map(|c| c.price()).min();
-    let mut scored: Vec<(&Candidate, f64)> = survivors
-        .into_iter()
-        .map(|candidate| {
-            (
-                candidate,
-                score(candidate, spec, route, cheapest, &preferred),
-            )
-        })
-        .collect();
-    // Best score first; ties by binding, then tool: deterministic whatever the input order.
-    scored.sort_by(|(a, a_score), (b, b_score)| {
-        b_score
-            .total_cmp(a_score)
-            .then_with(|| a.binding.cmp(&b.binding))
-            .then_with(|| a.tool.cmp(&b.tool))
-    });
+    let required = known_features(spec, requirements, Level::Require);
+    let preferred = known_features(spec, requirements, Level::Prefer);
+    let (mut exclusions, survivors) = sift(distinct(candidates), route, &required);
+    let scored = by_score(survivors, spec, route, &preferred);
     let cut = scored.len().min(CANDIDATE_CAP);
     for (capped, _) in &scored[cut..] {
         exclusions.push(Exclusion {

@@ -17,43 +17,33 @@ pub(super) fn render_schema_error(
     out: &mut Vec<FieldError>,
 ) {
     let path = field_path(prefix, instance, error.instance_path().as_str());
-    let message = match error.kind() {
+    match error.kind() {
         ValidationErrorKind::Required { property } => {
             let name = property
                 .as_str()
                 .map_or_else(|| property.to_string(), str::to_owned);
             out.push(FieldError::new(format!("{path}.{name}"), "required"));
-            return;
         }
         ValidationErrorKind::AdditionalProperties { unexpected } => {
             for name in unexpected {
                 out.push(FieldError::new(format!("{path}.{name}"), "unknown field"));
             }
-            return;
         }
+        _ => out.push(FieldError::new(path, sentence(error))),
+    }
+}
+
+/// The sentence for an error about the value at the error's own path (a missing or unknown
+/// field names a field below it, so `render_schema_error` words those itself); a kind with no
+/// sentence of ours keeps the validator's own words.
+fn sentence(error: &ValidationError<'_>) -> String {
+    match error.kind() {
         ValidationErrorKind::Type { kind } => {
-            let expected = match kind {
-                TypeKind::Single(t) => with_article(&t.to_string()),
-                TypeKind::Multiple(set) => {
-                    use jsonschema::JsonType as T;
-                    let all = [
-                        T::Null,
-                        T::Boolean,
-                        T::Integer,
-                        T::Number,
-                        T::String,
-                        T::Array,
-                        T::Object,
-                    ];
-                    let names: Vec<_> = all
-                        .into_iter()
-                        .filter(|t| set.contains(*t))
-                        .map(|t| with_article(t.as_str()))
-                        .collect();
-                    format!("one of {}", names.join(", "))
-                }
-            };
-            format!("must be {expected}, got {}", json_type(error.instance()))
+            format!(
+                "must be {}, got {}",
+                expected_type(kind),
+                json_type(error.instance())
+            )
         }
         ValidationErrorKind::Enum { options } => match options.as_ref() {
             Value::Array(options) => format!(
@@ -84,8 +74,34 @@ pub(super) fn render_schema_error(
         ValidationErrorKind::Minimum { limit } => format!("must be at least {limit}"),
         ValidationErrorKind::Maximum { limit } => format!("must be at most {limit}"),
         _ => error.to_string(),
-    };
-    out.push(FieldError::new(path, message));
+    }
+}
+
+/// What a `type` keyword asks for, as a person says it: `a string`, or for several types
+/// `one of a null, an integer`, always in one order (null first, object last), whatever order
+/// the schema lists them in.
+fn expected_type(kind: &TypeKind) -> String {
+    match kind {
+        TypeKind::Single(t) => with_article(&t.to_string()),
+        TypeKind::Multiple(set) => {
+            use jsonschema::JsonType as T;
+            let all = [
+                T::Null,
+                T::Boolean,
+                T::Integer,
+                T::Number,
+                T::String,
+                T::Array,
+                T::Object,
+            ];
+            let names: Vec<_> = all
+                .into_iter()
+                .filter(|t| set.contains(*t))
+                .map(|t| with_article(t.as_str()))
+                .collect();
+            format!("one of {}", names.join(", "))
+        }
+    }
 }
 
 fn with_article(type_name: &str) -> String {
