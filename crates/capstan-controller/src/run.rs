@@ -14,7 +14,8 @@ use capstan_compose::limits::Limits;
 use capstan_process::{
     AdminError, Readiness, Shutdown, TelemetryError, init_telemetry, serve_admin,
 };
-use futures::{FutureExt, StreamExt};
+use futures::stream::BoxStream;
+use futures::{FutureExt, Stream, StreamExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, controller, watcher};
@@ -258,16 +259,8 @@ async fn run_controllers(
     let (released_bindings, released_qualifiers) = split_released(released);
     // Every trigger marks a name due; the Controller is handed a few at a time (`due.rs`).
     let due = Due::new(2 * usize::from(settings.reconcile_concurrency));
-    let marker = spawn_marker(
-        bindings.events,
-        vec![
-            probed_bindings(probed),
-            released_bindings,
-            resync_walk(bindings.store.clone(), ctx.revisit()),
-            all_on_leadership(bindings.store.clone(), ctx.leader.clone()),
-        ],
-        due.clone(),
-    );
+    let (events, store) = (bindings.events, &bindings.store);
+    let marker = spawn_triggers(&ctx, events, store, probed, released_bindings, due.clone());
     let forgetter = ctx
         .probe
         .clone()
@@ -283,10 +276,11 @@ async fn run_controllers(
         settings.status_writes_in_flight,
     );
     let writer = tokio::spawn(writer.run(queue));
+    let (bindings_synced, qualifiers_synced) = (bindings.synced, qualifiers.synced);
     let synced = spawn_readiness(
         readiness,
-        bindings.synced,
-        qualifiers.synced,
+        bindings_synced,
+        qualifiers_synced,
         ctx.metrics.clone(),
     );
     let leadership = tokio::spawn(log_leadership(ctx.leader.clone(), ctx.metrics.clone()));
@@ -316,6 +310,25 @@ async fn run_controllers(
     }
     .stop()
     .await;
+}
+
+/// Starts what marks bindings due (`triggers.rs`): their own changes, a probe's findings, the
+/// bindings the status queue hands back after a drop, the resync walk, gaining leadership.
+fn spawn_triggers(
+    ctx: &Context,
+    changes: impl Stream<Item = Result<ObjectRef<CachedBinding>, watcher::Error>> + Send + 'static,
+    store: &Store<CachedBinding>,
+    probed: Option<ProbedNames>,
+    released: BoxStream<'static, ObjectRef<CachedBinding>>,
+    due: Arc<Due>,
+) -> JoinHandle<()> {
+    let triggers = vec![
+        probed_bindings(probed),
+        released,
+        resync_walk(store.clone(), ctx.revisit()),
+        all_on_leadership(store.clone(), ctx.leader.clone()),
+    ];
+    spawn_marker(changes, triggers, due)
 }
 
 /// The loops that run beside the binding controller.
