@@ -297,3 +297,55 @@ impl std::fmt::Display for UpstreamFailure {
         write!(f, "MCP server {} at {} {what}", self.server, self.endpoint)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::BindingOutcome;
+    use crate::pins::{PinMismatch, Pinned};
+
+    /// The sentence the binding's `Composed` condition carries for a withheld tool, prompt or
+    /// resource: the kind, where it is, both digests and what to do, written out by hand.
+    #[test]
+    fn a_withheld_definition_should_be_explained_by_its_kind_and_both_digests() {
+        let pinned = format!("sha256:{}", "a".repeat(64));
+        let live = format!("sha256:{}", "b".repeat(64));
+        let mismatch = |kind, name: &str| PinMismatch {
+            kind,
+            server: "docs".into(),
+            name: name.into(),
+            pinned: pinned.clone(),
+            live: live.clone(),
+            listed: Value::Null,
+        };
+        let outcome = BindingOutcome {
+            binding: "team-a/docs".into(),
+            pin_mismatches: vec![
+                mismatch(Pinned::Tool, "search"),
+                mismatch(Pinned::Prompt, "summarise"),
+                mismatch(Pinned::Resource, "docs://guide/{page}"),
+            ],
+            ..Default::default()
+        };
+        let then = "withheld until its new definition is reviewed and re-pinned (capstanctl pins)";
+        assert_eq!(
+            outcome.stable_reasons(),
+            [
+                format!(
+                    "tool docs/search does not match its pin (pinned {pinned}, listed {live}): {then}"
+                ),
+                format!(
+                    "prompt docs/summarise does not match its pin (pinned {pinned}, listed {live}): {then}"
+                ),
+                format!(
+                    "resource docs/docs://guide/{{page}} does not match its pin (pinned {pinned}, listed {live}): {then}"
+                ),
+            ]
+        );
+        assert!(
+            outcome.degraded(),
+            "a withheld definition degrades the binding"
+        );
+    }
+}
