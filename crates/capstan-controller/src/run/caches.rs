@@ -9,6 +9,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tracing::info;
 
@@ -46,30 +47,19 @@ pub(super) fn watch_bindings(
     impl Stream<Item = Result<ObjectRef<CachedBinding>, watcher::Error>> + Send + 'static,
     CachedBinding,
 > {
-    let api: Api<CachedBinding> = Api::all(ctx.client.clone());
     let (probe, queue) = (ctx.probe.clone(), ctx.queue.clone());
-    let writer = reflector::store::Writer::default();
-    let store: Store<CachedBinding> = writer.as_reader();
-    let (synced_tx, synced) = watch::channel(false);
-    let events = reflector::reflector(writer, watcher(api, config).modify(trim_for_cache))
-        .backoff(capstan_compose::source::watch_backoff())
-        .inspect(move |event| match event {
-            Ok(watcher::Event::InitDone) => {
-                let _ = synced_tx.send(true);
+    let (changes, store, synced) =
+        reflected(&ctx.client, config, move |binding: &CachedBinding| {
+            let name = binding.name_any();
+            if let Some(prober) = &probe {
+                prober.forget(&name);
             }
-            Ok(watcher::Event::Delete(binding)) => {
-                let name = binding.name_any();
-                if let Some(prober) = &probe {
-                    prober.forget(&name);
-                }
-                queue.forget(&ObjectKey {
-                    kind: Kind::Binding,
-                    name,
-                });
-            }
-            _ => {}
-        })
-        .flat_map(named_for_reconcile(store.clone()));
+            queue.forget(&ObjectKey {
+                kind: Kind::Binding,
+                name,
+            });
+        });
+    let events = changes.flat_map(named_for_reconcile(store.clone()));
     WatchCache {
         events,
         store,
@@ -87,9 +77,39 @@ pub(super) fn watch_qualifiers(
     impl Stream<Item = Result<watcher::Event<CachedQualifier>, watcher::Error>> + Send + 'static,
     CachedQualifier,
 > {
+    let (events, store, synced) = reflected(client, config, move |qualifier: &CachedQualifier| {
+        queue.forget(&ObjectKey {
+            kind: Kind::Qualifier,
+            name: qualifier.name_any(),
+        });
+    });
+    WatchCache {
+        events,
+        store,
+        synced,
+    }
+}
+
+/// A reflected watch of every `K`, trimmed for the cache and retried with the sources'
+/// backoff: its events, its store, and a channel that turns true at its first full sync.
+/// `deleted` is told of each object the watch sees deleted.
+fn reflected<K>(
+    client: &Client,
+    config: watcher::Config,
+    deleted: impl Fn(&K) + Send + 'static,
+) -> (
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    Store<K>,
+    watch::Receiver<bool>,
+)
+where
+    K: Resource + Lookup + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    <K as Resource>::DynamicType: Default,
+    <K as Lookup>::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
     let writer = reflector::store::Writer::default();
-    let store: Store<CachedQualifier> = writer.as_reader();
-    let api: Api<CachedQualifier> = Api::all(client.clone());
+    let store: Store<K> = writer.as_reader();
+    let api: Api<K> = Api::all(client.clone());
     let (synced_tx, synced) = watch::channel(false);
     let events = reflector::reflector(writer, watcher(api, config).modify(trim_for_cache))
         .backoff(capstan_compose::source::watch_backoff())
@@ -97,17 +117,10 @@ pub(super) fn watch_qualifiers(
             Ok(watcher::Event::InitDone) => {
                 let _ = synced_tx.send(true);
             }
-            Ok(watcher::Event::Delete(qualifier)) => queue.forget(&ObjectKey {
-                kind: Kind::Qualifier,
-                name: qualifier.name_any(),
-            }),
+            Ok(watcher::Event::Delete(object)) => deleted(object),
             _ => {}
         });
-    WatchCache {
-        events,
-        store,
-        synced,
-    }
+    (events, store, synced)
 }
 
 /// What turns true when both caches have synced.
