@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use capstan_api::wire::{DEFAULT_SOCKET, PROJECT_HEADER};
 use capstan_process::LogFormat;
 
+use crate::caller::authorization::ToolAuthorizationMode;
 use crate::caller::check::CallerCheckMode;
 
 /// Where capability documents come from.
@@ -152,6 +153,15 @@ pub struct CallerCheckSettings {
     /// The request header naming the caller's project.
     #[arg(long, env = "CAPSTAN_PROJECT_HEADER", default_value = PROJECT_HEADER)]
     pub project_header: String,
+
+    /// Whether each caller's tools, prompts and resources are decided by the project's RBAC:
+    /// `off` gives every admitted caller everything the project composes; `rbac` gives each
+    /// caller what it may `use` (`tools`, `prompts`, `capabilitybindings` in
+    /// capabilities.assistant.miloapis.com), asked with the caller's own token and cached for
+    /// the caller check's TTL; needs the caller check `sar` (docs/authorization.md). Default
+    /// `off`, so an upgrade loses no caller its tools.
+    #[arg(long, env = "CAPSTAN_TOOL_AUTHORIZATION", value_enum, default_value_t)]
+    pub tool_authorization: ToolAuthorizationMode,
 }
 
 /// The base platform tools and the change path's plan tokens.

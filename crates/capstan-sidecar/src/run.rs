@@ -26,6 +26,7 @@ use self::base_tools::with_base_tools;
 use self::documents::{Watched, document_settings};
 use self::socket::SocketError;
 use crate::caller::admission::{Admission, Caps};
+use crate::caller::authorization::{ToolAuthorizationMode, ToolAuthorizer};
 use crate::caller::check::{CallerCheck, CallerCheckMode};
 use crate::composition::composer::ProjectComposer;
 use crate::composition::feeds::ProjectFeeds;
@@ -152,23 +153,28 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         sink: metering_sink.clone(),
         source,
     })?;
+    let Callers {
+        check,
+        authorizer,
+        project_header,
+    } = callers(
+        caller_check_settings,
+        documents.source,
+        documents.plane.as_ref(),
+        &metrics,
+    )?;
     let context = TaskContext {
         metrics: metrics.clone(),
         meter: Arc::new(meter),
         clock: Instant::now(),
         decisions: Arc::new(DecisionLog::new(DECISION_LOG_CAPACITY)),
         states: Arc::new(RequestStates::new()),
+        authorizer,
     };
     let composer = with_base_tools(
         ProjectComposer::new(documents.reader, composer, context),
         base_tools,
         documents.plane.as_ref(),
-    )?;
-    let (check, project_header) = caller_check(
-        caller_check_settings,
-        documents.source,
-        documents.plane.as_ref(),
-        &metrics,
     )?;
     let tasks = Arc::new(tasks(sessions, project_header, check.clone(), &metrics));
     let built = Built {
@@ -232,19 +238,29 @@ fn readiness(registry: &mut Registry, watched: Option<Watched>) -> Readiness {
     readiness
 }
 
+/// How callers are told apart and checked: the header naming their project, the caller check,
+/// and what decides each caller's tools.
+struct Callers {
+    check: Option<Arc<CallerCheck>>,
+    authorizer: Option<Arc<ToolAuthorizer>>,
+    project_header: HeaderName,
+}
+
 /// The caller check `CAPSTAN_CALLER_CHECK` asks for (`sar` by default with the crd source,
-/// `none` otherwise; `sar` needs a control plane to ask), and the header that names the
-/// caller's project.
-fn caller_check(
+/// `none` otherwise; `sar` needs a control plane to ask), the tool authorization
+/// `CAPSTAN_TOOL_AUTHORIZATION` asks for (`rbac` needs `sar`: its questions are asked with the
+/// caller's token, with the same TTL), and the header that names the caller's project.
+fn callers(
     settings: CallerCheckSettings,
     source: SourceKind,
     plane: Option<&ControlPlane>,
     metrics: &Metrics,
-) -> Result<(Option<Arc<CallerCheck>>, HeaderName), RunError> {
+) -> Result<Callers, RunError> {
     let CallerCheckSettings {
         caller_check,
         caller_check_ttl_seconds,
         project_header,
+        tool_authorization,
     } = settings;
     let project_header = HeaderName::try_from(project_header.as_str())
         .map_err(|_| RunError::ProjectHeader(project_header.clone()))?;
@@ -274,7 +290,32 @@ fn caller_check(
             Duration::from_secs(caller_check_ttl_seconds),
         ))),
     };
-    Ok((check, project_header))
+    let authorizer = match (tool_authorization, &check, plane) {
+        (ToolAuthorizationMode::Off, _, _) => None,
+        (ToolAuthorizationMode::Rbac, Some(_), Some(plane)) => {
+            info!(
+                "tools, prompts and resources are decided per caller by the project's RBAC \
+                 (CAPSTAN_TOOL_AUTHORIZATION=rbac)"
+            );
+            Some(Arc::new(ToolAuthorizer::new(
+                plane.clone(),
+                metrics.clone(),
+                Duration::from_secs(caller_check_ttl_seconds),
+            )))
+        }
+        (ToolAuthorizationMode::Rbac, _, _) => {
+            return Err(RunError::Settings(
+                "CAPSTAN_TOOL_AUTHORIZATION=rbac needs CAPSTAN_CALLER_CHECK=sar: each caller's \
+                 tools are asked of the project's control plane with the caller's own token"
+                    .into(),
+            ));
+        }
+    };
+    Ok(Callers {
+        check,
+        authorizer,
+        project_header,
+    })
 }
 
 /// The task registry of the session settings: admission under the `CAPSTAN_MAX_*` caps, and

@@ -6,6 +6,7 @@
 //! (`task/subscriptions.rs`). The session's end (`Tasks::end`) shuts the task down, which
 //! closes its upstream sessions and its GET stream.
 
+mod authorized;
 mod call;
 mod in_flight;
 mod listener;
@@ -26,6 +27,8 @@ use capstan_upstream::mcp::ClientAsks;
 use serde_json::Value;
 use tracing::info;
 
+pub use self::authorized::Decision;
+pub use self::call::usable_candidates;
 use self::in_flight::InFlight;
 pub use self::listener::Listener;
 use self::outbox::Outbox;
@@ -33,6 +36,7 @@ pub use self::served::Served;
 pub use self::streams::OpenStream;
 pub use self::subscriptions::MAX_SUBSCRIPTIONS;
 use crate::caller::admission::Place;
+use crate::caller::authorization::ToolAuthorizer;
 use crate::caller::identity::Identity;
 use crate::observe::metering::Meter;
 use crate::observe::metrics::Metrics;
@@ -60,6 +64,9 @@ pub struct TaskContext {
     pub decisions: Arc<DecisionLog>,
     /// Seals the `requestState` of the questions its callers are asked (`task/request_states.rs`).
     pub states: Arc<RequestStates>,
+    /// Decides what each caller may use, with per-tool authorization on
+    /// (`caller/authorization.rs`); without it every admitted caller uses everything.
+    pub authorizer: Option<Arc<ToolAuthorizer>>,
 }
 
 /// A task: what the session serves now, and who it is for.
@@ -102,6 +109,9 @@ pub struct Task {
     /// session once each (`resources/subscribe`), without one by how many of its open listen
     /// streams hold it.
     subscriptions: Mutex<BTreeMap<String, usize>>,
+    /// What of its composition the caller may not use, and for which composition
+    /// (`task/authorized.rs`).
+    decided: tokio::sync::Mutex<Option<authorized::Decided>>,
 }
 
 /// Counts a running call; the session is touched again when it ends (the gate
@@ -172,6 +182,7 @@ impl Task {
             in_flight: InFlight::default(),
             asks: OnceLock::new(),
             subscriptions: Mutex::new(BTreeMap::new()),
+            decided: tokio::sync::Mutex::default(),
         });
         task.touch();
         if let Some(limit) = max_duration {

@@ -481,6 +481,7 @@ pub(crate) mod tests {
             clock: Instant::now(),
             decisions: Arc::new(crate::routing::decisions::DecisionLog::new(2)),
             states: Arc::default(),
+            authorizer: None,
         };
         let composer = Arc::new(ProjectComposer::new(documents.clone(), composer, context));
         TaskStarter::new(composer, ProjectFeeds::new(documents, None, metrics))

@@ -71,6 +71,21 @@ impl Composed {
         })
     }
 
+    /// The binding whose server offers the resource a caller names by `uri` (a composed
+    /// resource, or a URI a composed template produces), if this composition offers it: what
+    /// the caller's grant is asked of (docs/authorization.md).
+    pub fn resource_binding(&self, uri: &str) -> Option<&str> {
+        let route = self.offered.resolve(uri)?;
+        Some(self.upstreams[route.index].binding.as_str())
+    }
+
+    /// The binding whose server offers what a completion's reference names (a composed prompt
+    /// or template), if this composition offers it.
+    pub fn reference_binding(&self, reference: &Value) -> Option<&str> {
+        let route = self.offered.reference(reference)?;
+        Some(self.upstreams[route.index].binding.as_str())
+    }
+
     /// `completion/complete` for a composed prompt or template; a reference to anything else is
     /// refused as unknown.
     pub async fn complete(&self, mut params: Value) -> Result<Value, OfferingError> {

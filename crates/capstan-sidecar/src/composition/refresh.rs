@@ -195,6 +195,8 @@ async fn resubscribe(task: &Task, subscribed: Vec<(String, Option<u64>)>) {
     drop(served);
     // What the new upstream said before it followed them was heard by no one: each is told
     // once, as "read it again".
+    // Only those the caller may still use (docs/authorization.md).
+    let moved = task.usable_uris(moved).await;
     let carried = task.subscribe_upstream("resources/subscribe", moved).await;
     task.notify_resource_updated(carried.into_iter().collect());
 }

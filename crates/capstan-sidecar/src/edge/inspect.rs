@@ -16,6 +16,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::request::Checked;
+use crate::caller::authorization::{Offered, ToolAuthorizer, Undecided, Withheld};
 use crate::caller::identity::Identity;
 use crate::caller::identity::refusal;
 use crate::composition::composer::{ComposedProject, ProjectComposer};
@@ -55,7 +56,7 @@ impl Inspection {
         render: F,
     ) -> Response
     where
-        F: for<'a> FnOnce(&'a ComposedProject) -> BoxFuture<'a, Value>,
+        F: for<'a> FnOnce(&'a ComposedProject) -> BoxFuture<'a, Result<Value, Undecided>>,
     {
         let Some(cell) = self.views.cell(key).await else {
             return refusal(
@@ -75,8 +76,36 @@ impl Inspection {
                 body
             })
             .await;
-        axum::Json(body.clone()).into_response()
+        match body {
+            Ok(body) => axum::Json(body.clone()).into_response(),
+            Err(undecided) => unavailable(undecided),
+        }
     }
+}
+
+/// What `composed` withholds from `identity`, asked of `authorizer` (nothing without one):
+/// an inspection outside a live session shows what the caller's own session would.
+pub(crate) async fn withheld_from(
+    authorizer: Option<&ToolAuthorizer>,
+    identity: &Identity,
+    composed: &Composed,
+) -> Result<Arc<Withheld>, Undecided> {
+    let Some(authorizer) = authorizer else {
+        return Ok(Arc::default());
+    };
+    let (withheld, _) = authorizer
+        .withheld(identity, &Offered::of(composed))
+        .await?;
+    Ok(Arc::new(withheld))
+}
+
+/// The answer when what the caller may use could not be decided: 503, nothing shown.
+pub(crate) fn unavailable(undecided: &Undecided) -> Response {
+    refusal(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "upstream_unavailable",
+        &undecided.to_string(),
+    )
 }
 
 /// `GET /v1/composition`: the caller's composition as JSON (tools with `mutating`,
@@ -91,23 +120,37 @@ pub(crate) async fn composition(inspection: &Inspection, checked: &Checked) -> R
     let live = inspection.live_task(checked);
     if let Some(task) = live {
         let served = task.served();
+        let withheld = match task.withheld(&served).await {
+            Ok(withheld) => withheld,
+            Err(undecided) => return unavailable(&undecided),
+        };
         let outcomes = served.composed().outcomes_with_skill_digests().await;
         return axum::Json(composition_view(
             &identity.project,
             served.composed(),
             &outcomes,
             served.base(),
+            &withheld,
         ))
         .into_response();
     }
     let key = identity.fingerprint();
     let name = identity.project.clone();
+    let caller = identity.clone();
+    let authorizer = inspection.composer.context().authorizer.clone();
     inspection
         .composed_view(key, &identity, |project| {
             Box::pin(async move {
                 let composed = &project.composed;
+                let withheld = withheld_from(authorizer.as_deref(), &caller, composed).await?;
                 let outcomes = composed.outcomes_with_skill_digests().await;
-                composition_view(&name, composed, &outcomes, project.base.as_ref())
+                Ok(composition_view(
+                    &name,
+                    composed,
+                    &outcomes,
+                    project.base.as_ref(),
+                    &withheld,
+                ))
             })
         })
         .await
@@ -115,15 +158,22 @@ pub(crate) async fn composition(inspection: &Inspection, checked: &Checked) -> R
 
 /// The JSON view of a composition, its bindings' `outcomes` (with every skill's digest:
 /// `Composed::outcomes_with_skill_digests`), and the platform tools `base` beside it: their
-/// names under `baseTools`, the change path's among the `mutating`.
+/// names under `baseTools`, the change path's among the `mutating`. What the caller may not
+/// use (`withheld`) is left out of the tools, prompts, resources and capabilities, as
+/// `tools/list` leaves it out; the bindings' outcomes are their status, which every admitted
+/// caller may read (docs/authorization.md).
 fn composition_view(
     project: &str,
     composed: &Composed,
     outcomes: &[BindingOutcome],
     base: Option<&BaseTools>,
+    withheld: &Withheld,
 ) -> Value {
     let composition = &composed.composition;
     let mut body = serde_json::to_value(composition).unwrap_or(Value::Null);
+    if !withheld.is_empty() {
+        leave_out(&mut body, withheld);
+    }
     body["bindings"] = serde_json::to_value(outcomes).unwrap_or(Value::Null);
     let names: Vec<&str> = base
         .map(|base| base.tools().iter().map(|t| t.name.as_ref()).collect())
@@ -147,6 +197,23 @@ fn composition_view(
     body
 }
 
+/// Leaves what `withheld` holds out of a composition's JSON view.
+fn leave_out(body: &mut Value, withheld: &Withheld) {
+    let named = |item: &Value, key: &str| item[key].as_str().unwrap_or_default().to_owned();
+    let mut keep = |list: &str, usable: &dyn Fn(&Value) -> bool| {
+        if let Some(items) = body.get_mut(list).and_then(Value::as_array_mut) {
+            items.retain(|item| usable(item));
+        }
+    };
+    keep("tools", &|t| withheld.tool(&named(t, "name")));
+    keep("mutating", &|name| {
+        withheld.tool(name.as_str().unwrap_or_default())
+    });
+    keep("prompts", &|p| withheld.prompt(&named(p, "name")));
+    keep("resources", &|r| withheld.binding(&named(r, "binding")));
+    keep("capabilities", &|c| withheld.tool(&named(c, "tool")));
+}
+
 /// How long a composition made for inspection answers the same caller. 5 s: long enough that
 /// a burst of inspections (a dashboard, a retry loop) composes once, short enough that an
 /// edited binding shows on the next look.
@@ -162,7 +229,7 @@ pub struct CompositionViews {
 
 struct View {
     started: tokio::time::Instant,
-    answer: Arc<tokio::sync::OnceCell<Value>>,
+    answer: Arc<tokio::sync::OnceCell<Result<Value, Undecided>>>,
 }
 
 impl CompositionViews {
@@ -176,7 +243,10 @@ impl CompositionViews {
 
     /// The caller's composition in the making or made within [`VIEW_TTL`], or a new empty
     /// one; none when `capacity` other callers hold fresh ones.
-    pub(crate) async fn cell(&self, caller: [u8; 32]) -> Option<Arc<tokio::sync::OnceCell<Value>>> {
+    pub(crate) async fn cell(
+        &self,
+        caller: [u8; 32],
+    ) -> Option<Arc<tokio::sync::OnceCell<Result<Value, Undecided>>>> {
         let mut entries = self.entries.lock().await;
         if let Some(view) = entries.get(&caller)
             && view.started.elapsed() < VIEW_TTL

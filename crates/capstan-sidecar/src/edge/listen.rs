@@ -140,6 +140,8 @@ async fn follow(task: Arc<Task>, listener: Listener, gone: oneshot::Receiver<()>
         .resource_subscriptions
         .clone()
         .unwrap_or_default();
+    // A resource the caller may not use is followed as an unknown one is: not at all.
+    let uris = task.usable_uris(uris).await;
     let listening = task.listen(listener);
     let first = task.hold(&uris);
     let carried = task.subscribe_upstream("resources/subscribe", first).await;

@@ -8,8 +8,12 @@
 //! speaks (`edge/answer.rs`).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::response::Response;
+use capstan_compose::composer::OfferingError;
+use capstan_compose::composition::ComposedResource;
+use capstan_core::tool_error::ErrorKind;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CacheScope, CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse,
@@ -24,8 +28,9 @@ use serde_json::{Value, json};
 use super::answer::Revision;
 use super::answer::{answer, json};
 use super::request::Checked;
+use crate::caller::authorization::{Undecided, Withheld};
 use crate::message::{Envelope, Params};
-use crate::task::{MAX_SUBSCRIPTIONS, Task};
+use crate::task::{Decision, MAX_SUBSCRIPTIONS, Served, Task};
 use crate::tasks::TaskStarter;
 
 pub(super) mod forwarded;
@@ -103,10 +108,10 @@ async fn served(
     match method {
         "ping" => sessions_only("ping").map(|()| ServerResult::empty(())),
         "server/discover" => Ok(handshake::discover(task)),
-        "tools/list" => Ok(list_tools(task).into()),
-        "prompts/list" => Ok(list_prompts(task).into()),
-        "resources/list" => Ok(list_resources(task).into()),
-        "resources/templates/list" => Ok(list_resource_templates(task).into()),
+        "tools/list" => Listed::of(task).await.map(|l| l.tools().into()),
+        "prompts/list" => Listed::of(task).await.map(|l| l.prompts().into()),
+        "resources/list" => Listed::of(task).await.map(|l| l.resources().into()),
+        "resources/templates/list" => Listed::of(task).await.map(|l| l.templates().into()),
         "prompts/get" => get_prompt(task, typed(params)?, revision)
             .await
             .map(Into::into),
@@ -138,10 +143,80 @@ fn typed<T: DeserializeOwned>(params: Value) -> Result<T, McpError> {
     serde_json::from_value(params).map_err(|e| McpError::invalid_params(e.to_string(), None))
 }
 
-/// A list result with its caching hints: every list depends on the caller (the project's
-/// bindings, and the base tools on the caller's token), so it is private to the caller.
-fn cached<T: CachedList>(list: T) -> T {
-    list.hinted(LIST_TTL_MS, CacheScope::Private)
+/// What the task's lists show its caller: the composition it serves now, less what the caller
+/// may not use, with the lists' caching hints.
+struct Listed {
+    served: Arc<Served>,
+    withheld: Arc<Withheld>,
+    /// How long the caller may hold a list: [`LIST_TTL_MS`], and no longer than the decision
+    /// it was filtered by.
+    ttl_ms: u64,
+}
+
+impl Listed {
+    async fn of(task: &Task) -> Result<Self, McpError> {
+        let served = task.served();
+        let Decision { withheld, until } = task.decision(&served).await.map_err(undecided)?;
+        let remaining = until.map_or(u64::MAX, |until| {
+            let left = until.saturating_duration_since(Instant::now()).as_millis();
+            u64::try_from(left).unwrap_or(u64::MAX)
+        });
+        Ok(Self {
+            served,
+            withheld,
+            ttl_ms: LIST_TTL_MS.min(remaining),
+        })
+    }
+
+    /// A list result with its caching hints: every list depends on the caller (the project's
+    /// bindings, what the caller may use, and the base tools on the caller's token), so it is
+    /// private to the caller.
+    fn cached<T: CachedList>(&self, list: T) -> T {
+        list.hinted(self.ttl_ms, CacheScope::Private)
+    }
+
+    fn tools(&self) -> ListToolsResult {
+        let tools = self.served.tools().iter();
+        let usable = tools.filter(|t| self.withheld.tool(&t.name));
+        self.cached(ListToolsResult::with_all_items(usable.cloned().collect()))
+    }
+
+    fn prompts(&self) -> ListPromptsResult {
+        let prompts = self.served.composed().composition.prompts.iter();
+        let usable = prompts.filter(|p| self.withheld.prompt(&p.name));
+        self.cached(ListPromptsResult::with_all_items(
+            usable.map(|p| p.prompt.clone()).collect(),
+        ))
+    }
+
+    fn resources(&self) -> ListResourcesResult {
+        let resources = self.usable_resources();
+        self.cached(ListResourcesResult::with_all_items(
+            resources.filter_map(|r| r.resource.clone()).collect(),
+        ))
+    }
+
+    fn templates(&self) -> ListResourceTemplatesResult {
+        let resources = self.usable_resources();
+        self.cached(ListResourceTemplatesResult::with_all_items(
+            resources
+                .filter_map(|r| r.resource_template.clone())
+                .collect(),
+        ))
+    }
+
+    fn usable_resources(&self) -> impl Iterator<Item = &ComposedResource> {
+        let resources = self.served.composed().composition.resources.iter();
+        resources.filter(|r| self.withheld.binding(&r.binding))
+    }
+}
+
+/// The answer when what the caller may use could not be decided: nothing is served.
+fn undecided(undecided: Undecided) -> McpError {
+    McpError::internal_error(
+        undecided.to_string(),
+        Some(json!({ "kind": ErrorKind::UpstreamUnavailable.as_str(), "retryable": true })),
+    )
 }
 
 /// The list results that carry caching hints.
@@ -165,38 +240,6 @@ cached_list!(
     ListResourceTemplatesResult
 );
 
-fn list_tools(task: &Task) -> ListToolsResult {
-    cached(ListToolsResult::with_all_items(
-        task.served().tools().to_vec(),
-    ))
-}
-
-fn list_prompts(task: &Task) -> ListPromptsResult {
-    let served = task.served();
-    let prompts = served.composed().composition.prompts.iter();
-    cached(ListPromptsResult::with_all_items(
-        prompts.map(|p| p.prompt.clone()).collect(),
-    ))
-}
-
-fn list_resources(task: &Task) -> ListResourcesResult {
-    let served = task.served();
-    let resources = served.composed().composition.resources.iter();
-    cached(ListResourcesResult::with_all_items(
-        resources.filter_map(|r| r.resource.clone()).collect(),
-    ))
-}
-
-fn list_resource_templates(task: &Task) -> ListResourceTemplatesResult {
-    let served = task.served();
-    let resources = served.composed().composition.resources.iter();
-    cached(ListResourceTemplatesResult::with_all_items(
-        resources
-            .filter_map(|r| r.resource_template.clone())
-            .collect(),
-    ))
-}
-
 /// `prompts/get`, forwarded to the provider that offers the prompt; its `input_required`
 /// answer reaches only a 2026-07-28 caller (`forwarded.rs`).
 async fn get_prompt(
@@ -207,7 +250,15 @@ async fn get_prompt(
     let task = task.clone().live()?;
     let mut params = forwarded_params(&request)?;
     task.open_params(&mut params, "prompts/get", &request.name)?;
-    let result = task.served().composed().get_prompt(params).await;
+    let served = task.served();
+    let withheld = task.withheld(&served).await.map_err(undecided)?;
+    if !withheld.prompt(&request.name) {
+        let unknown = OfferingError::UnknownPrompt {
+            name: request.name.clone(),
+        };
+        return response::<GetPromptResult, _>(Err(unknown), "prompts/get", revision.modern);
+    }
+    let result = served.composed().get_prompt(params).await;
     let result = result.map(|answer| task.seal_answer(answer, "prompts/get", &request.name));
     response::<GetPromptResult, _>(result, "prompts/get", revision.modern)
 }
@@ -226,6 +277,9 @@ async fn read_resource(
     }
     let mut params = forwarded_params(&request)?;
     task.open_params(&mut params, "resources/read", &request.uri)?;
+    if let Some(unknown) = withheld_resource(&task, &served, &request.uri).await? {
+        return response::<ReadResourceResult, _>(Err(unknown), "resources/read", revision.modern);
+    }
     let result = served.composed().read_resource(params).await;
     let result = result.map(|answer| task.seal_answer(answer, "resources/read", &request.uri));
     response::<ReadResourceResult, _>(result, "resources/read", revision.modern)
@@ -237,14 +291,45 @@ async fn complete(
     request: CompleteRequestParams,
 ) -> Result<CompleteResult, McpError> {
     let task = task.clone().live()?;
-    let result = task
-        .served()
-        .composed()
-        .complete(forwarded_params(&request)?)
-        .await;
+    let served = task.served();
+    let params = forwarded_params(&request)?;
+    let withheld = task.withheld(&served).await.map_err(undecided)?;
+    let reference = &params["ref"];
+    let usable = match reference["type"].as_str() {
+        Some("ref/prompt") => withheld.prompt(reference["name"].as_str().unwrap_or_default()),
+        _ => served
+            .composed()
+            .reference_binding(reference)
+            .is_none_or(|binding| withheld.binding(binding)),
+    };
+    let result = if usable {
+        served.composed().complete(params).await
+    } else {
+        let name = reference.get("name").or_else(|| reference.get("uri"));
+        Err(OfferingError::UnknownReference {
+            name: name.and_then(Value::as_str).unwrap_or_default().to_owned(),
+        })
+    };
     let mut result = provider_answer::<CompleteResult>(result, "completion/complete")?;
     result.result_type.get_or_insert(ResultType::COMPLETE);
     Ok(result)
+}
+
+/// The refusal of a resource `uri` of `served` whose binding the caller may not use — the
+/// one an unknown URI gets — or `None` when the caller may read it (or nothing offers it,
+/// which the composer refuses in the same words).
+async fn withheld_resource(
+    task: &Task,
+    served: &Arc<Served>,
+    uri: &str,
+) -> Result<Option<OfferingError>, McpError> {
+    let withheld = task.withheld(served).await.map_err(undecided)?;
+    let binding = served.composed().resource_binding(uri);
+    Ok(binding
+        .filter(|binding| !withheld.binding(binding))
+        .map(|_| OfferingError::UnknownResource {
+            uri: uri.to_owned(),
+        }))
 }
 
 /// `logging/setLevel`, passed to the providers. Logging is deprecated in rmcp (the 2026-07-28
@@ -269,6 +354,11 @@ async fn subscribe(
     request: SubscribeRequestParams,
 ) -> Result<ServerResult, McpError> {
     let task = task.clone().live()?;
+    let served = task.served();
+    if let Some(unknown) = withheld_resource(&task, &served, &request.uri).await? {
+        return provider_answer::<Value>(Err(unknown), "resources/subscribe")
+            .map(|_| ServerResult::empty(()));
+    }
     if !task.subscribe(&request.uri) {
         return Err(McpError::invalid_request(
             format!(
@@ -277,8 +367,7 @@ async fn subscribe(
             Some(json!({ "uri": request.uri })),
         ));
     }
-    let result = task
-        .served()
+    let result = served
         .composed()
         .subscription("resources/subscribe", forwarded_params(&request)?)
         .await;

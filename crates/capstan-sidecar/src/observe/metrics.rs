@@ -39,6 +39,9 @@ const CALLER_CHECK_OUTCOMES: [&str; 6] = [
     "cached_denied",
 ];
 
+/// The answers of `access_reviews` (`caller/authorization.rs`).
+const ACCESS_REVIEW_OUTCOMES: [&str; 3] = ["allowed", "denied", "error"];
+
 /// The caps of `admission_refusals` (`caller/admission.rs`, `Full::label`).
 const ADMISSION_CAPS: [&str; 4] = ["total", "caller", "project", "task_streams"];
 
@@ -82,6 +85,10 @@ pub struct Metrics {
     /// Caller checks by outcome (`allowed`, `denied`, `no_token`, `error`; `cached_allowed`,
     /// `cached_denied` when answered from the cache).
     pub caller_checks: Family<OutcomeLabel, Counter>,
+    /// Tool authorization reviews asked of project planes (`use` on tools, prompts,
+    /// bindings), by answer (`allowed`, `denied`, `error`); answers from the cache are not
+    /// counted.
+    pub access_reviews: Family<OutcomeLabel, Counter>,
     /// Routed (`cap.*`) calls by capability and how they were decided.
     pub route_decisions: Family<RouteLabel, Counter>,
     /// Candidates excluded from routed calls, by reason.
@@ -167,6 +174,7 @@ impl Metrics {
             upstream_connect_failures: Counter::default(),
             source_reads: Family::default(),
             caller_checks: Family::default(),
+            access_reviews: Family::default(),
             route_decisions: Family::default(),
             route_exclusions: Family::default(),
             session_refreshes: Family::default(),
@@ -186,6 +194,7 @@ impl Metrics {
         }
         let outcomes = [
             (&self.caller_checks, &CALLER_CHECK_OUTCOMES[..]),
+            (&self.access_reviews, &ACCESS_REVIEW_OUTCOMES[..]),
             (&self.admission_refusals, &ADMISSION_CAPS[..]),
             (&self.session_refreshes, &REFRESH_OUTCOMES[..]),
         ];
@@ -257,6 +266,11 @@ impl Metrics {
             self.caller_checks.clone(),
         );
         registry.register(
+            "access_reviews",
+            "Reviews asked of project planes of what a caller may use, by answer",
+            self.access_reviews.clone(),
+        );
+        registry.register(
             "route_decisions",
             "Routed capability calls by capability and route reason",
             self.route_decisions.clone(),
@@ -311,6 +325,15 @@ impl Metrics {
     /// Counts a caller check.
     pub fn caller_check(&self, outcome: &str) {
         self.caller_checks
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a tool authorization review asked of a plane.
+    pub fn access_review(&self, outcome: &str) {
+        self.access_reviews
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.to_owned(),
             })

@@ -64,9 +64,20 @@ pub struct DecisionRecord {
     /// widens them, qualifiers that could not be read).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// Whose call it was (the digest of project and token), never shown: with per-tool
+    /// authorization a caller reads back only its own calls' decisions
+    /// (docs/authorization.md).
+    #[serde(skip)]
+    pub caller: Option<[u8; 32]>,
 }
 
 impl DecisionRecord {
+    /// The record, as made for the call of `caller` (its identity's fingerprint).
+    pub fn by(mut self, caller: [u8; 32]) -> Self {
+        self.caller = Some(caller);
+        self
+    }
+
     /// The record of `decision` for `project`.
     pub fn of(project: &str, decision: &Decision, intent_digest: Option<String>) -> Self {
         Self {
@@ -86,6 +97,7 @@ impl DecisionRecord {
             algorithm: decision.algorithm,
             intent_digest,
             refused: None,
+            caller: None,
         }
     }
 
@@ -108,6 +120,7 @@ impl DecisionRecord {
             algorithm: capstan_route::ALGORITHM,
             intent_digest,
             refused: Some(why),
+            caller: None,
         }
     }
 }
@@ -201,6 +214,7 @@ impl DecisionLog {
         &self,
         project: &str,
         capability: Option<&str>,
+        caller: Option<&[u8; 32]>,
         limit: usize,
     ) -> Vec<Arc<DecisionRecord>> {
         let Ok(guard) = self.rings.lock() else {
@@ -213,6 +227,7 @@ impl DecisionLog {
             .iter()
             .rev()
             .filter(|r| capability.is_none_or(|c| r.capability == c))
+            .filter(|r| caller.is_none_or(|caller| r.caller.as_ref() == Some(caller)))
             .take(limit)
             .cloned()
             .collect()
@@ -242,12 +257,12 @@ mod tests {
             log.record(refused(project, capability));
         }
         // a's first record fell out (2 per project); b's are never shown to a.
-        let a = log.recent("a", None, 10);
+        let a = log.recent("a", None, None, 10);
         let shown: Vec<&str> = a.iter().map(|r| r.capability.as_str()).collect();
         assert_eq!(shown, ["cap.web.search", "cap.web.scrape"]);
-        assert_eq!(log.recent("a", Some("cap.web.search"), 10).len(), 1);
-        assert_eq!(log.recent("a", None, 1).len(), 1);
-        assert_eq!(log.recent("b", None, 10).len(), 1);
+        assert_eq!(log.recent("a", Some("cap.web.search"), None, 10).len(), 1);
+        assert_eq!(log.recent("a", None, None, 1).len(), 1);
+        assert_eq!(log.recent("b", None, None, 10).len(), 1);
     }
 
     #[test]
@@ -257,9 +272,9 @@ mod tests {
         for _ in 0..(DEFAULT_CAPACITY + 100) {
             log.record(refused("other-project", "cap.web.search"));
         }
-        assert_eq!(log.recent("demo-project", None, 10).len(), 1);
+        assert_eq!(log.recent("demo-project", None, None, 10).len(), 1);
         assert_eq!(
-            log.recent("other-project", None, usize::MAX).len(),
+            log.recent("other-project", None, None, usize::MAX).len(),
             DEFAULT_CAPACITY
         );
     }
@@ -272,9 +287,9 @@ mod tests {
         log.record(refused("busy", "cap.web.search"));
         log.record(refused("busy", "cap.web.search"));
         log.record(refused("new", "cap.web.search"));
-        assert!(log.recent("quiet", None, 10).is_empty());
-        assert_eq!(log.recent("busy", None, 10).len(), 2);
-        assert_eq!(log.recent("new", None, 10).len(), 1);
+        assert!(log.recent("quiet", None, None, 10).is_empty());
+        assert_eq!(log.recent("busy", None, None, 10).len(), 2);
+        assert_eq!(log.recent("new", None, None, 10).len(), 1);
     }
 
     #[test]

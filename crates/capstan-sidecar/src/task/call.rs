@@ -3,9 +3,11 @@
 //! capability or a provider tool. Every call is counted once under its outcome
 //! (`Task::refuse` for every refusal); calls that reach a provider are traced and metered.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
+use capstan_compose::capabilities::RoutedCapability;
 use capstan_compose::composer::Composed;
 use capstan_compose::composer::SkillError;
 use capstan_core::tool_error::{ErrorKind, ToolError};
@@ -24,6 +26,7 @@ mod provider;
 mod routed;
 
 use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, Served, Task};
+use crate::caller::authorization::Withheld;
 use crate::caller::identity::Identity;
 use crate::observe::request_span;
 
@@ -71,6 +74,18 @@ impl Task {
             .retrying(input_responses, provider_state);
         // The call runs on what the session serves as it starts, to its end.
         let served = self.served();
+        // A tool the caller may not use is refused as one that does not exist
+        // (docs/authorization.md): no answer tells the two apart.
+        let withheld = match self.withheld(&served).await {
+            Ok(withheld) => withheld,
+            Err(undecided) => {
+                let error = ToolError::new(ErrorKind::UpstreamUnavailable, undecided.to_string());
+                return Ok(self.refuse(error).into());
+            }
+        };
+        if !withheld.tool(&name) {
+            return Err(unknown_tool(&name));
+        }
         let composed = served.composed();
         if name == LOAD_SKILL && !composed.composition.skills.is_empty() {
             let arguments = Value::Object(arguments.unwrap_or_default());
@@ -90,8 +105,9 @@ impl Task {
             return Ok(result.into());
         }
         if let Some(routed) = composed.capability(&name) {
+            let routed = usable_candidates(routed, &withheld);
             return self
-                .call_capability(&served, routed, arguments, traffic, asked)
+                .call_capability(&served, &routed, arguments, traffic, asked)
                 .await;
         }
         self.call_provider_tool(&served, &name, arguments, traffic)
@@ -178,6 +194,39 @@ impl Task {
             }
         }
     }
+}
+
+/// The one answer to a tool this caller cannot call: one the composition does not offer, and
+/// one it offers that the caller may not use.
+pub(super) fn unknown_tool(name: &str) -> McpError {
+    McpError::invalid_params(
+        format!(
+            "no tool named {name:?} is available to this assistant; tools/list shows the ones that are"
+        ),
+        None,
+    )
+}
+
+/// `routed` with only the candidates the caller may use: filtered before any is scored, so a
+/// route never falls through to a provider the caller may not use, and its decision names
+/// none (docs/authorization.md).
+pub fn usable_candidates<'a>(
+    routed: &'a RoutedCapability,
+    withheld: &Withheld,
+) -> Cow<'a, RoutedCapability> {
+    if !routed.candidates.iter().any(|c| !withheld.tool(&c.tool)) {
+        return Cow::Borrowed(routed);
+    }
+    Cow::Owned(RoutedCapability {
+        spec: routed.spec,
+        tool: routed.tool.clone(),
+        candidates: routed
+            .candidates
+            .iter()
+            .filter(|c| withheld.tool(&c.tool))
+            .cloned()
+            .collect(),
+    })
 }
 
 /// `load_skill`: the named skill's body, framed with its provenance.

@@ -36,7 +36,9 @@ pub async fn reap(tasks: Arc<Tasks>) {
 /// Re-checks, every half of the caller check's TTL, the callers of tasks that hold open
 /// streams — a stream receives without sending requests, so no request would re-check them —
 /// and ends the tasks of callers the project's plane now denies: their streams close, and a
-/// session's next request is 404. Answers come from the caller check's cache, so a caller is
+/// session's next request is 404. With per-tool authorization, what an admitted caller may
+/// use is decided again once its decision expires, and a change is told on its streams as
+/// the lists' changes (`task/authorized.rs`). Answers come from the caches, so a caller is
 /// asked at most once per TTL.
 pub async fn revalidate_streams(check: Arc<CallerCheck>, tasks: Arc<Tasks>) {
     let mut tick = tokio::time::interval(check.revalidation_period());
@@ -49,7 +51,11 @@ pub async fn revalidate_streams(check: Arc<CallerCheck>, tasks: Arc<Tasks>) {
             {
                 info!(project = %task.identity().project, "a streaming task's caller is no longer admitted; ending it");
                 tasks.end(&key);
+                continue;
             }
+            // A plane that cannot be asked leaves the decision as it was; the next request
+            // asks again and is refused until it can be.
+            let _ = task.withheld(&task.served()).await;
         }
     }
 }

@@ -13,10 +13,12 @@ use capstan_route::{Catalog, Requirements, RouteRequest};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::Inspection;
+use super::{Inspection, unavailable, withheld_from};
+use crate::caller::authorization::Withheld;
 use crate::caller::identity::refusal;
 use crate::edge::request::Checked;
 use crate::routing::decide::decide;
+use crate::task::usable_candidates;
 
 /// Decisions returned when no `limit` is given.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -87,9 +89,14 @@ pub(crate) fn route_decisions(
             }
         },
     };
-    let decisions = inspection.composer.context().decisions.recent(
+    // With per-tool authorization, a caller reads back its own calls' decisions only: each
+    // was made among the providers that caller may use (docs/authorization.md).
+    let context = inspection.composer.context();
+    let caller = context.authorizer.is_some().then(|| identity.fingerprint());
+    let decisions = context.decisions.recent(
         &identity.project,
         capability.as_deref(),
+        caller.as_ref(),
         limit,
     );
     axum::Json(json!({
@@ -116,11 +123,16 @@ pub(crate) async fn routes(inspection: &Inspection, checked: &Checked, parts: &P
     let live = inspection.live_task(checked);
     if let Some(task) = live {
         let served = task.served();
+        let withheld = match task.withheld(&served).await {
+            Ok(withheld) => withheld,
+            Err(undecided) => return unavailable(&undecided),
+        };
         return axum::Json(routes_view(
             &identity.project,
             &capability,
             served.composed(),
             served.snapshot(),
+            &withheld,
         ))
         .into_response();
     }
@@ -128,26 +140,47 @@ pub(crate) async fn routes(inspection: &Inspection, checked: &Checked, parts: &P
     key.update(identity.fingerprint());
     key.update(capability.as_bytes());
     let name = identity.project.clone();
+    let caller = identity.clone();
+    let authorizer = inspection.composer.context().authorizer.clone();
     inspection
         .composed_view(key.finalize().into(), &identity, |project| {
-            let body = routes_view(&name, &capability, &project.composed, &project.snapshot);
-            Box::pin(std::future::ready(body))
+            Box::pin(async move {
+                let composed = &project.composed;
+                let withheld = withheld_from(authorizer.as_deref(), &caller, composed).await?;
+                Ok(routes_view(
+                    &name,
+                    &capability,
+                    composed,
+                    &project.snapshot,
+                    &withheld,
+                ))
+            })
         })
         .await
 }
 
 /// What a call to `capability` would meet: its candidates and the decision, or why it is not
 /// offered or refused.
-fn routes_view(project: &str, capability: &str, composed: &Composed, snapshot: &Snapshot) -> Value {
+fn routes_view(
+    project: &str,
+    capability: &str,
+    composed: &Composed,
+    snapshot: &Snapshot,
+    withheld: &Withheld,
+) -> Value {
     let qualifiers: Vec<&str> = snapshot
         .qualifiers
         .iter()
         .map(|(n, _)| n.as_str())
         .collect();
-    let Some(routed) = composed
+    // A capability the caller may not use reads as one not offered, and its candidates are
+    // those the caller may use, as a call's are (`task/call.rs`).
+    let routed = composed
         .capabilities()
         .find(|c| c.spec.capability_id == capability)
-    else {
+        .filter(|c| withheld.tool(&c.tool.name))
+        .map(|routed| usable_candidates(routed, withheld));
+    let Some(routed) = routed else {
         return json!({
             "project": project,
             "capability": capability,
@@ -166,7 +199,7 @@ fn routes_view(project: &str, capability: &str, composed: &Composed, snapshot: &
         "qualifiers": qualifiers,
     });
     match decide(
-        routed,
+        &routed,
         snapshot,
         &RouteRequest::default(),
         &Requirements::new(),

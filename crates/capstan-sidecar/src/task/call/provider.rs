@@ -13,6 +13,7 @@ use rmcp::model::{CallToolResponse, ErrorCode, JsonObject};
 use serde_json::Value;
 
 use super::super::{Served, Task};
+use super::unknown_tool;
 use crate::observe::metering::ToolInvocation;
 use crate::observe::request_span;
 use crate::task::request_states::Asked;
@@ -61,12 +62,7 @@ impl Task {
         traffic: CallTraffic,
     ) -> Result<CallToolResponse, McpError> {
         let Some(tool) = served.composed().tool(name) else {
-            return Err(McpError::invalid_params(
-                format!(
-                    "no tool named {name:?} is available to this assistant; tools/list shows the ones that are"
-                ),
-                None,
-            ));
+            return Err(unknown_tool(name));
         };
         let arguments = Value::Object(arguments.unwrap_or_default());
         if let Err(error) = served.validate(name, &arguments) {

@@ -160,12 +160,11 @@ impl Task {
         self.context
             .metrics
             .route_decision(capability, "refused", &[]);
-        self.context.decisions.record(DecisionRecord::refused(
-            &self.identity.project,
-            capability,
-            why.clone(),
-            digest,
-        ));
+        let record =
+            DecisionRecord::refused(&self.identity.project, capability, why.clone(), digest);
+        self.context
+            .decisions
+            .record(record.by(self.identity.fingerprint()));
         self.refuse(ToolError::new(ErrorKind::Rejected, why).with_code("route_refused"))
     }
 
@@ -199,9 +198,10 @@ impl Task {
             intent_digest = digest.as_deref(),
             "routed call decided"
         );
-        self.context
-            .decisions
-            .record(DecisionRecord::of(&self.identity.project, decision, digest));
+        self.context.decisions.record(
+            DecisionRecord::of(&self.identity.project, decision, digest)
+                .by(self.identity.fingerprint()),
+        );
     }
 }
 
