@@ -32,6 +32,10 @@ Parameters:
   metricsPort       the port of /metrics, /healthz and /readyz (default 9090): kubelet's
                     probes ask it — startup and readiness /readyz (the bindings are listed),
                     liveness /healthz (a wedged sidecar is restarted)
+  toolAuthorization off (default) or rbac: each caller's tools, prompts and resources
+                    decided by the project's RBAC (CAPSTAN_TOOL_AUTHORIZATION,
+                    docs/authorization.md); bind <release>-tools-user to whoever keeps all
+                    of them first
   tracing           traces over OTLP/HTTP (README "Observe"), off by default: a dict with
                     `endpoint` (the collector's OTLP/HTTP URL), optional `sampler` and
                     `samplerArg` (OTEL_TRACES_SAMPLER/_ARG) and `serviceName` (default
@@ -70,6 +74,10 @@ The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.
     value: {{ .logFormat | default "json" | quote }}
   - name: CAPSTAN_METRICS_ADDRESS
     value: {{ printf "0.0.0.0:%d" $metricsPort | quote }}
+  {{- if .toolAuthorization }}
+  - name: CAPSTAN_TOOL_AUTHORIZATION
+    value: {{ .toolAuthorization | quote }}
+  {{- end }}
   {{- with .tracing }}
   {{- if .endpoint }}
   - name: OTEL_EXPORTER_OTLP_ENDPOINT

@@ -1,0 +1,652 @@
+//! Per-tool authorization on a real apiserver with RBAC (docs/authorization.md): a sidecar with
+//! `CAPSTAN_TOOL_AUTHORIZATION=rbac` asks the project's plane, with each caller's own token,
+//! what that caller may `use`, and serves each caller only that — on the session revisions and
+//! on 2026-07-28, through the Python SDK's client, with real MCP servers behind it (three
+//! demo providers and the Python SDK's StreamCo server).
+//!
+//! Callers, all admitted to the project (group `tenants` may list bindings):
+//! - alice, on call: `use tools` named `streamco__streams_get` and `streamco__streams_restart`;
+//! - pat, a product manager: `use tools` named `streamco__streams_list`;
+//! - carol: `use capabilitybindings` named `runbooks` (its prompts and resources);
+//! - erin: `use capabilitybindings` named `search-cheap`;
+//! - frank: the chart's `capstan-tools-user` (everything);
+//! - dave: `use capabilitybindings` named `streamco`, removed mid-session.
+//!
+//! The oracles are the providers' own counts and the apiserver's audit log, never the
+//! sidecar's.
+
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use capstan_e2e::controller::{bind_cluster_role, service_account};
+use capstan_e2e::sidecar::SidecarProcess;
+use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
+use capstan_e2e::{HarnessError, PlaneOptions, free_address, metric};
+use capstan_testkit::sidecar::python_report;
+use capstan_testkit::{DemoProvider, ListeningClient, PythonServer, binding_document};
+use serde_json::{Value, json};
+
+const PROJECT: &str = "acme";
+
+/// token,user,uid,"groups". Tokens are `token-of-<user>`: what the Python SDK client script
+/// (`offerings.py`) sends for a client of that name.
+const TOKENS: &str = "\
+token-of-alice,alice,uid-alice,\"tenants\"
+token-of-pat,pat,uid-pat,\"tenants\"
+token-of-carol,carol,uid-carol,\"tenants\"
+token-of-erin,erin,uid-erin,\"tenants\"
+token-of-frank,frank,uid-frank,\"tenants\"
+token-of-dave,dave,uid-dave,\"tenants\"
+";
+
+/// The callers' grants, as a platform team would write them.
+const RBAC: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRole
+  metadata: {name: project-member}
+  rules:
+  - {apiGroups: [capabilities.assistant.miloapis.com], resources: [capabilitybindings], verbs: [list]}
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRoleBinding
+  metadata: {name: project-members}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: project-member}
+  subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: tenants}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRole
+  metadata: {name: streamco-on-call}
+  rules:
+  - apiGroups: [capabilities.assistant.miloapis.com]
+    resources: [tools]
+    resourceNames: [streamco__streams_get, streamco__streams_restart]
+    verbs: [use]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRole
+  metadata: {name: runbooks-user}
+  rules:
+  - apiGroups: [capabilities.assistant.miloapis.com]
+    resources: [capabilitybindings]
+    resourceNames: [runbooks]
+    verbs: [use]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRole
+  metadata: {name: search-cheap-user}
+  rules:
+  - apiGroups: [capabilities.assistant.miloapis.com]
+    resources: [capabilitybindings]
+    resourceNames: [search-cheap]
+    verbs: [use]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRole
+  metadata: {name: streamco-user}
+  rules:
+  - apiGroups: [capabilities.assistant.miloapis.com]
+    resources: [capabilitybindings]
+    resourceNames: [streamco]
+    verbs: [use]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRoleBinding
+  metadata: {name: alice-on-call}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: streamco-on-call}
+  subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRoleBinding
+  metadata: {name: carol-runbooks}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: runbooks-user}
+  subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: carol}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRoleBinding
+  metadata: {name: erin-search-cheap}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: search-cheap-user}
+  subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: erin}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRoleBinding
+  metadata: {name: frank-tools-user}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: capstan-tools-user}
+  subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: frank}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRoleBinding
+  metadata: {name: dave-streamco}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: streamco-user}
+  subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: dave}]
+"#;
+
+/// What the suite keeps between setup and trials.
+struct World {
+    sidecar: SidecarProcess,
+    streamco: DemoProvider,
+    cheap: DemoProvider,
+    premium: DemoProvider,
+    _runbooks: PythonServer,
+    metrics: String,
+}
+
+static WORLD: Mutex<Option<World>> = Mutex::new(None);
+
+fn main() -> ExitCode {
+    let tokens =
+        std::env::temp_dir().join(format!("capstan-authorization-{}.csv", std::process::id()));
+    if let Err(error) = std::fs::write(&tokens, TOKENS) {
+        eprintln!("authorization: writing {}: {error}", tokens.display());
+        return ExitCode::FAILURE;
+    }
+    let options = PlaneOptions {
+        token_auth_file: Some(tokens.clone()),
+    };
+    let code = capstan_e2e::suite::run_with(
+        "authorization",
+        &options,
+        true,
+        setup,
+        vec![
+            trial(
+                "two_callers_should_each_see_and_call_only_the_tools_their_roles_name",
+                two_callers,
+            ),
+            trial(
+                "a_prompt_and_a_resource_not_granted_should_be_refused_as_unknown_ones",
+                offerings_refused_as_unknown,
+            ),
+            trial(
+                "a_routed_call_should_skip_the_provider_the_caller_may_not_use",
+                routed_skips_forbidden_provider,
+            ),
+            trial(
+                "a_filtered_list_should_be_private_and_live_no_longer_than_its_decision",
+                filtered_list_hints,
+            ),
+            trial(
+                "the_documented_kubectl_check_should_agree_with_what_the_sidecar_serves",
+                kubectl_agrees,
+            ),
+            trial(
+                "a_grant_removed_mid_session_should_be_told_as_list_changed_and_refused",
+                grant_removed,
+            ),
+        ],
+    );
+    if let Ok(mut world) = WORLD.lock()
+        && let Some(mut world) = world.take()
+    {
+        world.sidecar.stop();
+    }
+    let _ = std::fs::remove_file(&tokens);
+    code
+}
+
+fn harness(message: String) -> HarnessError {
+    HarnessError::Command {
+        command: "authorization setup".into(),
+        status: "failed".into(),
+        stderr: message,
+    }
+}
+
+/// A binding whose server `server` maps `docs_search` onto `cap.web.search`.
+fn search_binding(name: &str, server: &str, endpoint: &str, quality: u16) -> Value {
+    let mut binding = binding_document(name, server, endpoint, &["docs_search"]);
+    binding["spec"]["tools"]["mcpServers"][0]["capabilities"] = json!([{
+        "capabilityId": "cap.web.search",
+        "tool": "docs_search",
+        "costHint": {"baseMicrosUsd": 1000},
+        "quality": quality,
+        "status": "active"
+    }]);
+    binding
+}
+
+fn setup(env: &Env) -> Result<(), HarnessError> {
+    env.plane
+        .kubectl_ok(&["apply", "-f", "config/rbac/sidecar.yaml"], None)
+        .map_err(harness)?;
+    env.plane
+        .kubectl_ok(&["apply", "-f", "config/rbac/tools-user.yaml"], None)
+        .map_err(harness)?;
+    env.plane
+        .kubectl_ok(&["apply", "-f", "-"], Some(RBAC))
+        .map_err(harness)?;
+    env.plane
+        .kubectl_ok(
+            &["apply", "-f", "examples/authorization/one-tool.yaml"],
+            None,
+        )
+        .map_err(harness)?;
+    let composer = service_account(&env.plane, "composer")?;
+    bind_cluster_role(&env.plane, "composer", "capstan-sidecar")?;
+    let streamco = DemoProvider::start(&[]);
+    let cheap = DemoProvider::start(&[]);
+    let premium = DemoProvider::start(&[]);
+    let runbooks = PythonServer::start();
+    let mut runbooks_binding = binding_document(
+        "runbooks",
+        "runbooks",
+        &format!("http://{}/mcp", runbooks.address),
+        &[],
+    );
+    let server = &mut runbooks_binding["spec"]["tools"]["mcpServers"][0];
+    server["promptSelector"] = json!({"include": ["triage"]});
+    server["resourceSelector"] = json!({"include": ["streamco://runbooks/lag"]});
+    let mut items = vec![
+        binding_document(
+            "streamco",
+            "streamco",
+            &streamco.url("/mcp"),
+            &["streams_list", "streams_get", "streams_restart"],
+        ),
+        runbooks_binding,
+        search_binding("search-cheap", "cheap", &cheap.url("/mcp"), 6000),
+        search_binding("search-premium", "premium", &premium.url("/mcp"), 9500),
+    ];
+    for item in &mut items {
+        item["apiVersion"] = json!("capabilities.assistant.miloapis.com/v1alpha1");
+        item["kind"] = json!("CapabilityBinding");
+    }
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+    env.plane
+        .kubectl_ok(&["apply", "-f", "-"], Some(&list))
+        .map_err(harness)?;
+    let metrics = free_address()?;
+    let sidecar = SidecarProcess::start(
+        &env.plane,
+        &composer,
+        "authorization",
+        &[
+            ("CAPABILITY_MCP_ENDPOINT_HOSTS", "127.0.0.1"),
+            ("CAPSTAN_TOOL_AUTHORIZATION", "rbac"),
+            // Short, so a removed grant is seen within the trial.
+            ("CAPSTAN_CALLER_CHECK_TTL_SECONDS", "2"),
+            ("CAPSTAN_BASE_TOOLS", "off"),
+            ("CAPSTAN_METRICS_ADDRESS", &metrics),
+        ],
+    )?;
+    env.runtime
+        .block_on(eventually(
+            Duration::from_secs(30),
+            || async { (metric(&metrics, "capstan_sidecar_crd_synced ") == 1.0).then_some(()) },
+            || format!("the sidecar did not sync:\n{}", sidecar.log_text()),
+        ))
+        .map_err(|e| harness(format!("{e:?}")))?;
+    if let Ok(mut world) = WORLD.lock() {
+        *world = Some(World {
+            sidecar,
+            streamco,
+            cheap,
+            premium,
+            _runbooks: runbooks,
+            metrics,
+        });
+    }
+    Ok(())
+}
+
+/// Runs `body` with the world.
+fn with_world<T>(
+    body: impl FnOnce(&World) -> Result<T, libtest_mimic::Failed>,
+) -> Result<T, libtest_mimic::Failed> {
+    let guard = WORLD.lock().map_err(|_| "the world is poisoned")?;
+    let world = guard.as_ref().ok_or("no world: setup failed")?;
+    body(world)
+}
+
+/// The Python SDK client's report of `ops` against the sidecar, at `mode` (`legacy`: a
+/// session revision; `2026-07-28`: without sessions).
+fn report(world: &World, mode: &str, ops: &Value) -> Vec<Value> {
+    let socket = world.sidecar.socket.to_string_lossy().into_owned();
+    let report = python_report("offerings.py", &[&socket, PROJECT, mode, &ops.to_string()]);
+    report.as_array().cloned().unwrap_or_default()
+}
+
+/// The names of the tools a `tools` op listed.
+fn tool_names(entry: &Value) -> Vec<String> {
+    let mut names: Vec<String> = entry["ok"]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The error of an op, with the name it was about replaced by `NAME`: two refusals are the
+/// same when this is.
+fn refusal_shape(entry: &Value, name: &str) -> String {
+    entry["error"].to_string().replace(name, "NAME")
+}
+
+/// Finding: every admitted caller saw and could call every tool the project composed. alice
+/// (on call) and pat (product manager) now see only what their ClusterRoles name, each is
+/// refused the other's tool exactly as a tool that does not exist is refused, and the
+/// provider counts only the calls that were allowed.
+fn two_callers(env: &Env) -> Outcome {
+    with_world(|world| {
+        for mode in ["legacy", "2026-07-28"] {
+            let before = env.runtime.block_on(world.streamco.tool_calls());
+            let ops = json!([
+                {"op": "tools", "client": "alice"},
+                {"op": "tools", "client": "pat"},
+                {"op": "call", "client": "alice", "name": "streamco__streams_list"},
+                {"op": "call", "client": "pat", "name": "streamco__streams_get",
+                 "arguments": {"name": "clickstream"}},
+                {"op": "call", "client": "pat", "name": "streamco__no_such_tool"},
+                {"op": "call", "client": "alice", "name": "streamco__streams_get",
+                 "arguments": {"name": "clickstream"}},
+                {"op": "call", "client": "pat", "name": "streamco__streams_list"},
+            ]);
+            let report = report(world, mode, &ops);
+            check(report.len() == 8, || format!("{mode}: {report:?}"))?;
+            check(
+                tool_names(&report[0]) == ["streamco__streams_get", "streamco__streams_restart"],
+                || format!("{mode}: alice's list: {}", report[0]),
+            )?;
+            check(tool_names(&report[1]) == ["streamco__streams_list"], || {
+                format!("{mode}: pat's list: {}", report[1])
+            })?;
+            let unknown = refusal_shape(&report[4], "streamco__no_such_tool");
+            check(unknown.contains("is available to this assistant"), || {
+                format!("{mode}: the unknown tool's refusal: {}", report[4])
+            })?;
+            for (entry, name, who) in [
+                (&report[2], "streamco__streams_list", "alice"),
+                (&report[3], "streamco__streams_get", "pat"),
+            ] {
+                check(refusal_shape(entry, name) == unknown, || {
+                    format!("{mode}: {who} calling {name}: {entry} (unknown: {unknown})")
+                })?;
+            }
+            for (entry, who) in [(&report[5], "alice"), (&report[6], "pat")] {
+                check(
+                    entry["ok"]["isError"] != true && entry["ok"]["content"].is_array(),
+                    || format!("{mode}: {who}'s own tool: {entry}"),
+                )?;
+            }
+            let after = env.runtime.block_on(world.streamco.tool_calls());
+            let new: Vec<&String> = after[before.len()..].iter().collect();
+            check(new == ["streams_get", "streams_list"], || {
+                format!("{mode}: the provider saw {new:?}")
+            })?;
+        }
+        Ok(())
+    })
+}
+
+/// Finding: prompts and resources had no per-caller rule. pat, granted one tool, is refused
+/// the runbooks binding's prompt, its resource and a completion of the prompt — each in the
+/// words an unknown one gets — while carol, granted the binding, gets all three.
+fn offerings_refused_as_unknown(_env: &Env) -> Outcome {
+    with_world(|world| {
+        let uri = "capstan://runbooks/runbooks/streamco://runbooks/lag";
+        let unknown_uri = "capstan://runbooks/runbooks/streamco://runbooks/none";
+        for mode in ["legacy", "2026-07-28"] {
+            let ops = |client: &str| {
+                json!([
+                    {"op": "prompts", "client": client},
+                    {"op": "resources", "client": client},
+                    {"op": "get", "client": client, "name": "runbooks__triage",
+                     "arguments": {"stream": "orders"}},
+                    {"op": "get", "client": client, "name": "runbooks__no_such_prompt",
+                     "arguments": {"stream": "orders"}},
+                    {"op": "read", "client": client, "uri": uri},
+                    {"op": "read", "client": client, "uri": unknown_uri},
+                    {"op": "complete", "client": client, "prompt": "runbooks__triage",
+                     "argument": "stream", "value": "ord"},
+                    {"op": "complete", "client": client, "prompt": "runbooks__no_such_prompt",
+                     "argument": "stream", "value": "ord"},
+                ])
+            };
+            let pat = report(world, mode, &ops("pat"));
+            let carol = report(world, mode, &ops("carol"));
+            check(
+                pat[0]["ok"]["prompts"] == json!([]) && pat[1]["ok"]["resources"] == json!([]),
+                || format!("{mode}: pat's lists: {} {}", pat[0], pat[1]),
+            )?;
+            check(
+                carol[0]["ok"]["prompts"][0]["name"] == "runbooks__triage"
+                    && carol[1]["ok"]["resources"][0]["uri"] == uri,
+                || format!("{mode}: carol's lists: {} {}", carol[0], carol[1]),
+            )?;
+            for (granted, refused, unknown, name) in [
+                (2, 2, 3, "runbooks__triage"),
+                (4, 4, 5, uri),
+                (6, 6, 7, "runbooks__triage"),
+            ] {
+                let unknown_name = match unknown {
+                    3 | 7 => "runbooks__no_such_prompt",
+                    _ => unknown_uri,
+                };
+                let expected = refusal_shape(&pat[unknown], unknown_name);
+                check(
+                    pat[refused].get("error").is_some()
+                        && refusal_shape(&pat[refused], name) == expected,
+                    || {
+                        format!(
+                            "{mode}: pat's {name}: {} (unknown: {expected})",
+                            pat[refused]
+                        )
+                    },
+                )?;
+                check(carol[granted].get("ok").is_some(), || {
+                    format!("{mode}: carol's {name}: {}", carol[granted])
+                })?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Finding: a routed call chose among every provider of the capability, whoever called.
+/// frank (everything) is routed to the premium provider; erin, granted only the cheap one,
+/// is routed to it — the premium provider counts frank's call and nothing of erin's.
+fn routed_skips_forbidden_provider(env: &Env) -> Outcome {
+    with_world(|world| {
+        let calls = |provider: &DemoProvider| env.runtime.block_on(provider.tool_calls()).len();
+        let search = json!({"query": "consumer lag"});
+        for (who, token, to_premium, to_cheap) in [
+            ("frank", "token-of-frank", 1, 0),
+            ("erin", "token-of-erin", 0, 1),
+        ] {
+            let (premium, cheap) = (calls(&world.premium), calls(&world.cheap));
+            let (status, body) =
+                world
+                    .sidecar
+                    .sessionless_call(PROJECT, Some(token), "cap__web_search", &search);
+            check(status == 200 && !body.contains("\"isError\":true"), || {
+                format!("{who}'s routed call: {status} {body}")
+            })?;
+            check(
+                calls(&world.premium) == premium + to_premium
+                    && calls(&world.cheap) == cheap + to_cheap,
+                || format!("{who}'s routed call reached the wrong provider: {body}"),
+            )?;
+        }
+        // pat may use neither provider: the capability is unknown to him.
+        let (status, body) = world.sidecar.sessionless_call(
+            PROJECT,
+            Some("token-of-pat"),
+            "cap__web_search",
+            &search,
+        );
+        check(
+            status == 200 && body.contains("no tool named \\\"cap__web_search\\\""),
+            || format!("pat's routed call: {status} {body}"),
+        )
+    })
+}
+
+/// A list filtered per caller says so on 2026-07-28: private to the caller, and held no longer
+/// than the decision it was filtered by (the caller check's TTL, 2 s here). frank's whole
+/// grant costs one review, then none while it lives.
+fn filtered_list_hints(_env: &Env) -> Outcome {
+    with_world(|world| {
+        let reviews = || {
+            metric(
+                &world.metrics,
+                "capstan_sidecar_access_reviews_total{outcome=\"allowed\"} ",
+            )
+        };
+        let before = reviews();
+        let (status, body) = world.sidecar.sessionless_request(
+            PROJECT,
+            Some("token-of-frank"),
+            "tools/list",
+            json!({}),
+        );
+        let result: Value =
+            serde_json::from_str::<Value>(&body).unwrap_or_default()["result"].clone();
+        check(
+            status == 200 && result["tools"].as_array().is_some_and(|t| t.len() >= 5),
+            || format!("frank's list: {status} {body}"),
+        )?;
+        check(
+            result["cacheScope"] == "private"
+                && result["ttlMs"].as_u64().is_some_and(|ttl| ttl <= 2000),
+            || format!("frank's list hints: {result}"),
+        )?;
+        let asked = reviews() - before;
+        let (status, _) = world.sidecar.sessionless_request(
+            PROJECT,
+            Some("token-of-frank"),
+            "tools/list",
+            json!({}),
+        );
+        check(
+            status == 200 && asked <= 1.0 && reviews() - before == asked,
+            || {
+                format!(
+                    "frank's reviews: {asked} for the first list, {} after the second",
+                    reviews() - before
+                )
+            },
+        )
+    })
+}
+
+/// Finding: a grant removed from a caller with an open session changed nothing until the
+/// session ended. dave's ClusterRoleBinding to the streamco binding is deleted while his
+/// Python SDK client waits, in a session and on a 2026-07-28 listen stream: each is told
+/// its tools changed, lists again without streamco's tools, and its call of one is refused
+/// as unknown; the provider sees no call of dave's after the grant went.
+fn grant_removed(env: &Env) -> Outcome {
+    with_world(|world| {
+        let line = Duration::from_secs(60);
+        let clients: Vec<ListeningClient> = ["legacy", "auto"]
+            .into_iter()
+            .map(|mode| {
+                ListeningClient::start(
+                    &world.sidecar.socket,
+                    PROJECT,
+                    "token-of-dave",
+                    mode,
+                    Some("streamco__streams_list"),
+                )
+            })
+            .collect();
+        for (client, version) in clients.iter().zip(["2025-11-25", "2026-07-28"]) {
+            let first = client.next(line);
+            check(
+                first["tools"]
+                    == json!([
+                        "streamco__streams_get",
+                        "streamco__streams_list",
+                        "streamco__streams_restart"
+                    ]),
+                || {
+                    format!(
+                        "{version}: dave's first list: {first}\n{}",
+                        world.sidecar.log_text()
+                    )
+                },
+            )?;
+        }
+        let calls_before = env.runtime.block_on(world.streamco.tool_calls()).len();
+        let removed = Instant::now();
+        env.plane
+            .kubectl_ok(&["delete", "clusterrolebinding", "dave-streamco"], None)?;
+        for (client, version) in clients.iter().zip(["2025-11-25", "2026-07-28"]) {
+            let notified = client.next(line);
+            check(notified["notifiedAt"].is_number(), || {
+                format!(
+                    "{version}: no notification: {notified}\n{}",
+                    world.sidecar.log_text()
+                )
+            })?;
+            eprintln!(
+                "{version}: list_changed reached dave {:.1} s after the grant was removed",
+                removed.elapsed().as_secs_f64()
+            );
+            let again = client.next(line);
+            check(again["tools"] == json!([]), || {
+                format!("{version}: dave's list after: {again}")
+            })?;
+            let gone = client.next(line);
+            check(
+                gone["gone"]["error"].as_str().is_some_and(|e| {
+                    e.contains("no tool named \"streamco__streams_list\" is available")
+                }),
+                || format!("{version}: dave's call after: {gone}"),
+            )?;
+        }
+        let calls_after = env.runtime.block_on(world.streamco.tool_calls()).len();
+        check(calls_after == calls_before, || {
+            format!(
+                "the provider saw {} calls after the grant went",
+                calls_after - calls_before
+            )
+        })
+    })
+}
+
+/// The checks docs/authorization.md gives a platform engineer answer as the sidecar serves:
+/// `kubectl auth can-i --list` shows pat's one tool and not alice's; a SubjectAccessReview
+/// says yes for pat's tool and no for alice; `kubectl auth can-i use` on a binding (a served
+/// resource, which kubectl can name) says yes for carol and no for pat.
+fn kubectl_agrees(env: &Env) -> Outcome {
+    let kubectl = |args: &[&str], input: Option<&str>| {
+        let output = env.plane.kubectl_with_input(args, input);
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    let rule =
+        "tools.capabilities.assistant.miloapis.com   []                  [streamco__streams_list]";
+    for (who, listed) in [("pat", true), ("alice", false)] {
+        let rules = kubectl(&["auth", "can-i", "--list", "--as", who], None);
+        let shown = rules.lines().any(|line| {
+            line.contains("tools.capabilities.assistant.miloapis.com")
+                && line.contains("[streamco__streams_list]")
+                && line.contains("[use]")
+        });
+        check(shown == listed, || {
+            format!("kubectl auth can-i --list --as {who}:\n{rules}\n(looked for {rule:?})")
+        })?;
+    }
+    for (who, expected) in [("pat", "true"), ("alice", "false")] {
+        let review = format!(
+            "{{\"apiVersion\": \"authorization.k8s.io/v1\", \"kind\": \"SubjectAccessReview\",
+              \"spec\": {{\"user\": \"{who}\", \"resourceAttributes\": {{
+                \"group\": \"capabilities.assistant.miloapis.com\", \"resource\": \"tools\",
+                \"verb\": \"use\", \"name\": \"streamco__streams_list\"}}}}}}"
+        );
+        let allowed = kubectl(
+            &["create", "-f", "-", "-o", "jsonpath={.status.allowed}"],
+            Some(&review),
+        );
+        let allowed = if allowed.is_empty() {
+            "false".to_owned()
+        } else {
+            allowed
+        };
+        check(allowed == expected, || {
+            format!("the SubjectAccessReview of {who}: {allowed:?}, not {expected}")
+        })?;
+    }
+    let binding = "capabilitybindings.capabilities.assistant.miloapis.com/runbooks";
+    for (who, expected) in [("carol", "yes"), ("pat", "no")] {
+        let answer = kubectl(&["auth", "can-i", "use", binding, "--as", who], None);
+        check(answer == expected, || {
+            format!("kubectl auth can-i use {binding} --as {who}: {answer:?}, not {expected}")
+        })?;
+    }
+    Ok(())
+}
