@@ -100,6 +100,11 @@ impl SidecarProcess {
         Ok(sidecar)
     }
 
+    /// The process id (0 once stopped).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, std::process::Child::id)
+    }
+
     /// The sidecar's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use capstan_e2e::controller::{bind_cluster_role, service_account};
+use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
 use capstan_e2e::{HarnessError, PlaneOptions, free_address, metric};
@@ -159,6 +159,10 @@ fn main() -> ExitCode {
                 filtered_list_hints,
             ),
             trial(
+                "a_garbage_token_and_a_token_the_apiserver_stopped_accepting_should_be_served_nothing",
+                dead_tokens,
+            ),
+            trial(
                 "the_documented_kubectl_check_should_agree_with_what_the_sidecar_serves",
                 kubectl_agrees,
             ),
@@ -216,6 +220,11 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
         .map_err(harness)?;
     let composer = service_account(&env.plane, "composer")?;
     bind_cluster_role(&env.plane, "composer", "capstan-sidecar")?;
+    // sam holds a ServiceAccount token bound to a Secret: deleting the Secret makes the
+    // apiserver refuse the token, as it refuses an expired one.
+    service_account(&env.plane, "sam")?;
+    bind_cluster_role(&env.plane, "sam", "project-member")?;
+    bind_cluster_role(&env.plane, "sam", "streamco-user")?;
     let streamco = DemoProvider::start(&[]);
     let cheap = DemoProvider::start(&[]);
     let premium = DemoProvider::start(&[]);
@@ -649,4 +658,104 @@ fn kubectl_agrees(env: &Env) -> Outcome {
         })?;
     }
     Ok(())
+}
+
+/// A caller the apiserver does not know is refused by the caller check, before any access
+/// review: a garbage token, and sam's token once the Secret it is bound to is gone (the
+/// apiserver refuses it as it refuses an expired one; a TokenRequest lives at least ten
+/// minutes). Neither is served a tool, no review is asked for either, and the provider sees
+/// no call.
+fn dead_tokens(env: &Env) -> Outcome {
+    with_world(|world| {
+        let sidecar = &world.sidecar;
+        let reviews = || {
+            ["allowed", "denied", "error"]
+                .iter()
+                .map(|o| {
+                    metric(
+                        &world.metrics,
+                        &format!("capstan_sidecar_access_reviews_total{{outcome=\"{o}\"}} "),
+                    )
+                })
+                .sum::<f64>()
+        };
+        let secret = "sam-token-holder";
+        env.plane.kubectl_ok(
+            &["create", "secret", "generic", secret, "-n", NAMESPACE],
+            None,
+        )?;
+        let token = env
+            .plane
+            .kubectl_ok(
+                &[
+                    "create",
+                    "token",
+                    "sam",
+                    "-n",
+                    NAMESPACE,
+                    "--duration",
+                    "1h",
+                    "--bound-object-kind",
+                    "Secret",
+                    "--bound-object-name",
+                    secret,
+                ],
+                None,
+            )?
+            .trim()
+            .to_owned();
+        let list = |token: &str| {
+            sidecar.sessionless_request(PROJECT, Some(token), "tools/list", json!({}))
+        };
+        let (status, body) = list(&token);
+        check(
+            status == 200 && body.contains("streamco__streams_restart"),
+            || format!("sam's list while the token lives: {status} {body}"),
+        )?;
+        let calls = env.runtime.block_on(world.streamco.tool_calls()).len();
+        env.plane
+            .kubectl_ok(&["delete", "secret", secret, "-n", NAMESPACE], None)?;
+        let started = Instant::now();
+        let refused = loop {
+            let (status, body) = list(&token);
+            if status == 403 {
+                break body;
+            }
+            check(
+                status == 200 && started.elapsed() < Duration::from_secs(30),
+                || format!("sam's list after the Secret went: {status} {body}"),
+            )?;
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        eprintln!(
+            "sam's dead token refused {:.1} s after its Secret was deleted",
+            started.elapsed().as_secs_f64()
+        );
+        let before = reviews();
+        for token in [token.as_str(), "a-token-no-apiserver-has-ever-issued"] {
+            let (status, body) = sidecar.sessionless_call(
+                PROJECT,
+                Some(token),
+                "streamco__streams_list",
+                &json!({}),
+            );
+            check(status == 403 && !body.contains("\"result\""), || {
+                format!("a dead token's call: {status} {body}")
+            })?;
+            let (status, body) = list(token);
+            check(status == 403 && !body.contains("streamco__"), || {
+                format!("a dead token's list: {status} {body}")
+            })?;
+        }
+        check(refused.contains("forbidden"), || {
+            format!("the refusal: {refused}")
+        })?;
+        check(reviews() == before, || {
+            format!("{} reviews were asked for dead tokens", reviews() - before)
+        })?;
+        let after = env.runtime.block_on(world.streamco.tool_calls()).len();
+        check(after == calls, || {
+            format!("the provider saw {} calls", after - calls)
+        })
+    })
 }

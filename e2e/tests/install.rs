@@ -161,6 +161,7 @@ fn renders_are_admitted(env: &Env) -> Outcome {
                 "ServiceAccount/capstan",
                 "ClusterRole/capstan",
                 "ClusterRole/capstan-sidecar",
+                "ClusterRole/capstan-tools-user",
                 "ClusterRoleBinding/capstan",
                 "Role/capstan-leader-election",
                 "RoleBinding/capstan-leader-election",
@@ -169,6 +170,31 @@ fn renders_are_admitted(env: &Env) -> Outcome {
                 "Service/capstan-metrics",
             ]),
         || format!("default values rendered {:?}", names(&objects)),
+    )?;
+    // Everything a caller may use with per-tool authorization, aggregated into edit and admin
+    // only, and the same rule as the file for installs without Helm.
+    let tools_user = objects
+        .iter()
+        .find(|o| o["metadata"]["name"] == "capstan-tools-user")
+        .ok_or("no tools-user role")?;
+    let labels = &tools_user["metadata"]["labels"];
+    let file: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo_root().join("config/rbac/tools-user.yaml"))
+            .map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    check(
+        labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+            && labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+            && labels
+                .get("rbac.authorization.k8s.io/aggregate-to-view")
+                .is_none()
+            && tools_user["rules"] == file["rules"]
+            && file["metadata"]["labels"]
+                == json!({
+                "rbac.authorization.k8s.io/aggregate-to-edit": "true",
+                "rbac.authorization.k8s.io/aggregate-to-admin": "true"}),
+        || format!("the tools-user role: {tools_user} (the file: {file})"),
     )?;
     let deployment = find(&objects, "Deployment")?;
     let pod = &deployment["spec"]["template"]["spec"];
@@ -225,7 +251,7 @@ fn renders_are_admitted(env: &Env) -> Outcome {
         "charts/capstan",
         &[
             "--set",
-            "replicas=1,metrics.service.enabled=false,sidecarRBAC.create=false",
+            "replicas=1,metrics.service.enabled=false,sidecarRBAC.create=false,toolsUserRole.create=false",
             "--set",
             "serviceAccount.create=false,serviceAccount.name=existing-account",
             "--set",
