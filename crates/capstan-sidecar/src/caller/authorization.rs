@@ -395,16 +395,17 @@ impl ToolAuthorizer {
         };
         let entry = (key, question);
         if answers.len() >= self.capacity && !answers.contains_key(&entry) {
-            // Expired answers first; then the oldest live one.
+            // Expired answers first; then, if every answer is live, the oldest quarter at once:
+            // a full cache costs one pass per quarter of its capacity, not one per answer (a
+            // first list of hundreds of names would otherwise scan it hundreds of times).
             let ttl = self.ttl;
             answers.retain(|_, kept| answer.at.saturating_duration_since(kept.at) < ttl);
-            if answers.len() >= self.capacity
-                && let Some(oldest) = answers
-                    .iter()
-                    .min_by_key(|(_, kept)| kept.at)
-                    .map(|(entry, _)| entry.clone())
-            {
-                answers.remove(&oldest);
+            if answers.len() >= self.capacity {
+                let mut times: Vec<Instant> = answers.values().map(|kept| kept.at).collect();
+                let quarter = times.len() / 4;
+                let (_, cutoff, _) = times.select_nth_unstable(quarter);
+                let cutoff = *cutoff;
+                answers.retain(|_, kept| kept.at > cutoff);
             }
         }
         answers.insert(entry, answer);

@@ -240,3 +240,50 @@ fn the_answers_cache_should_stay_bounded_and_expire_at_the_ttl() {
         "another caller's answer is not this one's"
     );
 }
+
+/// A full cache of live answers sheds its oldest quarter at once, then takes answers without
+/// another pass until it is full again.
+#[test]
+fn a_full_cache_of_live_answers_should_shed_its_oldest_quarter() {
+    let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let mut authorizer = ToolAuthorizer::new(
+        ControlPlane::new(config, None),
+        Metrics::register(&mut registry),
+        Duration::from_secs(60),
+    );
+    authorizer.capacity = 8;
+    let start = Instant::now();
+    let key = [1u8; 32];
+    let at = |i: u64| start + Duration::from_millis(i);
+    for i in 0..8 {
+        authorizer.remember(
+            key,
+            Question::named(TOOLS, &format!("t{i}")),
+            Answer {
+                allowed: true,
+                at: at(i),
+            },
+        );
+    }
+    authorizer.remember(
+        key,
+        Question::named(TOOLS, "t8"),
+        Answer {
+            allowed: true,
+            at: at(8),
+        },
+    );
+    let kept: BTreeSet<String> = authorizer
+        .answers
+        .lock()
+        .unwrap()
+        .keys()
+        .filter_map(|(_, q)| q.name.clone())
+        .collect();
+    assert_eq!(
+        kept.into_iter().collect::<Vec<_>>(),
+        ["t3", "t4", "t5", "t6", "t7", "t8"],
+        "the oldest quarter and its cut-off went; the newcomer is in"
+    );
+}
