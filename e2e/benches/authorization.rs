@@ -1,0 +1,370 @@
+//! Per-tool authorization's cost (`make bench`, docs/authorization.md): a composition of 301
+//! tools (43 bindings of 7 tools each on one demo provider) served by two sidecars side by side
+//! on a real apiserver, one with `CAPSTAN_TOOL_AUTHORIZATION=rbac` and one without, to callers
+//! holding ServiceAccount tokens:
+//! - frank, granted everything (the chart's tools-user role: one review answers);
+//! - pat, granted one tool by name (every wider question is denied, so every name is asked).
+//!
+//! Three measures, each alternated round by round, medians:
+//! 1. the first `tools/list` of a new session (a fresh token each round, so no answer is
+//!    cached): milliseconds, and the reviews the sidecar made (its own counter);
+//! 2. the reviews a caller costs in steady state, calling continuously across several TTLs of
+//!    a sidecar whose TTL is short, scaled to the default 60 s;
+//! 3. the sidecar's CPU per forwarded call within the TTL (the decision cached), with
+//!    authorization and without, the same client and calls on both sides.
+//!
+//! Nothing here is asserted.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use capstan_e2e::ControlPlane;
+use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
+use capstan_e2e::sidecar::{PROJECT_HEADER, SidecarProcess};
+use capstan_e2e::suite::with_plane;
+use capstan_e2e::{free_address, metric};
+use capstan_testkit::{DemoProvider, binding_document, cpu_seconds};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, ClientConfig};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, UnixSocketHttpClient};
+use serde_json::{Value, json};
+
+/// The demo provider's tools a binding selects (its `streams_by_project` takes a project
+/// argument and is never composed).
+const TOOLS: [&str; 7] = [
+    "streams_list",
+    "streams_get",
+    "pipeline_diagnose",
+    "streams_consumer_lag_breakdown",
+    "docs_search",
+    "streams_export",
+    "streams_restart",
+];
+const BINDINGS: usize = 43;
+const ROUNDS: usize = 5;
+const CALLS: usize = 1000;
+/// The short TTL of the steady-state sidecar, and how long a caller calls it.
+const SHORT_TTL: u64 = 5;
+const STEADY: Duration = Duration::from_secs(21);
+
+const RBAC: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRole
+  metadata: {name: binding-lister}
+  rules:
+  - {apiGroups: [capabilities.assistant.miloapis.com], resources: [capabilitybindings], verbs: [list]}
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: ClusterRole
+  metadata: {name: one-tool}
+  rules:
+  - apiGroups: [capabilities.assistant.miloapis.com]
+    resources: [tools]
+    resourceNames: [b00__streams_list]
+    verbs: [use]
+"#;
+
+fn median<T: PartialOrd + Copy>(mut values: Vec<T>) -> T {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    values[values.len() / 2]
+}
+
+fn kubectl(plane: &ControlPlane, args: &[&str], input: Option<&str>) -> String {
+    let output = plane.kubectl_with_input(args, input);
+    assert!(
+        output.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        capstan_e2e::printed(&output)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn main() {
+    let report = with_plane("bench-authorization", |plane, runtime| {
+        runtime.block_on(bench(plane))
+    });
+    println!(
+        "<!-- bench:authorization -->\n### Per-tool authorization (`e2e/benches/authorization.rs`)\n\n```text"
+    );
+    println!("{}", report.trim());
+    println!("```\n<!-- /bench:authorization -->");
+}
+
+/// A sidecar of the bench and where its metrics are.
+struct Sidecar {
+    process: SidecarProcess,
+    metrics: String,
+}
+
+impl Sidecar {
+    fn start(
+        plane: &ControlPlane,
+        composer: &std::path::Path,
+        name: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let metrics = free_address().unwrap();
+        let mut env = env.to_vec();
+        env.extend([
+            ("CAPABILITY_MCP_ENDPOINT_HOSTS", "127.0.0.1"),
+            ("CAPSTAN_BASE_TOOLS", "off"),
+            ("CAPSTAN_METRICS_ADDRESS", metrics.as_str()),
+        ]);
+        let process = SidecarProcess::start(plane, composer, name, &env).unwrap();
+        let started = Instant::now();
+        while metric(&metrics, "capstan_sidecar_crd_synced ") != 1.0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{name} did not sync"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self { process, metrics }
+    }
+
+    /// Reviews made so far, whatever their answer.
+    fn reviews(&self) -> f64 {
+        ["allowed", "denied", "error"]
+            .iter()
+            .map(|outcome| {
+                metric(
+                    &self.metrics,
+                    &format!("capstan_sidecar_access_reviews_total{{outcome=\"{outcome}\"}} "),
+                )
+            })
+            .sum()
+    }
+
+    fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// A session of the caller holding `token` (initialized: the project is composed).
+    async fn session(&self, token: &str) -> RunningService<RoleClient, ClientConfig> {
+        let url = "http://localhost/mcp";
+        let config = StreamableHttpClientTransportConfig::with_uri(url)
+            .custom_headers(HashMap::from([(
+                http::HeaderName::from_bytes(PROJECT_HEADER.to_ascii_lowercase().as_bytes())
+                    .unwrap(),
+                http::HeaderValue::from_static("acme"),
+            )]))
+            .auth_header(token.to_owned());
+        ClientConfig::default()
+            .serve(StreamableHttpClientTransport::with_client(
+                UnixSocketHttpClient::new(self.process.socket.to_str().unwrap(), url),
+                config,
+            ))
+            .await
+            .expect("initializing a session")
+    }
+}
+
+/// A fresh token of ServiceAccount `account`: a caller no answer is cached for.
+fn token(plane: &ControlPlane, account: &str) -> String {
+    kubectl(
+        plane,
+        &[
+            "create",
+            "token",
+            account,
+            "-n",
+            NAMESPACE,
+            "--duration",
+            "2h",
+        ],
+        None,
+    )
+    .trim()
+    .to_owned()
+}
+
+async fn bench(plane: &ControlPlane) -> String {
+    let admin = plane.client().await.unwrap();
+    plane.install_crds(&admin).await.unwrap();
+    kubectl(plane, &["apply", "-f", "config/rbac/sidecar.yaml"], None);
+    kubectl(plane, &["apply", "-f", "config/rbac/tools-user.yaml"], None);
+    kubectl(plane, &["apply", "-f", "-"], Some(RBAC));
+    let composer = service_account(plane, "composer").unwrap();
+    bind_cluster_role(plane, "composer", "capstan-sidecar").unwrap();
+    for (account, roles) in [
+        ("frank", ["binding-lister", "capstan-tools-user"]),
+        ("pat", ["binding-lister", "one-tool"]),
+    ] {
+        service_account(plane, account).unwrap();
+        for role in roles {
+            bind_cluster_role(plane, account, role).unwrap();
+        }
+    }
+    let provider = DemoProvider::start(&[]);
+    let items: Vec<Value> = (0..BINDINGS)
+        .map(|i| {
+            let mut binding = binding_document(
+                &format!("b{i:02}"),
+                &format!("b{i:02}"),
+                &provider.url("/mcp"),
+                &TOOLS,
+            );
+            binding["apiVersion"] = json!("capabilities.assistant.miloapis.com/v1alpha1");
+            binding["kind"] = json!("CapabilityBinding");
+            binding
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+    kubectl(plane, &["apply", "-f", "-"], Some(&list));
+    let off = Sidecar::start(plane, &composer, "off", &[]);
+    let rbac = Sidecar::start(
+        plane,
+        &composer,
+        "rbac",
+        &[("CAPSTAN_TOOL_AUTHORIZATION", "rbac")],
+    );
+    let short_ttl = SHORT_TTL.to_string();
+    let steady = Sidecar::start(
+        plane,
+        &composer,
+        "rbac-short-ttl",
+        &[
+            ("CAPSTAN_TOOL_AUTHORIZATION", "rbac"),
+            ("CAPSTAN_CALLER_CHECK_TTL_SECONDS", short_ttl.as_str()),
+        ],
+    );
+    let mut report = String::new();
+    report += &first_lists(plane, &off, &rbac).await;
+    report += &steady_state(plane, &steady).await;
+    report += &call_cpu(plane, &off, &rbac).await;
+    report
+}
+
+/// The first `tools/list` of a new session, per caller and sidecar: milliseconds and
+/// reviews, medians of alternated rounds (a fresh token each, so nothing is cached).
+async fn first_lists(plane: &ControlPlane, off: &Sidecar, rbac: &Sidecar) -> String {
+    let cases: [(&str, &Sidecar, &str); 3] = [
+        ("off, frank", off, "frank"),
+        ("rbac, frank (everything: one review)", rbac, "frank"),
+        ("rbac, pat (one tool by name)", rbac, "pat"),
+    ];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    let mut reviews: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    let mut listed = vec![0; cases.len()];
+    for _ in 0..ROUNDS {
+        for (i, (_, sidecar, account)) in cases.iter().enumerate() {
+            let session = sidecar.session(&token(plane, account)).await;
+            let before = sidecar.reviews();
+            let started = Instant::now();
+            let tools = session.list_all_tools().await.unwrap();
+            times[i].push(started.elapsed().as_secs_f64() * 1000.0);
+            reviews[i].push(sidecar.reviews() - before);
+            listed[i] = tools.len();
+            let _ = session.cancel().await;
+        }
+    }
+    let mut out = format!(
+        "\nThe first tools/list of a new session: {} tools composed ({BINDINGS} bindings), \
+         medians of {ROUNDS} alternated rounds, a fresh token each\n{:<40} {:>8} {:>10} {:>9}\n",
+        BINDINGS * TOOLS.len(),
+        "sidecar, caller",
+        "listed",
+        "p50 ms",
+        "reviews"
+    );
+    for (i, (label, _, _)) in cases.iter().enumerate() {
+        out += &format!(
+            "{:<40} {:>8} {:>10.1} {:>9}\n",
+            label,
+            listed[i],
+            median(times[i].clone()),
+            median(reviews[i].clone())
+        );
+    }
+    out
+}
+
+/// The reviews one caller costs while it calls continuously across several TTLs of the
+/// short-TTL sidecar, and the same scaled to the default TTL of 60 s.
+async fn steady_state(plane: &ControlPlane, steady: &Sidecar) -> String {
+    let mut out = format!(
+        "\nSteady state: one caller calling without pause for {} s on a sidecar whose TTL is \
+         {SHORT_TTL} s\n{:<12} {:>9} {:>14} {:>22}\n",
+        STEADY.as_secs(),
+        "caller",
+        "reviews",
+        "per minute",
+        "per minute at TTL 60 s"
+    );
+    for (account, tool) in [("frank", "b00__streams_list"), ("pat", "b00__streams_list")] {
+        let session = steady.session(&token(plane, account)).await;
+        let before = steady.reviews();
+        let started = Instant::now();
+        let mut calls = 0u64;
+        while started.elapsed() < STEADY {
+            call(&session, tool).await;
+            calls += 1;
+        }
+        let made = steady.reviews() - before;
+        let per_minute = made * 60.0 / STEADY.as_secs_f64();
+        out += &format!(
+            "{:<12} {:>9} {:>14.0} {:>22.0}   ({calls} calls)\n",
+            account,
+            made,
+            per_minute,
+            per_minute * SHORT_TTL as f64 / 60.0
+        );
+        let _ = session.cancel().await;
+    }
+    out
+}
+
+async fn call(session: &RunningService<RoleClient, ClientConfig>, tool: &str) {
+    let result = session
+        .call_tool(CallToolRequestParams::new(tool.to_owned()))
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+}
+
+/// The sidecar's CPU per forwarded call within the TTL, with authorization and without:
+/// frank's session on each, `CALLS` calls per round, rounds alternated.
+async fn call_cpu(plane: &ControlPlane, off: &Sidecar, rbac: &Sidecar) -> String {
+    let frank = token(plane, "frank");
+    let sessions = [off.session(&frank).await, rbac.session(&frank).await];
+    for session in &sessions {
+        session.list_all_tools().await.unwrap();
+        for _ in 0..50 {
+            call(session, "b00__streams_list").await;
+        }
+    }
+    let mut cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..ROUNDS {
+        for (i, (session, sidecar)) in sessions.iter().zip([off, rbac]).enumerate() {
+            let before = cpu_seconds(sidecar.pid());
+            for _ in 0..CALLS {
+                call(session, "b00__streams_list").await;
+            }
+            let spent = cpu_seconds(sidecar.pid()) - before;
+            cpu[i].push(spent * 1e6 / CALLS as f64);
+        }
+    }
+    let (off_cpu, rbac_cpu) = (median(cpu[0].clone()), median(cpu[1].clone()));
+    format!(
+        "\nThe sidecar's CPU per forwarded call within the TTL (frank's session, {CALLS} calls \
+         per round, medians of {ROUNDS} alternated rounds)\n\
+         {:<40} {:>12}\n{:<40} {:>12.1}\n{:<40} {:>12.1}\n\
+         rbac / off: {:.3}x (runs: off {:?}, rbac {:?})\n",
+        "sidecar",
+        "µs per call",
+        "authorization off",
+        off_cpu,
+        "authorization rbac",
+        rbac_cpu,
+        rbac_cpu / off_cpu,
+        cpu[0].iter().map(|v| v.round()).collect::<Vec<_>>(),
+        cpu[1].iter().map(|v| v.round()).collect::<Vec<_>>(),
+    )
+}
