@@ -25,7 +25,7 @@ use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::{PROJECT_HEADER, SidecarProcess};
 use capstan_e2e::suite::with_plane;
 use capstan_e2e::{free_address, metric};
-use capstan_testkit::{DemoProvider, binding_document, cpu_seconds};
+use capstan_testkit::{DemoProvider, binding_document, cpu_nanos};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::service::{RoleClient, RunningService};
@@ -46,7 +46,10 @@ const TOOLS: [&str; 7] = [
 ];
 const BINDINGS: usize = 43;
 const ROUNDS: usize = 5;
-const CALLS: usize = 1000;
+/// The CPU measure: rounds, turns per round, calls per turn.
+const CPU_ROUNDS: usize = 5;
+const CHUNKS: usize = 20;
+const CHUNK: usize = 200;
 /// The short TTL of the steady-state sidecar, and how long a caller calls it.
 const SHORT_TTL: u64 = 5;
 const STEADY: Duration = Duration::from_secs(21);
@@ -238,7 +241,16 @@ async fn bench(plane: &ControlPlane) -> String {
     let mut report = String::new();
     report += &first_lists(plane, &off, &rbac).await;
     report += &steady_state(plane, &steady).await;
-    report += &call_cpu(plane, &off, &rbac).await;
+    let control = Sidecar::start(plane, &composer, "off-control", &[]);
+    report += &call_cpu(
+        plane,
+        [
+            ("authorization off", &off),
+            ("authorization rbac", &rbac),
+            ("authorization off, a second sidecar", &control),
+        ],
+    )
+    .await;
     report
 }
 
@@ -289,14 +301,17 @@ async fn first_lists(plane: &ControlPlane, off: &Sidecar, rbac: &Sidecar) -> Str
 /// The reviews one caller costs while it calls continuously across several TTLs of the
 /// short-TTL sidecar, and the same scaled to the default TTL of 60 s.
 async fn steady_state(plane: &ControlPlane, steady: &Sidecar) -> String {
+    // A decision is made at the first call and again at the first call after each TTL.
+    let decisions = STEADY.as_secs().div_ceil(SHORT_TTL);
     let mut out = format!(
         "\nSteady state: one caller calling without pause for {} s on a sidecar whose TTL is \
-         {SHORT_TTL} s\n{:<12} {:>9} {:>14} {:>22}\n",
+         {SHORT_TTL} s ({decisions} decisions); at the default TTL of 60 s a caller costs one \
+         decision a minute\n{:<12} {:>9} {:>22} {:>26}\n",
         STEADY.as_secs(),
         "caller",
         "reviews",
-        "per minute",
-        "per minute at TTL 60 s"
+        "reviews per decision",
+        "reviews per minute at 60 s"
     );
     for (account, tool) in [("frank", "b00__streams_list"), ("pat", "b00__streams_list")] {
         let session = steady.session(&token(plane, account)).await;
@@ -308,13 +323,10 @@ async fn steady_state(plane: &ControlPlane, steady: &Sidecar) -> String {
             calls += 1;
         }
         let made = steady.reviews() - before;
-        let per_minute = made * 60.0 / STEADY.as_secs_f64();
+        let per_decision = made / decisions as f64;
         out += &format!(
-            "{:<12} {:>9} {:>14.0} {:>22.0}   ({calls} calls)\n",
-            account,
-            made,
-            per_minute,
-            per_minute * SHORT_TTL as f64 / 60.0
+            "{:<12} {:>9} {:>22.0} {:>26.0}   ({calls} calls)\n",
+            account, made, per_decision, per_decision
         );
         let _ = session.cancel().await;
     }
@@ -330,41 +342,60 @@ async fn call(session: &RunningService<RoleClient, ClientConfig>, tool: &str) {
 }
 
 /// The sidecar's CPU per forwarded call within the TTL, with authorization and without:
-/// frank's session on each, `CALLS` calls per round, rounds alternated.
-async fn call_cpu(plane: &ControlPlane, off: &Sidecar, rbac: &Sidecar) -> String {
+/// frank's session on each. The sides take turns every `CHUNK` calls (the order rotated), each
+/// chunk's CPU read from the scheduler's nanosecond accounting, so a drift of the machine's load
+/// falls on every side alike; a round is `CHUNKS` turns. A second sidecar without authorization
+/// is the control: its ratio to the first is what two processes differ by with nothing between
+/// them.
+async fn call_cpu(plane: &ControlPlane, sides: [(&str, &Sidecar); 3]) -> String {
     let frank = token(plane, "frank");
-    let sessions = [off.session(&frank).await, rbac.session(&frank).await];
-    for session in &sessions {
+    let mut sessions = Vec::new();
+    for (_, sidecar) in &sides {
+        let session = sidecar.session(&frank).await;
         session.list_all_tools().await.unwrap();
         for _ in 0..50 {
-            call(session, "b00__streams_list").await;
+            call(&session, "b00__streams_list").await;
         }
+        sessions.push(session);
     }
-    let mut cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    for _ in 0..ROUNDS {
-        for (i, (session, sidecar)) in sessions.iter().zip([off, rbac]).enumerate() {
-            let before = cpu_seconds(sidecar.pid());
-            for _ in 0..CALLS {
-                call(session, "b00__streams_list").await;
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    for _ in 0..CPU_ROUNDS {
+        let mut spent = vec![0u64; sides.len()];
+        for turn in 0..CHUNKS {
+            for k in 0..sides.len() {
+                let i = (turn + k) % sides.len();
+                let before = cpu_nanos(sides[i].1.pid());
+                for _ in 0..CHUNK {
+                    call(&sessions[i], "b00__streams_list").await;
+                }
+                spent[i] += cpu_nanos(sides[i].1.pid()) - before;
             }
-            let spent = cpu_seconds(sidecar.pid()) - before;
-            cpu[i].push(spent * 1e6 / CALLS as f64);
+        }
+        for (i, nanos) in spent.into_iter().enumerate() {
+            cpu[i].push(nanos as f64 / 1e3 / (CHUNK * CHUNKS) as f64);
         }
     }
-    let (off_cpu, rbac_cpu) = (median(cpu[0].clone()), median(cpu[1].clone()));
-    format!(
-        "\nThe sidecar's CPU per forwarded call within the TTL (frank's session, {CALLS} calls \
-         per round, medians of {ROUNDS} alternated rounds)\n\
-         {:<40} {:>12}\n{:<40} {:>12.1}\n{:<40} {:>12.1}\n\
-         rbac / off: {:.3}x (runs: off {:?}, rbac {:?})\n",
+    let medians: Vec<f64> = cpu.iter().map(|runs| median(runs.clone())).collect();
+    let mut out = format!(
+        "\nThe sidecar's CPU per forwarded call within the TTL (frank's session; the sides take \
+         turns every {CHUNK} calls, {} calls per side a round; medians of {CPU_ROUNDS} rounds)\n\
+         {:<40} {:>12} {:>10}  rounds\n",
+        CHUNK * CHUNKS,
         "sidecar",
         "µs per call",
-        "authorization off",
-        off_cpu,
-        "authorization rbac",
-        rbac_cpu,
-        rbac_cpu / off_cpu,
-        cpu[0].iter().map(|v| v.round()).collect::<Vec<_>>(),
-        cpu[1].iter().map(|v| v.round()).collect::<Vec<_>>(),
-    )
+        "/ off"
+    );
+    for (i, (label, _)) in sides.iter().enumerate() {
+        out += &format!(
+            "{:<40} {:>12.1} {:>9.3}x  {:?}\n",
+            label,
+            medians[i],
+            medians[i] / medians[0],
+            cpu[i]
+                .iter()
+                .map(|v| (v * 10.0).round() / 10.0)
+                .collect::<Vec<_>>()
+        );
+    }
+    out
 }

@@ -471,6 +471,24 @@ fn routed_skips_forbidden_provider(env: &Env) -> Outcome {
                 || format!("{who}'s routed call reached the wrong provider: {body}"),
             )?;
         }
+        // erin pinning the route to the provider she may not use: nothing is eligible, the
+        // premium provider sees nothing, and the refusal names no provider of hers to use
+        // but her own.
+        let premium = calls(&world.premium);
+        let pinned = json!({"query": "consumer lag", "route": {"pin": "search-premium"}});
+        let (status, body) = world.sidecar.sessionless_call(
+            PROJECT,
+            Some("token-of-erin"),
+            "cap__web_search",
+            &pinned,
+        );
+        check(
+            status == 200
+                && body.contains("\"isError\":true")
+                && !body.contains("premium__docs_search")
+                && calls(&world.premium) == premium,
+            || format!("erin pinning the premium provider: {status} {body}"),
+        )?;
         // pat may use neither provider: the capability is unknown to him.
         let (status, body) = world.sidecar.sessionless_call(
             PROJECT,
