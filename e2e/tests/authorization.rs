@@ -24,7 +24,9 @@ use capstan_e2e::sidecar::SidecarProcess;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
 use capstan_e2e::{HarnessError, PlaneOptions, free_address, metric};
 use capstan_testkit::sidecar::python_report;
-use capstan_testkit::{DemoProvider, ListeningClient, PythonServer, binding_document};
+use capstan_testkit::{
+    DemoProvider, ListeningClient, PythonServer, binding_document, node_dir, repo_root,
+};
 use serde_json::{Value, json};
 
 const PROJECT: &str = "acme";
@@ -145,6 +147,10 @@ fn main() -> ExitCode {
             trial(
                 "two_callers_should_each_see_and_call_only_the_tools_their_roles_name",
                 two_callers,
+            ),
+            trial(
+                "the_typescript_sdk_should_see_the_same_refusals",
+                typescript_client,
             ),
             trial(
                 "a_prompt_and_a_resource_not_granted_should_be_refused_as_unknown_ones",
@@ -774,6 +780,67 @@ fn dead_tokens(env: &Env) -> Outcome {
         let after = env.runtime.block_on(world.streamco.tool_calls()).len();
         check(after == calls, || {
             format!("the provider saw {} calls", after - calls)
+        })
+    })
+}
+
+/// The TypeScript SDK's report of `calls` as the caller holding `token`
+/// (`crates/capstan-sidecar/tests/node/authorized.mjs`, run from a copy beside the SDK: ES
+/// modules find packages next to the script).
+fn typescript_report(world: &World, token: &str, calls: &Value) -> Result<Value, String> {
+    let copy = node_dir().join(format!("authorization-{}.mjs", std::process::id()));
+    std::fs::copy(
+        repo_root().join("crates/capstan-sidecar/tests/node/authorized.mjs"),
+        &copy,
+    )
+    .map_err(|e| format!("copying the TypeScript client: {e}"))?;
+    let output = std::process::Command::new("node")
+        .arg(&copy)
+        .arg(&world.sidecar.socket)
+        .args([PROJECT, token, &calls.to_string()])
+        .output()
+        .map_err(|e| format!("running the TypeScript client: {e}"));
+    let _ = std::fs::remove_file(&copy);
+    let output = output?;
+    serde_json::from_slice(&output.stdout).map_err(|e| {
+        format!(
+            "the TypeScript client: {e}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// The official TypeScript SDK, an independent client of its own, sees what the Python one
+/// does: pat is shown his one tool, and alice's tool is refused him with the words of a tool
+/// that does not exist; the provider counts only his allowed call.
+fn typescript_client(env: &Env) -> Outcome {
+    with_world(|world| {
+        let before = env.runtime.block_on(world.streamco.tool_calls()).len();
+        let calls = json!([
+            {"name": "streamco__streams_get", "arguments": {"name": "clickstream"}},
+            {"name": "streamco__no_such_tool"},
+            {"name": "streamco__streams_list"},
+        ]);
+        let report = typescript_report(world, "token-of-pat", &calls)?;
+        check(report["tools"] == json!(["streamco__streams_list"]), || {
+            format!("pat's list through the TypeScript SDK: {report}")
+        })?;
+        let refused = report["calls"][0]["error"].to_string();
+        let unknown = report["calls"][1]["error"].to_string();
+        check(
+            !refused.is_empty()
+                && refused != "null"
+                && refused.replace("streamco__streams_get", "NAME")
+                    == unknown.replace("streamco__no_such_tool", "NAME"),
+            || format!("pat's refused call {refused} against the unknown tool's {unknown}"),
+        )?;
+        check(report["calls"][2]["ok"]["isError"] == false, || {
+            format!("pat's own tool: {report}")
+        })?;
+        let after = env.runtime.block_on(world.streamco.tool_calls());
+        check(after[before..] == ["streams_list".to_owned()], || {
+            format!("the provider saw {:?}", &after[before..])
         })
     })
 }
