@@ -19,6 +19,7 @@ use capstan_platform::{AccessReviewer, ApiFailure};
 use futures::{StreamExt as _, TryStreamExt as _};
 use tracing::warn;
 
+use self::flight::Flights;
 use crate::caller::identity::Identity;
 use crate::observe::metrics::Metrics;
 
@@ -306,6 +307,8 @@ pub struct ToolAuthorizer {
     ttl: Duration,
     capacity: usize,
     answers: Mutex<HashMap<([u8; 32], Question), Answer>>,
+    /// Reviews in flight: one per (caller, question), however many tasks ask at once.
+    flights: Flights<([u8; 32], Question), Answer>,
 }
 
 impl ToolAuthorizer {
@@ -318,6 +321,7 @@ impl ToolAuthorizer {
             ttl,
             capacity: ANSWERS_CAPACITY,
             answers: Mutex::new(HashMap::new()),
+            flights: Flights::default(),
         }
     }
 
@@ -346,30 +350,48 @@ impl ToolAuthorizer {
                 if let Some(answer) = self.cached(&key, &question, Instant::now()) {
                     return Ok(answer);
                 }
-                let reviewer = reviewer
-                    .get_or_try_init(|| async { AccessReviewer::new(&self.plane, project, token) })
+                let flight = (key, question.clone());
+                self.flights
+                    .once(&flight, || {
+                        self.review(reviewer, project, token, key, question)
+                    })
                     .await
-                    .map_err(|failure| self.failed(project, &failure))?;
-                let allowed = match reviewer
-                    .may(USE, question.resource, question.name.as_deref())
-                    .await
-                {
-                    Ok(allowed) => allowed,
-                    // A token the plane does not know is an answer too: it may use nothing.
-                    Err(ApiFailure::Forbidden { .. }) => false,
-                    Err(failure) => return Err(self.failed(project, &failure)),
-                };
-                self.metrics
-                    .access_review(if allowed { "allowed" } else { "denied" });
-                let answer = Answer {
-                    allowed,
-                    at: Instant::now(),
-                };
-                self.remember(key, question, answer);
-                Ok(answer)
             }
         };
         decide(offered, ask).await
+    }
+
+    /// Asks the plane `question` as the caller holding `token` (through `reviewer`, made on
+    /// first use), counts and remembers the answer.
+    async fn review(
+        &self,
+        reviewer: &tokio::sync::OnceCell<AccessReviewer>,
+        project: &str,
+        token: &str,
+        key: [u8; 32],
+        question: Question,
+    ) -> Result<Answer, Undecided> {
+        let reviewer = reviewer
+            .get_or_try_init(|| async { AccessReviewer::new(&self.plane, project, token) })
+            .await
+            .map_err(|failure| self.failed(project, &failure))?;
+        let allowed = match reviewer
+            .may(USE, question.resource, question.name.as_deref())
+            .await
+        {
+            Ok(allowed) => allowed,
+            // A token the plane does not know is an answer too: it may use nothing.
+            Err(ApiFailure::Forbidden { .. }) => false,
+            Err(failure) => return Err(self.failed(project, &failure)),
+        };
+        self.metrics
+            .access_review(if allowed { "allowed" } else { "denied" });
+        let answer = Answer {
+            allowed,
+            at: Instant::now(),
+        };
+        self.remember(key, question, answer);
+        Ok(answer)
     }
 
     fn failed(&self, project: &str, failure: &ApiFailure) -> Undecided {
@@ -429,6 +451,8 @@ fn everything(offered: &Offered) -> Withheld {
         bindings: offered.resources.clone(),
     }
 }
+
+mod flight;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
