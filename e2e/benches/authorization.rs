@@ -358,6 +358,27 @@ async fn call_cpu(plane: &ControlPlane, sides: [(&str, &Sidecar); 3]) -> String 
         }
         sessions.push(session);
     }
+    // CAPSTAN_BENCH_PERF=<file>: a CPU profile of the sidecar with authorization over the
+    // rounds (`perf report -i <file>`), to see what share of its CPU the check takes.
+    let profile = std::env::var("CAPSTAN_BENCH_PERF").ok().map(|file| {
+        std::process::Command::new("perf")
+            .args([
+                "record",
+                "-e",
+                "cpu-clock",
+                "-F",
+                "2000",
+                "-g",
+                "-o",
+                &file,
+                "-p",
+            ])
+            .arg(sides[1].1.pid().to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("perf record")
+    });
     let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
     for _ in 0..CPU_ROUNDS {
         let mut spent = vec![0u64; sides.len()];
@@ -374,6 +395,12 @@ async fn call_cpu(plane: &ControlPlane, sides: [(&str, &Sidecar); 3]) -> String 
         for (i, nanos) in spent.into_iter().enumerate() {
             cpu[i].push(nanos as f64 / 1e3 / (CHUNK * CHUNKS) as f64);
         }
+    }
+    if let Some(mut perf) = profile {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &perf.id().to_string()])
+            .status();
+        let _ = perf.wait();
     }
     let medians: Vec<f64> = cpu.iter().map(|runs| median(runs.clone())).collect();
     let mut out = format!(
