@@ -296,6 +296,7 @@ async fn complete(
     let withheld = task.withheld(&served).await.map_err(undecided)?;
     let reference = &params["ref"];
     let usable = match reference["type"].as_str() {
+        _ if withheld.is_empty() => true,
         Some("ref/prompt") => withheld.prompt(reference["name"].as_str().unwrap_or_default()),
         _ => served
             .composed()
@@ -324,6 +325,11 @@ async fn withheld_resource(
     uri: &str,
 ) -> Result<Option<OfferingError>, McpError> {
     let withheld = task.withheld(served).await.map_err(undecided)?;
+    // Nothing withheld (authorization off, or a caller granted every binding): the URI is not
+    // resolved here and again by the composer.
+    if withheld.bindings.is_empty() {
+        return Ok(None);
+    }
     let binding = served.composed().resource_binding(uri);
     Ok(binding
         .filter(|binding| !withheld.binding(binding))
