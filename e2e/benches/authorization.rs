@@ -79,14 +79,9 @@ fn median<T: PartialOrd + Copy>(mut values: Vec<T>) -> T {
 }
 
 fn kubectl(plane: &ControlPlane, args: &[&str], input: Option<&str>) -> String {
-    let output = plane.kubectl_with_input(args, input);
-    assert!(
-        output.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        capstan_e2e::printed(&output)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    plane
+        .kubectl_ok(args, input)
+        .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
 }
 
 fn main() {

@@ -66,6 +66,20 @@ fn offered() -> Offered {
     }
 }
 
+/// An authorizer holding at most `capacity` answers, for a plane nobody can reach (its cache
+/// is all these tests read).
+fn authorizer(capacity: usize) -> ToolAuthorizer {
+    let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let mut authorizer = ToolAuthorizer::new(
+        ControlPlane::new(config, None),
+        Metrics::register(&mut registry),
+        Duration::from_secs(60),
+    );
+    authorizer.capacity = capacity;
+    authorizer
+}
+
 fn names(set: &BTreeSet<String>) -> Vec<&str> {
     set.iter().map(String::as_str).collect()
 }
@@ -194,14 +208,7 @@ async fn the_reviews_of_a_large_composition_should_be_bounded_in_flight() {
 
 #[test]
 fn the_answers_cache_should_stay_bounded_and_expire_at_the_ttl() {
-    let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
-    let mut registry = prometheus_client::registry::Registry::default();
-    let mut authorizer = ToolAuthorizer::new(
-        ControlPlane::new(config, None),
-        Metrics::register(&mut registry),
-        Duration::from_secs(60),
-    );
-    authorizer.capacity = 2;
+    let authorizer = authorizer(2);
     let now = Instant::now();
     let key = [1u8; 32];
     let answer = |allowed, at| Answer { allowed, at };
@@ -245,14 +252,7 @@ fn the_answers_cache_should_stay_bounded_and_expire_at_the_ttl() {
 /// another pass until it is full again.
 #[test]
 fn a_full_cache_of_live_answers_should_shed_its_oldest_quarter() {
-    let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
-    let mut registry = prometheus_client::registry::Registry::default();
-    let mut authorizer = ToolAuthorizer::new(
-        ControlPlane::new(config, None),
-        Metrics::register(&mut registry),
-        Duration::from_secs(60),
-    );
-    authorizer.capacity = 8;
+    let authorizer = authorizer(8);
     let start = Instant::now();
     let key = [1u8; 32];
     let at = |i: u64| start + Duration::from_millis(i);
