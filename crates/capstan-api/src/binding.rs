@@ -311,7 +311,42 @@ pub struct McpServer {
     )]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub url_elicitation_hosts: Vec<String>,
+
+    /// How many calls this server takes from the assistants of the project, counted by each
+    /// sidecar on its own: a call over a limit is refused with `rate_limited` before it reaches
+    /// the server. The platform's defaults fill what is omitted and its ceilings cap what is
+    /// set (docs/limits.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<CallLimits>,
 }
+
+/// The calls one MCP server takes, per sidecar. Every field is optional; omitted, the
+/// platform's default applies (none: unlimited).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CallLimits {
+    /// Calls one caller may make to this server in a minute: a burst of this many, then one
+    /// every `60 / n` seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_CALLS_PER_MINUTE))]
+    pub calls_per_minute_per_caller: Option<u32>,
+
+    /// Calls one caller may have running on this server at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_CONCURRENT_CALLS))]
+    pub concurrent_calls_per_caller: Option<u32>,
+
+    /// Calls every caller together may make to this server in a minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_CALLS_PER_MINUTE))]
+    pub calls_per_minute: Option<u32>,
+}
+
+/// The largest per-minute limit a binding may declare (a thousand calls a second).
+pub const MAX_CALLS_PER_MINUTE: u32 = 60_000;
+
+/// The largest concurrency limit a binding may declare.
+pub const MAX_CONCURRENT_CALLS: u32 = 10_000;
 
 /// How a server's tools (`toolNames`) or prompts (`promptNames`) are named in a composition.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]

@@ -19,7 +19,7 @@ pub mod validate;
 pub mod wire;
 
 pub use binding::{
-    Authority, CapabilityBinding, CapabilityBindingSpec, CapabilityBindingStatus,
+    Authority, CallLimits, CapabilityBinding, CapabilityBindingSpec, CapabilityBindingStatus,
     CapabilityMapping, CapabilityStatus, Concept, CostHint, GroupKind, Knowledge, KnowledgeSource,
     KnowledgeSourceType, McpServer, Naming, ObjectRef, PromptSelector, ReadGrant, ResourceSelector,
     ResourceUris, Skill, ToolSelector, Tools,

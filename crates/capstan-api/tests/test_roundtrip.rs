@@ -2,10 +2,10 @@
 //! and in YAML; and the CR and document forms of the StreamCo example carry one spec.
 
 use capstan_api::{
-    Authority, CapabilityBindingSpec, CapabilityDocument, CapabilityMapping, CapabilityStatus,
-    Concept, CostHint, DocumentMeta, GroupKind, Knowledge, KnowledgeSource, KnowledgeSourceType,
-    McpServer, Naming, Object, ObjectRef, PromptSelector, ReadGrant, ResourceSelector,
-    ResourceUris, Skill, ToolSelector, Tools,
+    Authority, CallLimits, CapabilityBindingSpec, CapabilityDocument, CapabilityMapping,
+    CapabilityStatus, Concept, CostHint, DocumentMeta, GroupKind, Knowledge, KnowledgeSource,
+    KnowledgeSourceType, McpServer, Naming, Object, ObjectRef, PromptSelector, ReadGrant,
+    ResourceSelector, ResourceUris, Skill, ToolSelector, Tools,
 };
 use proptest::collection::vec;
 use proptest::option;
@@ -156,6 +156,11 @@ fn server(index: usize) -> impl Strategy<Value = McpServer> {
                     1 => vec![format!("login-{index}.example.com")],
                     _ => vec![format!("*.auth-{index}.example.com")],
                 },
+                limits: index.is_multiple_of(2).then(|| CallLimits {
+                    calls_per_minute_per_caller: Some(60 + index as u32),
+                    concurrent_calls_per_caller: index.is_multiple_of(4).then_some(4),
+                    calls_per_minute: index.is_multiple_of(3).then_some(600),
+                }),
             }
         })
 }
