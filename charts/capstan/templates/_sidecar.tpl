@@ -36,6 +36,11 @@ Parameters:
                     decided by the project's RBAC (CAPSTAN_TOOL_AUTHORIZATION,
                     docs/authorization.md); bind <release>-tools-user to whoever keeps all
                     of them first
+  callLimits        the platform's say over every provider server's call limits
+                    (docs/limits.md): a dict with `defaults` (where a binding declares
+                    none) and `ceilings` (the most any server gets), each a dict of
+                    `callsPerMinutePerCaller`, `concurrentCallsPerCaller` and
+                    `callsPerMinute` (CAPSTAN_DEFAULT_* and CAPSTAN_MAX_*); unset: none
   tracing           traces over OTLP/HTTP (README "Observe"), off by default: a dict with
                     `endpoint` (the collector's OTLP/HTTP URL), optional `sampler` and
                     `samplerArg` (OTEL_TRACES_SAMPLER/_ARG) and `serviceName` (default
@@ -77,6 +82,18 @@ The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.
   {{- if .toolAuthorization }}
   - name: CAPSTAN_TOOL_AUTHORIZATION
     value: {{ .toolAuthorization | quote }}
+  {{- end }}
+  {{- with .callLimits }}
+  {{- $limits := . }}
+  {{- range $scope, $prefix := dict "defaults" "CAPSTAN_DEFAULT_" "ceilings" "CAPSTAN_MAX_" }}
+  {{- $set := get $limits $scope | default dict }}
+  {{- range $field, $suffix := dict "callsPerMinutePerCaller" "CALLS_PER_MINUTE_PER_CALLER" "concurrentCallsPerCaller" "CONCURRENT_CALLS_PER_CALLER" "callsPerMinute" "CALLS_PER_MINUTE" }}
+  {{- with get $set $field }}
+  - name: {{ printf "%s%s" $prefix $suffix }}
+    value: {{ . | toString | quote }}
+  {{- end }}
+  {{- end }}
+  {{- end }}
   {{- end }}
   {{- with .tracing }}
   {{- if .endpoint }}

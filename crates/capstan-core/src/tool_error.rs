@@ -26,6 +26,10 @@ pub enum ErrorKind {
     /// The provider asked the caller something during the call and the caller did not answer
     /// in time: the call was cancelled; answer the question next time.
     Unanswered,
+    /// A limit on calls to the provider's server (per caller, concurrent, or in total) was
+    /// reached; the call did not reach the provider. Call again after `retryAfterMs`, or once
+    /// a running call has finished when there is none.
+    RateLimited,
 }
 
 impl ErrorKind {
@@ -40,12 +44,16 @@ impl ErrorKind {
             Self::OutcomeUnknown => "outcome_unknown",
             Self::StalePlan => "stale_plan",
             Self::Unanswered => "unanswered",
+            Self::RateLimited => "rate_limited",
         }
     }
 
     /// Whether calling again unchanged may succeed.
     pub fn retryable(self) -> bool {
-        matches!(self, Self::UpstreamUnavailable | Self::Unanswered)
+        matches!(
+            self,
+            Self::UpstreamUnavailable | Self::Unanswered | Self::RateLimited
+        )
     }
 }
 
@@ -63,6 +71,8 @@ pub struct ToolError {
     /// Whether calling again unchanged may succeed, when the kind's default is wrong for this
     /// failure.
     pub retryable: Option<bool>,
+    /// How long to wait before a retry may succeed, for `rate_limited`.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ToolError {
@@ -74,6 +84,7 @@ impl ToolError {
             field: None,
             code: None,
             retryable: None,
+            retry_after: None,
         }
     }
 
@@ -95,6 +106,12 @@ impl ToolError {
         self
     }
 
+    /// The same error, saying when a retry may succeed (`retryAfterMs`, rounded up).
+    pub fn retry_after(mut self, wait: std::time::Duration) -> Self {
+        self.retry_after = Some(wait);
+        self
+    }
+
     /// The error as an MCP tool result.
     pub fn into_result(self) -> CallToolResult {
         let mut error = json!({
@@ -107,6 +124,10 @@ impl ToolError {
         }
         if let Some(code) = self.code {
             error["code"] = json!(code);
+        }
+        if let Some(wait) = self.retry_after {
+            // Rounded up, so a caller that waits exactly this long is not refused again.
+            error["retryAfterMs"] = json!(wait.as_nanos().div_ceil(1_000_000));
         }
         CallToolResult::structured_error(json!({ "error": error }))
     }
@@ -127,6 +148,19 @@ mod tests {
             result.structured_content.unwrap(),
             json!({"error": {"kind": "invalid_input", "message": "name: required",
                              "retryable": false, "field": "name"}})
+        );
+    }
+
+    #[test]
+    fn a_rate_limited_call_should_say_when_to_retry_rounded_up() {
+        let limited = ToolError::new(ErrorKind::RateLimited, "over the limit")
+            .with_code("calls_per_minute_per_caller")
+            .retry_after(std::time::Duration::from_micros(1_500));
+        assert_eq!(
+            limited.into_result().structured_content.unwrap(),
+            json!({"error": {"kind": "rate_limited", "message": "over the limit",
+                             "retryable": true, "code": "calls_per_minute_per_caller",
+                             "retryAfterMs": 2}})
         );
     }
 

@@ -157,6 +157,9 @@ pub enum Reason {
     CoverageMissing,
     /// Ranked outside the top [`CANDIDATE_CAP`].
     CandidateCap,
+    /// Ranked, but a limit on calls to its server was reached for this call (the sidecar's
+    /// call limits, applied after selection): the next ranked candidate served.
+    RateLimited,
 }
 
 impl Reason {
@@ -172,6 +175,7 @@ impl Reason {
             Self::QualityFloor => "quality_floor",
             Self::CoverageMissing => "coverage_missing",
             Self::CandidateCap => "candidate_cap",
+            Self::RateLimited => "rate_limited",
         }
     }
 }

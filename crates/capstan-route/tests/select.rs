@@ -478,6 +478,7 @@ fn each_reason_should_be_spelled_as_the_routing_docs_list_it() {
         (Reason::QualityFloor, "quality_floor"),
         (Reason::CoverageMissing, "coverage_missing"),
         (Reason::CandidateCap, "candidate_cap"),
+        (Reason::RateLimited, "rate_limited"),
     ] {
         assert_eq!(reason.as_str(), word);
     }

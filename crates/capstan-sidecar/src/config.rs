@@ -60,6 +60,9 @@ pub struct Config {
     /// How long sessions and tasks live, and how many may be open.
     #[command(flatten, next_help_heading = "Sessions and limits")]
     pub sessions: SessionSettings,
+    /// How many calls each provider's MCP server takes: the platform's defaults and ceilings.
+    #[command(flatten, next_help_heading = "Call limits")]
+    pub call_limits: CallLimitSettings,
     /// Logs, metrics and the metering sink.
     #[command(flatten, next_help_heading = "Observability")]
     pub observability: ObservabilitySettings,
@@ -272,6 +275,48 @@ pub struct SessionSettings {
     pub max_streams_per_task: usize,
 }
 
+/// How many calls each provider's MCP server takes from this sidecar (docs/limits.md): a
+/// binding declares `limits` per server; these fill what it omits and cap what it sets. Each
+/// is unset by default (no limit), so an upgrade refuses no call it served before.
+#[derive(Debug, clap::Args)]
+pub struct CallLimitSettings {
+    /// Calls one caller may make to a server in a minute, where its binding declares none.
+    #[arg(long, env = "CAPSTAN_DEFAULT_CALLS_PER_MINUTE_PER_CALLER", value_parser = per_minute())]
+    pub default_calls_per_minute_per_caller: Option<u32>,
+
+    /// Calls one caller may have running on a server at once, where its binding declares none.
+    #[arg(long, env = "CAPSTAN_DEFAULT_CONCURRENT_CALLS_PER_CALLER", value_parser = concurrent())]
+    pub default_concurrent_calls_per_caller: Option<u32>,
+
+    /// Calls every caller together may make to a server in a minute, where its binding
+    /// declares none.
+    #[arg(long, env = "CAPSTAN_DEFAULT_CALLS_PER_MINUTE", value_parser = per_minute())]
+    pub default_calls_per_minute: Option<u32>,
+
+    /// The most calls a minute per caller any server gets: a binding declaring more is held
+    /// to this (and the sidecar logs it at composition).
+    #[arg(long, env = "CAPSTAN_MAX_CALLS_PER_MINUTE_PER_CALLER", value_parser = per_minute())]
+    pub max_calls_per_minute_per_caller: Option<u32>,
+
+    /// The most concurrent calls per caller any server gets.
+    #[arg(long, env = "CAPSTAN_MAX_CONCURRENT_CALLS_PER_CALLER", value_parser = concurrent())]
+    pub max_concurrent_calls_per_caller: Option<u32>,
+
+    /// The most calls a minute from every caller together any server gets.
+    #[arg(long, env = "CAPSTAN_MAX_CALLS_PER_MINUTE", value_parser = per_minute())]
+    pub max_calls_per_minute: Option<u32>,
+}
+
+/// A per-minute limit: the range a binding may declare (capstan-api `binding.rs`).
+fn per_minute() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(1..=i64::from(capstan_api::binding::MAX_CALLS_PER_MINUTE))
+}
+
+/// A concurrency limit: the range a binding may declare.
+fn concurrent() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(1..=i64::from(capstan_api::binding::MAX_CONCURRENT_CALLS))
+}
+
 /// Logs, metrics and the metering sink.
 #[derive(Debug, clap::Args)]
 pub struct ObservabilitySettings {
@@ -326,6 +371,34 @@ mod tests {
         {
             panic!("{stale}");
         }
+    }
+
+    /// A call limit of 0 would refuse every call, and one above a binding's own range means
+    /// nothing: both refused when the process starts, naming the flag.
+    #[test]
+    fn a_call_limit_outside_its_range_should_be_refused_at_start() {
+        use clap::Parser as _;
+        for (flag, value) in [
+            ("--default-calls-per-minute-per-caller", "0"),
+            ("--max-calls-per-minute", "60001"),
+            ("--max-concurrent-calls-per-caller", "10001"),
+        ] {
+            let Err(refused) =
+                Config::try_parse_from(["capstan-sidecar", "--source", "fixture", flag, value])
+            else {
+                panic!("{flag} {value} was taken");
+            };
+            assert_eq!(refused.kind(), clap::error::ErrorKind::ValueValidation);
+            assert!(refused.to_string().contains(flag), "{refused}");
+        }
+        let taken = Config::try_parse_from([
+            "capstan-sidecar",
+            "--source",
+            "fixture",
+            "--max-calls-per-minute-per-caller",
+            "60000",
+        ]);
+        assert!(taken.is_ok(), "{taken:?}");
     }
 
     /// A call timeout of 0 s would fail every call at once: refused when the process starts,

@@ -18,6 +18,9 @@ mod caller;
 /// Routed (`cap.*`) calls.
 mod routing;
 
+/// Limits on calls to providers' servers: per caller, concurrent, in total.
+mod limits;
+
 /// One task: what it serves and how it answers.
 mod task;
 

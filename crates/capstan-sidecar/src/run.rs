@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderName;
+use capstan_api::CallLimits;
 use capstan_compose::composer::Composer;
 use capstan_compose::composer::SetupError;
 use capstan_compose::limits::Limits;
@@ -31,10 +32,11 @@ use crate::caller::check::{CallerCheck, CallerCheckMode};
 use crate::composition::composer::ProjectComposer;
 use crate::composition::feeds::ProjectFeeds;
 use crate::config::{
-    CallerCheckSettings, Config, ObservabilitySettings, ServeSettings, SessionSettings, SourceKind,
-    UpstreamSettings,
+    CallLimitSettings, CallerCheckSettings, Config, ObservabilitySettings, ServeSettings,
+    SessionSettings, SourceKind, UpstreamSettings,
 };
 use crate::edge::router;
+use crate::limits::{CallGates, PlatformLimits};
 use crate::observe::metering::Meter;
 use crate::observe::metrics::{Metrics, WatchMetrics};
 use crate::routing::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
@@ -132,6 +134,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         base_tools,
         upstream,
         sessions,
+        call_limits,
         observability:
             ObservabilitySettings {
                 metrics_address,
@@ -170,6 +173,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         decisions: Arc::new(DecisionLog::new(DECISION_LOG_CAPACITY)),
         states: Arc::new(RequestStates::new()),
         authorizer,
+        limits: Arc::new(CallGates::new(platform_limits(call_limits))),
     };
     let composer = with_base_tools(
         ProjectComposer::new(documents.reader, composer, context),
@@ -187,6 +191,30 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         metrics_address,
     };
     built.serve(serving).await
+}
+
+/// The platform's defaults and ceilings of every server's call limits.
+fn platform_limits(settings: CallLimitSettings) -> PlatformLimits {
+    let CallLimitSettings {
+        default_calls_per_minute_per_caller,
+        default_concurrent_calls_per_caller,
+        default_calls_per_minute,
+        max_calls_per_minute_per_caller,
+        max_concurrent_calls_per_caller,
+        max_calls_per_minute,
+    } = settings;
+    PlatformLimits {
+        defaults: CallLimits {
+            calls_per_minute_per_caller: default_calls_per_minute_per_caller,
+            concurrent_calls_per_caller: default_concurrent_calls_per_caller,
+            calls_per_minute: default_calls_per_minute,
+        },
+        ceilings: CallLimits {
+            calls_per_minute_per_caller: max_calls_per_minute_per_caller,
+            concurrent_calls_per_caller: max_concurrent_calls_per_caller,
+            calls_per_minute: max_calls_per_minute,
+        },
+    }
 }
 
 /// The composer of the allow-list and limit settings.

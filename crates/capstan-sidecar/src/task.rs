@@ -38,6 +38,7 @@ pub use self::subscriptions::MAX_SUBSCRIPTIONS;
 use crate::caller::admission::Place;
 use crate::caller::authorization::ToolAuthorizer;
 use crate::caller::identity::Identity;
+use crate::limits::CallGates;
 use crate::observe::metering::Meter;
 use crate::observe::metrics::Metrics;
 use crate::routing::decisions::DecisionLog;
@@ -67,6 +68,9 @@ pub struct TaskContext {
     /// Decides what each caller may use, with per-tool authorization on
     /// (`caller/authorization.rs`); without it every admitted caller uses everything.
     pub authorizer: Option<Arc<ToolAuthorizer>>,
+    /// The limits on calls to providers' servers, counted across every task
+    /// (`limits.rs`): a caller cannot escape them by opening another session.
+    pub limits: Arc<CallGates>,
 }
 
 /// A task: what the session serves now, and who it is for.

@@ -482,6 +482,7 @@ pub(crate) mod tests {
             decisions: Arc::new(crate::routing::decisions::DecisionLog::new(2)),
             states: Arc::default(),
             authorizer: None,
+            limits: Arc::new(crate::limits::CallGates::new(Default::default())),
         };
         let composer = Arc::new(ProjectComposer::new(documents.clone(), composer, context));
         TaskStarter::new(composer, ProjectFeeds::new(documents, None, metrics))

@@ -29,6 +29,18 @@ pub struct RouteLabel {
     pub reason: String,
 }
 
+/// A provider tool and the limit of its server that kept a call from it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabel {
+    /// The binding.
+    pub binding: String,
+    /// The composed tool.
+    pub tool: String,
+    /// The limit (`calls_per_minute_per_caller`, `concurrent_calls_per_caller`,
+    /// `calls_per_minute`).
+    pub limit: String,
+}
+
 /// The outcomes of `caller_checks` (`caller/check.rs`).
 const CALLER_CHECK_OUTCOMES: [&str; 6] = [
     "allowed",
@@ -102,6 +114,9 @@ pub struct Metrics {
     /// Places refused, by the cap that was full (`total`, `caller`, `project`,
     /// `task_streams`).
     pub admission_refusals: Family<OutcomeLabel, Counter>,
+    /// Calls a server's limit kept from it (`limits.rs`), by binding, tool and limit; a
+    /// routed call another provider then served counts here too.
+    pub limit_refusals: Family<LimitLabel, Counter>,
 }
 
 /// The crd source's watches (`capstan_compose::source::WatchedCluster`), read at each scrape: their
@@ -180,6 +195,7 @@ impl Metrics {
             session_refreshes: Family::default(),
             places_held: Gauge::default(),
             admission_refusals: Family::default(),
+            limit_refusals: Family::default(),
         };
         metrics.start_at_zero();
         metrics.register_in(registry);
@@ -250,6 +266,12 @@ impl Metrics {
             "Capability document reads by outcome",
             self.source_reads.clone(),
         );
+        self.register_refusals_in(registry);
+    }
+
+    /// Registers the metrics of who may call what, and how much: places, caps, limits, the
+    /// caller check, authorization and routing.
+    fn register_refusals_in(&self, registry: &mut Registry) {
         registry.register(
             "places_held",
             "Sessions, tasks without a session and open streams holding a place now",
@@ -259,6 +281,11 @@ impl Metrics {
             "admission_refusals",
             "Sessions, tasks and streams refused because a cap was full, by cap",
             self.admission_refusals.clone(),
+        );
+        registry.register(
+            "limit_refusals",
+            "Calls a provider server's limit kept from it, by binding, tool and limit",
+            self.limit_refusals.clone(),
         );
         registry.register(
             "caller_checks",
@@ -311,6 +338,17 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// Counts a call `limit` of `binding`'s server kept from `tool`.
+    pub fn limit_refused(&self, binding: &str, tool: &str, limit: &str) {
+        self.limit_refusals
+            .get_or_create(&LimitLabel {
+                binding: binding.to_owned(),
+                tool: tool.to_owned(),
+                limit: limit.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts a place refused because `cap` was full.

@@ -9,11 +9,12 @@ use capstan_compose::composition::ComposedTool;
 use capstan_core::tool_error::{ErrorKind, ToolError};
 use capstan_upstream::mcp::{CallError, CallTraffic};
 use rmcp::ErrorData as McpError;
-use rmcp::model::{CallToolResponse, ErrorCode, JsonObject};
+use rmcp::model::{CallToolResponse, CallToolResult, ErrorCode, JsonObject};
 use serde_json::Value;
 
 use super::super::{Served, Task};
 use super::unknown_tool;
+use crate::limits::{Admitted, Limited};
 use crate::observe::metering::ToolInvocation;
 use crate::observe::request_span;
 use crate::task::request_states::Asked;
@@ -53,6 +54,14 @@ impl Answer {
     }
 }
 
+/// A provider tool a call may reach: the only way to [`Task::forward`], so no call reaches a
+/// provider without passing its server's limits.
+pub(super) struct Cleared<'a> {
+    tool: &'a ComposedTool,
+    /// The call's place under the limits, released when the call ends.
+    _admitted: Admitted,
+}
+
 impl Task {
     pub(super) async fn call_provider_tool(
         &self,
@@ -69,23 +78,86 @@ impl Task {
             self.meter(tool, error.kind.as_str(), Instant::now(), None);
             return Ok(self.refuse(error).into());
         }
-        self.forward(served, tool, arguments, None, name, traffic)
+        let cleared = match self.admit(served, tool) {
+            Ok(cleared) => cleared,
+            Err(limited) => return Ok(self.rate_limited(tool, &limited, None).into()),
+        };
+        self.forward(served, cleared, arguments, None, name, traffic)
             .await
     }
 
-    /// Calls provider `tool` with `arguments` (already checked), counted, traced and metered;
+    /// Lets this caller's call to `tool` pass its server's limits (`limits.rs`), or says
+    /// which refuses it; every refusal is counted by binding, tool and limit.
+    pub(super) fn admit<'a>(
+        &self,
+        served: &Served,
+        tool: &'a ComposedTool,
+    ) -> Result<Cleared<'a>, Limited> {
+        let declared = served.snapshot().server_limits(&tool.binding, &tool.server);
+        let admitted = self.context.limits.admit(
+            &self.identity.project,
+            &tool.binding,
+            &tool.server,
+            declared,
+            self.identity.fingerprint(),
+        );
+        match admitted {
+            Ok(admitted) => Ok(Cleared {
+                tool,
+                _admitted: admitted,
+            }),
+            Err(limited) => {
+                self.context.metrics.limit_refused(
+                    &tool.binding,
+                    &tool.name,
+                    limited.limit.as_str(),
+                );
+                Err(limited)
+            }
+        }
+    }
+
+    /// A call to `tool` a limit kept from its provider: refused as `rate_limited` with the
+    /// wait before a retry may pass, and metered as refused.
+    pub(super) fn rate_limited(
+        &self,
+        tool: &ComposedTool,
+        limited: &Limited,
+        capability: Option<&str>,
+    ) -> CallToolResult {
+        self.meter(
+            tool,
+            ErrorKind::RateLimited.as_str(),
+            Instant::now(),
+            capability,
+        );
+        let mut error = ToolError::new(
+            ErrorKind::RateLimited,
+            limited.message(&tool.binding, &tool.server),
+        )
+        .with_code(limited.limit.as_str());
+        if let Some(wait) = limited.retry_after {
+            error = error.retry_after(wait);
+        }
+        self.refuse(error)
+    }
+
+    /// Calls the provider tool `cleared` by its server's limits (its place among the caller's
+    /// running calls held to the call's end) with `arguments` (already checked), counted,
+    /// traced and metered;
     /// `capability` names the routed capability the call serves, if any, and `called` what the
     /// caller called (the tool, or the capability's `cap__*` tool): a question the provider
     /// answers with reaches the caller with its state sealed for a retry of `called`.
     pub(super) async fn forward(
         &self,
         served: &Served,
-        tool: &ComposedTool,
+        cleared: Cleared<'_>,
         arguments: Value,
         capability: Option<&str>,
         called: &str,
         traffic: CallTraffic,
     ) -> Result<CallToolResponse, McpError> {
+        let tool = cleared.tool;
         request_span::served_by(&tool.service_name, capability);
         let takes_input = traffic.takes_input();
         let started = Instant::now();

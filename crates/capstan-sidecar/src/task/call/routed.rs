@@ -6,7 +6,7 @@
 use capstan_compose::capabilities::{MAX_INTENT_LEN, RoutedCapability};
 use capstan_compose::composition::ComposedTool;
 use capstan_core::tool_error::{ErrorKind, ToolError};
-use capstan_route::{Decision, Taken};
+use capstan_route::{Decision, Exclusion, Reason, Taken};
 use capstan_upstream::mcp::CallTraffic;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResponse, CallToolResult, JsonObject};
@@ -15,6 +15,8 @@ use tracing::field::Empty;
 use tracing::{Span, debug_span, info, warn};
 
 use super::super::{Served, Task};
+use super::provider::Cleared;
+use crate::limits::Limited;
 use crate::routing::decide::{decide, no_eligible_provider};
 use crate::routing::decisions::DecisionRecord;
 use crate::task::request_states::Asked;
@@ -38,19 +40,18 @@ impl Task {
             Ok(split) => split,
             Err(error) => return Ok(self.refuse(error).into()),
         };
-        if let Some(asked) = asked {
+        let passed = if let Some(asked) = asked {
             // Not routed again: another provider must never see one provider's state or the
             // caller's answers to it. The seal binds the state to this capability and caller;
             // eligibility is judged again, as the call is made again.
-            return match self.asker_still_eligible(served, routed, &taken, &asked.by) {
-                Ok(tool) => {
-                    self.forward(served, tool, arguments, Some(capability), called, traffic)
-                        .await
-                }
-                Err(error) => Ok(self.refuse(error).into()),
-            };
-        }
-        if traffic.input_responses.is_some() {
+            match self.asker_still_eligible(served, routed, &taken, &asked.by) {
+                Ok(tool) => match self.admit(served, tool) {
+                    Ok(cleared) => Passed::Cleared(cleared),
+                    Err(limited) => Passed::Limited(tool, limited),
+                },
+                Err(error) => return Ok(self.refuse(error).into()),
+            }
+        } else if traffic.input_responses.is_some() {
             return Ok(self
                 .refuse(
                     ToolError::new(
@@ -63,32 +64,76 @@ impl Task {
                     .at("requestState"),
                 )
                 .into());
+        } else {
+            match self.decided(served, routed, &taken) {
+                Ok(passed) => passed,
+                Err(refused) => return Ok(refused.into()),
+            }
+        };
+        match passed {
+            Passed::Cleared(cleared) => {
+                self.forward(
+                    served,
+                    cleared,
+                    arguments,
+                    Some(capability),
+                    called,
+                    traffic,
+                )
+                .await
+            }
+            Passed::Limited(tool, limited) => {
+                Ok(self.rate_limited(tool, &limited, Some(capability)).into())
+            }
+            Passed::NoneEligible(why) => {
+                let error =
+                    ToolError::new(ErrorKind::Rejected, why).with_code("no_eligible_provider");
+                Ok(self.refuse(error).into())
+            }
         }
-        let decision = match self.decided(served, routed, &taken) {
-            Ok(decision) => decision,
-            Err(refused) => return Ok(refused.into()),
-        };
-        let Some(tool) = decision
-            .selected()
-            .and_then(|winner| served.composed().tool(&winner.tool))
-        else {
-            let error = ToolError::new(ErrorKind::Rejected, no_eligible_provider(&decision))
-                .with_code("no_eligible_provider");
-            return Ok(self.refuse(error).into());
-        };
-        self.forward(served, tool, arguments, Some(capability), called, traffic)
-            .await
     }
 
-    /// The decision of a routed call, made in its own span and recorded whatever the outcome;
+    /// The first ranked candidate of `decision` that passes its server's limits; each one a
+    /// limit refuses is moved from the ranking to the exclusions (`rate_limited`), so the next
+    /// serves and the recorded decision says why. Routed calls thus count against the provider
+    /// finally chosen.
+    fn pass_limits<'a>(&self, served: &'a Served, decision: &mut Decision) -> Passed<'a> {
+        let mut first_limited = None;
+        while let Some(ranked) = decision.ranked.first() {
+            let Some(tool) = served.composed().tool(&ranked.candidate.tool) else {
+                // Ranked candidates are composed (`target_missing` excludes the rest).
+                break;
+            };
+            match self.admit(served, tool) {
+                Ok(cleared) => return Passed::Cleared(cleared),
+                Err(limited) => {
+                    let ranked = decision.ranked.remove(0);
+                    decision.exclusions.push(Exclusion {
+                        binding: ranked.candidate.binding,
+                        tool: ranked.candidate.tool,
+                        reason: Reason::RateLimited,
+                    });
+                    first_limited.get_or_insert((tool, limited));
+                }
+            }
+        }
+        decision.route_reason = None;
+        match first_limited {
+            Some((tool, limited)) => Passed::Limited(tool, limited),
+            None => Passed::NoneEligible(no_eligible_provider(decision)),
+        }
+    }
+
+    /// The decision of a routed call, its candidates passed through their servers' limits,
+    /// made in its own span and recorded whatever the outcome;
     /// a route refused before any candidate was looked at is answered in the request's span,
     /// which carries the error.
-    fn decided(
+    fn decided<'a>(
         &self,
-        served: &Served,
+        served: &'a Served,
         routed: &RoutedCapability,
         taken: &Taken,
-    ) -> Result<Decision, CallToolResult> {
+    ) -> Result<Passed<'a>, CallToolResult> {
         let capability = routed.spec.capability_id.as_str();
         let digest = taken
             .intent
@@ -96,14 +141,17 @@ impl Task {
             .map(|intent| self.context.decisions.intent_digest(intent));
         let decided = {
             let _deciding = route_span(capability).entered();
-            let decided = decide(routed, served.snapshot(), &taken.route, &taken.requirements);
-            match &decided {
-                Ok(decision) => self.record_decision(capability, decision, digest.clone()),
-                Err(_) => {
+            match decide(routed, served.snapshot(), &taken.route, &taken.requirements) {
+                Ok(mut decision) => {
+                    let passed = self.pass_limits(served, &mut decision);
+                    self.record_decision(capability, &decision, digest.clone());
+                    Ok(passed)
+                }
+                Err(why) => {
                     Span::current().record("capstan.route.reason", "refused");
+                    Err(why)
                 }
             }
-            decided
         };
         decided.map_err(|why| self.route_refused(capability, why.to_string(), digest))
     }
@@ -203,6 +251,16 @@ impl Task {
                 .by(self.identity.fingerprint()),
         );
     }
+}
+
+/// What the limits left of a routed call's decision.
+enum Passed<'a> {
+    /// The first ranked candidate a limit let pass.
+    Cleared(Cleared<'a>),
+    /// Every ranked candidate was limited: the best-ranked one and its limit.
+    Limited(&'a ComposedTool, Limited),
+    /// Nothing was eligible to begin with: why, naming every exclusion.
+    NoneEligible(String),
 }
 
 /// The routing arguments (`route`, `requirements`, `intent`) taken out of a routed call's
