@@ -19,11 +19,11 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use capstan_e2e::callers::{PROJECT_MEMBERS, offerings, search_binding, token_file};
 use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
 use capstan_e2e::{HarnessError, PlaneOptions, free_address, metric};
-use capstan_testkit::sidecar::python_report;
 use capstan_testkit::{
     DemoProvider, ListeningClient, PythonServer, binding_document, node_dir, repo_root,
 };
@@ -31,32 +31,15 @@ use serde_json::{Value, json};
 
 const PROJECT: &str = "acme";
 
-/// token,user,uid,"groups". Tokens are `token-of-<user>`: what the Python SDK client script
-/// (`offerings.py`) sends for a client of that name.
-const TOKENS: &str = "\
-token-of-alice,alice,uid-alice,\"tenants\"
-token-of-pat,pat,uid-pat,\"tenants\"
-token-of-carol,carol,uid-carol,\"tenants\"
-token-of-erin,erin,uid-erin,\"tenants\"
-token-of-frank,frank,uid-frank,\"tenants\"
-token-of-dave,dave,uid-dave,\"tenants\"
-";
+/// The callers, each with the token `token-of-<name>` (`capstan_e2e::callers`).
+const CALLERS: &[&str] = &["alice", "pat", "carol", "erin", "frank", "dave"];
 
-/// The callers' grants, as a platform team would write them.
+/// The callers' grants, as a platform team would write them (beside
+/// `capstan_e2e::callers::PROJECT_MEMBERS`, which admits them all).
 const RBAC: &str = r#"
 apiVersion: v1
 kind: List
 items:
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: ClusterRole
-  metadata: {name: project-member}
-  rules:
-  - {apiGroups: [capabilities.assistant.miloapis.com], resources: [capabilitybindings], verbs: [list]}
-- apiVersion: rbac.authorization.k8s.io/v1
-  kind: ClusterRoleBinding
-  metadata: {name: project-members}
-  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: project-member}
-  subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: tenants}]
 - apiVersion: rbac.authorization.k8s.io/v1
   kind: ClusterRole
   metadata: {name: streamco-on-call}
@@ -129,12 +112,13 @@ struct World {
 static WORLD: Mutex<Option<World>> = Mutex::new(None);
 
 fn main() -> ExitCode {
-    let tokens =
-        std::env::temp_dir().join(format!("capstan-authorization-{}.csv", std::process::id()));
-    if let Err(error) = std::fs::write(&tokens, TOKENS) {
-        eprintln!("authorization: writing {}: {error}", tokens.display());
-        return ExitCode::FAILURE;
-    }
+    let tokens = match token_file("authorization", CALLERS) {
+        Ok(tokens) => tokens,
+        Err(error) => {
+            eprintln!("authorization: writing the token file: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = PlaneOptions {
         token_auth_file: Some(tokens.clone()),
     };
@@ -195,25 +179,15 @@ fn harness(message: String) -> HarnessError {
     }
 }
 
-/// A binding whose server `server` maps `docs_search` onto `cap.web.search`.
-fn search_binding(name: &str, server: &str, endpoint: &str, quality: u16) -> Value {
-    let mut binding = binding_document(name, server, endpoint, &["docs_search"]);
-    binding["spec"]["tools"]["mcpServers"][0]["capabilities"] = json!([{
-        "capabilityId": "cap.web.search",
-        "tool": "docs_search",
-        "costHint": {"baseMicrosUsd": 1000},
-        "quality": quality,
-        "status": "active"
-    }]);
-    binding
-}
-
 fn setup(env: &Env) -> Result<(), HarnessError> {
     env.plane
         .kubectl_ok(&["apply", "-f", "config/rbac/sidecar.yaml"], None)
         .map_err(harness)?;
     env.plane
         .kubectl_ok(&["apply", "-f", "config/rbac/tools-user.yaml"], None)
+        .map_err(harness)?;
+    env.plane
+        .kubectl_ok(&["apply", "-f", "-"], Some(PROJECT_MEMBERS))
         .map_err(harness)?;
     env.plane
         .kubectl_ok(&["apply", "-f", "-"], Some(RBAC))
@@ -306,12 +280,9 @@ fn with_world<T>(
     body(world)
 }
 
-/// The Python SDK client's report of `ops` against the sidecar, at `mode` (`legacy`: a
-/// session revision; `2026-07-28`: without sessions).
+/// The Python SDK client's report of `ops` against the sidecar, at `mode`.
 fn report(world: &World, mode: &str, ops: &Value) -> Vec<Value> {
-    let socket = world.sidecar.socket.to_string_lossy().into_owned();
-    let report = python_report("offerings.py", &[&socket, PROJECT, mode, &ops.to_string()]);
-    report.as_array().cloned().unwrap_or_default()
+    offerings(&world.sidecar, PROJECT, mode, ops)
 }
 
 /// The names of the tools a `tools` op listed.

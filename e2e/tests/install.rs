@@ -639,6 +639,45 @@ fn assistant_example(env: &Env) -> Outcome {
         plain_sidecar["restartPolicy"].is_null()
             && plain_sidecar["command"] == json!(["/usr/local/bin/capstan-sidecar"]),
         || format!("the plain-container sidecar: {plain_sidecar}"),
+    )?;
+    // The plain form is also given call limits: each set one becomes its variable, and
+    // nothing else of them is set (docs/limits.md).
+    let limits: Vec<(String, String)> = plain_sidecar["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let name = e["name"].as_str()?;
+            let limit = name.starts_with("CAPSTAN_DEFAULT_") || name.starts_with("CAPSTAN_MAX_C");
+            limit.then(|| {
+                (
+                    name.to_owned(),
+                    e["value"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("CAPSTAN_DEFAULT_CALLS_PER_MINUTE_PER_CALLER", "60"),
+        ("CAPSTAN_MAX_CALLS_PER_MINUTE", "6000"),
+        ("CAPSTAN_MAX_CONCURRENT_CALLS_PER_CALLER", "8"),
+    ]
+    .iter()
+    .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+    .collect();
+    let mut sorted = limits.clone();
+    sorted.sort();
+    check(sorted == expected, || {
+        format!("the sidecar template's call limits: {limits:?}, expected {expected:?}")
+    })?;
+    check(
+        example["env"].as_array().into_iter().flatten().all(|e| {
+            !e["name"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("CAPSTAN_DEFAULT_")
+        }),
+        || "the example sets no call limit".to_owned(),
     )
 }
 
@@ -1070,7 +1109,7 @@ spec:
   - name: capstan-state
     emptyDir: {}
   containers:
-  {{- include "capstan.sidecar" (merge (dict "native" false) $sidecar) | nindent 2 }}
+  {{- include "capstan.sidecar" (merge (dict "native" false "callLimits" (dict "defaults" (dict "callsPerMinutePerCaller" 60) "ceilings" (dict "callsPerMinute" 6000 "concurrentCallsPerCaller" 8))) $sidecar) | nindent 2 }}
   - name: assistant
     image: registry.example/assistant:latest
 "#;

@@ -10,6 +10,8 @@ revision) or `2026-07-28`; OPS: a JSON list of operations, each one of
   {"op": "complete", "prompt": N, "argument": A, "value": V}
   {"op": "call", "name": N, "arguments": {...}, "until": {"contains"|"lacks": S}, "seconds": T}
   (with `until`, called again until its text contains or lacks S)
+  {"op": "parallel", "calls": [CALL...]} (the call ops at once on one session; their results
+  in order, under "results")
   {"op": "subscribe", "uri": U} | {"op": "unsubscribe", "uri": U}
   {"op": "until", "count": C, "seconds": S} (until C notifications came, for at most S seconds)
   {"op": "until", "uri": U, "seconds": S} (until an update of U came, for at most S seconds)
@@ -64,6 +66,9 @@ async def run(client: Client, op: dict, notifications: list) -> dict:
         return dump(await client.complete(reference, {"name": op["argument"], "value": op["value"]}))
     if kind == "call":
         return await call(client, op)
+    if kind == "parallel":
+        results = await asyncio.gather(*(call(client, c) for c in op["calls"]))
+        return {"results": list(results)}
     if kind == "subscribe":
         await client.subscribe_resource(op["uri"])
         return {}
