@@ -41,6 +41,9 @@ Parameters:
                     none) and `ceilings` (the most any server gets), each a dict of
                     `callsPerMinutePerCaller`, `concurrentCallsPerCaller` and
                     `callsPerMinute` (CAPSTAN_DEFAULT_* and CAPSTAN_MAX_*); unset: none
+  audit             the audit trail (docs/audit.md), off by default: a dict with `sink`
+                    (stdout, stderr or a file; CAPSTAN_AUDIT_SINK) and optional `names`
+                    (names, digest or off; CAPSTAN_AUDIT_NAMES)
   tracing           traces over OTLP/HTTP (README "Observe"), off by default: a dict with
                     `endpoint` (the collector's OTLP/HTTP URL), optional `sampler` and
                     `samplerArg` (OTEL_TRACES_SAMPLER/_ARG) and `serviceName` (default
@@ -82,6 +85,16 @@ The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.
   {{- if .toolAuthorization }}
   - name: CAPSTAN_TOOL_AUTHORIZATION
     value: {{ .toolAuthorization | quote }}
+  {{- end }}
+  {{- with .audit }}
+  {{- if .sink }}
+  - name: CAPSTAN_AUDIT_SINK
+    value: {{ .sink | quote }}
+  {{- end }}
+  {{- if .names }}
+  - name: CAPSTAN_AUDIT_NAMES
+    value: {{ .names | quote }}
+  {{- end }}
   {{- end }}
   {{- with .callLimits }}
   {{- $limits := . }}

@@ -1,7 +1,8 @@
 //! Questions about the caller asked of the project's own control plane with the caller's token
 //! (SelfSubjectAccessReviews): whether it belongs to the project it names (may it list
 //! CapabilityBindings there), and whether it may use a tool, a prompt or a binding's offerings
-//! (docs/authorization.md). The sidecar decides what to ask and caches the answers; this module
+//! (docs/authorization.md); and who the caller is (a SelfSubjectReview), for the audit trail
+//! and the change path. The sidecar decides what to ask and caches the answers; this module
 //! only asks.
 
 use capstan_core::control_plane::ControlPlane;
@@ -11,7 +12,22 @@ use k8s_openapi::api::authorization::v1::{
 use kube::Resource as _;
 use kube::api::{Api, PostParams};
 
+use crate::plan_token::Caller;
 use crate::project_api::ApiFailure;
+
+/// Who the caller holding `token` is, as `project`'s plane authenticates the token.
+pub async fn who_is(
+    plane: &ControlPlane,
+    project: &str,
+    token: &str,
+) -> Result<Caller, ApiFailure> {
+    let config = plane
+        .caller_config(project, token)
+        .map_err(|e| ApiFailure::unavailable(e.to_string()))?;
+    let client = kube::Client::try_from(config)
+        .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))?;
+    crate::project_api::self_subject(client).await
+}
 
 /// Whether the caller holding `token` may list CapabilityBindings in `project`, asked of the
 /// project's plane (`plane`) with the caller's own token: the proof that the caller belongs to

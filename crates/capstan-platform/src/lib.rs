@@ -17,7 +17,7 @@ mod plan_ledger;
 mod plan_token;
 mod project_api;
 
-pub use access_review::{AccessReviewer, may_list_bindings};
+pub use access_review::{AccessReviewer, may_list_bindings, who_is};
 pub use base_tools::{
     BaseTools, LOCATIONS_LIST, QUOTA_GET, RESOURCES_APPLY, RESOURCES_GET, RESOURCES_LIST,
     RESOURCES_PLAN, RESOURCES_VALIDATE, SCHEMA_GET,

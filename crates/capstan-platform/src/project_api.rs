@@ -121,21 +121,15 @@ impl ProjectApi {
     pub async fn caller(&self) -> Result<Caller, ApiFailure> {
         self.caller
             .get_or_try_init(|| async {
-                let api: Api<SelfSubjectReview> = Api::all(self.client.clone());
-                let review = self
-                    .bounded(
-                        || "asking who the caller is (SelfSubjectReview)".to_owned(),
-                        api.create(&PostParams::default(), &SelfSubjectReview::default()),
-                    )
-                    .await?;
-                let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
-                match user.username {
-                    Some(username) if !username.is_empty() => Ok(Caller {
-                        username,
-                        uid: user.uid.unwrap_or_default(),
-                    }),
-                    _ => Err(ApiFailure::Malformed {
-                        message: "the control plane's SelfSubjectReview named no user".into(),
+                let asked = self_subject(self.client.clone());
+                match tokio::time::timeout(self.timeout, asked).await {
+                    Ok(answer) => answer,
+                    Err(_) => Err(ApiFailure::TimedOut {
+                        message: format!(
+                            "asking who the caller is (SelfSubjectReview) got no answer within \
+                             {}s",
+                            self.timeout.as_secs()
+                        ),
                     }),
                 }
             })
@@ -363,4 +357,24 @@ fn object_value(object: DynamicObject, resource: &ApiResource) -> Result<Value, 
             .or_insert_with(|| Value::String(resource.kind.clone()));
     }
     Ok(value)
+}
+
+/// Who `client`'s credential is (a SelfSubjectReview, which any authenticated caller may
+/// make). An answer without a user name is refused: it names nobody.
+pub(crate) async fn self_subject(client: kube::Client) -> Result<Caller, ApiFailure> {
+    let api: Api<SelfSubjectReview> = Api::all(client);
+    let review = api
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .map_err(ApiFailure::from_kube)?;
+    let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+    match user.username {
+        Some(username) if !username.is_empty() => Ok(Caller {
+            username,
+            uid: user.uid.unwrap_or_default(),
+        }),
+        _ => Err(ApiFailure::Malformed {
+            message: "the control plane's SelfSubjectReview named no user".into(),
+        }),
+    }
 }

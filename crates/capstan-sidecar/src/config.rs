@@ -9,6 +9,7 @@ use capstan_process::LogFormat;
 
 use crate::caller::authorization::ToolAuthorizationMode;
 use crate::caller::check::CallerCheckMode;
+use crate::observe::audit::AuditNames;
 
 /// Where capability documents come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -327,6 +328,18 @@ pub struct ObservabilitySettings {
     /// Where tool-invocation events go: `stdout`, `stderr`, `off`, or a file (appended).
     #[arg(long, env = "CAPSTAN_METERING_SINK", default_value = "stdout")]
     pub metering_sink: String,
+
+    /// Where the audit trail goes — one JSON line per `tools/call`, refused or served, naming
+    /// the caller, the tool, an argument digest and the decisions (docs/audit.md): `off`,
+    /// `stdout`, `stderr`, or a file (appended). Off by default: on, each task asks its
+    /// project's plane once who its caller is.
+    #[arg(long, env = "CAPSTAN_AUDIT_SINK", default_value = "off")]
+    pub audit_sink: String,
+
+    /// How audit lines name the caller: `names` (user name and uid), `digest` (a keyed
+    /// digest of them, linking one person's calls without naming them), or `off`.
+    #[arg(long, env = "CAPSTAN_AUDIT_NAMES", value_enum, default_value_t)]
+    pub audit_names: AuditNames,
 
     /// Log filter, e.g. `info` or `capstan_sidecar=debug`.
     #[arg(long, env = "CAPSTAN_LOG", default_value = "info")]

@@ -203,6 +203,7 @@ impl Gate {
         let mut admitted = Admitted {
             running: None,
             caller,
+            gated: true,
         };
         if let Some(cap) = self.limits.concurrent_calls_per_caller {
             let mut running = lock(&self.running);
@@ -251,6 +252,15 @@ impl Gate {
 pub struct Admitted {
     running: Option<Arc<Gate>>,
     caller: Caller,
+    /// Whether any limit applied to the call.
+    gated: bool,
+}
+
+impl Admitted {
+    /// Whether any limit applied: false for a server without limits.
+    pub fn gated(&self) -> bool {
+        self.gated
+    }
 }
 
 impl Drop for Admitted {
@@ -307,6 +317,7 @@ impl CallGates {
             return Ok(Admitted {
                 running: None,
                 caller,
+                gated: false,
             });
         }
         let gate = {

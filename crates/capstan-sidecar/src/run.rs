@@ -29,6 +29,7 @@ use self::socket::SocketError;
 use crate::caller::admission::{Admission, Caps};
 use crate::caller::authorization::{ToolAuthorizationMode, ToolAuthorizer};
 use crate::caller::check::{CallerCheck, CallerCheckMode};
+use crate::caller::names::CallerNames;
 use crate::composition::composer::ProjectComposer;
 use crate::composition::feeds::ProjectFeeds;
 use crate::config::{
@@ -37,6 +38,7 @@ use crate::config::{
 };
 use crate::edge::router;
 use crate::limits::{CallGates, PlatformLimits};
+use crate::observe::audit::Audit;
 use crate::observe::metering::Meter;
 use crate::observe::metrics::{Metrics, WatchMetrics};
 use crate::routing::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
@@ -80,6 +82,15 @@ pub enum RunError {
     /// The metering sink cannot be opened.
     #[error("metering sink {sink}: {source}")]
     Meter {
+        /// The sink.
+        sink: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The audit sink cannot be opened (CAPSTAN_AUDIT_SINK).
+    #[error("audit sink {sink}: {source}")]
+    Audit {
         /// The sink.
         sink: String,
         /// Why.
@@ -139,6 +150,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             ObservabilitySettings {
                 metrics_address,
                 metering_sink,
+                audit_sink,
+                audit_names,
                 log,
                 log_format,
             },
@@ -174,6 +187,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         states: Arc::new(RequestStates::new()),
         authorizer,
         limits: Arc::new(CallGates::new(platform_limits(call_limits))),
+        audit: Arc::new(Audit::open(&audit_sink, audit_names).map_err(|source| {
+            RunError::Audit {
+                sink: audit_sink.clone(),
+                source,
+            }
+        })?),
+        names: Arc::new(CallerNames::new(documents.plane.clone())),
     };
     let composer = with_base_tools(
         ProjectComposer::new(documents.reader, composer, context),

@@ -38,7 +38,9 @@ pub use self::subscriptions::MAX_SUBSCRIPTIONS;
 use crate::caller::admission::Place;
 use crate::caller::authorization::ToolAuthorizer;
 use crate::caller::identity::Identity;
+use crate::caller::names::CallerNames;
 use crate::limits::CallGates;
+use crate::observe::audit::{Audit, Named};
 use crate::observe::metering::Meter;
 use crate::observe::metrics::Metrics;
 use crate::routing::decisions::DecisionLog;
@@ -71,6 +73,10 @@ pub struct TaskContext {
     /// The limits on calls to providers' servers, counted across every task
     /// (`limits.rs`): a caller cannot escape them by opening another session.
     pub limits: Arc<CallGates>,
+    /// Where each call's audit line goes (`observe/audit.rs`).
+    pub audit: Arc<Audit>,
+    /// Who callers are by name, for their audit lines.
+    pub names: Arc<CallerNames>,
 }
 
 /// A task: what the session serves now, and who it is for.
@@ -113,6 +119,8 @@ pub struct Task {
     /// session once each (`resources/subscribe`), without one by how many of its open listen
     /// streams hold it.
     subscriptions: Mutex<BTreeMap<String, usize>>,
+    /// Who the task's caller is by name, asked once, on its first audited call.
+    named: tokio::sync::OnceCell<Named>,
     /// What of its composition the caller may not use, and for which composition
     /// (`task/authorized.rs`).
     decided: tokio::sync::Mutex<Option<authorized::Decided>>,
@@ -187,6 +195,7 @@ impl Task {
             asks: OnceLock::new(),
             subscriptions: Mutex::new(BTreeMap::new()),
             decided: tokio::sync::Mutex::default(),
+            named: tokio::sync::OnceCell::new(),
         });
         task.touch();
         if let Some(limit) = max_duration {

@@ -483,6 +483,8 @@ pub(crate) mod tests {
             states: Arc::default(),
             authorizer: None,
             limits: Arc::new(crate::limits::CallGates::new(Default::default())),
+            audit: Arc::new(crate::observe::audit::Audit::open("off", Default::default()).unwrap()),
+            names: Arc::new(crate::caller::names::CallerNames::new(None)),
         };
         let composer = Arc::new(ProjectComposer::new(documents.clone(), composer, context));
         TaskStarter::new(composer, ProjectFeeds::new(documents, None, metrics))

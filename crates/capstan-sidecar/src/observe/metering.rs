@@ -1,13 +1,12 @@
 //! Metering: one JSON line per provider tool call, named by the binding's `serviceName`.
 //! Built-ins (`load_skill`) emit none: no provider did the work.
 
-use std::fs::OpenOptions;
-use std::io::{self, Write};
-use std::path::Path;
-use std::sync::Mutex;
+use std::io;
 
 use k8s_openapi::jiff::Timestamp;
 use serde::{Serialize, Serializer};
+
+use super::sink::LineSink;
 
 /// One tool-invocation event.
 #[derive(Clone, Debug, Serialize)]
@@ -34,52 +33,26 @@ pub struct ToolInvocation<'a> {
 }
 
 /// `time` written straight into the line (no `String` made per event first).
-fn rfc3339<S: Serializer>(time: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
+pub(super) fn rfc3339<S: Serializer>(time: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_str(time)
 }
 
-/// A line's usual length and then some: one allocation a line, none to grow it.
-const LINE_CAPACITY: usize = 384;
-
 /// Where events go.
 pub struct Meter {
-    sink: Option<Mutex<Box<dyn Write + Send>>>,
+    sink: LineSink,
 }
 
 impl Meter {
     /// A sink from its configured name: `off`, `stdout`, `stderr`, or a file path (appended).
     pub fn open(sink: &str) -> io::Result<Self> {
-        let writer: Option<Box<dyn Write + Send>> = match sink {
-            "off" | "" => None,
-            "stdout" => Some(Box::new(io::stdout())),
-            "stderr" => Some(Box::new(io::stderr())),
-            path => Some(Box::new(
-                OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(Path::new(path))?,
-            )),
-        };
         Ok(Self {
-            sink: writer.map(Mutex::new),
+            sink: LineSink::open(sink, "metering event")?,
         })
     }
 
     /// Writes one event as one line. A failing sink is logged, never fails the call.
     pub fn record(&self, event: &ToolInvocation<'_>) {
-        let Some(sink) = &self.sink else { return };
-        let mut line = Vec::with_capacity(LINE_CAPACITY);
-        if serde_json::to_writer(&mut line, event).is_err() {
-            return;
-        }
-        line.push(b'\n');
-        let written = sink
-            .lock()
-            .map_err(|_| io::Error::other("metering sink poisoned"))
-            .and_then(|mut w| w.write_all(&line).and_then(|()| w.flush()));
-        if let Err(error) = written {
-            tracing::warn!(%error, "writing a metering event");
-        }
+        self.sink.write(event);
     }
 }
 

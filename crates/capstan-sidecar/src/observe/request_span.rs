@@ -44,6 +44,8 @@ pub fn request_span(headers: &HeaderMap) -> Span {
         error.type = Empty,
         capstan.provider = Empty,
         capstan.capability = Empty,
+        capstan.authorization = Empty,
+        capstan.limit = Empty,
     );
     if !span.is_disabled() {
         let parent = from_headers(headers);
@@ -150,6 +152,14 @@ pub fn failed(kind: &str) {
     let span = Span::current();
     span.record("otel.status_code", "error");
     span.record("error.type", kind);
+}
+
+/// Records on the current request's span what a tool call's authorization and its provider's
+/// limits decided (the same words as its audit line, docs/audit.md).
+pub fn decided(authorization: &str, limit: &str) {
+    let span = Span::current();
+    span.record("capstan.authorization", authorization);
+    span.record("capstan.limit", limit);
 }
 
 /// Records on the current request's span the provider that served it and the routed

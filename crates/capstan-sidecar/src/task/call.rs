@@ -22,12 +22,15 @@ use serde_json::Value;
 use tracing::field::Empty;
 use tracing::{Instrument, debug_span};
 
+mod audit;
 mod provider;
 mod routed;
 
+use self::audit::CallNote;
 use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, Served, Task};
 use crate::caller::authorization::Withheld;
 use crate::caller::identity::Identity;
+use crate::observe::audit::Authorization;
 use crate::observe::request_span;
 
 impl Task {
@@ -38,14 +41,18 @@ impl Task {
     /// questions about it go to `caller_side` (the caller's stream; capstan-upstream
     /// `mcp/relay.rs`). A 2026-07-28 provider's `input_required` result reaches a 2026-07-28
     /// caller as it is, and its retry (`inputResponses`, `requestState`) the same provider.
-    pub async fn call(
+    ///
+    /// What the call decided on its way is noted in `note`, for its audit line (`audit.rs`).
+    async fn call_noted(
         &self,
         caller: Option<&Identity>,
         request: CallToolRequestParams,
         caller_side: Option<CallerSide>,
+        note: &CallNote,
     ) -> Result<CallToolResponse, McpError> {
         let _busy = Busy::new(self);
         if !self.owned_by(caller) {
+            note.authorized(Authorization::AnotherCaller);
             let error = ToolError::new(ErrorKind::Forbidden, ANOTHER_CALLER);
             return Ok(self.refuse(error).into());
         }
@@ -74,18 +81,10 @@ impl Task {
             .retrying(input_responses, provider_state);
         // The call runs on what the session serves as it starts, to its end.
         let served = self.served();
-        // A tool the caller may not use is refused as one that does not exist
-        // (docs/authorization.md): no answer tells the two apart.
-        let withheld = match self.withheld(&served).await {
+        let withheld = match self.authorize(&served, &name, note).await {
             Ok(withheld) => withheld,
-            Err(undecided) => {
-                let error = ToolError::new(ErrorKind::UpstreamUnavailable, undecided.to_string());
-                return Ok(self.refuse(error).into());
-            }
+            Err(refused) => return refused,
         };
-        if !withheld.tool(&name) {
-            return Err(unknown_tool(&name));
-        }
         let composed = served.composed();
         if name == LOAD_SKILL && !composed.composition.skills.is_empty() {
             let arguments = Value::Object(arguments.unwrap_or_default());
@@ -107,11 +106,40 @@ impl Task {
         if let Some(routed) = composed.capability(&name) {
             let routed = usable_candidates(routed, &withheld);
             return self
-                .call_capability(&served, &routed, arguments, traffic, asked)
+                .call_capability(&served, &routed, arguments, traffic, asked, note)
                 .await;
         }
-        self.call_provider_tool(&served, &name, arguments, traffic)
+        self.call_provider_tool(&served, &name, arguments, traffic, note)
             .await
+    }
+
+    /// What `served` withholds from the caller, if `name` is not among it, or the call's
+    /// refusal: a tool the caller may not use is refused as one that does not exist
+    /// (docs/authorization.md), so no answer tells the two apart; a plane that cannot be asked
+    /// serves nothing. The decision is noted for the call's audit line.
+    async fn authorize(
+        &self,
+        served: &Arc<Served>,
+        name: &str,
+        note: &CallNote,
+    ) -> Result<Arc<Withheld>, Result<CallToolResponse, McpError>> {
+        let withheld = match self.withheld(served).await {
+            Ok(withheld) => withheld,
+            Err(undecided) => {
+                note.authorized(Authorization::Undecided);
+                let error = ToolError::new(ErrorKind::UpstreamUnavailable, undecided.to_string());
+                return Err(Ok(self.refuse(error).into()));
+            }
+        };
+        if !withheld.tool(name) {
+            note.authorized(Authorization::Withheld);
+            return Err(Err(unknown_tool(name)));
+        }
+        note.authorized(match self.context.authorizer {
+            Some(_) => Authorization::Allowed,
+            None => Authorization::Off,
+        });
+        Ok(withheld)
     }
 
     /// The one way a call is refused: counted under the error's kind, answered as a tool

@@ -13,6 +13,7 @@ use rmcp::model::{CallToolResponse, CallToolResult, ErrorCode, JsonObject};
 use serde_json::Value;
 
 use super::super::{Served, Task};
+use super::audit::CallNote;
 use super::unknown_tool;
 use crate::limits::{Admitted, Limited};
 use crate::observe::metering::ToolInvocation;
@@ -69,6 +70,7 @@ impl Task {
         name: &str,
         arguments: Option<JsonObject>,
         traffic: CallTraffic,
+        note: &CallNote,
     ) -> Result<CallToolResponse, McpError> {
         let Some(tool) = served.composed().tool(name) else {
             return Err(unknown_tool(name));
@@ -78,7 +80,7 @@ impl Task {
             self.meter(tool, error.kind.as_str(), Instant::now(), None);
             return Ok(self.refuse(error).into());
         }
-        let cleared = match self.admit(served, tool) {
+        let cleared = match self.admit(served, tool, note) {
             Ok(cleared) => cleared,
             Err(limited) => return Ok(self.rate_limited(tool, &limited, None).into()),
         };
@@ -87,11 +89,13 @@ impl Task {
     }
 
     /// Lets this caller's call to `tool` pass its server's limits (`limits.rs`), or says
-    /// which refuses it; every refusal is counted by binding, tool and limit.
+    /// which refuses it; every refusal is counted by binding, tool and limit, and each answer
+    /// noted in `note` for the call's audit line.
     pub(super) fn admit<'a>(
         &self,
         served: &Served,
         tool: &'a ComposedTool,
+        note: &CallNote,
     ) -> Result<Cleared<'a>, Limited> {
         let declared = served.snapshot().server_limits(&tool.binding, &tool.server);
         let admitted = self.context.limits.admit(
@@ -102,11 +106,15 @@ impl Task {
             self.identity.fingerprint(),
         );
         match admitted {
-            Ok(admitted) => Ok(Cleared {
-                tool,
-                _admitted: admitted,
-            }),
+            Ok(admitted) => {
+                note.passed(&tool.name, admitted.gated());
+                Ok(Cleared {
+                    tool,
+                    _admitted: admitted,
+                })
+            }
             Err(limited) => {
+                note.limited(limited.limit.as_str());
                 self.context.metrics.limit_refused(
                     &tool.binding,
                     &tool.name,

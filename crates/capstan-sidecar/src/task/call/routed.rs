@@ -15,6 +15,7 @@ use tracing::field::Empty;
 use tracing::{Span, debug_span, info, warn};
 
 use super::super::{Served, Task};
+use super::audit::CallNote;
 use super::provider::Cleared;
 use crate::limits::Limited;
 use crate::routing::decide::{decide, no_eligible_provider};
@@ -33,6 +34,7 @@ impl Task {
         arguments: Option<JsonObject>,
         traffic: CallTraffic,
         asked: Option<Asked>,
+        note: &CallNote,
     ) -> Result<CallToolResponse, McpError> {
         let capability = routed.spec.capability_id.as_str();
         let called: &str = &routed.tool.name;
@@ -45,7 +47,7 @@ impl Task {
             // caller's answers to it. The seal binds the state to this capability and caller;
             // eligibility is judged again, as the call is made again.
             match self.asker_still_eligible(served, routed, &taken, &asked.by) {
-                Ok(tool) => match self.admit(served, tool) {
+                Ok(tool) => match self.admit(served, tool, note) {
                     Ok(cleared) => Passed::Cleared(cleared),
                     Err(limited) => Passed::Limited(tool, limited),
                 },
@@ -65,7 +67,7 @@ impl Task {
                 )
                 .into());
         } else {
-            match self.decided(served, routed, &taken) {
+            match self.decided(served, routed, &taken, note) {
                 Ok(passed) => passed,
                 Err(refused) => return Ok(refused.into()),
             }
@@ -97,14 +99,19 @@ impl Task {
     /// limit refuses is moved from the ranking to the exclusions (`rate_limited`), so the next
     /// serves and the recorded decision says why. Routed calls thus count against the provider
     /// finally chosen.
-    fn pass_limits<'a>(&self, served: &'a Served, decision: &mut Decision) -> Passed<'a> {
+    fn pass_limits<'a>(
+        &self,
+        served: &'a Served,
+        decision: &mut Decision,
+        note: &CallNote,
+    ) -> Passed<'a> {
         let mut first_limited = None;
         while let Some(ranked) = decision.ranked.first() {
             let Some(tool) = served.composed().tool(&ranked.candidate.tool) else {
                 // Ranked candidates are composed (`target_missing` excludes the rest).
                 break;
             };
-            match self.admit(served, tool) {
+            match self.admit(served, tool, note) {
                 Ok(cleared) => return Passed::Cleared(cleared),
                 Err(limited) => {
                     let ranked = decision.ranked.remove(0);
@@ -133,6 +140,7 @@ impl Task {
         served: &'a Served,
         routed: &RoutedCapability,
         taken: &Taken,
+        note: &CallNote,
     ) -> Result<Passed<'a>, CallToolResult> {
         let capability = routed.spec.capability_id.as_str();
         let digest = taken
@@ -143,7 +151,7 @@ impl Task {
             let _deciding = route_span(capability).entered();
             match decide(routed, served.snapshot(), &taken.route, &taken.requirements) {
                 Ok(mut decision) => {
-                    let passed = self.pass_limits(served, &mut decision);
+                    let passed = self.pass_limits(served, &mut decision, note);
                     self.record_decision(capability, &decision, digest.clone());
                     Ok(passed)
                 }
