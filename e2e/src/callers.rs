@@ -2,7 +2,7 @@
 //! tokens the apiserver accepts, all of group `tenants`, which may list the project's bindings
 //! (so the caller check admits them), and the Python SDK client that calls as them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use capstan_testkit::sidecar::python_report;
 use serde_json::{Value, json};
@@ -60,4 +60,19 @@ pub fn search_binding(name: &str, server: &str, endpoint: &str, quality: u16) ->
         "status": "active"
     }]);
     binding
+}
+
+/// Where a suite's sidecar writes its audit trail (`CAPSTAN_AUDIT_SINK`), in the plane's
+/// state directory `state`.
+pub fn audit_file(state: &Path) -> String {
+    state.join("sidecar-audit.jsonl").display().to_string()
+}
+
+/// The audit lines written to `file` so far.
+pub fn audit_lines(file: &str) -> Vec<Value> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
 }

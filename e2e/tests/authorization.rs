@@ -19,7 +19,9 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use capstan_e2e::callers::{PROJECT_MEMBERS, offerings, search_binding, token_file};
+use capstan_e2e::callers::{
+    PROJECT_MEMBERS, audit_file, audit_lines, offerings, search_binding, token_file,
+};
 use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
@@ -160,6 +162,10 @@ fn main() -> ExitCode {
                 "a_grant_removed_mid_session_should_be_told_as_list_changed_and_refused",
                 grant_removed,
             ),
+            trial(
+                "audit_lines_should_name_the_callers_the_apiservers_audit_log_names",
+                audit_names_callers,
+            ),
         ],
     );
     if let Ok(mut world) = WORLD.lock()
@@ -249,6 +255,7 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
             ("CAPSTAN_CALLER_CHECK_TTL_SECONDS", "2"),
             ("CAPSTAN_BASE_TOOLS", "off"),
             ("CAPSTAN_METRICS_ADDRESS", &metrics),
+            ("CAPSTAN_AUDIT_SINK", &audit_path(env)),
         ],
     )?;
     env.runtime
@@ -813,5 +820,119 @@ fn typescript_client(env: &Env) -> Outcome {
         check(after[before..] == ["streams_list".to_owned()], || {
             format!("the provider saw {:?}", &after[before..])
         })
+    })
+}
+
+/// Where the sidecar writes its audit trail.
+fn audit_path(env: &Env) -> String {
+    audit_file(env.plane.state_dir())
+}
+
+/// `sha256:` of `text`, by coreutils: an oracle the sidecar did not compute.
+fn sha256sum(text: &str) -> Result<String, String> {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("sha256sum: {e}"))?;
+    child
+        .stdin
+        .take()
+        .ok_or("sha256sum: no stdin")?
+        .write_all(text.as_bytes())
+        .map_err(|e| format!("sha256sum: {e}"))?;
+    let output = child
+        .wait_with_output()
+        .map_err(|e| format!("sha256sum: {e}"))?;
+    let hex = String::from_utf8_lossy(&output.stdout);
+    Ok(format!(
+        "sha256:{}",
+        hex.split_whitespace().next().unwrap_or_default()
+    ))
+}
+
+/// Finding: nothing recorded which person a call was made for. Each tool call — refused or
+/// served — is an audit line naming the caller as the apiserver authenticated their token:
+/// the users of alice's and pat's lines are the users the apiserver's own audit log records
+/// for the sidecar's SelfSubjectReviews, with their uids; the allowed call carries its
+/// authorization, its provider and the digest of its arguments (computed here by sha256sum
+/// over the canonical JSON) and never their value; the withheld call is recorded as withheld
+/// and unknown.
+fn audit_names_callers(env: &Env) -> Outcome {
+    with_world(|world| {
+        let ops = json!([
+            {"op": "call", "client": "alice", "name": "streamco__streams_get",
+             "arguments": {"name": "orders"}},
+            {"op": "call", "client": "alice", "name": "streamco__streams_list"},
+            {"op": "call", "client": "pat", "name": "streamco__streams_list"},
+        ]);
+        let report = report(world, "2026-07-28", &ops);
+        check(report.len() == 4, || format!("{report:?}"))?;
+        let lines = audit_lines(&audit_path(env));
+        let text = std::fs::read_to_string(audit_path(env)).unwrap_or_default();
+        check(!text.contains("\"orders\""), || {
+            "an argument value reached the audit trail".to_owned()
+        })?;
+        let find = |user: &str, tool: &str, outcome: &str| {
+            lines
+                .iter()
+                .rev()
+                .find(|l| l["user"] == user && l["tool"] == tool && l["outcome"] == outcome)
+                .cloned()
+        };
+        let allowed = find("alice", "streamco__streams_get", "ok")
+            .ok_or_else(|| format!("no line of alice's allowed call in {lines:?}"))?;
+        let digest = sha256sum(r#"{"name":"orders"}"#)?;
+        check(
+            allowed["uid"] == "uid-alice"
+                && allowed["authorization"] == "allowed"
+                && allowed["limit"] == "none"
+                && allowed["providerTool"] == "streamco__streams_get"
+                && allowed["argumentsDigest"] == digest.as_str(),
+            || format!("alice's allowed call: {allowed} (digest {digest})"),
+        )?;
+        let withheld = find("alice", "streamco__streams_list", "unknown_tool")
+            .ok_or_else(|| format!("no line of alice's withheld call in {lines:?}"))?;
+        check(
+            withheld["authorization"] == "withheld" && withheld.get("providerTool").is_none(),
+            || format!("alice's withheld call: {withheld}"),
+        )?;
+        find("pat", "streamco__streams_list", "ok")
+            .ok_or_else(|| format!("no line of pat's call in {lines:?}"))?;
+        // The oracle: who the apiserver says asked it SelfSubjectReviews.
+        let asked: std::collections::BTreeSet<(String, String)> =
+            std::fs::read_to_string(env.plane.audit_log())
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|e| e["objectRef"]["resource"] == "selfsubjectreviews")
+                .map(|e| {
+                    (
+                        e["user"]["username"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        e["user"]["uid"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect();
+        let named: std::collections::BTreeSet<(String, String)> = lines
+            .iter()
+            .filter_map(|l| {
+                Some((
+                    l["user"].as_str()?.to_owned(),
+                    l["uid"].as_str()?.to_owned(),
+                ))
+            })
+            .collect();
+        check(!named.is_empty() && named.is_subset(&asked), || {
+            format!("the audit trail names {named:?}; the apiserver authenticated {asked:?}")
+        })?;
+        check(
+            named.contains(&("alice".into(), "uid-alice".into()))
+                && named.contains(&("pat".into(), "uid-pat".into())),
+            || format!("alice and pat among {named:?}"),
+        )
     })
 }

@@ -670,6 +670,28 @@ fn assistant_example(env: &Env) -> Outcome {
     check(sorted == expected, || {
         format!("the sidecar template's call limits: {limits:?}, expected {expected:?}")
     })?;
+    let audit: Vec<(String, String)> = plain_sidecar["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let name = e["name"].as_str()?;
+            name.starts_with("CAPSTAN_AUDIT_").then(|| {
+                (
+                    name.to_owned(),
+                    e["value"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+        })
+        .collect();
+    check(
+        audit
+            == [
+                ("CAPSTAN_AUDIT_SINK".to_owned(), "stderr".to_owned()),
+                ("CAPSTAN_AUDIT_NAMES".to_owned(), "digest".to_owned()),
+            ],
+        || format!("the sidecar template's audit settings: {audit:?}"),
+    )?;
     check(
         example["env"].as_array().into_iter().flatten().all(|e| {
             !e["name"]
@@ -1109,7 +1131,7 @@ spec:
   - name: capstan-state
     emptyDir: {}
   containers:
-  {{- include "capstan.sidecar" (merge (dict "native" false "callLimits" (dict "defaults" (dict "callsPerMinutePerCaller" 60) "ceilings" (dict "callsPerMinute" 6000 "concurrentCallsPerCaller" 8))) $sidecar) | nindent 2 }}
+  {{- include "capstan.sidecar" (merge (dict "native" false "audit" (dict "sink" "stderr" "names" "digest") "callLimits" (dict "defaults" (dict "callsPerMinutePerCaller" 60) "ceilings" (dict "callsPerMinute" 6000 "concurrentCallsPerCaller" 8))) $sidecar) | nindent 2 }}
   - name: assistant
     image: registry.example/assistant:latest
 "#;

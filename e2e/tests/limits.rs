@@ -12,7 +12,9 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use capstan_e2e::callers::{PROJECT_MEMBERS, offerings, search_binding, token_file};
+use capstan_e2e::callers::{
+    PROJECT_MEMBERS, audit_file, audit_lines, offerings, search_binding, token_file,
+};
 use capstan_e2e::controller::{bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
 use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
@@ -172,6 +174,7 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
             ("CAPSTAN_BASE_TOOLS", "off"),
             ("CAPSTAN_MAX_CALLS_PER_MINUTE_PER_CALLER", &ceiling),
             ("CAPSTAN_METRICS_ADDRESS", &metrics),
+            ("CAPSTAN_AUDIT_SINK", &audit_path(env)),
         ],
     )?;
     env.runtime
@@ -311,8 +314,33 @@ fn per_caller_minute(env: &Env) -> Outcome {
                 "capstan_sidecar_limit_refusals_total{binding=\"perminute\",tool=\"perminute__streams_list\",limit=\"calls_per_minute_per_caller\"} ",
             ) == 2.0,
             || "the refusals are counted by binding, tool and limit".to_owned(),
+        )?;
+        // The audit trail records both decisions of each of alice's calls, under her name.
+        let alice: Vec<(String, String)> = audit_lines(&audit_path(env))
+            .into_iter()
+            .filter(|l| l["user"] == "alice" && l["tool"] == "perminute__streams_list")
+            .map(|l| {
+                (
+                    l["limit"].as_str().unwrap_or_default().to_owned(),
+                    l["outcome"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        let passed = ("passed".to_owned(), "ok".to_owned());
+        let refused = (
+            "calls_per_minute_per_caller".to_owned(),
+            "rate_limited".to_owned(),
+        );
+        check(
+            alice == [passed.clone(), passed.clone(), passed, refused],
+            || format!("alice's audit lines (limit, outcome): {alice:?}"),
         )
     })
+}
+
+/// Where the sidecar writes its audit trail.
+fn audit_path(env: &Env) -> String {
+    audit_file(env.plane.state_dir())
 }
 
 /// Finding: nothing held how many calls one caller ran at once. With
