@@ -109,6 +109,8 @@ struct World {
     premium: DemoProvider,
     _runbooks: PythonServer,
     metrics: String,
+    /// The sidecar's kubeconfig (its ServiceAccount), for a second sidecar.
+    composer: std::path::PathBuf,
 }
 
 static WORLD: Mutex<Option<World>> = Mutex::new(None);
@@ -165,6 +167,10 @@ fn main() -> ExitCode {
             trial(
                 "audit_lines_should_name_the_callers_the_apiservers_audit_log_names",
                 audit_names_callers,
+            ),
+            trial(
+                "a_binding_requiring_authorization_should_be_withheld_by_a_sidecar_without_it",
+                required_without_authorization,
             ),
         ],
     );
@@ -224,13 +230,16 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
     let server = &mut runbooks_binding["spec"]["tools"]["mcpServers"][0];
     server["promptSelector"] = json!({"include": ["triage"]});
     server["resourceSelector"] = json!({"include": ["streamco://runbooks/lag"]});
+    // streamco's tools can restart streams: it requires that callers be decided for.
+    let mut streamco_binding = binding_document(
+        "streamco",
+        "streamco",
+        &streamco.url("/mcp"),
+        &["streams_list", "streams_get", "streams_restart"],
+    );
+    streamco_binding["spec"]["callerAuthorization"] = json!("Required");
     let mut items = vec![
-        binding_document(
-            "streamco",
-            "streamco",
-            &streamco.url("/mcp"),
-            &["streams_list", "streams_get", "streams_restart"],
-        ),
+        streamco_binding,
         runbooks_binding,
         search_binding("search-cheap", "cheap", &cheap.url("/mcp"), 6000),
         search_binding("search-premium", "premium", &premium.url("/mcp"), 9500),
@@ -273,6 +282,7 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
             premium,
             _runbooks: runbooks,
             metrics,
+            composer,
         });
     }
     Ok(())
@@ -934,5 +944,65 @@ fn audit_names_callers(env: &Env) -> Outcome {
                 && named.contains(&("pat".into(), "uid-pat".into())),
             || format!("alice and pat among {named:?}"),
         )
+    })
+}
+
+/// Finding: a provider whose tools can change things could not keep them from sidecars that
+/// give every admitted caller everything. streamco's binding says `callerAuthorization:
+/// Required`: the rbac sidecar serves frank (granted everything) its tools, while a second
+/// sidecar on the same plane without per-tool authorization lists none of them, refuses a call
+/// of one as unknown, and still serves the other bindings; the provider sees no call.
+fn required_without_authorization(env: &Env) -> Outcome {
+    with_world(|world| {
+        let ops = json!([
+            {"op": "tools", "client": "frank"},
+            {"op": "call", "client": "frank", "name": "streamco__streams_list"},
+        ]);
+        let decided = report(world, "2026-07-28", &ops);
+        check(
+            tool_names(&decided[0]).contains(&"streamco__streams_list".to_owned()),
+            || format!("the rbac sidecar's list for frank: {}", decided[0]),
+        )?;
+        let mut plain = SidecarProcess::start(
+            &env.plane,
+            &world.composer,
+            "authorization-off",
+            &[
+                ("CAPABILITY_MCP_ENDPOINT_HOSTS", "127.0.0.1"),
+                ("CAPSTAN_BASE_TOOLS", "off"),
+            ],
+        )
+        .map_err(|e| format!("the second sidecar: {e:?}"))?;
+        let before = env.runtime.block_on(world.streamco.tool_calls()).len();
+        // Listed once its bindings are read: the search providers' tools show it.
+        let started = Instant::now();
+        let listed = loop {
+            let answer = offerings(&plain, PROJECT, "2026-07-28", &ops);
+            let names = answer.first().map(tool_names).unwrap_or_default();
+            if names.contains(&"cheap__docs_search".to_owned())
+                || started.elapsed() > Duration::from_secs(20)
+            {
+                break answer;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        plain.stop();
+        let names = listed.first().map(tool_names).unwrap_or_default();
+        check(
+            names.contains(&"cheap__docs_search".to_owned())
+                && !names.iter().any(|n| n.starts_with("streamco__")),
+            || format!("the sidecar without authorization lists {names:?}"),
+        )?;
+        let unknown = listed
+            .get(1)
+            .map(|e| e["error"].to_string())
+            .unwrap_or_default();
+        check(unknown.contains("is available to this assistant"), || {
+            format!("its call of streamco__streams_list: {unknown}")
+        })?;
+        let after = env.runtime.block_on(world.streamco.tool_calls()).len();
+        check(after == before, || {
+            format!("streamco saw {} calls from it", after - before)
+        })
     })
 }

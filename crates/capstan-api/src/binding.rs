@@ -106,6 +106,24 @@ pub struct CapabilityBindingSpec {
     /// What the assistant may read on the provider's behalf, and how long one task may run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authority: Option<Authority>,
+
+    /// Whether this binding's tools, prompts and resources may be served without deciding
+    /// them per caller. `Required`: only a sidecar that asks the project's RBAC what each
+    /// caller may use (`CAPSTAN_TOOL_AUTHORIZATION=rbac`) serves them; any other serves none
+    /// of them (docs/authorization.md). Omitted: `Optional`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller_authorization: Option<CallerAuthorization>,
+}
+
+/// Whether a binding's offerings need per-caller authorization (`spec.callerAuthorization`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum CallerAuthorization {
+    /// Served by every sidecar: with per-tool authorization on, to the callers RBAC lets use
+    /// them; with it off, to every admitted caller.
+    #[default]
+    Optional,
+    /// Served only by sidecars with per-tool authorization on; withheld by the others.
+    Required,
 }
 
 /// A reference to an object by name.

@@ -19,10 +19,10 @@ pub mod validate;
 pub mod wire;
 
 pub use binding::{
-    Authority, CallLimits, CapabilityBinding, CapabilityBindingSpec, CapabilityBindingStatus,
-    CapabilityMapping, CapabilityStatus, Concept, CostHint, GroupKind, Knowledge, KnowledgeSource,
-    KnowledgeSourceType, McpServer, Naming, ObjectRef, PromptSelector, ReadGrant, ResourceSelector,
-    ResourceUris, Skill, ToolSelector, Tools,
+    Authority, CallLimits, CallerAuthorization, CapabilityBinding, CapabilityBindingSpec,
+    CapabilityBindingStatus, CapabilityMapping, CapabilityStatus, Concept, CostHint, GroupKind,
+    Knowledge, KnowledgeSource, KnowledgeSourceType, McpServer, Naming, ObjectRef, PromptSelector,
+    ReadGrant, ResourceSelector, ResourceUris, Skill, ToolSelector, Tools,
 };
 pub use document::{CapabilityDocument, DocumentMeta};
 pub use parse::{API_VERSION, InvalidObject, Object, ParseError, Parsed, ParsedObject, parse};

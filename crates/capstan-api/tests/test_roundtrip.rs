@@ -2,10 +2,10 @@
 //! and in YAML; and the CR and document forms of the StreamCo example carry one spec.
 
 use capstan_api::{
-    Authority, CallLimits, CapabilityBindingSpec, CapabilityDocument, CapabilityMapping,
-    CapabilityStatus, Concept, CostHint, DocumentMeta, GroupKind, Knowledge, KnowledgeSource,
-    KnowledgeSourceType, McpServer, Naming, Object, ObjectRef, PromptSelector, ReadGrant,
-    ResourceSelector, ResourceUris, Skill, ToolSelector, Tools,
+    Authority, CallLimits, CallerAuthorization, CapabilityBindingSpec, CapabilityDocument,
+    CapabilityMapping, CapabilityStatus, Concept, CostHint, DocumentMeta, GroupKind, Knowledge,
+    KnowledgeSource, KnowledgeSourceType, McpServer, Naming, Object, ObjectRef, PromptSelector,
+    ReadGrant, ResourceSelector, ResourceUris, Skill, ToolSelector, Tools,
 };
 use proptest::collection::vec;
 use proptest::option;
@@ -199,6 +199,10 @@ fn spec() -> impl Strategy<Value = CapabilityBindingSpec> {
         option::of(servers.prop_map(|mcp_servers| Tools { mcp_servers })),
         skills,
         option::of(authority),
+        option::of(prop_oneof![
+            Just(CallerAuthorization::Optional),
+            Just(CallerAuthorization::Required)
+        ]),
     )
         .prop_map(
             |(
@@ -207,6 +211,7 @@ fn spec() -> impl Strategy<Value = CapabilityBindingSpec> {
                 tools,
                 skills,
                 authority,
+                caller_authorization,
             )| {
                 CapabilityBindingSpec {
                     service_ref: ObjectRef { name: service },
@@ -218,6 +223,7 @@ fn spec() -> impl Strategy<Value = CapabilityBindingSpec> {
                     tools,
                     skills,
                     authority,
+                    caller_authorization,
                 }
             },
         )

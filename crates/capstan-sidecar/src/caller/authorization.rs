@@ -13,7 +13,9 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use capstan_api::CallerAuthorization;
 use capstan_compose::composer::Composed;
+use capstan_compose::source::Snapshot;
 use capstan_core::control_plane::ControlPlane;
 use capstan_platform::{AccessReviewer, ApiFailure};
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -124,6 +126,57 @@ impl Withheld {
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty() && self.prompts.is_empty() && self.bindings.is_empty()
     }
+
+    /// Everything `offered` holds of `bindings`, withheld (and each routed capability left
+    /// with no usable provider).
+    pub fn of_bindings(offered: &Offered, bindings: &BTreeSet<&str>) -> Self {
+        let of = |pairs: &[(String, String)]| -> BTreeSet<String> {
+            pairs
+                .iter()
+                .filter(|(_, b)| bindings.contains(b.as_str()))
+                .map(|(name, _)| name.clone())
+                .collect()
+        };
+        let mut withheld = Self {
+            tools: of(&offered.tools),
+            prompts: of(&offered.prompts),
+            bindings: offered
+                .resources
+                .iter()
+                .filter(|b| bindings.contains(b.as_str()))
+                .cloned()
+                .collect(),
+        };
+        withheld.withhold_unusable_capabilities(offered);
+        withheld
+    }
+
+    /// A routed capability is the caller's when one of its providers is: withholds each whose
+    /// candidates are all withheld. Its candidates are filtered by the same sets before any is
+    /// scored (`task/call/routed.rs`).
+    fn withhold_unusable_capabilities(&mut self, offered: &Offered) {
+        for (tool, candidates) in &offered.capabilities {
+            if candidates.iter().all(|c| self.tools.contains(c)) {
+                self.tools.insert(tool.clone());
+            }
+        }
+    }
+}
+
+/// What a sidecar without per-tool authorization withholds from every caller of `composed`
+/// (made from `snapshot`): everything of the bindings whose `spec.callerAuthorization` is
+/// `Required` (docs/authorization.md) — for most compositions, nothing.
+pub fn without_authorization(composed: &Composed, snapshot: &Snapshot) -> Withheld {
+    let requiring: BTreeSet<&str> = snapshot
+        .documents
+        .iter()
+        .filter(|d| d.spec.caller_authorization == Some(CallerAuthorization::Required))
+        .map(|d| d.binding.as_str())
+        .collect();
+    if requiring.is_empty() {
+        return Withheld::default();
+    }
+    Withheld::of_bindings(&Offered::of(composed), &requiring)
 }
 
 /// What a composition offers that a caller is authorized for, by name and binding.
@@ -249,13 +302,7 @@ where
         .filter(|b| !binding(b))
         .cloned()
         .collect();
-    // A routed capability is the caller's when one of its providers is: its candidates are
-    // filtered by the same answers before any is scored (`task/call/routed.rs`).
-    for (tool, candidates) in &offered.capabilities {
-        if candidates.iter().all(|c| withheld.tools.contains(c)) {
-            withheld.tools.insert(tool.clone());
-        }
-    }
+    withheld.withhold_unusable_capabilities(offered);
     Ok((withheld, oldest))
 }
 

@@ -10,13 +10,16 @@ use std::time::Duration;
 use axum::response::{IntoResponse, Response};
 use capstan_compose::composer::Composed;
 use capstan_compose::composition::BindingOutcome;
+use capstan_compose::source::Snapshot;
 use capstan_platform::BaseTools;
 use capstan_upstream::mcp::CallerRevision;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::request::Checked;
-use crate::caller::authorization::{Offered, ToolAuthorizer, Undecided, Withheld};
+use crate::caller::authorization::{
+    Offered, ToolAuthorizer, Undecided, Withheld, without_authorization,
+};
 use crate::caller::identity::Identity;
 use crate::caller::identity::refusal;
 use crate::composition::composer::{ComposedProject, ProjectComposer};
@@ -83,15 +86,17 @@ impl Inspection {
     }
 }
 
-/// What `composed` withholds from `identity`, asked of `authorizer` (nothing without one):
-/// an inspection outside a live session shows what the caller's own session would.
+/// What `composed` (made from `snapshot`) withholds from `identity`, asked of `authorizer`
+/// (without one, what bindings requiring it offer): an inspection outside a live session shows
+/// what the caller's own session would.
 pub(crate) async fn withheld_from(
     authorizer: Option<&ToolAuthorizer>,
     identity: &Identity,
     composed: &Composed,
+    snapshot: &Snapshot,
 ) -> Result<Arc<Withheld>, Undecided> {
     let Some(authorizer) = authorizer else {
-        return Ok(Arc::default());
+        return Ok(Arc::new(without_authorization(composed, snapshot)));
     };
     let (withheld, _) = authorizer
         .withheld(identity, &Offered::of(composed))
@@ -142,7 +147,9 @@ pub(crate) async fn composition(inspection: &Inspection, checked: &Checked) -> R
         .composed_view(key, &identity, |project| {
             Box::pin(async move {
                 let composed = &project.composed;
-                let withheld = withheld_from(authorizer.as_deref(), &caller, composed).await?;
+                let withheld =
+                    withheld_from(authorizer.as_deref(), &caller, composed, &project.snapshot)
+                        .await?;
                 let outcomes = composed.outcomes_with_skill_digests().await;
                 Ok(composition_view(
                     &name,

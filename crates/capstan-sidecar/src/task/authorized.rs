@@ -2,19 +2,16 @@
 //! (`caller/authorization.rs`) for the composition served, kept beside it until its oldest
 //! answer's TTL passes, and decided again at the first request (or stream re-check,
 //! `tasks/reaper.rs`) after. A decision that changes what the caller sees is told to its
-//! client as the lists' changes. Without per-tool authorization nothing is withheld, and
-//! nothing is asked.
+//! client as the lists' changes. Without per-tool authorization nothing is asked, and only
+//! what bindings requiring it offer is withheld (`served.rs` `unauthorized`).
 
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use crate::caller::authorization::{Offered, Undecided, Withheld};
 
 use super::outbox::Change;
 use super::{Served, Task};
-
-/// Nothing withheld: every caller's answer without per-tool authorization.
-static NOTHING: LazyLock<Arc<Withheld>> = LazyLock::new(Arc::default);
 
 /// What a caller may not use of one composition, and until when that holds (`None`: for as
 /// long as the composition, without per-tool authorization).
@@ -49,7 +46,7 @@ impl Task {
     pub async fn decision(&self, served: &Arc<Served>) -> Result<Decision, Undecided> {
         let Some(authorizer) = &self.context.authorizer else {
             return Ok(Decision {
-                withheld: NOTHING.clone(),
+                withheld: served.unauthorized(),
                 until: None,
             });
         };

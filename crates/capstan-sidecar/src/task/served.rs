@@ -2,7 +2,7 @@
 //! shows and a validator per input schema, and the snapshot it came from.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use capstan_api::validate::pointer_to_path;
 use capstan_compose::composer::Composed;
@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 use super::LOAD_SKILL;
+use crate::caller::authorization::{Withheld, without_authorization};
 
 /// One composition as a session serves it: the live composition and its tools, the platform
 /// tools beside it, and the snapshot it came from (documents, and the qualifiers routed calls
@@ -35,6 +36,9 @@ struct Live {
     /// The base platform tools, when the caller gets them (they act as the caller).
     base: Option<BaseTools>,
     shown: Arc<Shown>,
+    /// What a sidecar without per-tool authorization withholds from every caller: the
+    /// offerings of the bindings that require it. Made on first use.
+    unauthorized: OnceLock<Arc<Withheld>>,
 }
 
 /// The tools `tools/list` shows, their input validators and the arguments they mark to travel
@@ -78,6 +82,7 @@ impl Served {
                 composed,
                 base,
                 shown,
+                unauthorized: OnceLock::new(),
             }),
             snapshot,
         }
@@ -100,6 +105,16 @@ impl Served {
     /// The base platform tools, when composed.
     pub fn base(&self) -> Option<&BaseTools> {
         self.live.base.as_ref()
+    }
+
+    /// What this composition withholds from every caller when no caller is decided for (per-tool
+    /// authorization off): everything of the bindings whose `spec.callerAuthorization` is
+    /// `Required` (docs/authorization.md) — for most compositions, nothing.
+    pub fn unauthorized(&self) -> Arc<Withheld> {
+        self.live
+            .unauthorized
+            .get_or_init(|| Arc::new(without_authorization(&self.live.composed, &self.snapshot)))
+            .clone()
     }
 
     /// The snapshot it was composed from (documents and qualifiers).

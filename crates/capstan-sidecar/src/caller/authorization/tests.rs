@@ -287,3 +287,31 @@ fn a_full_cache_of_live_answers_should_shed_its_oldest_quarter() {
         "the oldest quarter and its cut-off went; the newcomer is in"
     );
 }
+
+/// A binding requiring per-caller authorization, on a sidecar without it: everything it offers
+/// is withheld, the rest is not, and a routed capability keeps the provider that is left.
+#[test]
+fn a_binding_requiring_authorization_should_have_all_it_offers_withheld() {
+    let offered = offered();
+    let streamco = Withheld::of_bindings(&offered, &BTreeSet::from(["streamco"]));
+    assert_eq!(
+        streamco.tools,
+        BTreeSet::from([
+            "streamco__streams_list".to_owned(),
+            "streamco__streams_restart".to_owned()
+        ]),
+        "searchco's tool and the capability it still serves stay"
+    );
+    assert_eq!(
+        streamco.prompts,
+        BTreeSet::from(["streamco__triage".to_owned()])
+    );
+    assert!(streamco.bindings.is_empty(), "streamco offers no resources");
+    let both = Withheld::of_bindings(&offered, &BTreeSet::from(["streamco", "searchco"]));
+    assert!(
+        !both.tool("cap__web_search"),
+        "no provider of the capability is left"
+    );
+    assert!(!both.binding("searchco"));
+    assert!(Withheld::of_bindings(&offered, &BTreeSet::new()).is_empty());
+}

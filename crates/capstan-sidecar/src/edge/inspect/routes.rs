@@ -146,7 +146,9 @@ pub(crate) async fn routes(inspection: &Inspection, checked: &Checked, parts: &P
         .composed_view(key.finalize().into(), &identity, |project| {
             Box::pin(async move {
                 let composed = &project.composed;
-                let withheld = withheld_from(authorizer.as_deref(), &caller, composed).await?;
+                let withheld =
+                    withheld_from(authorizer.as_deref(), &caller, composed, &project.snapshot)
+                        .await?;
                 Ok(routes_view(
                     &name,
                     &capability,
