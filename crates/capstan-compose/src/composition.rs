@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use capstan_api::CallLimits;
 use rmcp::model::{JsonObject, Prompt, Resource, ResourceTemplate, ToolAnnotations};
 use serde::Serialize;
 
@@ -38,6 +39,10 @@ pub struct ComposedTool {
     pub annotations: Option<ToolAnnotations>,
     /// Whether the document flags the tool as mutating.
     pub mutating: bool,
+    /// The call limits its binding declares for its server (`mcpServers[].limits`); the
+    /// sidecar puts the platform's defaults and ceilings under them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<CallLimits>,
 }
 
 /// A prompt in the composed set.

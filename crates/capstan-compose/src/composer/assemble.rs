@@ -293,6 +293,7 @@ impl<'a> Assembly<'a> {
             input_schema: listed.input_schema.clone(),
             annotations,
             mutating,
+            limits: plan.limits,
         });
     }
 

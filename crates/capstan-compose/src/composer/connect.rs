@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use capstan_api::{CapabilityStatus, McpServer, Naming, ResourceUris};
+use capstan_api::{CallLimits, CapabilityStatus, McpServer, Naming, ResourceUris};
 use rmcp::model::Tool;
 use sha2::{Digest as _, Sha256};
 use tracing::field::Empty;
@@ -47,6 +47,8 @@ pub(super) struct ServerPlan {
     pub resource_pins: BTreeMap<String, String>,
     /// `urlElicitationHosts`: where its URL-mode elicitations may send the person.
     pub url_elicitation_hosts: Vec<String>,
+    /// `limits`: the calls it takes, carried onto each of its composed tools.
+    pub limits: Option<CallLimits>,
     /// The session key ([`connection_key`]).
     pub key: [u8; 32],
 }
@@ -267,6 +269,7 @@ fn plan(doc: usize, server: &McpServer, key: [u8; 32]) -> ServerPlan {
             .collect(),
         resource_uris: server.resource_uris.unwrap_or_default(),
         url_elicitation_hosts: server.url_elicitation_hosts.clone(),
+        limits: server.limits,
         resource_pins: server
             .resource_selector
             .as_ref()

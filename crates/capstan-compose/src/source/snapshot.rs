@@ -1,7 +1,7 @@
 //! A capability document as composition reads it (the binding's name and its validated spec),
 //! and what a source holds for a project: its documents and its route qualifiers.
 
-use capstan_api::{CallLimits, CapabilityBindingSpec, RouteQualifierSpec};
+use capstan_api::{CapabilityBindingSpec, RouteQualifierSpec};
 
 /// One capability document as composition reads it.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,21 +40,5 @@ impl Snapshot {
     /// Whether the project has no capability documents (qualifiers alone route nothing).
     pub fn is_empty(&self) -> bool {
         self.documents.is_empty()
-    }
-
-    /// The call limits `binding` declares for its MCP server `server`, if any
-    /// (the sidecar's `limits.rs` puts the platform's under them).
-    pub fn server_limits(&self, binding: &str, server: &str) -> Option<&CallLimits> {
-        self.documents
-            .iter()
-            .find(|d| d.binding == binding)?
-            .spec
-            .tools
-            .as_ref()?
-            .mcp_servers
-            .iter()
-            .find(|s| s.name == server)?
-            .limits
-            .as_ref()
     }
 }

@@ -80,7 +80,7 @@ impl Task {
             self.meter(tool, error.kind.as_str(), Instant::now(), None);
             return Ok(self.refuse(error).into());
         }
-        let cleared = match self.admit(served, tool, note) {
+        let cleared = match self.admit(tool, note) {
             Ok(cleared) => cleared,
             Err(limited) => return Ok(self.rate_limited(tool, &limited, None).into()),
         };
@@ -93,16 +93,14 @@ impl Task {
     /// noted in `note` for the call's audit line.
     pub(super) fn admit<'a>(
         &self,
-        served: &Served,
         tool: &'a ComposedTool,
         note: &CallNote,
     ) -> Result<Cleared<'a>, Limited> {
-        let declared = served.snapshot().server_limits(&tool.binding, &tool.server);
         let admitted = self.context.limits.admit(
             &self.identity.project,
             &tool.binding,
             &tool.server,
-            declared,
+            tool.limits.as_ref(),
             self.identity.fingerprint(),
         );
         match admitted {

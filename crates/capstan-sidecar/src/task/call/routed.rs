@@ -47,7 +47,7 @@ impl Task {
             // caller's answers to it. The seal binds the state to this capability and caller;
             // eligibility is judged again, as the call is made again.
             match self.asker_still_eligible(served, routed, &taken, &asked.by) {
-                Ok(tool) => match self.admit(served, tool, note) {
+                Ok(tool) => match self.admit(tool, note) {
                     Ok(cleared) => Passed::Cleared(cleared),
                     Err(limited) => Passed::Limited(tool, limited),
                 },
@@ -111,7 +111,7 @@ impl Task {
                 // Ranked candidates are composed (`target_missing` excludes the rest).
                 break;
             };
-            match self.admit(served, tool, note) {
+            match self.admit(tool, note) {
                 Ok(cleared) => return Passed::Cleared(cleared),
                 Err(limited) => {
                     let ranked = decision.ranked.remove(0);
