@@ -21,12 +21,20 @@ pub async fn who_is(
     project: &str,
     token: &str,
 ) -> Result<Caller, ApiFailure> {
+    crate::project_api::self_subject(caller_client(plane, project, token)?).await
+}
+
+/// A client of `project`'s plane that authenticates with the caller's `token`.
+fn caller_client(
+    plane: &ControlPlane,
+    project: &str,
+    token: &str,
+) -> Result<kube::Client, ApiFailure> {
     let config = plane
         .caller_config(project, token)
         .map_err(|e| ApiFailure::unavailable(e.to_string()))?;
-    let client = kube::Client::try_from(config)
-        .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))?;
-    crate::project_api::self_subject(client).await
+    kube::Client::try_from(config)
+        .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))
 }
 
 /// Whether the caller holding `token` may list CapabilityBindings in `project`, asked of the
@@ -53,13 +61,8 @@ pub struct AccessReviewer {
 impl AccessReviewer {
     /// A reviewer asking `project`'s plane with `token`.
     pub fn new(plane: &ControlPlane, project: &str, token: &str) -> Result<Self, ApiFailure> {
-        let config = plane
-            .caller_config(project, token)
-            .map_err(|e| ApiFailure::unavailable(e.to_string()))?;
-        let client = kube::Client::try_from(config)
-            .map_err(|e| ApiFailure::unavailable(format!("building the client: {e}")))?;
         Ok(Self {
-            api: Api::all(client),
+            api: Api::all(caller_client(plane, project, token)?),
         })
     }
 

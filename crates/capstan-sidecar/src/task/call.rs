@@ -229,11 +229,14 @@ impl Task {
 pub(super) fn unknown_tool(name: &str) -> McpError {
     McpError::invalid_params(
         format!(
-            "no tool named {name:?} is available to this assistant; tools/list shows the ones that are"
+            "{UNKNOWN_TOOL} {name:?} is available to this assistant; tools/list shows the ones that are"
         ),
         None,
     )
 }
+
+/// How [`unknown_tool`]'s refusal begins: what the audit line reads it by (`audit.rs`).
+pub(super) const UNKNOWN_TOOL: &str = "no tool named";
 
 /// `routed` with only the candidates the caller may use: filtered before any is scored, so a
 /// route never falls through to a provider the caller may not use, and its decision names

@@ -12,6 +12,7 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
 
 use super::super::Task;
+use super::UNKNOWN_TOOL;
 use crate::caller::identity::Identity;
 use crate::observe::audit::{AuditEvent, Authorization, Named, arguments_digest};
 use crate::observe::request_span;
@@ -142,7 +143,7 @@ fn outcome(answered: &Result<CallToolResponse, McpError>) -> String {
         Ok(CallToolResponse::Complete(_)) => "ok".to_owned(),
         Ok(_) => "input_required".to_owned(),
         // The one refusal of a tool the caller cannot call (`call.rs` `unknown_tool`).
-        Err(error) if error.message.starts_with("no tool named") => "unknown_tool".to_owned(),
+        Err(error) if error.message.starts_with(UNKNOWN_TOOL) => "unknown_tool".to_owned(),
         Err(_) => "protocol_error".to_owned(),
     }
 }
