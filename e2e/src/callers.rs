@@ -3,11 +3,14 @@
 //! (so the caller check admits them), and the Python SDK client that calls as them.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use capstan_testkit::sidecar::python_report;
 use serde_json::{Value, json};
 
 use crate::sidecar::SidecarProcess;
+use crate::suite::{Body, Env, run_with};
+use crate::{HarnessError, PlaneOptions};
 
 /// Group `tenants` may list bindings: every caller of [`token_file`] is admitted to the
 /// project, and holds nothing else.
@@ -38,6 +41,32 @@ pub fn token_file(suite: &str, users: &[&str]) -> std::io::Result<PathBuf> {
         .collect();
     std::fs::write(&path, lines)?;
     Ok(path)
+}
+
+/// Runs the trials of `suite`, one at a time, on a plane whose apiserver accepts the tokens of
+/// `callers` ([`token_file`]); `teardown` runs after them (the suite's sidecar stops), then
+/// the token file is removed.
+pub fn run_with_callers(
+    suite: &str,
+    callers: &[&str],
+    setup: impl FnOnce(&Env) -> Result<(), HarnessError>,
+    trials: Vec<(String, Body)>,
+    teardown: impl FnOnce(),
+) -> ExitCode {
+    let tokens = match token_file(suite, callers) {
+        Ok(tokens) => tokens,
+        Err(error) => {
+            eprintln!("{suite}: writing the token file: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = PlaneOptions {
+        token_auth_file: Some(tokens.clone()),
+    };
+    let code = run_with(suite, &options, true, setup, trials);
+    teardown();
+    let _ = std::fs::remove_file(&tokens);
+    code
 }
 
 /// The Python SDK client's report of `ops` against `sidecar` in `project`, at `mode`

@@ -143,6 +143,17 @@ fn start(suite: &str, options: &PlaneOptions) -> Result<Env, HarnessError> {
     })
 }
 
+/// Runs `body` with what a suite's setup kept in `kept` (its world), or fails naming why there
+/// is none: the lock was poisoned, or setup failed before keeping it.
+pub fn with_kept<W, T>(
+    kept: &std::sync::Mutex<Option<W>>,
+    body: impl FnOnce(&W) -> Result<T, Failed>,
+) -> Result<T, Failed> {
+    let guard = kept.lock().map_err(|_| "the world is poisoned")?;
+    let world = guard.as_ref().ok_or("no world: setup failed")?;
+    body(world)
+}
+
 /// A trial named `name` running `body`.
 pub fn trial(
     name: impl Into<String>,

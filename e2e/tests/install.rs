@@ -642,21 +642,9 @@ fn assistant_example(env: &Env) -> Outcome {
     )?;
     // The plain form is also given call limits: each set one becomes its variable, and
     // nothing else of them is set (docs/limits.md).
-    let limits: Vec<(String, String)> = plain_sidecar["env"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| {
-            let name = e["name"].as_str()?;
-            let limit = name.starts_with("CAPSTAN_DEFAULT_") || name.starts_with("CAPSTAN_MAX_C");
-            limit.then(|| {
-                (
-                    name.to_owned(),
-                    e["value"].as_str().unwrap_or("").to_owned(),
-                )
-            })
-        })
-        .collect();
+    let limits = env_named(&plain_sidecar, |name| {
+        name.starts_with("CAPSTAN_DEFAULT_") || name.starts_with("CAPSTAN_MAX_C")
+    });
     let expected: Vec<(String, String)> = [
         ("CAPSTAN_DEFAULT_CALLS_PER_MINUTE_PER_CALLER", "60"),
         ("CAPSTAN_MAX_CALLS_PER_MINUTE", "6000"),
@@ -670,20 +658,7 @@ fn assistant_example(env: &Env) -> Outcome {
     check(sorted == expected, || {
         format!("the sidecar template's call limits: {limits:?}, expected {expected:?}")
     })?;
-    let audit: Vec<(String, String)> = plain_sidecar["env"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| {
-            let name = e["name"].as_str()?;
-            name.starts_with("CAPSTAN_AUDIT_").then(|| {
-                (
-                    name.to_owned(),
-                    e["value"].as_str().unwrap_or("").to_owned(),
-                )
-            })
-        })
-        .collect();
+    let audit = env_named(&plain_sidecar, |name| name.starts_with("CAPSTAN_AUDIT_"));
     check(
         audit
             == [
@@ -701,6 +676,25 @@ fn assistant_example(env: &Env) -> Outcome {
         }),
         || "the example sets no call limit".to_owned(),
     )
+}
+
+/// The environment variables of `container` whose names `keep` holds, as (name, value), in
+/// order.
+fn env_named(container: &Value, keep: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+    container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let name = e["name"].as_str()?;
+            keep(name).then(|| {
+                (
+                    name.to_owned(),
+                    e["value"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+        })
+        .collect()
 }
 
 fn upgrade(env: &Env) -> Outcome {

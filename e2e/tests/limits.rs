@@ -13,12 +13,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use capstan_e2e::callers::{
-    PROJECT_MEMBERS, audit_file, audit_lines, offerings, search_binding, token_file,
+    PROJECT_MEMBERS, audit_file, audit_lines, offerings, run_with_callers, search_binding,
 };
 use capstan_e2e::controller::{bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
-use capstan_e2e::suite::{Env, Outcome, check, eventually, trial};
-use capstan_e2e::{HarnessError, PlaneOptions, free_address, metric};
+use capstan_e2e::suite::{Env, Outcome, check, eventually, trial, with_kept};
+use capstan_e2e::{HarnessError, free_address, metric};
 use capstan_testkit::{DemoProvider, binding_document};
 use serde_json::{Value, json};
 
@@ -51,20 +51,9 @@ struct World {
 static WORLD: Mutex<Option<World>> = Mutex::new(None);
 
 fn main() -> ExitCode {
-    let tokens = match token_file("limits", CALLERS) {
-        Ok(tokens) => tokens,
-        Err(error) => {
-            eprintln!("limits: writing the token file: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let options = PlaneOptions {
-        token_auth_file: Some(tokens.clone()),
-    };
-    let code = capstan_e2e::suite::run_with(
+    run_with_callers(
         "limits",
-        &options,
-        true,
+        CALLERS,
         setup,
         vec![
             trial(
@@ -85,14 +74,14 @@ fn main() -> ExitCode {
                 routed_past_a_limit,
             ),
         ],
-    );
-    if let Ok(mut world) = WORLD.lock()
-        && let Some(mut world) = world.take()
-    {
-        world.sidecar.stop();
-    }
-    let _ = std::fs::remove_file(&tokens);
-    code
+        || {
+            if let Ok(mut world) = WORLD.lock()
+                && let Some(mut world) = world.take()
+            {
+                world.sidecar.stop();
+            }
+        },
+    )
 }
 
 fn harness(message: String) -> HarnessError {
@@ -203,9 +192,7 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
 fn with_world<T>(
     body: impl FnOnce(&World) -> Result<T, libtest_mimic::Failed>,
 ) -> Result<T, libtest_mimic::Failed> {
-    let guard = WORLD.lock().map_err(|_| "the world is poisoned")?;
-    let world = guard.as_ref().ok_or("no world: setup failed")?;
-    body(world)
+    with_kept(&WORLD, body)
 }
 
 /// The Python SDK client's report of `ops` against the sidecar, at `mode`.

@@ -296,9 +296,7 @@ async fn serve_project_planes(planes: &[(&str, &ControlPlane)]) -> Result<String
 
 /// Runs `body` with the world.
 fn with_world<T>(body: impl FnOnce(&World) -> Result<T, Failed>) -> Result<T, Failed> {
-    let guard = WORLD.lock().map_err(|_| "the world is poisoned")?;
-    let world = guard.as_ref().ok_or("no world: setup failed")?;
-    body(world)
+    capstan_e2e::suite::with_kept(&WORLD, body)
 }
 
 /// Audit events of `plane` by `user` (ResponseComplete) matching `pick`.
