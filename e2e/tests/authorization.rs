@@ -24,7 +24,7 @@ use capstan_e2e::callers::{
 };
 use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
-use capstan_e2e::suite::{Env, Outcome, check, eventually, trial, with_kept};
+use capstan_e2e::suite::{Env, Outcome, check, eventually, take_kept, trial, with_kept};
 use capstan_e2e::{HarnessError, free_address, metric};
 use capstan_testkit::{
     DemoProvider, ListeningClient, PythonServer, binding_document, node_dir, repo_root,
@@ -163,9 +163,7 @@ fn main() -> ExitCode {
             ),
         ],
         || {
-            if let Ok(mut world) = WORLD.lock()
-                && let Some(mut world) = world.take()
-            {
+            if let Some(mut world) = take_kept(&WORLD) {
                 world.sidecar.stop();
             }
         },
@@ -961,18 +959,7 @@ fn required_without_authorization(env: &Env) -> Outcome {
         )
         .map_err(|e| format!("the second sidecar: {e:?}"))?;
         let before = env.runtime.block_on(world.streamco.tool_calls()).len();
-        // Listed once its bindings are read: the search providers' tools show it.
-        let started = Instant::now();
-        let listed = loop {
-            let answer = offerings(&plain, PROJECT, "2026-07-28", &ops);
-            let names = answer.first().map(tool_names).unwrap_or_default();
-            if names.contains(&"cheap__docs_search".to_owned())
-                || started.elapsed() > Duration::from_secs(20)
-            {
-                break answer;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        };
+        let listed = once_synced(&plain, &ops);
         plain.stop();
         let names = listed.first().map(tool_names).unwrap_or_default();
         check(
@@ -990,6 +977,107 @@ fn required_without_authorization(env: &Env) -> Outcome {
         let after = env.runtime.block_on(world.streamco.tool_calls()).len();
         check(after == before, || {
             format!("streamco saw {} calls from it", after - before)
-        })
+        })?;
+        // The binding stops requiring it under a live session: the session is told its list
+        // changed, lists streamco's tools, and its call reaches streamco.
+        let plain = SidecarProcess::start(
+            &env.plane,
+            &world.composer,
+            "authorization-off-live",
+            &[
+                ("CAPABILITY_MCP_ENDPOINT_HOSTS", "127.0.0.1"),
+                ("CAPSTAN_BASE_TOOLS", "off"),
+            ],
+        )
+        .map_err(|e| format!("the third sidecar: {e:?}"))?;
+        let flipped = flip_required(env, world, &plain);
+        let restored = env.plane.kubectl_ok(
+            &[
+                "patch",
+                "capabilitybinding",
+                "streamco",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"callerAuthorization":"Required"}}"#,
+            ],
+            None,
+        );
+        let mut plain = plain;
+        plain.stop();
+        restored?;
+        flipped
+    })
+}
+
+/// The report of `ops` on `sidecar` once it has read the bindings (the search providers'
+/// tools show it), or the last one after 20 s.
+fn once_synced(sidecar: &SidecarProcess, ops: &Value) -> Vec<Value> {
+    let started = Instant::now();
+    loop {
+        let answer = offerings(sidecar, PROJECT, "2026-07-28", ops);
+        let names = answer.first().map(tool_names).unwrap_or_default();
+        if names.contains(&"cheap__docs_search".to_owned())
+            || started.elapsed() > Duration::from_secs(20)
+        {
+            return answer;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// On `plain` (no per-tool authorization), a session of frank's lists no streamco tool; once
+/// streamco's binding says `Optional`, the session is told its tools changed, lists
+/// `streamco__streams_list`, and its call of it reaches streamco.
+fn flip_required(env: &Env, world: &World, plain: &SidecarProcess) -> Outcome {
+    once_synced(plain, &json!([{"op": "tools", "client": "frank"}]));
+    let line = Duration::from_secs(30);
+    let client = ListeningClient::start(
+        &plain.socket,
+        PROJECT,
+        "token-of-frank",
+        "legacy",
+        Some("streamco__streams_list"),
+    );
+    let first = client.next(line);
+    let names = |v: &Value| -> Vec<String> {
+        v["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(str::to_owned))
+            .collect()
+    };
+    check(
+        !names(&first).is_empty() && !names(&first).iter().any(|n| n.starts_with("streamco__")),
+        || format!("frank's first list: {first}"),
+    )?;
+    let before = env.runtime.block_on(world.streamco.tool_calls()).len();
+    env.plane.kubectl_ok(
+        &[
+            "patch",
+            "capabilitybinding",
+            "streamco",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"callerAuthorization":"Optional"}}"#,
+        ],
+        None,
+    )?;
+    let notified = client.next(line);
+    check(notified["notifiedAt"].is_number(), || {
+        format!("no list_changed after the binding stopped requiring authorization: {notified}")
+    })?;
+    let again = client.next(line);
+    check(
+        names(&again).contains(&"streamco__streams_list".to_owned()),
+        || format!("frank's list after: {again}"),
+    )?;
+    let called = client.next(line);
+    check(called["gone"]["isError"] == false, || {
+        format!("frank's call after: {called}")
+    })?;
+    let after = env.runtime.block_on(world.streamco.tool_calls()).len();
+    check(after == before + 1, || {
+        format!("streamco saw {} calls, not 1", after - before)
     })
 }

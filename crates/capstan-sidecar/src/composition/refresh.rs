@@ -115,8 +115,11 @@ async fn serve(
     metrics: &crate::observe::metrics::Metrics,
 ) -> Option<Followed> {
     let fresh = with_log_level(task, project).await;
-    let changed = fresh.tools() != served.tools();
+    let (tools_withheld, prompts_withheld, resources_withheld) =
+        task.unauthorized_changes(&served, &fresh);
+    let changed = fresh.tools() != served.tools() || tools_withheld;
     let (prompts, resources) = offerings_changed(&served, &fresh);
+    let (prompts, resources) = (prompts || prompts_withheld, resources || resources_withheld);
     // A composition made from this one notes list changes on the same channel: the receivers
     // carry on (a change noted while composing wakes it again).
     let receivers =

@@ -101,6 +101,22 @@ impl Task {
     }
 
     /// Tells the client which of its lists a new decision changed.
+    /// Which of its lists (tools, prompts, resources) a new composition `after` changes for
+    /// this task's caller by what it withholds from every caller without per-tool
+    /// authorization — a binding's `callerAuthorization` turned on or off leaves the composed
+    /// set as it was. With per-tool authorization the next decision tells its own changes.
+    pub fn unauthorized_changes(&self, before: &Served, after: &Served) -> (bool, bool, bool) {
+        if self.context.authorizer.is_some() {
+            return (false, false, false);
+        }
+        let (before, after) = (before.unauthorized(), after.unauthorized());
+        (
+            before.tools != after.tools,
+            before.prompts != after.prompts,
+            before.bindings != after.bindings,
+        )
+    }
+
     fn tell_withheld_changes(&self, before: &Withheld, now: &Withheld) {
         if before.tools != now.tools {
             self.tell(Change::ToolList);
