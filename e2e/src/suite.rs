@@ -154,6 +154,14 @@ pub fn with_kept<W, T>(
     body(world)
 }
 
+/// What a suite's setup kept in `kept`, taken for its teardown — also after a trial panicked
+/// holding the lock, so a failed trial never leaves the world's processes running.
+pub fn take_kept<W>(kept: &std::sync::Mutex<Option<W>>) -> Option<W> {
+    kept.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+}
+
 /// A trial named `name` running `body`.
 pub fn trial(
     name: impl Into<String>,

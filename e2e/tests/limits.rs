@@ -17,7 +17,7 @@ use capstan_e2e::callers::{
 };
 use capstan_e2e::controller::{bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
-use capstan_e2e::suite::{Env, Outcome, check, eventually, trial, with_kept};
+use capstan_e2e::suite::{Env, Outcome, check, eventually, take_kept, trial, with_kept};
 use capstan_e2e::{HarnessError, free_address, metric};
 use capstan_testkit::{DemoProvider, binding_document};
 use serde_json::{Value, json};
@@ -75,9 +75,7 @@ fn main() -> ExitCode {
             ),
         ],
         || {
-            if let Ok(mut world) = WORLD.lock()
-                && let Some(mut world) = world.take()
-            {
+            if let Some(mut world) = take_kept(&WORLD) {
                 world.sidecar.stop();
             }
         },

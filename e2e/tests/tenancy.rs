@@ -84,9 +84,7 @@ fn main() -> ExitCode {
             ),
         ],
     );
-    if let Ok(mut world) = WORLD.lock()
-        && let Some(mut world) = world.take()
-    {
+    if let Some(mut world) = capstan_e2e::suite::take_kept(&WORLD) {
         world.sidecar.stop();
         let _ = world.globex.stop();
     }
