@@ -5,8 +5,15 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod auth;
+mod first_wins;
 mod selectors;
 
+pub use self::auth::{
+    AUTHORIZATION, AuthKind, EndpointAuth, ExchangeClient, SecretCredential, SecretKeyRef,
+    SubjectTokenType, TokenExchange, WorkloadIdentity,
+};
+pub use self::first_wins::{FirstWinsKey, first_wins_key, first_wins_order};
 pub use self::selectors::{PromptSelector, ResourceSelector, ToolSelector};
 use crate::patterns::{
     CAPABILITY_ID_PATTERN, ELICITATION_HOST_PATTERN, FEATURE_PATTERN, HTTP_URL_PATTERN,
@@ -153,6 +160,14 @@ pub struct Knowledge {
 /// One knowledge document.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.auth) || !has(self.auth.tokenExchange)",
+        "message": "tokenExchange is for MCP servers only: this body is fetched once and served to every caller, so no caller's token can be exchanged for it; use workloadIdentity or secret",
+        "fieldPath": ".auth.tokenExchange",
+        "reason": "FieldValueInvalid"
+    }
+]))]
 pub struct KnowledgeSource {
     /// What kind of document this is.
     #[serde(rename = "type")]
@@ -166,6 +181,11 @@ pub struct KnowledgeSource {
     /// Where the document is fetched from: an absolute http or https URL on an allowed host.
     #[schemars(length(max = MAX_URL_LEN), pattern(HTTP_URL_PATTERN))]
     pub url: String,
+
+    /// How the sidecar authenticates to `url`: `workloadIdentity` or `secret` (docs/upstream-auth.md).
+    /// Omitted: no credential is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<EndpointAuth>,
 }
 
 /// The kinds of knowledge document.
@@ -269,6 +289,12 @@ pub struct McpServer {
     /// allow-list, or it is not dialed and the binding reports Composed=False.
     #[schemars(length(max = MAX_URL_LEN), pattern(HTTP_URL_PATTERN))]
     pub endpoint: String,
+
+    /// How the sidecar authenticates to `endpoint` on every request: its workload identity, a
+    /// Secret, or the caller's token exchanged (docs/upstream-auth.md). Omitted: no credential
+    /// is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<EndpointAuth>,
 
     /// The tools the assistant may use. A server without an allow-list contributes no tools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -446,6 +472,14 @@ pub enum CapabilityStatus {
 
 /// A provider procedure the assistant loads on demand.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.auth) || !has(self.auth.tokenExchange)",
+        "message": "tokenExchange is for MCP servers only: this body is fetched once and served to every caller, so no caller's token can be exchanged for it; use workloadIdentity or secret",
+        "fieldPath": ".auth.tokenExchange",
+        "reason": "FieldValueInvalid"
+    }
+]))]
 pub struct Skill {
     /// The skill's name, unique in the binding; the argument of `load_skill`.
     #[schemars(length(min = 1, max = 63), pattern(SKILL_NAME_PATTERN))]
@@ -467,6 +501,11 @@ pub struct Skill {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(PIN_PATTERN))]
     pub pin: Option<String>,
+
+    /// How the sidecar authenticates to `source`: `workloadIdentity` or `secret`
+    /// (docs/upstream-auth.md). Omitted: no credential is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<EndpointAuth>,
 }
 
 /// What the assistant may do on the provider's behalf.
@@ -513,60 +552,4 @@ pub struct CapabilityBindingStatus {
     /// The namespaced names of the tools the binding contributes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<String>,
-}
-/// Where a binding stands when bindings contest a name: its creation time (seconds since the
-/// epoch; none sorts first), then its name, since timestamps have one-second resolution.
-pub type FirstWinsKey = (Option<i64>, String);
-
-/// The [`FirstWinsKey`] of a binding's metadata. The crd source orders documents by it and the
-/// controller's probe decides collisions by it, so both agree on who keeps a contested name.
-pub fn first_wins_key(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> FirstWinsKey {
-    (
-        meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
-        meta.name.clone().unwrap_or_default(),
-    )
-}
-
-/// The order in which bindings win a contested name: by [`first_wins_key`], the older first.
-pub fn first_wins_order(
-    a: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    b: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> std::cmp::Ordering {
-    first_wins_key(a).cmp(&first_wins_key(b))
-}
-
-#[cfg(test)]
-mod first_wins_tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-    use k8s_openapi::jiff::Timestamp;
-
-    use super::*;
-
-    fn meta(name: &str, created: Option<i64>) -> ObjectMeta {
-        ObjectMeta {
-            name: Some(name.into()),
-            creation_timestamp: created
-                .map(|s| Time(Timestamp::from_second(s).unwrap_or(Timestamp::UNIX_EPOCH))),
-            ..ObjectMeta::default()
-        }
-    }
-
-    #[test]
-    fn the_older_binding_should_win_and_the_name_break_a_tie() {
-        use std::cmp::Ordering::{Greater, Less};
-        assert_eq!(
-            first_wins_order(&meta("zeta", Some(10)), &meta("alpha", Some(20))),
-            Less
-        );
-        assert_eq!(
-            first_wins_order(&meta("beta", Some(10)), &meta("alpha", Some(10))),
-            Greater
-        );
-        assert_eq!(
-            first_wins_key(&meta("a", Some(7))),
-            (Some(7), "a".to_owned())
-        );
-    }
 }

@@ -19,10 +19,11 @@ pub mod validate;
 pub mod wire;
 
 pub use binding::{
-    Authority, CallLimits, CallerAuthorization, CapabilityBinding, CapabilityBindingSpec,
-    CapabilityBindingStatus, CapabilityMapping, CapabilityStatus, Concept, CostHint, GroupKind,
-    Knowledge, KnowledgeSource, KnowledgeSourceType, McpServer, Naming, ObjectRef, PromptSelector,
-    ReadGrant, ResourceSelector, ResourceUris, Skill, ToolSelector, Tools,
+    AuthKind, Authority, CallLimits, CallerAuthorization, CapabilityBinding, CapabilityBindingSpec,
+    CapabilityBindingStatus, CapabilityMapping, CapabilityStatus, Concept, CostHint, EndpointAuth,
+    ExchangeClient, GroupKind, Knowledge, KnowledgeSource, KnowledgeSourceType, McpServer, Naming,
+    ObjectRef, PromptSelector, ReadGrant, ResourceSelector, ResourceUris, SecretCredential,
+    SecretKeyRef, Skill, SubjectTokenType, TokenExchange, ToolSelector, Tools, WorkloadIdentity,
 };
 pub use document::{CapabilityDocument, DocumentMeta};
 pub use parse::{API_VERSION, InvalidObject, Object, ParseError, Parsed, ParsedObject, parse};

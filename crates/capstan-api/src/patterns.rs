@@ -38,6 +38,27 @@ pub const UNPREFIXED_TOOL_PATTERN: &str = "^[a-zA-Z0-9_-]{1,64}$";
 pub const ELICITATION_HOST_PATTERN: &str =
     "^(\\*\\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\\.)+[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
 
+/// Audiences and client ids of upstream credentials: printable ASCII without spaces (an
+/// audience is usually a host name or a URL; the token service decides which it knows).
+pub const AUDIENCE_PATTERN: &str = "^[!-~]+$";
+
+/// HTTP header names (RFC 9110 `token`).
+pub const HEADER_NAME_PATTERN: &str = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$";
+
+/// Text placed in a header value: printable ASCII and spaces, so no value can end a header
+/// early or start another.
+pub const HEADER_VALUE_PATTERN: &str = "^[ -~]*$";
+
+/// OAuth 2.0 scope tokens (RFC 6749 section 3.3).
+pub const SCOPE_PATTERN: &str = "^[!#-\\[\\]-~]+$";
+
+/// Secret names (Kubernetes DNS subdomains).
+pub const SECRET_NAME_PATTERN: &str =
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// Keys of a Secret's data.
+pub const SECRET_KEY_PATTERN: &str = "^[-._a-zA-Z0-9]+$";
+
 /// The characters the major model APIs accept in a tool name (`[a-zA-Z0-9_-]`): what
 /// composition sanitizes provider tool names to, and what an unprefixed name must already be.
 pub fn is_tool_name_char(c: char) -> bool {
@@ -112,6 +133,19 @@ pub fn pattern_message(pattern: &str) -> Option<&'static str> {
             "must be 1-64 letters, digits, '_' and '-' to be exposed unprefixed; keep the \
              <server>__ prefix (remove toolNames) for other names",
         ),
+        AUDIENCE_PATTERN => Some("must be printable ASCII without spaces"),
+        HEADER_NAME_PATTERN => Some(
+            "must be an HTTP header name: letters, digits and !#$%&'*+.^_`|~-, e.g. Authorization",
+        ),
+        HEADER_VALUE_PATTERN => Some("must be printable ASCII and spaces, with no line breaks"),
+        SCOPE_PATTERN => Some(
+            "must be an OAuth scope: printable ASCII without spaces, '\"' or '\\', e.g. streams.read",
+        ),
+        SECRET_NAME_PATTERN => Some(
+            "must be a Secret name: lower-case letters, digits, '-' and '.', starting and ending \
+             with a letter or digit",
+        ),
+        SECRET_KEY_PATTERN => Some("must be a Secret key: letters, digits, '-', '_' and '.'"),
         _ => None,
     }
 }
@@ -130,6 +164,12 @@ mod tests {
             PIN_PATTERN,
             ELICITATION_HOST_PATTERN,
             UNPREFIXED_TOOL_PATTERN,
+            AUDIENCE_PATTERN,
+            HEADER_NAME_PATTERN,
+            HEADER_VALUE_PATTERN,
+            SCOPE_PATTERN,
+            SECRET_NAME_PATTERN,
+            SECRET_KEY_PATTERN,
         ] {
             assert!(
                 pattern_message(pattern).is_some(),

@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::binding::CapabilityBindingSpec;
 use crate::qualifier::{MAX_QUALIFIER_NAME_LEN, RouteQualifierSpec};
 
+mod auth_rules;
 mod binding_rules;
 mod fields;
 mod nulls;
@@ -80,6 +81,7 @@ pub fn validate_binding_spec(spec: &Value) -> Vec<FieldError> {
 pub(crate) fn check_binding_spec(spec: &Value) -> Vec<FieldError> {
     let mut errors = schema_errors(&BINDING_SPEC_SCHEMA, "spec", spec);
     binding_rules::check(spec, &mut errors);
+    auth_rules::check(spec, &mut errors);
     finish(errors)
 }
 

@@ -3,9 +3,10 @@
 
 use capstan_api::{
     Authority, CallLimits, CallerAuthorization, CapabilityBindingSpec, CapabilityDocument,
-    CapabilityMapping, CapabilityStatus, Concept, CostHint, DocumentMeta, GroupKind, Knowledge,
-    KnowledgeSource, KnowledgeSourceType, McpServer, Naming, Object, ObjectRef, PromptSelector,
-    ReadGrant, ResourceSelector, ResourceUris, Skill, ToolSelector, Tools,
+    CapabilityMapping, CapabilityStatus, Concept, CostHint, DocumentMeta, EndpointAuth,
+    ExchangeClient, GroupKind, Knowledge, KnowledgeSource, KnowledgeSourceType, McpServer, Naming,
+    Object, ObjectRef, PromptSelector, ReadGrant, ResourceSelector, ResourceUris, SecretCredential,
+    SecretKeyRef, Skill, SubjectTokenType, TokenExchange, ToolSelector, Tools, WorkloadIdentity,
 };
 use proptest::collection::vec;
 use proptest::option;
@@ -36,6 +37,72 @@ fn url() -> impl Strategy<Value = String> {
         })
 }
 
+/// An `auth` block of any kind; `per_caller` admits token exchange (MCP servers only).
+fn auth(per_caller: bool) -> impl Strategy<Value = EndpointAuth> {
+    let audience = "[a-z][a-z0-9.-]{0,20}";
+    let identity = audience.prop_map(|audience| WorkloadIdentity { audience });
+    let secret = (
+        "[a-z]([a-z0-9-]{0,9}[a-z0-9])?",
+        "[A-Za-z0-9._-]{1,10}",
+        option::of("X-[A-Za-z]{1,10}|Authorization"),
+        option::of("[ -~]{0,10}"),
+    )
+        .prop_map(|(name, key, header, prefix)| SecretCredential {
+            name,
+            key,
+            header,
+            prefix,
+        });
+    let exchange = (
+        url().prop_map(|u| format!("https://{}", u.split_once("://").map_or("", |p| p.1))),
+        audience,
+        vec("[a-z]{1,8}(\\.[a-z]{1,8})?", 0..3),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(token_endpoint, audience, mut scopes, actor, by_secret)| {
+            scopes.sort();
+            scopes.dedup();
+            TokenExchange {
+                token_endpoint,
+                audience: audience.clone(),
+                scopes,
+                subject_token_type: actor.then_some(SubjectTokenType::Jwt),
+                actor: actor.then(|| WorkloadIdentity {
+                    audience: audience.clone(),
+                }),
+                client: ExchangeClient {
+                    id: "capstan".to_owned(),
+                    secret: by_secret.then(|| SecretKeyRef {
+                        name: "exchange-client".to_owned(),
+                        key: "secret".to_owned(),
+                    }),
+                    workload_identity: (!by_secret).then_some(WorkloadIdentity { audience }),
+                },
+            }
+        });
+    let kinds = (
+        0..if per_caller { 3u8 } else { 2 },
+        identity,
+        secret,
+        exchange,
+    );
+    kinds.prop_map(|(kind, identity, secret, exchange)| match kind {
+        0 => EndpointAuth {
+            workload_identity: Some(identity),
+            ..EndpointAuth::default()
+        },
+        1 => EndpointAuth {
+            secret: Some(secret),
+            ..EndpointAuth::default()
+        },
+        _ => EndpointAuth {
+            token_exchange: Some(exchange),
+            ..EndpointAuth::default()
+        },
+    })
+}
+
 fn prose() -> impl Strategy<Value = String> {
     "[A-Za-z0-9 ,.:#'\"-]{1,80}".prop_filter("not blank", |s| !s.trim().is_empty())
 }
@@ -49,8 +116,14 @@ fn knowledge() -> impl Strategy<Value = Knowledge> {
         ],
         option::of(prose()),
         url(),
+        option::of(auth(false)),
     )
-        .prop_map(|(kind, title, url)| KnowledgeSource { kind, title, url });
+        .prop_map(|(kind, title, url, auth)| KnowledgeSource {
+            kind,
+            title,
+            url,
+            auth,
+        });
     let concept =
         ("[a-z.]{0,20}", "[A-Z][a-zA-Z]{0,15}|\\*", prose()).prop_map(|(group, kind, summary)| {
             Concept {
@@ -75,108 +148,113 @@ fn server(index: usize) -> impl Strategy<Value = McpServer> {
             any::<bool>(),
         )),
         option::of("[0-9a-f]{64}"),
+        option::of(auth(true)),
     )
-        .prop_map(move |(prefix, endpoint, mut include, pick, mapping, pin)| {
-            include.sort();
-            include.dedup();
-            let mutating = if include.is_empty() {
-                vec![]
-            } else {
-                vec![pick.get(&include).clone()]
-            };
-            let capabilities = match (mapping, include.first()) {
-                (Some((quality, base, bundled, quarantined)), Some(tool)) => {
-                    vec![CapabilityMapping {
-                        capability_id: format!("cap.{prefix}.search"),
-                        tool: tool.clone(),
-                        features: vec!["search.fresh".to_owned()],
-                        cost_hint: Some(CostHint {
-                            base_micros_usd: base,
-                            bundled_in_broker: bundled,
-                        }),
-                        quality: Some(quality % 10_001),
-                        status: Some(if quarantined {
-                            CapabilityStatus::Quarantined
-                        } else {
-                            CapabilityStatus::Active
-                        }),
-                    }]
+        .prop_map(
+            move |(prefix, endpoint, mut include, pick, mapping, pin, auth)| {
+                include.sort();
+                include.dedup();
+                let mutating = if include.is_empty() {
+                    vec![]
+                } else {
+                    vec![pick.get(&include).clone()]
+                };
+                let capabilities = match (mapping, include.first()) {
+                    (Some((quality, base, bundled, quarantined)), Some(tool)) => {
+                        vec![CapabilityMapping {
+                            capability_id: format!("cap.{prefix}.search"),
+                            tool: tool.clone(),
+                            features: vec!["search.fresh".to_owned()],
+                            cost_hint: Some(CostHint {
+                                base_micros_usd: base,
+                                bundled_in_broker: bundled,
+                            }),
+                            quality: Some(quality % 10_001),
+                            status: Some(if quarantined {
+                                CapabilityStatus::Quarantined
+                            } else {
+                                CapabilityStatus::Active
+                            }),
+                        }]
+                    }
+                    _ => vec![],
+                };
+                // Unprefixed only where every allowed name may be exposed as it is.
+                let plain = include
+                    .iter()
+                    .all(|t| !t.contains('.') && !capstan_api::patterns::is_built_in_tool(t));
+                McpServer {
+                    name: format!("{prefix}{index}"),
+                    endpoint,
+                    auth,
+                    tool_names: match (index % 3, plain) {
+                        (0, _) => None,
+                        (1, _) | (_, false) => Some(Naming::Prefixed),
+                        _ => Some(Naming::Unprefixed),
+                    },
+                    tool_selector: (!include.is_empty()).then(|| ToolSelector {
+                        pins: pin
+                            .clone()
+                            .map(|hex| (pick.get(&include).clone(), format!("sha256:{hex}")))
+                            .into_iter()
+                            .collect(),
+                        include,
+                    }),
+                    prompt_selector: index.is_multiple_of(2).then(|| PromptSelector {
+                        pins: pin
+                            .clone()
+                            .map(|hex| (format!("summarize-{index}"), format!("sha256:{hex}")))
+                            .into_iter()
+                            .collect(),
+                        include: vec![format!("summarize-{index}")],
+                    }),
+                    prompt_names: (index % 3 == 2).then_some(Naming::Unprefixed),
+                    resource_selector: (index % 2 == 1).then(|| ResourceSelector {
+                        pins: pin
+                            .map(|hex| {
+                                (
+                                    format!("test://items/{{id}}/{index}"),
+                                    format!("sha256:{hex}"),
+                                )
+                            })
+                            .into_iter()
+                            .collect(),
+                        include: vec![
+                            format!("file:///docs/{index}.md"),
+                            format!("test://items/{{id}}/{index}"),
+                        ],
+                    }),
+                    resource_uris: (index % 4 == 1).then_some(ResourceUris::AsListed),
+                    mutating,
+                    capabilities,
+                    url_elicitation_hosts: match index % 3 {
+                        0 => vec![],
+                        1 => vec![format!("login-{index}.example.com")],
+                        _ => vec![format!("*.auth-{index}.example.com")],
+                    },
+                    limits: index.is_multiple_of(2).then(|| CallLimits {
+                        calls_per_minute_per_caller: Some(60 + index as u32),
+                        concurrent_calls_per_caller: index.is_multiple_of(4).then_some(4),
+                        calls_per_minute: index.is_multiple_of(3).then_some(600),
+                    }),
                 }
-                _ => vec![],
-            };
-            // Unprefixed only where every allowed name may be exposed as it is.
-            let plain = include
-                .iter()
-                .all(|t| !t.contains('.') && !capstan_api::patterns::is_built_in_tool(t));
-            McpServer {
-                name: format!("{prefix}{index}"),
-                endpoint,
-                tool_names: match (index % 3, plain) {
-                    (0, _) => None,
-                    (1, _) | (_, false) => Some(Naming::Prefixed),
-                    _ => Some(Naming::Unprefixed),
-                },
-                tool_selector: (!include.is_empty()).then(|| ToolSelector {
-                    pins: pin
-                        .clone()
-                        .map(|hex| (pick.get(&include).clone(), format!("sha256:{hex}")))
-                        .into_iter()
-                        .collect(),
-                    include,
-                }),
-                prompt_selector: index.is_multiple_of(2).then(|| PromptSelector {
-                    pins: pin
-                        .clone()
-                        .map(|hex| (format!("summarize-{index}"), format!("sha256:{hex}")))
-                        .into_iter()
-                        .collect(),
-                    include: vec![format!("summarize-{index}")],
-                }),
-                prompt_names: (index % 3 == 2).then_some(Naming::Unprefixed),
-                resource_selector: (index % 2 == 1).then(|| ResourceSelector {
-                    pins: pin
-                        .map(|hex| {
-                            (
-                                format!("test://items/{{id}}/{index}"),
-                                format!("sha256:{hex}"),
-                            )
-                        })
-                        .into_iter()
-                        .collect(),
-                    include: vec![
-                        format!("file:///docs/{index}.md"),
-                        format!("test://items/{{id}}/{index}"),
-                    ],
-                }),
-                resource_uris: (index % 4 == 1).then_some(ResourceUris::AsListed),
-                mutating,
-                capabilities,
-                url_elicitation_hosts: match index % 3 {
-                    0 => vec![],
-                    1 => vec![format!("login-{index}.example.com")],
-                    _ => vec![format!("*.auth-{index}.example.com")],
-                },
-                limits: index.is_multiple_of(2).then(|| CallLimits {
-                    calls_per_minute_per_caller: Some(60 + index as u32),
-                    concurrent_calls_per_caller: index.is_multiple_of(4).then_some(4),
-                    calls_per_minute: index.is_multiple_of(3).then_some(600),
-                }),
-            }
-        })
+            },
+        )
 }
 
 fn spec() -> impl Strategy<Value = CapabilityBindingSpec> {
     let servers = (0usize..4).prop_flat_map(|n| (0..n).map(server).collect::<Vec<_>>());
     let pin = option::of("[0-9a-f]{64}".prop_map(|hex| format!("sha256:{hex}")));
-    let skills = vec((prose(), url(), pin), 0..3).prop_map(|skills| {
+    let skills = vec((prose(), url(), pin, option::of(auth(false))), 0..3).prop_map(|skills| {
         skills
             .into_iter()
             .enumerate()
-            .map(|(i, (description, source, pin))| Skill {
+            .map(|(i, (description, source, pin, auth))| Skill {
                 name: format!("skill-{i}"),
                 description,
                 source,
                 pin,
+                auth,
             })
             .collect()
     });
