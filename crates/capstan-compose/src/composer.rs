@@ -15,6 +15,7 @@ mod skill_files;
 mod uri_scope;
 mod uri_template;
 
+use capstan_upstream::credential::{NoCredentials, SharedCredentials};
 use std::sync::Arc;
 
 use rmcp::model::{ErrorData, JsonObject};
@@ -136,6 +137,9 @@ pub struct Composer {
     connector: Connector,
     fetcher: Fetcher,
     limits: Limits,
+    /// What [`Composer::compose`] authenticates with; the sidecar passes a caller's own to
+    /// [`Composer::compose_reusing`].
+    credentials: SharedCredentials,
 }
 
 /// Whether an input schema has a top-level property named `project` (in any case).
@@ -154,7 +158,16 @@ impl Composer {
             connector: Connector::new(mcp_guard, limits.connect_timeout),
             fetcher,
             limits,
+            credentials: Arc::new(NoCredentials),
         }
+    }
+
+    /// The same composer, [`Composer::compose`] authenticating with `credentials` (the
+    /// controller's probe). Without: every `auth` block is unavailable and its endpoint is not
+    /// sent anything.
+    pub fn with_credentials(mut self, credentials: SharedCredentials) -> Self {
+        self.credentials = credentials;
+        self
     }
 
     /// A composer from the two allow-list settings both binaries share
@@ -187,8 +200,13 @@ impl Composer {
     /// and knowledge fetched concurrently; the result depends only on the inputs and what the
     /// servers answer, never on which answered first.
     pub async fn compose(&self, documents: &[Document]) -> Composed {
-        self.compose_reusing(documents, None, CallerRevision::default())
-            .await
+        self.compose_reusing(
+            documents,
+            None,
+            CallerRevision::default(),
+            &self.credentials,
+        )
+        .await
     }
 
     /// Composes `documents` again for the task that holds `previous`: an upstream session of
@@ -197,12 +215,14 @@ impl Composer {
     /// A binding edited, added or removed reopens (or closes) its own servers' sessions only,
     /// and a provider's list change costs one `tools/list` at that provider. The task's
     /// upstreams are opened for a caller of `revision` — those of `previous` (the task's
-    /// caller's) when there is one.
+    /// caller's) when there is one. Endpoints with an `auth` block authenticate with
+    /// `credentials` (the caller's, for a token exchange).
     pub async fn compose_reusing(
         &self,
         documents: &[Document],
         previous: Option<&Composed>,
         revision: CallerRevision,
+        credentials: &SharedCredentials,
     ) -> Composed {
         let span = debug_span!(
             "capstan.compose",
@@ -212,7 +232,7 @@ impl Composer {
             capstan.tools = Empty,
         );
         let composed = self
-            .assemble(documents, previous, revision)
+            .assemble(documents, previous, revision, credentials)
             .instrument(span.clone())
             .await;
         span.record("capstan.tools", composed.composition.tools.len());
@@ -224,6 +244,7 @@ impl Composer {
         documents: &[Document],
         previous: Option<&Composed>,
         revision: CallerRevision,
+        credentials: &SharedCredentials,
     ) -> Composed {
         let changes = previous.map(|p| p.changes.clone()).unwrap_or_default();
         let revision = previous.map_or(revision, |p| p.revision);
@@ -234,8 +255,9 @@ impl Composer {
             previous,
             &changes,
             revision,
+            credentials,
         );
-        let knowledge = knowledge::fetch_all(&self.fetcher, documents, &self.limits);
+        let knowledge = knowledge::fetch_all(&self.fetcher, credentials, documents, &self.limits);
         let mut assembly = Assembly::new(
             documents,
             Composed::empty(
@@ -243,6 +265,7 @@ impl Composer {
                 self.limits.clone(),
                 changes.clone(),
                 revision,
+                credentials.clone(),
             ),
         );
         // Skills first (no I/O): the pinned ones' bodies are fetched with everything else.

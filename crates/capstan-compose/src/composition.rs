@@ -287,6 +287,10 @@ pub struct UpstreamFailure {
     pub endpoint: String,
     /// Which step failed.
     pub stage: UpstreamStage,
+    /// What to fix, where the failure says (a credential that could not be had); worded to
+    /// stay the same while the cause does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 pub use capstan_upstream::mcp::UpstreamStage;
@@ -298,8 +302,13 @@ impl std::fmt::Display for UpstreamFailure {
             UpstreamStage::List => "did not list its tools",
             UpstreamStage::ListPrompts => "did not list its prompts",
             UpstreamStage::ListResources => "did not list its resources",
+            UpstreamStage::Credential => "was not dialed: its credential could not be had",
         };
-        write!(f, "MCP server {} at {} {what}", self.server, self.endpoint)
+        write!(f, "MCP server {} at {} {what}", self.server, self.endpoint)?;
+        match &self.detail {
+            Some(detail) => write!(f, " ({detail})"),
+            None => Ok(()),
+        }
     }
 }
 

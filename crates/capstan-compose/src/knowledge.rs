@@ -9,6 +9,7 @@ use tracing::{Instrument as _, Span, debug_span};
 use crate::composition::SkillSummary;
 use crate::limits::Limits;
 use crate::source::snapshot::Document;
+use capstan_upstream::credential::{Dialed, SharedCredentials};
 use capstan_upstream::fetch::{FetchError, Fetched, Fetcher};
 
 /// One knowledge source's fetch.
@@ -26,6 +27,7 @@ pub struct KnowledgeItem {
 /// document and source order.
 pub async fn fetch_all(
     fetcher: &Fetcher,
+    credentials: &SharedCredentials,
     documents: &[Document],
     limits: &Limits,
 ) -> Vec<KnowledgeItem> {
@@ -36,10 +38,19 @@ pub async fn fetch_all(
             .flat_map(|k| k.sources.iter().enumerate())
             .map(move |(source, s)| {
                 let span = fetch_span(&d.binding, &s.url);
+                let credential = s.auth.as_ref().map(|auth| {
+                    credentials.credential(&Dialed {
+                        binding: &d.binding,
+                        what: &format!("knowledge source {}", s.url),
+                        url: &s.url,
+                        auth,
+                    })
+                });
                 async move {
                     let result = fetcher
-                        .fetch(
+                        .fetch_as(
                             &s.url,
+                            credential.as_ref(),
                             limits.knowledge_timeout,
                             limits.knowledge_source_cap,
                         )

@@ -30,6 +30,11 @@ pub enum ErrorKind {
     /// reached; the call did not reach the provider. Call again after `retryAfterMs`, or once
     /// a running call has finished when there is none.
     RateLimited,
+    /// The credential Capstan authenticates to the provider with (a Secret, a workload token,
+    /// a token exchanged for the caller's) could not be had; the call did not reach the
+    /// provider. Not the provider's fault: the message says what to fix. Retryable when the
+    /// cause may pass (a token service down).
+    CredentialUnavailable,
 }
 
 impl ErrorKind {
@@ -45,6 +50,7 @@ impl ErrorKind {
             Self::StalePlan => "stale_plan",
             Self::Unanswered => "unanswered",
             Self::RateLimited => "rate_limited",
+            Self::CredentialUnavailable => "credential_unavailable",
         }
     }
 

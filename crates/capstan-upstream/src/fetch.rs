@@ -6,6 +6,7 @@ use futures::StreamExt;
 use reqwest::redirect;
 use thiserror::Error;
 
+use crate::credential::{CredentialError, SharedCredential};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};
 use capstan_core::error_chain::{chain_text, find_in_chain};
 
@@ -42,6 +43,14 @@ pub enum FetchError {
         /// The limit.
         timeout: Duration,
     },
+    /// The credential its `auth` block asks for could not be had: nothing was sent.
+    #[error("{url}: no credential: {failed}")]
+    Credential {
+        /// The URL fetched.
+        url: String,
+        /// Why, and what to fix.
+        failed: CredentialError,
+    },
 }
 
 impl FetchError {
@@ -52,6 +61,7 @@ impl FetchError {
             FetchError::Transport { .. } => "transport",
             FetchError::Status { .. } => "http_status",
             FetchError::Timeout { .. } => "timeout",
+            FetchError::Credential { .. } => "credential",
         }
     }
 }
@@ -66,10 +76,14 @@ pub struct Fetched {
 }
 
 /// An HTTP client for provider content: the guard's allow-list and resolver, no proxy from the
-/// environment, and every redirect hop checked again.
+/// environment, and every redirect hop checked again. A fetch carrying a credential follows no
+/// redirect to another origin (docs/upstream-auth.md): the credential was decided for the
+/// host the binding names, and a custom header would otherwise travel with the redirect.
 #[derive(Clone, Debug)]
 pub struct Fetcher {
     client: reqwest::Client,
+    /// The client of fetches that carry a credential: same-origin redirects only.
+    credentialed: reqwest::Client,
     guard: EndpointGuard,
 }
 
@@ -81,18 +95,17 @@ pub struct ClientError(#[from] reqwest::Error);
 impl Fetcher {
     /// A fetcher admitting what `guard` admits.
     pub fn new(guard: EndpointGuard) -> Result<Self, ClientError> {
-        let hop_guard = guard.clone();
-        let policy = redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() > MAX_REDIRECTS {
-                return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
-            }
-            match hop_guard.check(attempt.url().as_str()) {
-                Ok(_) => attempt.follow(),
-                Err(refusal) => attempt.error(refusal),
-            }
-        });
-        let client = guarded_client_builder(&guard).redirect(policy).build()?;
-        Ok(Self { client, guard })
+        let client = guarded_client_builder(&guard)
+            .redirect(redirects(&guard, false))
+            .build()?;
+        let credentialed = guarded_client_builder(&guard)
+            .redirect(redirects(&guard, true))
+            .build()?;
+        Ok(Self {
+            client,
+            credentialed,
+            guard,
+        })
     }
 
     /// Fetches `url`, giving up after `timeout` and keeping at most `cap` bytes.
@@ -102,14 +115,37 @@ impl Fetcher {
         timeout: Duration,
         cap: usize,
     ) -> Result<Fetched, FetchError> {
+        self.fetch_as(url, None, timeout, cap).await
+    }
+
+    /// [`Self::fetch`] carrying `credential`'s header: one that cannot be had stops the fetch
+    /// before anything is dialed.
+    pub async fn fetch_as(
+        &self,
+        url: &str,
+        credential: Option<&SharedCredential>,
+        timeout: Duration,
+        cap: usize,
+    ) -> Result<Fetched, FetchError> {
         let checked = self.guard.check(url)?;
         let fetch = async {
-            let response = self
-                .client
-                .get(checked.url)
-                .send()
-                .await
-                .map_err(|e| classify(url, &e))?;
+            let request = match credential {
+                Some(credential) => {
+                    let header =
+                        credential
+                            .header()
+                            .await
+                            .map_err(|failed| FetchError::Credential {
+                                url: url.to_owned(),
+                                failed,
+                            })?;
+                    self.credentialed
+                        .get(checked.url)
+                        .header(header.name, header.value)
+                }
+                None => self.client.get(checked.url),
+            };
+            let response = request.send().await.map_err(|e| classify(url, &e))?;
             let status = response.status();
             if !status.is_success() {
                 return Err(FetchError::Status {
@@ -146,6 +182,35 @@ impl Fetcher {
     }
 }
 
+/// The redirect policy of a fetch: at most [`MAX_REDIRECTS`] hops, each checked by `guard`;
+/// with `same_origin`, none to another scheme, host or port than the URL fetched.
+fn redirects(guard: &EndpointGuard, same_origin: bool) -> redirect::Policy {
+    let guard = guard.clone();
+    redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() > MAX_REDIRECTS {
+            return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+        }
+        if same_origin
+            && let Some(first) = attempt.previous().first()
+            && first.origin() != attempt.url().origin()
+        {
+            let refusal = Refusal {
+                url: attempt.url().to_string(),
+                reason: format!(
+                    "another origin than {}: a credential is sent only to the host its binding \
+                     names",
+                    first.origin().ascii_serialization()
+                ),
+            };
+            return attempt.error(refusal);
+        }
+        match guard.check(attempt.url().as_str()) {
+            Ok(_) => attempt.follow(),
+            Err(refusal) => attempt.error(refusal),
+        }
+    })
+}
+
 /// A reqwest builder with the settings every guarded client shares: `guard`'s checking
 /// resolver and no proxy taken from the environment (a proxy would dial on our behalf,
 /// unchecked).
@@ -174,3 +239,6 @@ fn classify(url: &str, error: &reqwest::Error) -> FetchError {
         message: chain_text(error),
     }
 }
+
+#[cfg(test)]
+mod tests;

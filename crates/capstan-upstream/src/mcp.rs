@@ -31,7 +31,7 @@ use tracing::debug;
 
 use self::call::DirectCalls;
 pub use self::changes::{ResourceUpdated, Updated, UpstreamChanges};
-pub use self::connector::{CallerRevision, Connector};
+pub use self::connector::{CallerRevision, Connector, Dial};
 pub use self::error::{CallError, ConnectError};
 pub use self::offerings::{Forwarded, Offerings, UpstreamStage, Wanted};
 pub use self::origin::{NotAttributable, ORIGIN_META, Origin};

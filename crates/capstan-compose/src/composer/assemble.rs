@@ -2,6 +2,7 @@
 //! knowledge: each binding's outcome, first-wins names, pins, quarantine and the instructions
 //! text, in document order whatever answered first.
 
+use capstan_upstream::credential::Dialed;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -96,6 +97,7 @@ impl<'a> Assembly<'a> {
                 server: plan.server.clone(),
                 endpoint: plan.endpoint.clone(),
                 stage: *stage,
+                detail: None,
             });
             outcome.upstream_errors.push(format!(
                 "MCP server {} at {}: {message}",
@@ -215,13 +217,18 @@ impl<'a> Assembly<'a> {
             return;
         }
         warn!(%binding, %error, "MCP upstream failed");
+        let (stage, detail) = match &error {
+            ConnectError::List { .. } => (UpstreamStage::List, None),
+            ConnectError::Credential { failed, .. } => {
+                (UpstreamStage::Credential, Some(failed.message.clone()))
+            }
+            _ => (UpstreamStage::Connect, None),
+        };
         outcome.upstream_failures.push(UpstreamFailure {
             server: plan.server.clone(),
             endpoint: plan.endpoint.clone(),
-            stage: match error {
-                ConnectError::List { .. } => UpstreamStage::List,
-                _ => UpstreamStage::Connect,
-            },
+            stage,
+            detail,
         });
         outcome.upstream_errors.push(error.to_string());
     }
@@ -300,6 +307,7 @@ impl<'a> Assembly<'a> {
     /// The documents' skills, first wins by name like tools.
     pub(super) fn add_skills(&mut self) {
         let mut skill_owners: HashMap<String, String> = HashMap::new();
+        let mut credentials = Vec::new();
         for (doc, document) in self.documents.iter().enumerate() {
             for skill in &document.spec.skills {
                 if let Some(winner) = skill_owners.get(&skill.name) {
@@ -310,6 +318,14 @@ impl<'a> Assembly<'a> {
                     continue;
                 }
                 skill_owners.insert(skill.name.clone(), document.binding.clone());
+                credentials.push(skill.auth.as_ref().map(|auth| {
+                    self.composed.credentials.credential(&Dialed {
+                        binding: &document.binding,
+                        what: &format!("skill {}", skill.name),
+                        url: &skill.source,
+                        auth,
+                    })
+                }));
                 self.composed.composition.skills.push(SkillSummary {
                     name: skill.name.clone(),
                     description: skill.description.clone(),
@@ -321,8 +337,7 @@ impl<'a> Assembly<'a> {
                 });
             }
         }
-        let count = self.composed.composition.skills.len();
-        self.composed.skill_bodies = SkillBodies::new(count);
+        self.composed.skill_bodies = SkillBodies::new(credentials);
     }
 
     /// The composition, for fetching its pinned skills' bodies while servers are connected.

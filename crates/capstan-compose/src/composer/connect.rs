@@ -15,8 +15,9 @@ use tracing::{Instrument as _, Span, debug, debug_span};
 use super::live::{Composed, Connected};
 use crate::interned::{Interned, content_key};
 use crate::source::snapshot::Document;
+use capstan_upstream::credential::{Dialed, SharedCredential, SharedCredentials};
 use capstan_upstream::mcp::{
-    CallerRevision, ConnectError, Connector, Offerings, Upstream, UpstreamChanges, Wanted,
+    CallerRevision, ConnectError, Connector, Dial, Offerings, Upstream, UpstreamChanges, Wanted,
 };
 
 /// What one `mcpServers[]` entry of a document asks of the composition.
@@ -51,6 +52,8 @@ pub(super) struct ServerPlan {
     pub limits: Option<CallLimits>,
     /// The session key ([`connection_key`]).
     pub key: [u8; 32],
+    /// What its requests authenticate with (`auth`).
+    pub credential: Option<SharedCredential>,
 }
 
 impl ServerPlan {
@@ -138,6 +141,7 @@ pub(super) fn connection_key(binding: &str, server: &McpServer) -> [u8; 32] {
         &server.prompt_selector,
         &server.resource_selector,
         &server.resource_uris,
+        &server.auth,
     );
     digest.update(serde_json::to_vec(&selectors).unwrap_or_default());
     digest.finalize().into()
@@ -153,6 +157,7 @@ pub(super) async fn connect_all(
     previous: Option<&Composed>,
     changes: &UpstreamChanges,
     revision: CallerRevision,
+    credentials: &SharedCredentials,
 ) -> Vec<ServerResult> {
     let kept: HashMap<[u8; 32], &Connected> = previous
         .map(|p| p.upstreams.iter().map(|c| (c.key, c)).collect())
@@ -165,8 +170,17 @@ pub(super) async fn connect_all(
             .map(move |server| (doc, server))
     });
     futures::future::join_all(servers.map(|(doc, server)| {
-        let key = connection_key(&documents[doc].binding, server);
-        let plan = plan(doc, server, key);
+        let binding = &documents[doc].binding;
+        let key = connection_key(binding, server);
+        let mut plan = plan(doc, server, key);
+        plan.credential = server.auth.as_ref().map(|auth| {
+            credentials.credential(&Dialed {
+                binding,
+                what: &format!("MCP server {}", server.name),
+                url: &server.endpoint,
+                auth,
+            })
+        });
         let reusable = kept.get(&key).copied().filter(|c| !c.upstream.is_closed());
         let span = connect_span(&documents[doc].binding, &plan, reusable.is_some());
         async move {
@@ -174,8 +188,11 @@ pub(super) async fn connect_all(
                 Some(kept) => Ok(kept),
                 None => connector
                     .connect(
-                        &plan.server,
-                        &plan.endpoint,
+                        Dial {
+                            server: &plan.server,
+                            endpoint: &plan.endpoint,
+                            credential: plan.credential.clone(),
+                        },
                         plan.allowed.clone(),
                         plan.wanted(),
                         &changes.for_upstream(),
@@ -231,6 +248,7 @@ fn connect_error_kind(error: &ConnectError) -> &'static str {
         ConnectError::Refused(_) => "refused",
         ConnectError::Connect { .. } => "connect",
         ConnectError::List { .. } => "list",
+        ConnectError::Credential { .. } => "credential",
     }
 }
 
@@ -283,6 +301,7 @@ fn plan(doc: usize, server: &McpServer, key: [u8; 32]) -> ServerPlan {
             .map(|m| m.tool.clone())
             .collect(),
         key,
+        credential: None,
     }
 }
 

@@ -4,6 +4,7 @@
 //! completion are `composer/forwarding.rs`, its skills `skill_files.rs`, the URIs its answers
 //! may name `uri_scope.rs`.
 
+use capstan_upstream::credential::SharedCredentials;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -55,6 +56,8 @@ pub struct Composed {
     pub(super) skill_bodies: super::skill_bodies::SkillBodies,
     /// The revisions its upstreams were opened for (kept by later compositions of the task).
     pub(super) revision: capstan_upstream::mcp::CallerRevision,
+    /// What its endpoints authenticate with (docs/upstream-auth.md).
+    pub(super) credentials: SharedCredentials,
 }
 
 impl Composed {
@@ -65,6 +68,7 @@ impl Composed {
         limits: Limits,
         changes: UpstreamChanges,
         revision: capstan_upstream::mcp::CallerRevision,
+        credentials: SharedCredentials,
     ) -> Self {
         Self {
             composition: Composition::default(),
@@ -77,6 +81,7 @@ impl Composed {
             changes,
             skill_bodies: Default::default(),
             revision,
+            credentials,
         }
     }
 

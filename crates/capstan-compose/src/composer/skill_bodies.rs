@@ -21,6 +21,7 @@ use super::{Composed, SkillError};
 use crate::composition::{BindingOutcome, SkillSummary};
 use crate::knowledge;
 use crate::pins::{ListedDefinition, PinMismatch, Pinned, body_digest};
+use capstan_upstream::credential::SharedCredential;
 use capstan_upstream::fetch::{FetchError, Fetched};
 
 /// How long a failed fetch answers for its skill before the next use fetches again. 2 s: a
@@ -32,13 +33,19 @@ pub const REFETCH_AFTER: Duration = Duration::from_secs(2);
 #[derive(Debug, Default)]
 pub(super) struct SkillBodies {
     slots: Vec<Mutex<Slot>>,
+    /// What each skill's fetch authenticates with (its `auth`), by the same index.
+    credentials: Vec<Option<SharedCredential>>,
 }
 
 impl SkillBodies {
-    /// Empty slots for `count` skills.
-    pub(super) fn new(count: usize) -> Self {
+    /// Empty slots for skills fetched with `credentials`, one per skill.
+    pub(super) fn new(credentials: Vec<Option<SharedCredential>>) -> Self {
         Self {
-            slots: (0..count).map(|_| Mutex::new(Slot::Unfetched)).collect(),
+            slots: credentials
+                .iter()
+                .map(|_| Mutex::new(Slot::Unfetched))
+                .collect(),
+            credentials,
         }
     }
 }
@@ -156,10 +163,12 @@ impl Composed {
             }
             _ => {}
         }
+        let credential = self.skill_bodies.credentials.get(index).cloned().flatten();
         let fetched = self
             .fetcher
-            .fetch(
+            .fetch_as(
                 &skill.source,
+                credential.as_ref(),
                 self.limits.skill_timeout,
                 self.limits.skill_cap,
             )

@@ -10,6 +10,7 @@ use capstan_compose::source::ProjectDocuments;
 use capstan_compose::source::Snapshot;
 use capstan_core::control_plane::ControlPlane;
 use capstan_platform::{BaseTools, ChangePath, ProjectApi};
+use capstan_upstream::credential::{NoCredentials, SharedCredentials};
 use capstan_upstream::mcp::CallerRevision;
 use tracing::warn;
 
@@ -22,6 +23,8 @@ pub struct ProjectComposer {
     composer: Composer,
     context: TaskContext,
     base: Option<BaseToolsSetup>,
+    /// What endpoints with an `auth` block authenticate with (docs/upstream-auth.md).
+    credentials: SharedCredentials,
 }
 
 /// What the base platform tools need: the projects' control planes, and the change path when
@@ -59,6 +62,7 @@ impl ProjectComposer {
             composer,
             context,
             base: None,
+            credentials: Arc::new(NoCredentials),
         }
     }
 
@@ -120,6 +124,7 @@ impl ProjectComposer {
                 &snapshot.documents,
                 previous.map(Served::composed),
                 revision,
+                &self.credentials,
             )
             .await;
         let base = match previous {

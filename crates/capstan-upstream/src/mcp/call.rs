@@ -30,7 +30,7 @@ use super::Forwarded;
 use super::call_span::{client_span, failed};
 use super::changes::UpstreamChanges;
 use super::error::CallError;
-use super::lane::Lane;
+use super::lane::{Lane, LaneError};
 use super::param_headers::{ParamHeader, header_defect, param_headers};
 use super::relay::CallTraffic;
 use super::revision::{LISTEN_ACKNOWLEDGEMENT_WAIT, Revision, Subscribed};
@@ -402,7 +402,7 @@ impl DirectCalls {
             .exchange(post, |response| self.answer(response, id, traffic));
         Box::pin(exchange)
             .await
-            .map_err(|error| self.unavailable(chain_text(&error)))?
+            .map_err(|error| self.lane_failed(&error))?
     }
 
     /// The `result` of `answer`; an error answer is `invalid_input` when it is about the
@@ -443,6 +443,18 @@ impl DirectCalls {
                 "the answer to {method} has neither a result nor an error"
             ))
         })
+    }
+
+    /// A request that failed on the lane: its credential could not be had (it was not sent),
+    /// or the server could not be reached.
+    fn lane_failed(&self, error: &LaneError) -> CallError {
+        match error {
+            LaneError::Credential(failed) => CallError::Credential {
+                server: self.server.clone(),
+                failed: failed.clone(),
+            },
+            other => self.unavailable(chain_text(other)),
+        }
     }
 
     fn unavailable(&self, message: String) -> CallError {

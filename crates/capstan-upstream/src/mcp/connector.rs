@@ -10,6 +10,7 @@ use std::time::Duration;
 use rmcp::model::{ServerCapabilities, Tool};
 
 use super::call::{DirectCalls, Target};
+use super::error::CallError;
 use super::handshake::{self, Opened};
 use super::lane::{Lane, Lanes};
 use super::listen::Filter;
@@ -18,6 +19,7 @@ use super::{
     ClientAsks, ConnectError, Listener, NEXT_UPSTREAM_ID, Offerings, Upstream, UpstreamChanges,
     Wanted,
 };
+use crate::credential::{CredentialError, SharedCredential};
 use crate::guard::{AddressRefused, EndpointGuard, Refusal};
 use capstan_core::error_chain::{chain_text, find_in_chain};
 
@@ -48,6 +50,18 @@ impl Default for CallerRevision {
     fn default() -> Self {
         Self::Sessions(ClientAsks::default())
     }
+}
+
+/// The server an upstream is opened to: its entry's name, its endpoint, and the credential each
+/// of its requests carries (docs/upstream-auth.md).
+#[derive(Clone, Debug)]
+pub struct Dial<'a> {
+    /// The `mcpServers[]` entry's name.
+    pub server: &'a str,
+    /// Its Streamable HTTP URL.
+    pub endpoint: &'a str,
+    /// What its requests authenticate with; `None`: nothing.
+    pub credential: Option<SharedCredential>,
 }
 
 /// Opens MCP upstream sessions through connections shared by every upstream of the process,
@@ -84,20 +98,24 @@ impl Connector {
     /// listen on is one more open connection per upstream.
     pub async fn connect(
         &self,
-        server: &str,
-        endpoint: &str,
+        dial: Dial<'_>,
         allowed: BTreeSet<String>,
         wanted: Wanted,
         changes: &UpstreamChanges,
         revision: CallerRevision,
     ) -> Result<(Upstream, Vec<Tool>, Offerings), ConnectError> {
+        let Dial {
+            server,
+            endpoint,
+            credential,
+        } = dial;
         let url = self.guard.check(endpoint)?.url;
         let connect_error = |message: String| ConnectError::Connect {
             endpoint: endpoint.to_owned(),
             message,
         };
         // The guard admitted the URL: `http` or `https` with a host, which is what a lane takes.
-        let Some(lane) = Lane::new(&self.lanes, &url) else {
+        let Some(lane) = Lane::new(&self.lanes, &url, credential) else {
             return Err(connect_error("not an http or https URL with a host".into()));
         };
         let next_id = AtomicU64::new(1);
@@ -149,6 +167,13 @@ impl Connector {
     ) -> Result<Vec<Tool>, ConnectError> {
         match tokio::time::timeout(self.timeout, direct.list_tools()).await {
             Ok(Ok(tools)) => Ok(tools),
+            Ok(Err(CallError::Credential { failed, .. })) => {
+                direct.end().await;
+                Err(ConnectError::Credential {
+                    endpoint: endpoint.to_owned(),
+                    failed,
+                })
+            }
             failed => {
                 let message = match failed {
                     Ok(Err(error)) => error.to_string(),
@@ -187,6 +212,12 @@ impl Connector {
                     url: endpoint.to_owned(),
                     reason: refused.to_string(),
                 }),
+                None if let Some(failed) = find_in_chain::<CredentialError>(&error) => {
+                    ConnectError::Credential {
+                        endpoint: endpoint.to_owned(),
+                        failed: failed.clone(),
+                    }
+                }
                 None => ConnectError::Connect {
                     endpoint: endpoint.to_owned(),
                     message: chain_text(&error),

@@ -5,6 +5,7 @@
 use capstan_core::tool_error::{ErrorKind, ToolError};
 use thiserror::Error;
 
+use crate::credential::CredentialError;
 use crate::guard::Refusal;
 
 /// Why an upstream contributed no tools.
@@ -28,6 +29,14 @@ pub enum ConnectError {
         endpoint: String,
         /// What failed.
         message: String,
+    },
+    /// The credential its `auth` block asks for could not be had: nothing was sent.
+    #[error("no credential for {endpoint}: {failed}")]
+    Credential {
+        /// The endpoint.
+        endpoint: String,
+        /// Why, and what to fix.
+        failed: CredentialError,
     },
 }
 
@@ -95,6 +104,15 @@ pub enum CallError {
         /// What it asked and what is allowed.
         message: String,
     },
+    /// The credential the server's `auth` block asks for could not be had: the call was not
+    /// sent.
+    #[error("no credential for {server}, so the call was not sent: {failed}")]
+    Credential {
+        /// The MCP server entry.
+        server: String,
+        /// Why, and what to fix.
+        failed: CredentialError,
+    },
     /// The upstream answered with something that is not a tool result.
     #[error("{server} answered with a malformed response: {message}")]
     Malformed {
@@ -107,7 +125,13 @@ pub enum CallError {
 
 impl From<CallError> for ToolError {
     fn from(error: CallError) -> Self {
-        Self::new(error.kind(), error.to_string())
+        let retryable = match &error {
+            CallError::Credential { failed, .. } => Some(failed.transient),
+            _ => None,
+        };
+        let mut tool_error = Self::new(error.kind(), error.to_string());
+        tool_error.retryable = retryable;
+        tool_error
     }
 }
 
@@ -121,6 +145,7 @@ impl CallError {
             CallError::Unavailable { .. } => ErrorKind::UpstreamUnavailable,
             CallError::Malformed { .. } => ErrorKind::UpstreamMalformed,
             CallError::Unanswered { .. } => ErrorKind::Unanswered,
+            CallError::Credential { .. } => ErrorKind::CredentialUnavailable,
         }
     }
 }

@@ -43,6 +43,7 @@ pub(crate) use self::conn::Watched;
 use self::conn::{BODY_ENDED, BODY_READING, Conn, Unsent, drive, watched};
 use self::tls::{Stream, TlsClient};
 use super::drain::DRAIN_LIMIT;
+use crate::credential::{CredentialError, Header, SharedCredential};
 use crate::guard::GuardedResolver;
 
 /// Why a request on a lane failed before its response came.
@@ -78,6 +79,14 @@ pub(crate) enum LaneError {
     /// The exchange itself failed (the connection closed, a malformed response).
     #[error(transparent)]
     Http(#[from] hyper::Error),
+    /// The request's credential could not be had: it was not sent. (A source, not
+    /// transparent: the connector finds it in a handshake's error chain.)
+    #[error("no credential")]
+    Credential(
+        #[from]
+        #[source]
+        CredentialError,
+    ),
 }
 
 /// Where one upstream's requests go: its server's connections and the request target.
@@ -95,6 +104,8 @@ struct To {
     path: Uri,
     /// The `Host` header.
     host: HeaderValue,
+    /// The credential every request carries, asked for per request (docs/upstream-auth.md).
+    credential: Option<SharedCredential>,
 }
 
 /// A server: its host (a name, or an IP literal as the URL spells it), port, and whether it
@@ -107,9 +118,13 @@ struct Key {
 }
 
 impl Lane {
-    /// The lane for `url` on `lanes`; `None` for anything but an `http` or `https` URL with a
-    /// host.
-    pub(crate) fn new(lanes: &Arc<Lanes>, url: &url::Url) -> Option<Self> {
+    /// The lane for `url` on `lanes`, each request carrying `credential`'s header; `None` for
+    /// anything but an `http` or `https` URL with a host.
+    pub(crate) fn new(
+        lanes: &Arc<Lanes>,
+        url: &url::Url,
+        credential: Option<SharedCredential>,
+    ) -> Option<Self> {
         let tls = match url.scheme() {
             "http" => false,
             "https" => true,
@@ -135,6 +150,7 @@ impl Lane {
                 }),
                 path: path.parse().ok()?,
                 host: HeaderValue::from_str(&authority).ok()?,
+                credential,
             }),
         })
     }
@@ -167,11 +183,17 @@ impl Lane {
     }
 
     /// `request` sent on an idle connection (a new one when none is idle, and once more on a
-    /// new one when the idle one had closed), with the connection it went on.
+    /// new one when the idle one had closed), with the connection it went on. Every request
+    /// passes here, so here it takes the lane's credential: one that cannot be had stops it
+    /// before a connection is taken.
     async fn send(
         &self,
-        request: Request<Full<Bytes>>,
+        mut request: Request<Full<Bytes>>,
     ) -> Result<(Box<Conn>, Response<Incoming>), LaneError> {
+        if let Some(credential) = &self.to.credential {
+            let Header { name, value } = credential.header().await?;
+            request.headers_mut().insert(name, value);
+        }
         let mut conn = match self.lanes.take(&self.to.key) {
             Some(conn) => conn,
             // Boxed: a connect is rare, and would otherwise widen every exchange.

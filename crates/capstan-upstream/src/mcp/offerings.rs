@@ -22,6 +22,8 @@ pub enum UpstreamStage {
     ListPrompts,
     /// `resources/list` or `resources/templates/list` (the tools are served).
     ListResources,
+    /// The credential its `auth` block asks for could not be had: nothing was sent.
+    Credential,
 }
 
 /// The most pages one re-list reads: far more items than any selector names.

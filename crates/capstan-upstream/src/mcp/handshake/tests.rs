@@ -44,7 +44,7 @@ async fn server(answer: fn(&Value) -> Response) -> (Lane, Sent) {
     let guard = EndpointGuard::new(&["127.0.0.1"]).unwrap();
     let lanes = Lanes::new(guard.resolver(), Duration::from_secs(5));
     let url = url::Url::parse(&format!("http://{address}/mcp")).unwrap();
-    (Lane::new(&lanes, &url).unwrap(), sent)
+    (Lane::new(&lanes, &url, None).unwrap(), sent)
 }
 
 fn result(message: &Value, result: Value) -> Response {

@@ -55,7 +55,7 @@ fn lanes(patterns: &[&str]) -> Arc<Lanes> {
 }
 
 fn lane(lanes: &Arc<Lanes>, url: &str) -> Lane {
-    Lane::new(lanes, &url::Url::parse(url).unwrap()).unwrap()
+    Lane::new(lanes, &url::Url::parse(url).unwrap(), None).unwrap()
 }
 
 /// The port the server saw the request come from (which connection carried it).
@@ -171,4 +171,84 @@ async fn a_name_resolving_outside_the_allow_list_should_never_be_dialed() {
     // Nothing reached the listener.
     let accepted = tokio::time::timeout(Duration::from_millis(100), listener.accept()).await;
     assert!(accepted.is_err(), "a refused address was dialed");
+}
+
+/// A credential whose value changes on every request (a Secret rotated between two calls).
+#[derive(Debug, Default)]
+struct Rotating(AtomicUsize);
+
+impl crate::credential::Credential for Rotating {
+    fn header(&self) -> crate::credential::HeaderFuture<'_> {
+        let n = self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::ready(crate::credential::Header::new(
+            "X-Api-Key",
+            "",
+            &format!("value-{n}"),
+        )))
+    }
+}
+
+/// A server answering `POST /key` with the `X-Api-Key` it was sent, counting its requests.
+async fn key_server(seen: Arc<AtomicUsize>) -> SocketAddr {
+    let app = Router::new().route(
+        "/key",
+        post(move |headers: http::HeaderMap| async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("none")
+                .to_owned()
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    address
+}
+
+async fn key_of(lane: &Lane) -> Result<String, LaneError> {
+    let request = lane.post().body(Full::new(Bytes::new())).unwrap();
+    lane.exchange(request, |response| async move {
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(body.to_vec()).unwrap()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn every_request_should_carry_the_credentials_current_value() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let address = key_server(seen.clone()).await;
+    let lanes = lanes(&["127.0.0.1"]);
+    let url = url::Url::parse(&format!("http://{address}/key")).unwrap();
+    let credential: crate::credential::SharedCredential = Arc::new(Rotating::default());
+    let lane = Lane::new(&lanes, &url, Some(credential)).unwrap();
+    assert_eq!(key_of(&lane).await.unwrap(), "value-0");
+    assert_eq!(key_of(&lane).await.unwrap(), "value-1");
+    let plain = Lane::new(&lanes, &url, None).unwrap();
+    assert_eq!(key_of(&plain).await.unwrap(), "none");
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_credential_that_cannot_be_had_should_stop_the_request_before_it_leaves() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let address = key_server(seen.clone()).await;
+    let lanes = lanes(&["127.0.0.1"]);
+    let url = url::Url::parse(&format!("http://{address}/key")).unwrap();
+    let failed = crate::credential::CredentialError::permanent("Secret streamco-api-key missing");
+    let credential: crate::credential::SharedCredential =
+        Arc::new(crate::credential::Unavailable(failed.clone()));
+    let lane = Lane::new(&lanes, &url, Some(credential)).unwrap();
+    let before = seen.load(Ordering::SeqCst);
+    match key_of(&lane).await {
+        Err(LaneError::Credential(error)) => assert_eq!(error, failed),
+        other => panic!("expected a credential failure, got {other:?}"),
+    }
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        before,
+        "the server saw the request"
+    );
 }
