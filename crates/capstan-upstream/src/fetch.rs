@@ -84,7 +84,18 @@ pub struct Fetcher {
     client: reqwest::Client,
     /// The client of fetches that carry a credential: same-origin redirects only.
     credentialed: reqwest::Client,
+    /// The client of form posts (a token endpoint's): no redirect at all.
+    posting: reqwest::Client,
     guard: EndpointGuard,
+}
+
+/// A form post's answer: its status and body (cut at the cap).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Posted {
+    /// The HTTP status.
+    pub status: u16,
+    /// The body as text.
+    pub body: Fetched,
 }
 
 /// Building a client failed (a TLS backend could not be set up).
@@ -101,11 +112,64 @@ impl Fetcher {
         let credentialed = guarded_client_builder(&guard)
             .redirect(redirects(&guard, true))
             .build()?;
+        let posting = guarded_client_builder(&guard)
+            .redirect(redirect::Policy::none())
+            .build()?;
         Ok(Self {
             client,
             credentialed,
+            posting,
             guard,
         })
+    }
+
+    /// POSTs `form` (`application/x-www-form-urlencoded`, already encoded) to `url` with
+    /// `headers`, following no redirect: an OAuth 2.0 token endpoint's request (RFC 6749
+    /// section 3.2), whose answer is read whatever its status (its error is in the body), at
+    /// most `cap` bytes, within `timeout`.
+    pub async fn post_form(
+        &self,
+        url: &str,
+        headers: &[(http::HeaderName, http::HeaderValue)],
+        form: String,
+        timeout: Duration,
+        cap: usize,
+    ) -> Result<Posted, FetchError> {
+        let checked = self.guard.check(url)?;
+        let post = async {
+            let mut request = self
+                .posting
+                .post(checked.url)
+                .header(
+                    http::header::CONTENT_TYPE,
+                    "application/x-www-form-urlencoded",
+                )
+                .header(http::header::ACCEPT, "application/json");
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            let response = request
+                .body(form)
+                .send()
+                .await
+                .map_err(|e| classify(url, &e))?;
+            let status = response.status().as_u16();
+            let body = read_capped(url, response, cap).await?;
+            Ok(Posted { status, body })
+        };
+        tokio::time::timeout(timeout, post)
+            .await
+            .unwrap_or_else(|_| {
+                Err(FetchError::Timeout {
+                    url: url.to_owned(),
+                    timeout,
+                })
+            })
+    }
+
+    /// Whether the allow-list admits `url` (its addresses are checked when it is dialed).
+    pub fn admits(&self, url: &str) -> Result<(), Refusal> {
+        self.guard.check(url).map(drop)
     }
 
     /// Fetches `url`, giving up after `timeout` and keeping at most `cap` bytes.
@@ -153,23 +217,7 @@ impl Fetcher {
                     status: status.as_u16(),
                 });
             }
-            let mut body = Vec::new();
-            let mut truncated = false;
-            let mut stream = response.bytes_stream();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| classify(url, &e))?;
-                let room = cap - body.len();
-                if chunk.len() > room {
-                    body.extend_from_slice(&chunk[..room]);
-                    truncated = true;
-                    break;
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(Fetched {
-                text: String::from_utf8_lossy(&body).into_owned(),
-                truncated,
-            })
+            read_capped(url, response, cap).await
         };
         tokio::time::timeout(timeout, fetch)
             .await
@@ -180,6 +228,31 @@ impl Fetcher {
                 })
             })
     }
+}
+
+/// The body of `response`, at most `cap` bytes of it (invalid UTF-8 replaced).
+async fn read_capped(
+    url: &str,
+    response: reqwest::Response,
+    cap: usize,
+) -> Result<Fetched, FetchError> {
+    let mut body = Vec::new();
+    let mut truncated = false;
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| classify(url, &e))?;
+        let room = cap - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            truncated = true;
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Fetched {
+        text: String::from_utf8_lossy(&body).into_owned(),
+        truncated,
+    })
 }
 
 /// The redirect policy of a fetch: at most [`MAX_REDIRECTS`] hops, each checked by `guard`;

@@ -7,6 +7,7 @@
 //! How the modules depend on each other: `docs/architecture.md#capstan-upstream`.
 
 pub mod credential;
+pub mod exchange;
 pub mod fetch;
 pub mod guard;
 pub mod mcp;
