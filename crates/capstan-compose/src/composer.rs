@@ -15,7 +15,6 @@ mod skill_files;
 mod uri_scope;
 mod uri_template;
 
-use capstan_upstream::credential::{NoCredentials, SharedCredentials};
 use std::sync::Arc;
 
 use rmcp::model::{ErrorData, JsonObject};
@@ -31,6 +30,7 @@ use crate::knowledge;
 use crate::limits::Limits;
 use crate::pins::PinMismatch;
 use crate::source::snapshot::Document;
+use capstan_upstream::credential::{NoCredentials, SharedCredentials};
 use capstan_upstream::fetch::{ClientError, FetchError, Fetcher};
 use capstan_upstream::guard::{EndpointGuard, PatternError};
 use capstan_upstream::mcp::{CallError, CallerRevision, Connector};

@@ -53,6 +53,12 @@ impl ControlPlane {
         self.url_template.as_deref()
     }
 
+    /// The configuration of the cluster the sidecar's kubeconfig (or its pod) names, with its
+    /// own credential, whatever the URL template: where its own ServiceAccount lives.
+    pub fn own_cluster_config(&self) -> kube::Config {
+        self.base.clone()
+    }
+
     /// Without a URL template, the configuration of the one cluster every project reads.
     pub fn cluster_config(&self) -> Option<kube::Config> {
         self.url_template.is_none().then(|| self.base.clone())

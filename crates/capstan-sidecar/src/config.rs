@@ -64,6 +64,9 @@ pub struct Config {
     /// How many calls each provider's MCP server takes: the platform's defaults and ceilings.
     #[command(flatten, next_help_heading = "Call limits")]
     pub call_limits: CallLimitSettings,
+    /// Who the sidecar is to providers: where Secrets are read, its workload identity.
+    #[command(flatten, next_help_heading = "Upstream credentials")]
+    pub credentials: CredentialSettings,
     /// Logs, metrics and the metering sink.
     #[command(flatten, next_help_heading = "Observability")]
     pub observability: ObservabilitySettings,
@@ -274,6 +277,45 @@ pub struct SessionSettings {
     /// Streams one session or task may hold open at once; beyond it, 429.
     #[arg(long, env = "CAPSTAN_MAX_STREAMS_PER_TASK", default_value_t = crate::caller::admission::DEFAULT_MAX_STREAMS_PER_TASK)]
     pub max_streams_per_task: usize,
+}
+
+/// Who the sidecar is to providers whose binding gives an endpoint an `auth` block
+/// (docs/upstream-auth.md).
+#[derive(Debug, clap::Args)]
+pub struct CredentialSettings {
+    /// The namespace of each project's plane whose Secrets `auth.secret` may name. The sidecar
+    /// reads only the Secrets its RBAC names there, and sends one only for the bindings and
+    /// hosts the Secret's own annotations name.
+    #[arg(long, env = "CAPSTAN_CREDENTIALS_NAMESPACE", default_value = crate::credentials::DEFAULT_CREDENTIALS_NAMESPACE)]
+    pub credentials_namespace: String,
+
+    /// The sidecar's own ServiceAccount, `namespace/name`, whose tokens `auth.workloadIdentity`
+    /// sends (asked of the TokenRequest API on the cluster of the sidecar's kubeconfig, or its
+    /// own in a pod). Unset: the sidecar has no workload identity, and such endpoints are not
+    /// dialed.
+    #[arg(long, env = "CAPSTAN_WORKLOAD_SERVICE_ACCOUNT")]
+    pub workload_service_account: Option<String>,
+
+    /// The pod the workload tokens are bound to (with `--pod-uid`): they stop being valid when
+    /// it is deleted. The chart sets both from the downward API.
+    #[arg(long, env = "CAPSTAN_POD_NAME", requires = "pod_uid")]
+    pub pod_name: Option<String>,
+
+    /// The uid of the pod named by `--pod-name`.
+    #[arg(long, env = "CAPSTAN_POD_UID", requires = "pod_name")]
+    pub pod_uid: Option<String>,
+
+    /// Audiences a workload or exchanged token may be asked for besides the host of the URL it
+    /// is sent to: comma-separated `audience=host` pairs, the host in the allow-lists' form
+    /// (`mcp.example.com`, `*.example.com`). Keep the apiserver's own audiences out.
+    #[arg(long, env = "CAPSTAN_WORKLOAD_AUDIENCES", default_value = "")]
+    pub workload_audiences: String,
+
+    /// Hosts a binding's `auth.tokenExchange.tokenEndpoint` may name (the form of the endpoint
+    /// allow-lists; each address a name resolves to is checked as for MCP endpoints). The
+    /// caller's token is sent there. Empty admits none.
+    #[arg(long, env = "CAPSTAN_TOKEN_ENDPOINT_HOSTS", default_value = "")]
+    pub token_endpoint_hosts: String,
 }
 
 /// How many calls each provider's MCP server takes from this sidecar (docs/limits.md): a

@@ -20,10 +20,12 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 mod base_tools;
+mod credentials;
 mod documents;
 pub mod socket;
 
 use self::base_tools::with_base_tools;
+use self::credentials::with_credentials;
 use self::documents::{Watched, document_settings};
 use self::socket::SocketError;
 use crate::caller::admission::{Admission, Caps};
@@ -146,6 +148,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         upstream,
         sessions,
         call_limits,
+        credentials,
         observability:
             ObservabilitySettings {
                 metrics_address,
@@ -200,6 +203,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         base_tools,
         documents.plane.as_ref(),
     )?;
+    let composer = with_credentials(composer, credentials, documents.plane.as_ref())?;
     let tasks = Arc::new(tasks(sessions, project_header, check.clone(), &metrics));
     let built = Built {
         composer: Arc::new(composer),

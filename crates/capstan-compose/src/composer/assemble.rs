@@ -2,7 +2,6 @@
 //! knowledge: each binding's outcome, first-wins names, pins, quarantine and the instructions
 //! text, in document order whatever answered first.
 
-use capstan_upstream::credential::Dialed;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -26,7 +25,8 @@ use crate::knowledge::{self, KnowledgeItem};
 use crate::names::{full_name_as, shortened};
 use crate::pins::{ListedDefinition, PinMismatch, Pinned, covered_definition, definition_digest};
 use crate::source::snapshot::Document;
-use capstan_upstream::mcp::{ConnectError, Offerings, Origin};
+use capstan_upstream::credential::Dialed;
+use capstan_upstream::mcp::{CallError, ConnectError, Offerings, Origin};
 
 /// A composition being assembled: the live composition, one outcome per document, and which
 /// binding owns each composed tool name (first wins).
@@ -217,6 +217,19 @@ impl<'a> Assembly<'a> {
             return;
         }
         warn!(%binding, %error, "MCP upstream failed");
+        if let ConnectError::Credential { failed, .. } = &error {
+            let refusal = CallError::Credential {
+                server: plan.server.clone(),
+                failed: failed.clone(),
+            };
+            for tool in &plan.allowed {
+                let name = shortened(&full_name_as(plan.naming, &plan.server, tool));
+                self.composed
+                    .unavailable
+                    .entry(name)
+                    .or_insert_with(|| (binding.to_owned(), refusal.clone()));
+            }
+        }
         let (stage, detail) = match &error {
             ConnectError::List { .. } => (UpstreamStage::List, None),
             ConnectError::Credential { failed, .. } => {
@@ -403,6 +416,10 @@ impl<'a> Assembly<'a> {
             }
         }
         composed.composition.bindings = outcomes;
+        let routes = &composed.routes;
+        composed
+            .unavailable
+            .retain(|name, _| !routes.contains_key(name));
         composed.capabilities = routed_capabilities(documents, Catalog::embedded(), &owners);
         let offered: Vec<&RoutedCapability> = composed.capabilities().collect();
         let destructive: Vec<String> = offered

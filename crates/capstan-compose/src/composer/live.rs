@@ -4,7 +4,6 @@
 //! completion are `composer/forwarding.rs`, its skills `skill_files.rs`, the URIs its answers
 //! may name `uri_scope.rs`.
 
-use capstan_upstream::credential::SharedCredentials;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -16,6 +15,7 @@ use super::offerings::{Offered, UriScope};
 use crate::capabilities::RoutedCapability;
 use crate::composition::{ComposedTool, Composition};
 use crate::limits::Limits;
+use capstan_upstream::credential::SharedCredentials;
 use capstan_upstream::fetch::Fetcher;
 use capstan_upstream::mcp::{CallError, CallTraffic, Offerings, Origin, Upstream, UpstreamChanges};
 
@@ -58,6 +58,9 @@ pub struct Composed {
     pub(super) revision: capstan_upstream::mcp::CallerRevision,
     /// What its endpoints authenticate with (docs/upstream-auth.md).
     pub(super) credentials: SharedCredentials,
+    /// The names a server whose credential could not be had would have served, with its
+    /// binding and the failure: a call of one is told why, not that the tool is unknown.
+    pub(super) unavailable: HashMap<String, (String, CallError)>,
 }
 
 impl Composed {
@@ -82,6 +85,7 @@ impl Composed {
             skill_bodies: Default::default(),
             revision,
             credentials,
+            unavailable: HashMap::new(),
         }
     }
 
@@ -186,6 +190,14 @@ impl Composed {
                 .map(|connected| connected.upstream.set_log_level(level, timeout)),
         )
         .await;
+    }
+
+    /// The binding and the failure of a name its server would have served, had its credential
+    /// been had (no tool of the composition has the name).
+    pub fn unavailable(&self, name: &str) -> Option<(&str, &CallError)> {
+        self.unavailable
+            .get(name)
+            .map(|(binding, error)| (binding.as_str(), error))
     }
 
     /// The tool of a composed name.

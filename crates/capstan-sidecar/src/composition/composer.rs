@@ -15,6 +15,7 @@ use capstan_upstream::mcp::CallerRevision;
 use tracing::warn;
 
 use crate::caller::identity::Identity;
+use crate::credentials::UpstreamCredentials;
 use crate::task::{Served, TaskContext};
 
 /// Composes projects for callers, and hands each task what tasks share.
@@ -23,8 +24,9 @@ pub struct ProjectComposer {
     composer: Composer,
     context: TaskContext,
     base: Option<BaseToolsSetup>,
-    /// What endpoints with an `auth` block authenticate with (docs/upstream-auth.md).
-    credentials: SharedCredentials,
+    /// What endpoints with an `auth` block authenticate with (docs/upstream-auth.md); none:
+    /// every `auth` block is unavailable.
+    credentials: Option<Arc<UpstreamCredentials>>,
 }
 
 /// What the base platform tools need: the projects' control planes, and the change path when
@@ -62,8 +64,14 @@ impl ProjectComposer {
             composer,
             context,
             base: None,
-            credentials: Arc::new(NoCredentials),
+            credentials: None,
         }
+    }
+
+    /// The same composer, endpoints with an `auth` block authenticating with `credentials`.
+    pub fn with_credentials(mut self, credentials: Arc<UpstreamCredentials>) -> Self {
+        self.credentials = Some(credentials);
+        self
     }
 
     /// The same composer, composing the base platform tools for callers with a token.
@@ -118,13 +126,17 @@ impl ProjectComposer {
     ) -> ComposedProject {
         let metrics = &self.context.metrics;
         let started = Instant::now();
+        let credentials: SharedCredentials = match &self.credentials {
+            Some(credentials) => credentials.for_caller(identity),
+            None => Arc::new(NoCredentials),
+        };
         let composed = self
             .composer
             .compose_reusing(
                 &snapshot.documents,
                 previous.map(Served::composed),
                 revision,
-                &self.credentials,
+                &credentials,
             )
             .await;
         let base = match previous {

@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use capstan_api::CallerAuthorization;
 use capstan_compose::composer::ToolCallError;
 use capstan_compose::composition::ComposedTool;
 use capstan_core::tool_error::{ErrorKind, ToolError};
@@ -73,7 +74,10 @@ impl Task {
         note: &CallNote,
     ) -> Result<CallToolResponse, McpError> {
         let Some(tool) = served.composed().tool(name) else {
-            return Err(unknown_tool(name));
+            return match self.unauthenticated(served, name) {
+                Some(error) => Ok(self.refuse(error).into()),
+                None => Err(unknown_tool(name)),
+            };
         };
         let arguments = Value::Object(arguments.unwrap_or_default());
         if let Err(error) = served.validate(name, &arguments) {
@@ -86,6 +90,24 @@ impl Task {
         };
         self.forward(served, cleared, arguments, None, name, traffic)
             .await
+    }
+
+    /// The refusal of a name that a server whose credential could not be had would have
+    /// served (docs/upstream-auth.md "Failures"): told as `credential_unavailable`, so the
+    /// caller is not told the tool does not exist. Only where every caller could have been
+    /// served it: with per-tool authorization, no decision covers a name the composition does
+    /// not hold, nor without it one of a binding that requires authorization — there it stays
+    /// unknown, and the binding's outcome says why.
+    fn unauthenticated(&self, served: &Served, name: &str) -> Option<ToolError> {
+        if self.context.authorizer.is_some() {
+            return None;
+        }
+        let (binding, error) = served.composed().unavailable(name)?;
+        let requires = served.snapshot().documents.iter().any(|d| {
+            d.binding == binding
+                && d.spec.caller_authorization == Some(CallerAuthorization::Required)
+        });
+        (!requires).then(|| ToolError::from(error.clone()))
     }
 
     /// Lets this caller's call to `tool` pass its server's limits (`limits.rs`), or says
