@@ -81,6 +81,17 @@ pub enum HarnessError {
     NotEstablished(String),
 }
 
+impl HarnessError {
+    /// A suite's set-up that failed for `reason` (a command's output, a wait that ran out).
+    pub fn setup(suite: &str, reason: String) -> Self {
+        Self::Command {
+            command: format!("{suite} setup"),
+            status: "failed".into(),
+            stderr: reason,
+        }
+    }
+}
+
 /// The repository root (as the testkit finds it: at run time first).
 pub fn repo_root() -> PathBuf {
     capstan_testkit::repo_root()

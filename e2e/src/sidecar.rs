@@ -100,6 +100,24 @@ impl SidecarProcess {
         Ok(sidecar)
     }
 
+    /// Waits (up to 30 s) until the sidecar, serving metrics on `metrics`, has read every
+    /// binding of its plane once (`capstan_sidecar_crd_synced`).
+    pub fn wait_synced(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        metrics: &str,
+    ) -> Result<(), HarnessError> {
+        runtime
+            .block_on(crate::suite::eventually(
+                Duration::from_secs(30),
+                || async {
+                    (crate::metric(metrics, "capstan_sidecar_crd_synced ") == 1.0).then_some(())
+                },
+                || format!("the sidecar did not sync:\n{}", self.log_text()),
+            ))
+            .map_err(|failed| HarnessError::setup("sidecar", format!("{failed:?}")))
+    }
+
     /// The process id (0 once stopped).
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, std::process::Child::id)

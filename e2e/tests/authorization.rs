@@ -24,7 +24,7 @@ use capstan_e2e::callers::{
 };
 use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
-use capstan_e2e::suite::{Env, Outcome, check, eventually, take_kept, trial, with_kept};
+use capstan_e2e::suite::{Env, Outcome, check, take_kept, trial, with_kept};
 use capstan_e2e::{HarnessError, free_address, metric};
 use capstan_testkit::{
     DemoProvider, ListeningClient, PythonServer, binding_document, node_dir, repo_root,
@@ -171,11 +171,7 @@ fn main() -> ExitCode {
 }
 
 fn harness(message: String) -> HarnessError {
-    HarnessError::Command {
-        command: "authorization setup".into(),
-        status: "failed".into(),
-        stderr: message,
-    }
+    HarnessError::setup("authorization", message)
 }
 
 fn setup(env: &Env) -> Result<(), HarnessError> {
@@ -254,13 +250,7 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
             ("CAPSTAN_AUDIT_SINK", &audit_path(env)),
         ],
     )?;
-    env.runtime
-        .block_on(eventually(
-            Duration::from_secs(30),
-            || async { (metric(&metrics, "capstan_sidecar_crd_synced ") == 1.0).then_some(()) },
-            || format!("the sidecar did not sync:\n{}", sidecar.log_text()),
-        ))
-        .map_err(|e| harness(format!("{e:?}")))?;
+    sidecar.wait_synced(&env.runtime, &metrics)?;
     if let Ok(mut world) = WORLD.lock() {
         *world = Some(World {
             sidecar,

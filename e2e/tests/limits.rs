@@ -10,14 +10,13 @@
 
 use std::process::ExitCode;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use capstan_e2e::callers::{
     PROJECT_MEMBERS, audit_file, audit_lines, offerings, run_with_callers, search_binding,
 };
 use capstan_e2e::controller::{bind_cluster_role, service_account};
 use capstan_e2e::sidecar::SidecarProcess;
-use capstan_e2e::suite::{Env, Outcome, check, eventually, take_kept, trial, with_kept};
+use capstan_e2e::suite::{Env, Outcome, check, take_kept, trial, with_kept};
 use capstan_e2e::{HarnessError, free_address, metric};
 use capstan_testkit::{DemoProvider, binding_document};
 use serde_json::{Value, json};
@@ -83,11 +82,7 @@ fn main() -> ExitCode {
 }
 
 fn harness(message: String) -> HarnessError {
-    HarnessError::Command {
-        command: "limits setup".into(),
-        status: "failed".into(),
-        stderr: message,
-    }
+    HarnessError::setup("limits", message)
 }
 
 /// A binding of one server offering `streams_list`, with `limits`.
@@ -164,13 +159,7 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
             ("CAPSTAN_AUDIT_SINK", &audit_path(env)),
         ],
     )?;
-    env.runtime
-        .block_on(eventually(
-            Duration::from_secs(30),
-            || async { (metric(&metrics, "capstan_sidecar_crd_synced ") == 1.0).then_some(()) },
-            || format!("the sidecar did not sync:\n{}", sidecar.log_text()),
-        ))
-        .map_err(|e| harness(format!("{e:?}")))?;
+    sidecar.wait_synced(&env.runtime, &metrics)?;
     if let Ok(mut world) = WORLD.lock() {
         *world = Some(World {
             sidecar,

@@ -18,6 +18,7 @@ mod proc_stats;
 mod python_sdk;
 mod spawned;
 mod streams;
+mod token_service;
 mod workspace;
 
 pub use bench_upstreams::{EchoUpstream, TcpHop};
@@ -31,6 +32,7 @@ pub use pin_oracle::{body_pin_oracle, pin_oracle, pin_oracle_of};
 pub use proc_stats::{cpu_nanos, cpu_seconds, proc_status_kib};
 pub use python_sdk::{ListeningClient, PythonServer, python, unix_seconds};
 pub use streams::{NotEnded, read_until_end};
+pub use token_service::{TokenService, tokenservice};
 pub use workspace::{PREBUILT, binary, repo_root};
 
 pub mod sidecar;

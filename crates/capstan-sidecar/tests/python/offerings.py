@@ -17,7 +17,11 @@ revision) or `2026-07-28`; OPS: a JSON list of operations, each one of
   {"op": "until", "uri": U, "seconds": S} (until an update of U came, for at most S seconds)
   {"op": "until", "method": M, "seconds": S} (until a notification M came, for at most S seconds)
   {"op": "slow", "seconds": S} (from now on, the client takes S seconds over each notification)
-  {"op": "write", "path": P, "json": J} (replaces file P with J, atomically: a sidecar's fixture)
+  {"op": "write", "path": P, "json": J} (replaces file P with J, atomically: a sidecar's fixture;
+  with "text": T instead of "json", with the text T)
+  {"op": "run", "argv": [A...], "input": I} (runs the command A with I on its standard input,
+  to its end: what changes the world between two calls, e.g. kubectl rotating a Secret; its
+  exit status and standard error)
   {"op": "listen", "ready": CALL, "call": N, "arguments": {...}, "subscriptions": [U...],
    "events": K, "seconds": S, "then": CALL} (2026-07-28: a listen stream for prompt and
   resource list changes and updates of the URIs U; once the call op `ready` (optional) has
@@ -25,7 +29,7 @@ revision) or `2026-07-28`; OPS: a JSON list of operations, each one of
   first as "event"), the URIs the server honored, and the result of the call op CALL made
   while the stream is still open)
 An op with `"client": NAME` runs in a second session of its own, opened at its first op with
-the token `token-of-NAME` and kept to the end. The report's last entry holds the notifications
+the token `token-of-NAME` (or that op's `"token": T`) and kept to the end. The report's last entry holds the notifications
 each client received: {"notifications": [{"method": M, "uri": U}, ...], "peers": {NAME: [...]}}.
 """
 
@@ -103,9 +107,17 @@ async def run(client: Client, op: dict, notifications: list) -> dict:
             return report
     if kind == "write":
         with open(op["path"] + ".new", "w") as file:
-            json.dump(op["json"], file)
+            if "text" in op:
+                file.write(op["text"])
+            else:
+                json.dump(op["json"], file)
         os.replace(op["path"] + ".new", op["path"])
         return {}
+    if kind == "run":
+        process = await anyio.run_process(
+            op["argv"], input=op.get("input", "").encode(), check=False
+        )
+        return {"status": process.returncode, "stderr": process.stderr.decode()}
     if kind == "until":
         def done() -> bool:
             if "uri" in op:
@@ -144,7 +156,7 @@ async def main(target: str, project: str, mode: str, ops: str) -> None:
 
     async with AsyncExitStack() as stack:
 
-        async def client_named(name: str) -> Client:
+        async def client_named(name: str, token: str | None = None) -> Client:
             if name in clients:
                 return clients[name]
             received: list = notifications.setdefault(name, [])
@@ -157,7 +169,8 @@ async def main(target: str, project: str, mode: str, ops: str) -> None:
                     uri = getattr(params, "uri", None)
                     received.append({"method": method, **({"uri": str(uri)} if uri else {})})
 
-            token = "" if name == "main" else f"token-of-{name}"
+            if token is None:
+                token = "" if name == "main" else f"token-of-{name}"
             http, url = http_target(target, project, token)
             await stack.enter_async_context(http)
             transport = streamable_http_client(url, http_client=http)
@@ -168,7 +181,7 @@ async def main(target: str, project: str, mode: str, ops: str) -> None:
 
         for op in json.loads(ops):
             name = op.get("client", "main")
-            client = await client_named(name)
+            client = await client_named(name, op.get("token"))
             if op["op"] == "slow":
                 delays[name] = op["seconds"]
                 report.append({"ok": {}})
