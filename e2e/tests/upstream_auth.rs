@@ -12,9 +12,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use capstan_e2e::callers::{PROJECT_MEMBERS, audit_file, audit_lines, offerings, run_with_callers};
-use capstan_e2e::controller::{NAMESPACE, account_token, bind_cluster_role, service_account};
+use capstan_e2e::controller::{
+    NAMESPACE, account_token, bind_cluster_role, probing_controller_with, service_account,
+};
+use capstan_e2e::objects::wait_condition;
 use capstan_e2e::sidecar::SidecarProcess;
 use capstan_e2e::suite::{Env, Outcome, check, take_kept, trial, with_kept};
 use capstan_e2e::{HarnessError, free_address};
@@ -104,6 +108,10 @@ fn main() -> ExitCode {
             trial(
                 "every_exchange_failure_should_be_refused_before_the_provider_saying_what_to_fix",
                 exchange_refusals,
+            ),
+            trial(
+                "the_probe_should_authenticate_as_the_controller_and_say_what_needs_a_caller",
+                controller_probe,
             ),
             trial(
                 "no_output_of_the_run_should_carry_a_credential",
@@ -726,6 +734,73 @@ fn exchange_refusals(_env: &Env) -> Outcome {
             },
         )
     })
+}
+
+/// Finding: the Composed condition reported a provider down whenever it wanted a credential.
+/// The controller's probe authenticates as the controller — the Secrets it may read (when they
+/// consent to the binding), its own workload token — so those bindings are Composed; one
+/// whose Secret does not consent, or whose audience is not its host, is `CredentialUnavailable`
+/// saying what to fix; and a token exchange, which only a caller could make, is Composed with
+/// the condition saying it was not probed.
+fn controller_probe(env: &Env) -> Outcome {
+    let hosts = ["127.0.0.1".to_owned()];
+    let prober = "prober";
+    let account = format!("{NAMESPACE}/{prober}");
+    // The controller may read the two Secrets and request tokens of its own account.
+    let grants = sidecar_rbac(&["streamco-api-key", "stray-key"])
+        .replace(SIDECAR_ACCOUNT, prober)
+        .replace("sidecar-", "prober-");
+    env.plane
+        .kubectl_ok(&["apply", "-f", "-"], Some(&grants))
+        .map_err(|e| format!("granting the prober: {e}"))?;
+    let mut controller = probing_controller_with(
+        &env.plane,
+        prober,
+        &hosts,
+        (60, 30),
+        &["--workload-service-account", &account],
+    )?;
+    let expect = [
+        ("keyed", "True", "Composed", "1 tools composed"),
+        ("workload", "True", "Composed", "1 tools composed"),
+        (
+            "exchanged",
+            "True",
+            "Composed",
+            "not probed without a caller",
+        ),
+        (
+            "stray",
+            "False",
+            "CredentialUnavailable",
+            "does not name binding stray",
+        ),
+        (
+            "misaimed",
+            "False",
+            "CredentialUnavailable",
+            "may not be sent to 127.0.0.1",
+        ),
+    ];
+    let outcome = env.runtime.block_on(async {
+        for (binding, status, reason, said) in expect {
+            let condition = wait_condition(
+                &env.client,
+                "CapabilityBinding",
+                binding,
+                "Composed",
+                (status, reason),
+                Duration::from_secs(60),
+            )
+            .await?;
+            check(condition.message.contains(said), || {
+                format!("{binding}: {}", condition.message)
+            })?;
+        }
+        Ok(())
+    });
+    controller.stop();
+    outcome
 }
 
 /// Finding: a credential could leak into what operators read. After every trial, neither

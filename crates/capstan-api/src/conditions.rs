@@ -24,6 +24,10 @@ pub mod composed {
     /// False: an endpoint was refused or unreachable, a declared tool is missing, a name was
     /// already taken, or every knowledge source was lost.
     pub const COMPOSITION_DEGRADED: &str = "CompositionDegraded";
+    /// False: a credential an endpoint's `auth` block asks for could not be had (a Secret
+    /// missing or without consent, a token that cannot be requested), so the endpoint was not
+    /// dialed; the message says what to fix (docs/upstream-auth.md).
+    pub const CREDENTIAL_UNAVAILABLE: &str = "CredentialUnavailable";
     /// Unknown: the binding has not been probed yet, or probing is off.
     pub const NOT_PROBED: &str = "NotProbed";
     /// False: the spec is not accepted, so nothing of it is composed.

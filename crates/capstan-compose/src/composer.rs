@@ -74,6 +74,9 @@ pub enum SetupError {
     /// An HTTP client could not be built.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// A credential setting is malformed (`credentials::settings`): the setting and why.
+    #[error("{0}")]
+    Credentials(String),
 }
 
 /// Why a composed tool call produced no result.

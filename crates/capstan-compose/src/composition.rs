@@ -166,6 +166,11 @@ pub struct BindingOutcome {
     pub project_arguments: Vec<String>,
     /// Endpoints the guard refused (the refusal text says "was not dialed").
     pub refused: Vec<String>,
+    /// MCP servers not dialed because only a caller could authenticate to them (a token
+    /// exchange, composed for no caller: the controller's probe), each with why. Not a
+    /// degradation: they are composed for each caller.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub needs_caller: Vec<String>,
     /// Connect, initialize and `tools/list` failures, with their details.
     pub upstream_errors: Vec<String>,
     /// The same failures without details that vary between attempts (ports, durations): what

@@ -14,6 +14,8 @@ pub mod capabilities;
 pub mod composer;
 /// A composition's data: its tools, prompts, resources, skills and per-binding outcomes.
 pub mod composition;
+/// Who Capstan is to a provider: the credential of each endpoint with an `auth` block.
+pub mod credentials;
 /// One shared copy of what many tasks hold alike.
 pub mod interned;
 mod knowledge;

@@ -23,6 +23,12 @@ pub struct Finding {
     pub tools: Vec<String>,
     /// Why the binding is degraded, in stable sentences (empty: composed).
     pub reasons: Vec<String>,
+    /// Whether a credential that could not be had is among the reasons: the condition's
+    /// reason is then `CredentialUnavailable`, so the fix is looked for in the right place.
+    pub credential: bool,
+    /// What the probe could not look at without a caller (a token exchange), in sentences the
+    /// condition carries beside "composed".
+    pub unprobed: Vec<String>,
 }
 
 impl Finding {
@@ -218,17 +224,23 @@ impl Findings {
             }
         }
         let condition = if reasons.is_empty() {
+            let mut said = vec![format!("{} tools composed", tools.len())];
+            said.extend(record.reported.unprobed.iter().cloned());
             DesiredCondition {
                 type_: composed::TYPE,
                 status: ConditionStatus::True,
                 reason: composed::COMPOSED,
-                message: format!("{} tools composed", tools.len()),
+                message: bounded_message(&said, MAX_MESSAGE_LEN),
             }
         } else {
             DesiredCondition {
                 type_: composed::TYPE,
                 status: ConditionStatus::False,
-                reason: composed::COMPOSITION_DEGRADED,
+                reason: if record.reported.credential {
+                    composed::CREDENTIAL_UNAVAILABLE
+                } else {
+                    composed::COMPOSITION_DEGRADED
+                },
                 message: bounded_message(&reasons, MAX_MESSAGE_LEN),
             }
         };
@@ -253,7 +265,7 @@ mod tests {
     fn healthy(tools: &[&str]) -> Finding {
         Finding {
             tools: tools.iter().map(|t| (*t).to_owned()).collect(),
-            reasons: Vec::new(),
+            ..Finding::default()
         }
     }
 
@@ -261,6 +273,7 @@ mod tests {
         Finding {
             tools: Vec::new(),
             reasons: vec![reason.to_owned()],
+            ..Finding::default()
         }
     }
 
@@ -373,5 +386,40 @@ mod tests {
         findings.record(key(1, "a"), 1, healthy(&[]), now);
         assert_eq!(findings.next_probe("a", 1, interval, now), interval);
         assert_eq!(findings.next_probe("a", 2, interval, now), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_credential_failure_should_be_the_reason_and_an_unprobed_server_a_note() {
+        let mut findings = Findings::default();
+        let now = Instant::now();
+        let failed = Finding {
+            reasons: vec![
+                "MCP server s at u was not dialed: its credential could not be had".into(),
+            ],
+            credential: true,
+            ..Finding::default()
+        };
+        findings.record(key(1, "keyed"), 1, failed, now);
+        let (condition, _) = findings.condition("keyed", 1).unwrap();
+        assert_eq!(
+            (condition.status, condition.reason),
+            (ConditionStatus::False, "CredentialUnavailable")
+        );
+        let unprobed = Finding {
+            tools: vec!["a__t".into()],
+            unprobed: vec![
+                "not probed without a caller: MCP server x of binding exchanged: …".into(),
+            ],
+            ..Finding::default()
+        };
+        findings.record(key(2, "exchanged"), 1, unprobed, now);
+        let (condition, _) = findings.condition("exchanged", 1).unwrap();
+        assert_eq!(condition.status, ConditionStatus::True);
+        assert!(
+            condition.message.contains("1 tools composed")
+                && condition.message.contains("not probed without a caller"),
+            "{}",
+            condition.message
+        );
     }
 }

@@ -137,6 +137,12 @@ pub struct ProbeConfig {
     /// The upstream timeouts, the sidecar's flags of the same names.
     #[command(flatten)]
     pub timeouts: capstan_compose::limits::UpstreamTimeouts,
+
+    /// How the probe authenticates to endpoints with an `auth` block, the sidecar's flags of
+    /// the same names: with the controller's own workload identity and the Secrets it may
+    /// read; a token exchange is never made (there is no caller), and the condition says so.
+    #[command(flatten)]
+    pub credentials: capstan_compose::credentials::settings::CredentialSettings,
 }
 
 #[cfg(test)]

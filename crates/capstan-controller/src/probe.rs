@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use capstan_api::CapabilityBindingSpec;
 use capstan_compose::composer::Composer;
+use capstan_compose::composition::UpstreamStage;
 use capstan_compose::source::Document;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::field::Empty;
@@ -216,6 +217,15 @@ impl Prober {
                 .map(|outcome| Finding {
                     tools: outcome.exposed.clone(),
                     reasons: outcome.stable_reasons(),
+                    credential: outcome
+                        .upstream_failures
+                        .iter()
+                        .any(|f| f.stage == UpstreamStage::Credential),
+                    unprobed: outcome
+                        .needs_caller
+                        .iter()
+                        .map(|why| format!("not probed without a caller: {why}"))
+                        .collect(),
                 })
                 .unwrap_or_default();
             composed.close().await;
@@ -229,6 +239,8 @@ impl Prober {
             Err(_) => (
                 Finding {
                     tools: Vec::new(),
+                    credential: false,
+                    unprobed: Vec::new(),
                     reasons: vec![format!(
                         "the probe did not finish within {} s (--probe-deadline-seconds)",
                         self.settings.deadline.as_secs()

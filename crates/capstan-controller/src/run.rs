@@ -11,6 +11,7 @@ use std::time::Duration;
 use capstan_compose::composer::Composer;
 use capstan_compose::composer::SetupError;
 use capstan_compose::limits::Limits;
+use capstan_core::control_plane::ControlPlane;
 use capstan_process::{
     AdminError, Readiness, Shutdown, TelemetryError, init_telemetry, serve_admin,
 };
@@ -124,14 +125,18 @@ async fn run_on(config: Config, path: StatusPath) -> Result<(), RunError> {
     // Held to the end: dropping it exports the spans still buffered.
     let _telemetry = init_telemetry(&log, log_format, "capstan-controller")?;
 
-    let client = client(kubeconfig).await?;
+    let kube = kube_config(kubeconfig).await?;
+    let client = Client::try_from(kube.clone()).map_err(|e| RunError::Kubeconfig {
+        path: "(the client)".into(),
+        message: format!("building the client: {e}"),
+    })?;
     let shutdown = Shutdown::on_signal();
     let admin = AdminServer::start(listen_address, shutdown.clone()).await?;
     // Turned true once both caches have synced: readiness, the qualifier loop and the
     // election wait for it.
     let (synced_tx, synced) = watch::channel(false);
     let leadership = start_leader_election(client.clone(), lease, synced);
-    let (probe, probed) = composed_probe(&probe_config, &admin.metrics)?.unzip();
+    let (probe, probed) = composed_probe(probe_config, &kube, &admin.metrics)?.unzip();
     let (queue, worker, released) = status_queue(status_queue_capacity);
     let ctx = Arc::new(Context {
         client,
@@ -212,7 +217,8 @@ fn start_leader_election(
 /// The Composed probe, with the sidecar's composer, guards, timeouts and flag names, and the
 /// names its findings concern; `None` when probing is off (interval 0).
 fn composed_probe(
-    config: &ProbeConfig,
+    config: ProbeConfig,
+    kube: &KubeConfig,
     metrics: &Metrics,
 ) -> Result<Option<(Arc<Prober>, ProbedNames)>, SetupError> {
     if config.interval_seconds == 0 {
@@ -220,8 +226,14 @@ fn composed_probe(
         return Ok(None);
     }
     let limits = config.timeouts.applied_to(Limits::default());
+    let plane = ControlPlane::new(kube.clone(), None);
+    let credentials = config
+        .credentials
+        .probe_sources(&plane)
+        .map_err(SetupError::Credentials)?;
     let composer =
-        Composer::from_allow_lists(&config.mcp_endpoint_hosts, &config.fetch_hosts, limits)?;
+        Composer::from_allow_lists(&config.mcp_endpoint_hosts, &config.fetch_hosts, limits)?
+            .with_credentials(Arc::new(credentials).for_probe(PROBED_PROJECT));
     let settings = ProbeSettings {
         interval: Duration::from_secs(config.interval_seconds),
         concurrency: config.concurrency,
@@ -442,7 +454,11 @@ async fn log_leadership(mut leader: watch::Receiver<bool>, metrics: Metrics) {
     }
 }
 
-async fn client(kubeconfig: Option<PathBuf>) -> Result<Client, RunError> {
+/// The project a probe's Secrets are read from: the controller's one plane (no URL template,
+/// so every name reads the same cluster).
+const PROBED_PROJECT: &str = "probed";
+
+async fn kube_config(kubeconfig: Option<PathBuf>) -> Result<KubeConfig, RunError> {
     let shown = kubeconfig
         .as_ref()
         .map_or_else(|| "(inferred)".to_owned(), |p| p.display().to_string());
@@ -461,7 +477,7 @@ async fn client(kubeconfig: Option<PathBuf>) -> Result<Client, RunError> {
             .await
             .map_err(|e| error(e.to_string()))?,
     };
-    Client::try_from(config).map_err(|e| error(format!("building the client: {e}")))
+    Ok(config)
 }
 
 /// The pod name (POD_NAME) or host name, with the process id and a random suffix: unique per

@@ -66,7 +66,10 @@ pub struct Config {
     pub call_limits: CallLimitSettings,
     /// Who the sidecar is to providers: where Secrets are read, its workload identity.
     #[command(flatten, next_help_heading = "Upstream credentials")]
-    pub credentials: CredentialSettings,
+    pub credentials: capstan_compose::credentials::settings::CredentialSettings,
+    /// Where a caller's token may be exchanged.
+    #[command(flatten, next_help_heading = "Upstream credentials")]
+    pub token_exchange: TokenExchangeSettings,
     /// Logs, metrics and the metering sink.
     #[command(flatten, next_help_heading = "Observability")]
     pub observability: ObservabilitySettings,
@@ -279,38 +282,10 @@ pub struct SessionSettings {
     pub max_streams_per_task: usize,
 }
 
-/// Who the sidecar is to providers whose binding gives an endpoint an `auth` block
-/// (docs/upstream-auth.md).
+/// Where the sidecar may exchange a caller's token (`auth.tokenExchange`,
+/// docs/upstream-auth.md).
 #[derive(Debug, clap::Args)]
-pub struct CredentialSettings {
-    /// The namespace of each project's plane whose Secrets `auth.secret` may name. The sidecar
-    /// reads only the Secrets its RBAC names there, and sends one only for the bindings and
-    /// hosts the Secret's own annotations name.
-    #[arg(long, env = "CAPSTAN_CREDENTIALS_NAMESPACE", default_value = crate::credentials::DEFAULT_CREDENTIALS_NAMESPACE)]
-    pub credentials_namespace: String,
-
-    /// The sidecar's own ServiceAccount, `namespace/name`, whose tokens `auth.workloadIdentity`
-    /// sends (asked of the TokenRequest API on the cluster of the sidecar's kubeconfig, or its
-    /// own in a pod). Unset: the sidecar has no workload identity, and such endpoints are not
-    /// dialed.
-    #[arg(long, env = "CAPSTAN_WORKLOAD_SERVICE_ACCOUNT")]
-    pub workload_service_account: Option<String>,
-
-    /// The pod the workload tokens are bound to (with `--pod-uid`): they stop being valid when
-    /// it is deleted. The chart sets both from the downward API.
-    #[arg(long, env = "CAPSTAN_POD_NAME", requires = "pod_uid")]
-    pub pod_name: Option<String>,
-
-    /// The uid of the pod named by `--pod-name`.
-    #[arg(long, env = "CAPSTAN_POD_UID", requires = "pod_name")]
-    pub pod_uid: Option<String>,
-
-    /// Audiences a workload or exchanged token may be asked for besides the host of the URL it
-    /// is sent to: comma-separated `audience=host` pairs, the host in the allow-lists' form
-    /// (`mcp.example.com`, `*.example.com`). Keep the apiserver's own audiences out.
-    #[arg(long, env = "CAPSTAN_WORKLOAD_AUDIENCES", default_value = "")]
-    pub workload_audiences: String,
-
+pub struct TokenExchangeSettings {
     /// Hosts a binding's `auth.tokenExchange.tokenEndpoint` may name (the form of the endpoint
     /// allow-lists; each address a name resolves to is checked as for MCP endpoints). The
     /// caller's token is sent there. Empty admits none.

@@ -15,9 +15,6 @@ mod observe;
 /// Who is calling, and what they may open.
 mod caller;
 
-/// Who Capstan is to a provider: the credentials of endpoints with an `auth` block.
-mod credentials;
-
 /// Routed (`cap.*`) calls.
 mod routing;
 

@@ -40,7 +40,7 @@ use crate::config::{
 };
 use crate::edge::router;
 use crate::limits::{CallGates, PlatformLimits};
-use crate::observe::audit::Audit;
+use crate::observe::audit::{Audit, AuditNames};
 use crate::observe::metering::Meter;
 use crate::observe::metrics::{Metrics, WatchMetrics};
 use crate::routing::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
@@ -149,6 +149,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         sessions,
         call_limits,
         credentials,
+        token_exchange,
         observability:
             ObservabilitySettings {
                 metrics_address,
@@ -168,10 +169,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let readiness = readiness(&mut registry, documents.watched);
-    let meter = Meter::open(&metering_sink).map_err(|source| RunError::Meter {
-        sink: metering_sink.clone(),
-        source,
-    })?;
+    let (meter, audit) = sinks(&metering_sink, &audit_sink, audit_names)?;
     let Callers {
         check,
         authorizer,
@@ -190,12 +188,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         states: Arc::new(RequestStates::new()),
         authorizer,
         limits: Arc::new(CallGates::new(platform_limits(call_limits))),
-        audit: Arc::new(Audit::open(&audit_sink, audit_names).map_err(|source| {
-            RunError::Audit {
-                sink: audit_sink.clone(),
-                source,
-            }
-        })?),
+        audit: Arc::new(audit),
         names: Arc::new(CallerNames::new(documents.plane.clone())),
     };
     let composer = with_base_tools(
@@ -203,7 +196,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         base_tools,
         documents.plane.as_ref(),
     )?;
-    let composer = with_credentials(composer, credentials, documents.plane.as_ref())?;
+    let composer = with_credentials(
+        composer,
+        credentials,
+        token_exchange,
+        documents.plane.as_ref(),
+    )?;
     let tasks = Arc::new(tasks(sessions, project_header, check.clone(), &metrics));
     let built = Built {
         composer: Arc::new(composer),
@@ -215,6 +213,23 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         metrics_address,
     };
     built.serve(serving).await
+}
+
+/// The metering and audit sinks, opened.
+fn sinks(
+    metering_sink: &str,
+    audit_sink: &str,
+    audit_names: AuditNames,
+) -> Result<(Meter, Audit), RunError> {
+    let meter = Meter::open(metering_sink).map_err(|source| RunError::Meter {
+        sink: metering_sink.to_owned(),
+        source,
+    })?;
+    let audit = Audit::open(audit_sink, audit_names).map_err(|source| RunError::Audit {
+        sink: audit_sink.to_owned(),
+        source,
+    })?;
+    Ok((meter, audit))
 }
 
 /// The platform's defaults and ceilings of every server's call limits.

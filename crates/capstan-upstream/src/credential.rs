@@ -78,6 +78,9 @@ pub struct CredentialError {
     /// answering) rather than needing someone to fix something (a Secret missing, an exchange
     /// refused).
     pub transient: bool,
+    /// Whether only a caller could have it (a token exchange, asked for by the controller's
+    /// probe): nothing is wrong, the endpoint is just not dialed without one.
+    pub needs_caller: bool,
 }
 
 impl CredentialError {
@@ -86,6 +89,7 @@ impl CredentialError {
         Self {
             message: message.into(),
             transient: false,
+            needs_caller: false,
         }
     }
 
@@ -94,6 +98,24 @@ impl CredentialError {
         Self {
             message: message.into(),
             transient: true,
+            needs_caller: false,
+        }
+    }
+
+    /// A credential only a caller could have, asked for where there is none.
+    pub fn needs_caller(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            transient: false,
+            needs_caller: true,
+        }
+    }
+
+    /// The same failure, its message prefixed with `context` (what was being authenticated).
+    pub fn within(self, context: &str) -> Self {
+        Self {
+            message: format!("{context}: {}", self.message),
+            ..self
         }
     }
 }

@@ -216,6 +216,13 @@ impl<'a> Assembly<'a> {
             outcome.refused.push(refusal.to_string());
             return;
         }
+        if let ConnectError::Credential { failed, .. } = &error
+            && failed.needs_caller
+        {
+            debug!(%binding, server = %plan.server, "MCP server not dialed without a caller");
+            outcome.needs_caller.push(failed.message.clone());
+            return;
+        }
         warn!(%binding, %error, "MCP upstream failed");
         if let ConnectError::Credential { failed, .. } = &error {
             let refusal = CallError::Credential {

@@ -15,8 +15,8 @@ use capstan_upstream::mcp::CallerRevision;
 use tracing::warn;
 
 use crate::caller::identity::Identity;
-use crate::credentials::UpstreamCredentials;
 use crate::task::{Served, TaskContext};
+use capstan_compose::credentials::UpstreamCredentials;
 
 /// Composes projects for callers, and hands each task what tasks share.
 pub struct ProjectComposer {
@@ -127,7 +127,12 @@ impl ProjectComposer {
         let metrics = &self.context.metrics;
         let started = Instant::now();
         let credentials: SharedCredentials = match &self.credentials {
-            Some(credentials) => credentials.for_caller(identity),
+            Some(credentials) => credentials.for_caller(
+                &identity.project,
+                identity
+                    .token()
+                    .map(|token| (identity.fingerprint(), Arc::from(token))),
+            ),
             None => Arc::new(NoCredentials),
         };
         let composed = self

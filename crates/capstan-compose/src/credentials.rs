@@ -1,8 +1,9 @@
 //! Who Capstan is to a provider (docs/upstream-auth.md): the credential of every endpoint a
-//! binding gives an `auth` block, for one caller of one project. A Secret of the project's
-//! plane (`secrets.rs`), the sidecar's workload identity (`workload.rs`); every credential is
-//! decided here, where the rules that keep it where its owner meant it are applied, and asked
-//! for its header by capstan-upstream on every request.
+//! binding gives an `auth` block, for one caller of one project (the sidecar) or for none (the
+//! controller's Composed probe). A Secret of the project's plane (`secrets.rs`), the process's
+//! workload identity (`workload.rs`), the caller's token exchanged (`exchange.rs`); every
+//! credential is decided here, where the rules that keep it where its owner meant it are
+//! applied, and asked for its header by capstan-upstream on every request.
 
 use std::sync::Arc;
 
@@ -13,10 +14,9 @@ use capstan_upstream::credential::{
 };
 use capstan_upstream::guard::EndpointGuard;
 
-use crate::caller::identity::Identity;
-
 pub mod exchange;
 pub mod secrets;
+pub mod settings;
 pub mod workload;
 
 use self::exchange::{ClientProof, Exchanges};
@@ -26,7 +26,7 @@ use self::workload::WorkloadTokens;
 /// The credentials namespace unless `CAPSTAN_CREDENTIALS_NAMESPACE` says otherwise.
 pub const DEFAULT_CREDENTIALS_NAMESPACE: &str = "capstan-credentials";
 
-/// Every credential source of the sidecar, shared by its tasks.
+/// Every credential source of the process, shared by its compositions.
 #[derive(Debug)]
 pub struct UpstreamCredentials {
     secrets: Arc<SecretWatches>,
@@ -52,24 +52,45 @@ impl UpstreamCredentials {
         }
     }
 
-    /// The credentials of `identity`'s compositions.
-    pub fn for_caller(self: &Arc<Self>, identity: &Identity) -> SharedCredentials {
+    /// The credentials of the compositions of `caller` in `project`: its digest and token
+    /// (the token exchange's subject), `None` when it sent none.
+    pub fn for_caller(
+        self: &Arc<Self>,
+        project: &str,
+        caller: Option<([u8; 32], Arc<str>)>,
+    ) -> SharedCredentials {
         Arc::new(CallerCredentials {
             shared: self.clone(),
-            project: identity.project.clone(),
-            caller: identity
-                .token()
-                .map(|token| (identity.fingerprint(), Arc::from(token))),
+            project: project.to_owned(),
+            caller: Caller::Token(caller),
         })
     }
+
+    /// The credentials of a probe of `project`'s bindings, made for no caller: a token
+    /// exchange is not made, and says it needs one ([`CredentialError::needs_caller`]).
+    pub fn for_probe(self: &Arc<Self>, project: &str) -> SharedCredentials {
+        Arc::new(CallerCredentials {
+            shared: self.clone(),
+            project: project.to_owned(),
+            caller: Caller::None,
+        })
+    }
+}
+
+/// For whom a composition's credentials are.
+#[derive(Clone)]
+enum Caller {
+    /// A caller: its digest and token, if it sent one.
+    Token(Option<([u8; 32], Arc<str>)>),
+    /// No caller (the controller's probe).
+    None,
 }
 
 /// The credentials of one caller's compositions in one project.
 struct CallerCredentials {
     shared: Arc<UpstreamCredentials>,
     project: String,
-    /// The caller's digest and token (a token exchange's subject), if it sent one.
-    caller: Option<([u8; 32], Arc<str>)>,
+    caller: Caller,
 }
 
 impl std::fmt::Debug for CallerCredentials {
@@ -100,10 +121,7 @@ struct Named {
 
 impl Named {
     fn failure(named: &str, error: CredentialError) -> CredentialError {
-        CredentialError {
-            message: format!("{named}: {}", error.message),
-            transient: error.transient,
-        }
+        error.within(named)
     }
 }
 
@@ -149,11 +167,20 @@ impl CallerCredentials {
         spec: &TokenExchange,
     ) -> Result<SharedCredential, CredentialError> {
         let shared = &self.shared;
-        let (caller, subject) = self.caller.clone().ok_or_else(|| {
-            CredentialError::permanent(
-                "its token exchange needs the caller's token, and this caller sent none",
-            )
-        })?;
+        let (caller, subject) = match self.caller.clone() {
+            Caller::Token(Some(caller)) => caller,
+            Caller::Token(None) => {
+                return Err(CredentialError::permanent(
+                    "its token exchange needs the caller's token, and this caller sent none",
+                ));
+            }
+            Caller::None => {
+                return Err(CredentialError::needs_caller(
+                    "its token exchange is made for each caller with the caller's token, so \
+                     it is not probed here",
+                ));
+            }
+        };
         shared.exchanges.admits(&spec.token_endpoint)?;
         shared.audiences.check(&spec.audience, dialed.url)?;
         let for_endpoint = |audience: &str| -> Result<_, CredentialError> {

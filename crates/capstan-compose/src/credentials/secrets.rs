@@ -292,12 +292,7 @@ impl SecretCredentialSource {
                     self.secret.key
                 )));
             }
-            SecretState::Unreadable(why) => {
-                return Err(CredentialError {
-                    message: format!("{name}: {}", why.message),
-                    transient: why.transient,
-                });
-            }
+            SecretState::Unreadable(why) => return Err(why.clone().within(&name)),
         };
         if !present.bindings.contains(&self.binding) {
             return Err(CredentialError::permanent(format!(
