@@ -289,6 +289,8 @@ fn renders_are_admitted(env: &Env) -> Outcome {
         || format!("the ClusterRoleBinding binds {subject}"),
     )?;
 
+    credentials_render(env)?;
+
     // A ServiceMonitor (the Prometheus Operator's CRD, the part the chart uses) and other ports.
     kubectl_ok(env, &["apply", "-f", "-"], Some(SERVICE_MONITOR_CRD))?;
     kubectl_ok(
@@ -667,19 +669,112 @@ fn assistant_example(env: &Env) -> Outcome {
             ],
         || format!("the sidecar template's audit settings: {audit:?}"),
     )?;
+    // And upstream credentials: its own account from the downward API, bound to its pod.
+    let credentials = env_named(&plain_sidecar, |name| {
+        [
+            "CAPSTAN_CREDENTIALS_NAMESPACE",
+            "CAPSTAN_WORKLOAD_SERVICE_ACCOUNT",
+            "CAPSTAN_WORKLOAD_AUDIENCES",
+            "CAPSTAN_TOKEN_ENDPOINT_HOSTS",
+        ]
+        .contains(&name)
+    });
+    check(
+        credentials
+            == [
+                (
+                    "CAPSTAN_CREDENTIALS_NAMESPACE".to_owned(),
+                    "provider-credentials".to_owned(),
+                ),
+                (
+                    "CAPSTAN_WORKLOAD_SERVICE_ACCOUNT".to_owned(),
+                    "$(CAPSTAN_POD_NAMESPACE)/$(CAPSTAN_POD_SERVICE_ACCOUNT)".to_owned(),
+                ),
+                (
+                    "CAPSTAN_WORKLOAD_AUDIENCES".to_owned(),
+                    "mcp=mcp.example".to_owned(),
+                ),
+                (
+                    "CAPSTAN_TOKEN_ENDPOINT_HOSTS".to_owned(),
+                    "auth.example".to_owned(),
+                ),
+            ]
+            && env_var(&plain_sidecar, "CAPSTAN_POD_SERVICE_ACCOUNT")["valueFrom"]["fieldRef"]["fieldPath"]
+                == "spec.serviceAccountName",
+        || format!("the sidecar template's credentials: {credentials:?}"),
+    )?;
     check(
         example["env"].as_array().into_iter().flatten().all(|e| {
-            !e["name"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("CAPSTAN_DEFAULT_")
+            let name = e["name"].as_str().unwrap_or("");
+            !name.starts_with("CAPSTAN_DEFAULT_") && !name.starts_with("CAPSTAN_WORKLOAD_")
         }),
-        || "the example sets no call limit".to_owned(),
+        || "the example sets no call limit and no workload identity".to_owned(),
     )
 }
 
 /// The environment variables of `container` whose names `keep` holds, as (name, value), in
 /// order.
+/// Upstream credentials (docs/upstream-auth.md): the Secrets named, readable by the probe and
+/// the assistant's account only, each account allowed tokens of itself alone, and the probe
+/// told who it is.
+fn credentials_render(env: &Env) -> Outcome {
+    let namespaces = r#"{"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capstan-credentials"}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "assistants"}}]}"#;
+    kubectl_ok(env, &["apply", "-f", "-"], Some(namespaces))?;
+    let objects = admitted(
+        env,
+        "credentialed",
+        "capstan-credentialed",
+        "charts/capstan",
+        &[
+            "--set-json",
+            r#"credentials={"secrets": ["streamco-api-key"], "probe": {"enabled": true},
+                "sidecarServiceAccounts": [{"namespace": "assistants", "name": "assistant"}],
+                "workloadAudiences": ["mcp=mcp.example"]}"#,
+        ],
+    )?;
+    let prober = "credentialed-capstan";
+    let roles: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Role").collect();
+    let secrets = roles
+        .iter()
+        .find(|r| r["metadata"]["name"] == "credentialed-capstan-credentials")
+        .ok_or("no credentials Role")?;
+    check(
+        secrets["metadata"]["namespace"] == "capstan-credentials"
+            && secrets["rules"]
+                == json!([{"apiGroups": [""], "resources": ["secrets"],
+                           "resourceNames": ["streamco-api-key"], "verbs": ["get", "list", "watch"]}]),
+        || format!("the credentials Role: {secrets}"),
+    )?;
+    for (namespace, account) in [
+        ("capstan-credentialed", prober),
+        ("assistants", "assistant"),
+    ] {
+        let name = format!("credentialed-capstan-workload-identity-{account}");
+        let role = roles
+            .iter()
+            .find(|r| r["metadata"]["name"] == name.as_str())
+            .ok_or(format!("no Role {name}"))?;
+        check(
+            role["metadata"]["namespace"] == namespace
+                && role["rules"]
+                    == json!([{"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                               "resourceNames": [account], "verbs": ["create"]}]),
+            || format!("{name}: {role}"),
+        )?;
+    }
+    let container = &find(&objects, "Deployment")?["spec"]["template"]["spec"]["containers"][0];
+    check(
+        env_var(container, "CAPSTAN_WORKLOAD_SERVICE_ACCOUNT")["value"]
+            == format!("capstan-credentialed/{prober}")
+            && env_var(container, "CAPSTAN_WORKLOAD_AUDIENCES")["value"] == "mcp=mcp.example"
+            && env_var(container, "CAPSTAN_POD_UID")["valueFrom"]["fieldRef"]["fieldPath"]
+                == "metadata.uid",
+        || format!("the probe's identity: {container}"),
+    )
+}
+
 fn env_named(container: &Value, keep: impl Fn(&str) -> bool) -> Vec<(String, String)> {
     container["env"]
         .as_array()
@@ -1125,7 +1220,7 @@ spec:
   - name: capstan-state
     emptyDir: {}
   containers:
-  {{- include "capstan.sidecar" (merge (dict "native" false "audit" (dict "sink" "stderr" "names" "digest") "callLimits" (dict "defaults" (dict "callsPerMinutePerCaller" 60) "ceilings" (dict "callsPerMinute" 6000 "concurrentCallsPerCaller" 8))) $sidecar) | nindent 2 }}
+  {{- include "capstan.sidecar" (merge (dict "native" false "audit" (dict "sink" "stderr" "names" "digest") "callLimits" (dict "defaults" (dict "callsPerMinutePerCaller" 60) "ceilings" (dict "callsPerMinute" 6000 "concurrentCallsPerCaller" 8)) "credentials" (dict "namespace" "provider-credentials" "workloadIdentity" true "workloadAudiences" (list "mcp=mcp.example") "tokenEndpointHosts" (list "auth.example"))) $sidecar) | nindent 2 }}
   - name: assistant
     image: registry.example/assistant:latest
 "#;

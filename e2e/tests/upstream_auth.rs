@@ -21,7 +21,7 @@ use capstan_e2e::controller::{
 use capstan_e2e::objects::wait_condition;
 use capstan_e2e::sidecar::SidecarProcess;
 use capstan_e2e::suite::{Env, Outcome, check, take_kept, trial, with_kept};
-use capstan_e2e::{HarnessError, free_address};
+use capstan_e2e::{HarnessError, free_address, repo_root};
 use capstan_testkit::{PythonServer, TokenService, binding_document};
 use serde_json::{Value, json};
 
@@ -243,8 +243,14 @@ fn setup(env: &Env) -> Result<(), HarnessError> {
     bind_cluster_role(&env.plane, SIDECAR_ACCOUNT, "capstan-sidecar")?;
     // Readable: the consenting one, two without consent, one that does not exist. Not
     // readable: `forbidden-key`, which consents to everything.
+    // The example's Secret, RBAC and binding (its account made the sidecar's): the sidecar may
+    // read the example's Secret, which the suite's own then replaces.
+    let example = std::fs::read_to_string(repo_root().join("examples/upstream-auth/secret.yaml"))
+        .map_err(|e| harness(format!("the example: {e}")))?
+        .replace("namespace: assistants", &format!("namespace: {NAMESPACE}"))
+        .replace("name: assistant\n", &format!("name: {SIDECAR_ACCOUNT}\n"));
+    kubectl(&example)?;
     kubectl(&sidecar_rbac(&[
-        "streamco-api-key",
         "stray-key",
         "elsewhere-key",
         "missing-key",

@@ -44,6 +44,13 @@ Parameters:
   audit             the audit trail (docs/audit.md), off by default: a dict with `sink`
                     (stdout, stderr or a file; CAPSTAN_AUDIT_SINK) and optional `names`
                     (names, digest or off; CAPSTAN_AUDIT_NAMES)
+  credentials       upstream credentials (docs/upstream-auth.md), off by default: a dict with
+                    `namespace` (where Secrets are read; CAPSTAN_CREDENTIALS_NAMESPACE),
+                    `workloadIdentity` (true: the pod's own ServiceAccount, bound to the pod,
+                    from the downward API; CAPSTAN_WORKLOAD_SERVICE_ACCOUNT), `workloadAudiences`
+                    (audience=host; CAPSTAN_WORKLOAD_AUDIENCES) and `tokenEndpointHosts`
+                    (CAPSTAN_TOKEN_ENDPOINT_HOSTS); list the pod's ServiceAccount in the chart's
+                    credentials.sidecarServiceAccounts for the RBAC each needs
   tracing           traces over OTLP/HTTP (README "Observe"), off by default: a dict with
                     `endpoint` (the collector's OTLP/HTTP URL), optional `sampler` and
                     `samplerArg` (OTEL_TRACES_SAMPLER/_ARG) and `serviceName` (default
@@ -94,6 +101,40 @@ The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.
   {{- if .names }}
   - name: CAPSTAN_AUDIT_NAMES
     value: {{ .names | quote }}
+  {{- end }}
+  {{- end }}
+  {{- with .credentials }}
+  {{- if .namespace }}
+  - name: CAPSTAN_CREDENTIALS_NAMESPACE
+    value: {{ .namespace | quote }}
+  {{- end }}
+  {{- if .workloadIdentity }}
+  - name: CAPSTAN_POD_NAMESPACE
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.namespace
+  - name: CAPSTAN_POD_SERVICE_ACCOUNT
+    valueFrom:
+      fieldRef:
+        fieldPath: spec.serviceAccountName
+  - name: CAPSTAN_WORKLOAD_SERVICE_ACCOUNT
+    value: "$(CAPSTAN_POD_NAMESPACE)/$(CAPSTAN_POD_SERVICE_ACCOUNT)"
+  - name: CAPSTAN_POD_NAME
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.name
+  - name: CAPSTAN_POD_UID
+    valueFrom:
+      fieldRef:
+        fieldPath: metadata.uid
+  {{- end }}
+  {{- if .workloadAudiences }}
+  - name: CAPSTAN_WORKLOAD_AUDIENCES
+    value: {{ join "," .workloadAudiences | quote }}
+  {{- end }}
+  {{- if .tokenEndpointHosts }}
+  - name: CAPSTAN_TOKEN_ENDPOINT_HOSTS
+    value: {{ join "," .tokenEndpointHosts | quote }}
   {{- end }}
   {{- end }}
   {{- with .callLimits }}
