@@ -55,6 +55,10 @@ fn main() -> ExitCode {
                 assistant_calls,
             ),
             on_node(
+                "a_sidecar_should_authenticate_to_a_provider_with_a_token_bound_to_its_pod",
+                node_steps::credentials::sidecar_authenticates_as_its_pod,
+            ),
+            on_node(
                 "a_caller_without_rights_should_be_refused_at_the_socket",
                 caller_refused,
             ),

@@ -8,6 +8,7 @@ use capstan_e2e::suite::Outcome;
 use libtest_mimic::Failed;
 use serde_json::{Value, json};
 
+pub mod credentials;
 pub mod leadership;
 pub mod revocation;
 
@@ -33,7 +34,7 @@ pub const PROVIDER_NAMESPACE: &str = "providers";
 pub const PROVIDER_IMAGE: &str = "capstan-demo-provider:e2e";
 pub const ASSISTANT_IMAGE: &str = "capstan-assistant:e2e";
 /// The provider's Service, by the name a binding gives it.
-const PROVIDER_HOST: &str = "demo-provider.providers.svc.cluster.local";
+pub const PROVIDER_HOST: &str = "demo-provider.providers.svc.cluster.local";
 /// The allow-list entries a platform team writes for providers in the `providers`
 /// namespace: their Service names, and the cluster's Service range those names resolve into
 /// (examples/assistant's form: `*.providers.example,10.96.0.0/12`).
@@ -502,6 +503,8 @@ fn edit_assistant_pod(pod: &mut Value) -> Outcome {
         let ttl = revocation::CALLER_CHECK_TTL.as_secs().to_string();
         if let Some(env) = sidecar["env"].as_array_mut() {
             env.push(json!({"name": "CAPSTAN_CALLER_CHECK_TTL_SECONDS", "value": ttl}));
+            // Its own workload identity, as the template renders it (credentials.rs).
+            env.extend(credentials::workload_identity_env());
         }
     }
     spec["volumes"]
