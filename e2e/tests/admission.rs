@@ -296,7 +296,7 @@ fn example_binding(name: &str) -> CapabilityBinding {
 /// Files in the invalid corpus. Every one becomes a case here (one object each, or the list
 /// trial for `mixed-list`); a file added, removed or left unread fails the suite instead of
 /// shrinking it.
-const CORPUS_FILES: usize = 91;
+const CORPUS_FILES: usize = 92;
 
 /// The one corpus file that is a List: applied as a List, its valid items must be admitted.
 const LIST_CASE: &str = "mixed-list";
@@ -369,6 +369,11 @@ const ADMISSION_PATHS: &[(&str, &str, &str)] = &[
         "doc-capability-tool-not-included",
         "spec.tools.mcpServers[0].capabilities[0].tool",
         "spec.tools.mcpServers[0].capabilities",
+    ),
+    (
+        "cr-provider-project-argument",
+        "spec.tools.mcpServers[0].providerProjectArgument.tools[1]",
+        "spec.tools.mcpServers[0].providerProjectArgument.tools",
     ),
     (
         "doc-mutating-not-included",

@@ -268,6 +268,12 @@ pub struct Tools {
         "reason": "FieldValueInvalid"
     },
     {
+        "rule": "!has(self.providerProjectArgument) || !has(self.providerProjectArgument.tools) || self.providerProjectArgument.tools.all(t, has(self.toolSelector) && has(self.toolSelector.include) && t in self.toolSelector.include)",
+        "message": "every providerProjectArgument.tools entry must also be in toolSelector.include",
+        "fieldPath": ".providerProjectArgument.tools",
+        "reason": "FieldValueInvalid"
+    },
+    {
         "rule": "!has(self.resourceUris) || self.resourceUris != 'AsListed' || !has(self.resourceSelector) || !has(self.resourceSelector.include) || self.resourceSelector.include.all(u, !u.lowerAscii().startsWith('capstan:'))",
         "message": "with resourceUris: AsListed, no resourceSelector.include entry may take the capstan: scheme, which is the sidecar's own",
         "fieldPath": ".resourceSelector.include",
@@ -331,6 +337,13 @@ pub struct McpServer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_uris: Option<ResourceUris>,
 
+    /// Says that the `project` argument of this server's tools is the provider's own concept
+    /// (an Azure DevOps project, a Jira project key), not the platform's project: such tools
+    /// are composed with it. Omitted: a tool whose input schema takes `project` is withheld,
+    /// since the platform's project is never an argument a model writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_project_argument: Option<ProviderProjectArgument>,
+
     /// Tools, among those included, that can change something. They are listed in the
     /// composition's mutating set and carry `readOnlyHint: false`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -362,6 +375,24 @@ pub struct McpServer {
     /// set (docs/limits.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<CallLimits>,
+}
+
+/// Which of a server's tools take a `project` argument of the provider's own.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub struct ProviderProjectArgument {
+    /// The tools it applies to, each in `toolSelector.include`. Omitted or empty: every tool
+    /// of the server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128), inner(length(min = 1, max = 128)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub tools: Vec<String>,
+}
+
+impl ProviderProjectArgument {
+    /// Whether `tool`'s `project` argument is the provider's own.
+    pub fn covers(&self, tool: &str) -> bool {
+        self.tools.is_empty() || self.tools.iter().any(|t| t == tool)
+    }
 }
 
 /// The calls one MCP server takes, per sidecar. Every field is optional; omitted, the

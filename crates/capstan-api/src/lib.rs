@@ -22,8 +22,9 @@ pub use binding::{
     AuthKind, Authority, CallLimits, CallerAuthorization, CapabilityBinding, CapabilityBindingSpec,
     CapabilityBindingStatus, CapabilityMapping, CapabilityStatus, Concept, CostHint, EndpointAuth,
     ExchangeClient, GroupKind, Knowledge, KnowledgeSource, KnowledgeSourceType, McpServer, Naming,
-    ObjectRef, PromptSelector, ReadGrant, ResourceSelector, ResourceUris, SecretCredential,
-    SecretKeyRef, Skill, SubjectTokenType, TokenExchange, ToolSelector, Tools, WorkloadIdentity,
+    ObjectRef, PromptSelector, ProviderProjectArgument, ReadGrant, ResourceSelector, ResourceUris,
+    SecretCredential, SecretKeyRef, Skill, SubjectTokenType, TokenExchange, ToolSelector, Tools,
+    WorkloadIdentity,
 };
 pub use document::{CapabilityDocument, DocumentMeta};
 pub use parse::{API_VERSION, InvalidObject, Object, ParseError, Parsed, ParsedObject, parse};

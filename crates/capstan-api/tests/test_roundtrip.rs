@@ -5,8 +5,9 @@ use capstan_api::{
     Authority, CallLimits, CallerAuthorization, CapabilityBindingSpec, CapabilityDocument,
     CapabilityMapping, CapabilityStatus, Concept, CostHint, DocumentMeta, EndpointAuth,
     ExchangeClient, GroupKind, Knowledge, KnowledgeSource, KnowledgeSourceType, McpServer, Naming,
-    Object, ObjectRef, PromptSelector, ReadGrant, ResourceSelector, ResourceUris, SecretCredential,
-    SecretKeyRef, Skill, SubjectTokenType, TokenExchange, ToolSelector, Tools, WorkloadIdentity,
+    Object, ObjectRef, PromptSelector, ProviderProjectArgument, ReadGrant, ResourceSelector,
+    ResourceUris, SecretCredential, SecretKeyRef, Skill, SubjectTokenType, TokenExchange,
+    ToolSelector, Tools, WorkloadIdentity,
 };
 use proptest::collection::vec;
 use proptest::option;
@@ -187,6 +188,13 @@ fn server(index: usize) -> impl Strategy<Value = McpServer> {
                     name: format!("{prefix}{index}"),
                     endpoint,
                     auth,
+                    provider_project_argument: match index % 3 {
+                        0 => None,
+                        1 => Some(ProviderProjectArgument::default()),
+                        _ => Some(ProviderProjectArgument {
+                            tools: include.first().cloned().into_iter().collect(),
+                        }),
+                    },
                     tool_names: match (index % 3, plain) {
                         (0, _) => None,
                         (1, _) | (_, false) => Some(Naming::Prefixed),

@@ -225,7 +225,11 @@ impl BindingOutcome {
         );
         reasons.extend(self.pin_mismatches.iter().map(ToString::to_string));
         reasons.extend(self.project_arguments.iter().map(|t| {
-            format!("tool {t} takes a project argument and is not exposed: the project is never an argument")
+            format!(
+                "tool {t} takes a project argument and is not exposed: the platform's project is \
+                 never an argument; if `project` is the provider's own concept, say so with \
+                 providerProjectArgument on its server"
+            )
         }));
         reasons.extend(self.collisions.iter().map(|c| {
             if c.won_by == BUILT_IN {

@@ -783,6 +783,68 @@ async fn a_tool_taking_a_project_argument_should_never_be_exposed() {
     composed.close().await;
 }
 
+/// The other side: a reviewed binding that says the `project` argument is the provider's own
+/// composes the tool with it — for the whole server, or only for the tools it names (another
+/// project-taking tool stays withheld, and its binding says how to allow it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_argument_the_binding_declares_the_providers_own_should_be_exposed() {
+    let provider = DemoProvider::start(&[]);
+    let hosts = vec![provider.host()];
+    let endpoint = provider.url("/mcp");
+    let tools = ["streams_list", "streams_by_project"];
+    let mut whole = binding("whole", "whole", &endpoint, &tools);
+    whole["spec"]["tools"]["mcpServers"][0]["providerProjectArgument"] = json!({});
+    let mut named = binding("named", "named", &endpoint, &tools);
+    named["spec"]["tools"]["mcpServers"][0]["providerProjectArgument"] =
+        json!({"tools": ["streams_list"]});
+    let text = serde_json::to_string(&json!([whole, named])).unwrap();
+    let composed = composer(&hosts, &hosts, Limits::default())
+        .compose(&documents(&text))
+        .await;
+    assert_eq!(
+        tool_names(&composed.composition),
+        [
+            "whole__streams_by_project",
+            "whole__streams_list",
+            "named__streams_list"
+        ]
+    );
+    let exposed = composed
+        .tool("whole__streams_by_project")
+        .expect("the provider's project tool");
+    assert!(
+        exposed.input_schema["properties"]
+            .as_object()
+            .is_some_and(|p| p.keys().any(|k| k.eq_ignore_ascii_case("project"))),
+        "{:?}",
+        exposed.input_schema
+    );
+    let (whole, named) = (
+        &composed.composition.bindings[0],
+        &composed.composition.bindings[1],
+    );
+    assert!(
+        whole.project_arguments.is_empty() && !whole.degraded(),
+        "{whole:?}"
+    );
+    assert_eq!(named.project_arguments, ["named/streams_by_project"]);
+    assert!(
+        named
+            .stable_reasons()
+            .iter()
+            .any(|r| r.contains("providerProjectArgument")),
+        "{named:?}"
+    );
+    let called = composed
+        .call_tool(
+            "whole__streams_by_project",
+            args(json!({"project": "acme"})),
+        )
+        .await;
+    assert!(called.is_ok(), "{called:?}");
+    composed.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_endpoint_whose_name_does_not_resolve_should_degrade_only_its_binding() {
     // `.invalid` never resolves (RFC 6761): the lookup fails, nothing is dialed, and the

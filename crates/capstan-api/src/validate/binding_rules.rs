@@ -32,6 +32,7 @@ pub(super) fn check(spec: &Value, out: &mut Vec<FieldError>) {
         check_unprefixed(&allow_list, server, out);
         check_pins(&at, &allow_list, server, out);
         check_mutating(&at, &allow_list, server, out);
+        check_provider_project(&at, &allow_list, server, out);
         check_capabilities(&at, &allow_list, server, out);
         check_other_selectors(&at, server, out);
     }
@@ -191,6 +192,40 @@ fn check_mutating(at: &str, allow_list: &AllowList, server: &Value, out: &mut Ve
                 format!(
                     "\"{tool}\" is not in {}; a tool the allow-list does not admit cannot be \
                      flagged mutating",
+                    allow_list.path
+                ),
+            ));
+        }
+    }
+}
+
+/// `providerProjectArgument.tools` is a set of allowed tools.
+fn check_provider_project(
+    at: &str,
+    allow_list: &AllowList,
+    server: &Value,
+    out: &mut Vec<FieldError>,
+) {
+    let tools = server
+        .get("providerProjectArgument")
+        .map_or(&[][..], |p| items(p, "tools"));
+    let path = format!("{at}.providerProjectArgument.tools");
+    duplicates(
+        tools
+            .iter()
+            .enumerate()
+            .filter_map(|(j, tool)| Some((format!("{path}[{j}]"), tool.as_str()?))),
+        out,
+    );
+    for (j, tool) in tools.iter().enumerate() {
+        if let Some(tool) = tool.as_str()
+            && allow_list.excludes(tool)
+        {
+            out.push(FieldError::new(
+                format!("{path}[{j}]"),
+                format!(
+                    "\"{tool}\" is not in {}; a tool the allow-list does not admit is never \
+                     composed, with or without its project argument",
                     allow_list.path
                 ),
             ));

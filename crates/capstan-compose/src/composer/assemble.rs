@@ -267,7 +267,11 @@ impl<'a> Assembly<'a> {
         }
         let document = &self.documents[plan.doc];
         let outcome = &mut self.outcomes[plan.doc];
-        if super::takes_project(&listed.input_schema) {
+        let providers_own = plan
+            .provider_project
+            .as_ref()
+            .is_some_and(|own| own.covers(tool));
+        if !providers_own && super::takes_project(&listed.input_schema) {
             outcome
                 .project_arguments
                 .push(format!("{}/{tool}", plan.server));

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use capstan_api::{CallLimits, CapabilityStatus, McpServer, Naming, ResourceUris};
+use capstan_api::{
+    CallLimits, CapabilityStatus, McpServer, Naming, ProviderProjectArgument, ResourceUris,
+};
 use rmcp::model::Tool;
 use sha2::{Digest as _, Sha256};
 use tracing::field::Empty;
@@ -50,6 +52,8 @@ pub(super) struct ServerPlan {
     pub url_elicitation_hosts: Vec<String>,
     /// `limits`: the calls it takes, carried onto each of its composed tools.
     pub limits: Option<CallLimits>,
+    /// `providerProjectArgument`: the tools whose `project` argument is the provider's own.
+    pub provider_project: Option<ProviderProjectArgument>,
     /// The session key ([`connection_key`]).
     pub key: [u8; 32],
     /// What its requests authenticate with (`auth`).
@@ -288,6 +292,7 @@ fn plan(doc: usize, server: &McpServer, key: [u8; 32]) -> ServerPlan {
         resource_uris: server.resource_uris.unwrap_or_default(),
         url_elicitation_hosts: server.url_elicitation_hosts.clone(),
         limits: server.limits,
+        provider_project: server.provider_project_argument.clone(),
         resource_pins: server
             .resource_selector
             .as_ref()
