@@ -15,6 +15,7 @@ use capstan_upstream::credential::{
 use capstan_upstream::guard::EndpointGuard;
 
 pub mod exchange;
+mod refreshed;
 pub mod secrets;
 pub mod settings;
 pub mod workload;

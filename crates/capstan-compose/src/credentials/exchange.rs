@@ -5,7 +5,7 @@
 //! One exchanged token per (caller, token endpoint, audience, scopes, client, actor), kept
 //! until 30 s before it expires and shared by every upstream of that caller that asks for the
 //! same; one exchange in flight per key (the others wait for it and share its result), and a
-//! failed one answers for [`RETRY_AFTER`] before the next request asks again.
+//! failed one answers for a second before the next request asks again (`refreshed.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,6 +18,7 @@ use capstan_upstream::fetch::Fetcher;
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
+use super::refreshed::{Held, Slot};
 use super::secrets::SecretCredentialSource;
 use super::workload::WorkloadCredential;
 
@@ -26,9 +27,6 @@ pub const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 
 /// How long an exchanged token is kept when the service does not say (`expires_in`).
 pub const UNSAID_LIFE: Duration = Duration::from_secs(60);
-
-/// How long a failed exchange answers for its key.
-pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// How long one exchange may take.
 pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -41,21 +39,7 @@ const SWEEP_AT: usize = 4096;
 pub struct Exchanges {
     /// Posts to token endpoints, its guard `CAPSTAN_TOKEN_ENDPOINT_HOSTS`.
     fetcher: Fetcher,
-    slots: Mutex<HashMap<[u8; 32], Arc<tokio::sync::Mutex<Slot>>>>,
-}
-
-/// What is held for one key.
-#[derive(Debug, Default)]
-struct Slot {
-    token: Option<Held>,
-    failed: Option<(Instant, CredentialError)>,
-}
-
-/// An exchanged token as held.
-#[derive(Clone, Debug)]
-struct Held {
-    header: Header,
-    refresh_at: Instant,
+    slots: Mutex<HashMap<[u8; 32], Slot<Header>>>,
 }
 
 /// How the sidecar proves itself to the token service.
@@ -70,7 +54,7 @@ pub enum ClientProof {
 /// One caller's exchange for one endpoint.
 pub struct ExchangeCredential {
     exchanges: Arc<Exchanges>,
-    slot: Arc<tokio::sync::Mutex<Slot>>,
+    slot: Slot<Header>,
     /// The caller's token: sent to the token endpoint only.
     subject: Arc<str>,
     spec: TokenExchange,
@@ -147,20 +131,16 @@ fn key(caller: [u8; 32], spec: &TokenExchange) -> [u8; 32] {
 }
 
 /// Drops the entries no credential holds and whose token has expired (or which hold none).
-fn sweep(slots: &mut HashMap<[u8; 32], Arc<tokio::sync::Mutex<Slot>>>) {
+fn sweep(slots: &mut HashMap<[u8; 32], Slot<Header>>) {
     let now = Instant::now();
     slots.retain(|_, slot| {
-        Arc::strong_count(slot) > 1
-            || slot
-                .try_lock()
-                .map(|s| s.token.as_ref().is_some_and(|t| now < t.refresh_at))
-                .unwrap_or(true)
+        Arc::strong_count(slot) > 1 || slot.try_lock().map(|s| s.is_fresh(now)).unwrap_or(true)
     });
 }
 
 impl ExchangeCredential {
     /// A new token from the token service.
-    async fn exchange(&self) -> Result<Held, CredentialError> {
+    async fn exchange(&self) -> Result<Held<Header>, CredentialError> {
         let client_secret;
         let assertion;
         let client_auth = match &self.client {
@@ -195,10 +175,13 @@ impl ExchangeCredential {
             "Bearer ",
             &issued.access_token,
         )?;
+        // A token shorter-lived than the margin is used for half its life. It is not used past
+        // that, even when exchanging anew fails: the provider may already refuse it.
+        let refresh_at = asked + life.checked_sub(EXPIRY_MARGIN).unwrap_or(life / 2);
         Ok(Held {
-            header,
-            // A token shorter-lived than the margin is used for half its life.
-            refresh_at: asked + life.checked_sub(EXPIRY_MARGIN).unwrap_or(life / 2),
+            value: header,
+            refresh_at,
+            expires_at: refresh_at,
         })
     }
 }
@@ -207,32 +190,7 @@ impl Credential for ExchangeCredential {
     fn header(&self) -> HeaderFuture<'_> {
         Box::pin(async move {
             let mut slot = self.slot.lock().await;
-            let now = Instant::now();
-            if let Some(token) = slot.token.as_ref().filter(|t| now < t.refresh_at) {
-                return Ok(token.header.clone());
-            }
-            if let Some((at, error)) = &slot.failed
-                && now.duration_since(*at) < RETRY_AFTER
-            {
-                return Err(error.clone());
-            }
-            match self.exchange().await {
-                Ok(token) => {
-                    let header = token.header.clone();
-                    *slot = Slot {
-                        token: Some(token),
-                        failed: None,
-                    };
-                    Ok(header)
-                }
-                Err(error) => {
-                    *slot = Slot {
-                        token: None,
-                        failed: Some((now, error.clone())),
-                    };
-                    Err(error)
-                }
-            }
+            slot.get(self.exchange(), &self.spec.audience).await
         })
     }
 }

@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use capstan_upstream::credential::{Credential, CredentialError, Header, HeaderFuture};
+
+use super::refreshed::{Held, Slot};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::PostParams;
 use tokio::time::Instant;
-use tracing::warn;
 
 /// The life asked for each token: an hour (the apiserver may shorten it; its answer's expiry
 /// is what counts).
@@ -23,10 +24,6 @@ pub const TOKEN_LIFE: Duration = Duration::from_secs(3600);
 
 /// The share of a token's life after which it is asked anew.
 const REFRESH_AT: f64 = 0.8;
-
-/// How long a failed TokenRequest answers for its audience before the next request asks
-/// again: a caller calling in a loop costs the apiserver one request a second at most.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Who the sidecar is: its ServiceAccount, and the pod its tokens are bound to when known.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,28 +56,19 @@ impl WorkloadAccount {
     }
 }
 
-/// A token as held: the header, when to ask anew, when it stops being valid.
+/// A workload token: the header it is sent in, and itself (an actor token or a client
+/// assertion is sent in a form, not a header).
 #[derive(Clone)]
-struct Held {
+struct Token {
     header: Header,
-    /// The token itself (an actor token or a client assertion is sent in a form, not a header).
     token: Arc<str>,
-    refresh_at: Instant,
-    expires_at: Instant,
 }
 
 /// The sidecar's tokens, per audience.
 pub struct WorkloadTokens {
     /// Who asks, on which cluster; `None` when the sidecar has no workload identity (why).
     asker: Result<(kube::Client, WorkloadAccount), String>,
-    held: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
-}
-
-/// What is held for one audience: the token, and the last failure to get one.
-#[derive(Debug, Default)]
-struct Slot {
-    token: Option<Held>,
-    failed: Option<(Instant, CredentialError)>,
+    held: Mutex<HashMap<String, Slot<Token>>>,
 }
 
 impl std::fmt::Debug for WorkloadTokens {
@@ -117,7 +105,7 @@ impl WorkloadTokens {
     }
 
     /// A new token for `audience` from the TokenRequest API.
-    async fn request(&self, audience: &str) -> Result<Held, CredentialError> {
+    async fn request(&self, audience: &str) -> Result<Held<Token>, CredentialError> {
         let (client, account) = self
             .asker
             .as_ref()
@@ -156,8 +144,10 @@ impl WorkloadTokens {
             &status.token,
         )?;
         Ok(Held {
-            header,
-            token: Arc::from(status.token.as_str()),
+            value: Token {
+                header,
+                token: Arc::from(status.token.as_str()),
+            },
             refresh_at: asked + life.mul_f64(REFRESH_AT),
             expires_at: asked + life,
         })
@@ -188,16 +178,7 @@ pub struct WorkloadCredential {
     audience: String,
     /// The token held for this audience, shared with every credential of it; locked while one
     /// is asked, so one request asks at a time.
-    slot: Arc<tokio::sync::Mutex<Slot>>,
-}
-
-impl std::fmt::Debug for Held {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Held")
-            .field("refresh_at", &self.refresh_at)
-            .field("expires_at", &self.expires_at)
-            .finish_non_exhaustive()
-    }
+    slot: Slot<Token>,
 }
 
 impl WorkloadCredential {
@@ -208,38 +189,10 @@ impl WorkloadCredential {
 
     /// The token held for the audience: the one held while fresh, else a new one (the held
     /// one while it still holds if asking failed).
-    async fn held(&self) -> Result<Held, CredentialError> {
+    async fn held(&self) -> Result<Token, CredentialError> {
         let mut slot = self.slot.lock().await;
-        let now = Instant::now();
-        if let Some(token) = slot.token.as_ref().filter(|t| now < t.refresh_at) {
-            return Ok(token.clone());
-        }
-        let valid = slot.token.as_ref().filter(|t| now < t.expires_at);
-        if let (None, Some((at, error))) = (valid, &slot.failed)
-            && now.duration_since(*at) < RETRY_AFTER
-        {
-            return Err(error.clone());
-        }
-        match self.tokens.request(&self.audience).await {
-            Ok(token) => {
-                *slot = Slot {
-                    token: Some(token.clone()),
-                    failed: None,
-                };
-                Ok(token)
-            }
-            Err(error) => {
-                slot.failed = Some((now, error.clone()));
-                // A refresh that failed while the token still holds: keep using it.
-                match slot.token.as_ref().filter(|t| now < t.expires_at) {
-                    Some(token) => {
-                        warn!(audience = %self.audience, %error, "a workload token could not be refreshed; the current one is used until it expires");
-                        Ok(token.clone())
-                    }
-                    None => Err(error),
-                }
-            }
-        }
+        slot.get(self.tokens.request(&self.audience), &self.audience)
+            .await
     }
 }
 
