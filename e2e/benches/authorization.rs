@@ -21,11 +21,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use capstan_e2e::ControlPlane;
+use capstan_e2e::bench::{alternating_cpu, kubectl, median};
 use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::{PROJECT_HEADER, SidecarProcess};
 use capstan_e2e::suite::with_plane;
 use capstan_e2e::{free_address, metric};
-use capstan_testkit::{DemoProvider, binding_document, cpu_nanos};
+use capstan_testkit::{DemoProvider, binding_document};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::service::{RoleClient, RunningService};
@@ -72,17 +73,6 @@ items:
     resourceNames: [b00__streams_list]
     verbs: [use]
 "#;
-
-fn median<T: PartialOrd + Copy>(mut values: Vec<T>) -> T {
-    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    values[values.len() / 2]
-}
-
-fn kubectl(plane: &ControlPlane, args: &[&str], input: Option<&str>) -> String {
-    plane
-        .kubectl_ok(args, input)
-        .unwrap_or_else(|e| panic!("kubectl {}: {e}", args.join(" ")))
-}
 
 fn main() {
     let report = with_plane("bench-authorization", |plane, runtime| {
@@ -374,23 +364,13 @@ async fn call_cpu(plane: &ControlPlane, sides: [(&str, &Sidecar); 3]) -> String 
             .spawn()
             .expect("perf record")
     });
-    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
-    for _ in 0..CPU_ROUNDS {
-        let mut spent = vec![0u64; sides.len()];
-        for turn in 0..CHUNKS {
-            for k in 0..sides.len() {
-                let i = (turn + k) % sides.len();
-                let before = cpu_nanos(sides[i].1.pid());
-                for _ in 0..CHUNK {
-                    call(&sessions[i], "b00__streams_list").await;
-                }
-                spent[i] += cpu_nanos(sides[i].1.pid()) - before;
-            }
-        }
-        for (i, nanos) in spent.into_iter().enumerate() {
-            cpu[i].push(nanos as f64 / 1e3 / (CHUNK * CHUNKS) as f64);
-        }
-    }
+    let cpu = alternating_cpu(
+        sides.len(),
+        |i| sides[i].1.pid(),
+        (CPU_ROUNDS, CHUNKS, CHUNK),
+        |i| call(&sessions[i], "b00__streams_list"),
+    )
+    .await;
     if let Some(mut perf) = profile {
         let _ = std::process::Command::new("kill")
             .args(["-INT", &perf.id().to_string()])

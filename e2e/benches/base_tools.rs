@@ -8,9 +8,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use capstan_e2e::ControlPlane;
+use capstan_e2e::bench::{kubectl, median};
 use capstan_e2e::controller::{NAMESPACE, account_kubeconfig, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::{PROJECT_HEADER, SidecarProcess};
 use capstan_e2e::suite::with_plane;
@@ -47,22 +48,6 @@ items:
   rules:
   - {apiGroups: [capabilities.assistant.miloapis.com], resources: [capabilitybindings], verbs: [list]}
 "#;
-
-fn median(mut values: Vec<Duration>) -> Duration {
-    values.sort();
-    values[values.len() / 2]
-}
-
-fn kubectl(plane: &ControlPlane, args: &[&str], input: Option<&str>) -> String {
-    let output = plane.kubectl_with_input(args, input);
-    assert!(
-        output.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        capstan_e2e::printed(&output)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 fn main() {
     let report = with_plane("bench-base-tools", |plane, runtime| {

@@ -33,6 +33,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use capstan_e2e::ControlPlane;
+use capstan_e2e::bench::median;
 use capstan_e2e::controller::{
     ControllerProcess, controller_binary, naive_controller_binary, service_account_kubeconfig,
 };
@@ -733,11 +734,6 @@ async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<Raw>) {
         }
     }
     (rounds, raws)
-}
-
-fn median<T: PartialOrd + Copy>(mut values: Vec<T>) -> T {
-    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    values[values.len() / 2]
 }
 
 fn report(rounds: &[Round], raws: &[Raw]) {

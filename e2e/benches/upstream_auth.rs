@@ -17,11 +17,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use capstan_e2e::ControlPlane;
-use capstan_e2e::controller::{NAMESPACE, bind_cluster_role, service_account};
+use capstan_e2e::bench::{alternating_cpu, kubectl, median};
+use capstan_e2e::controller::{NAMESPACE, account_token_for, bind_cluster_role, service_account};
 use capstan_e2e::sidecar::{PROJECT_HEADER, SidecarProcess};
 use capstan_e2e::suite::with_plane;
 use capstan_e2e::{free_address, metric};
-use capstan_testkit::{DemoProvider, TokenService, binding_document, cpu_nanos};
+use capstan_testkit::{DemoProvider, TokenService, binding_document};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::service::{RoleClient, RunningService};
@@ -90,17 +91,6 @@ items:
   rules:
   - {apiGroups: [capabilities.assistant.miloapis.com], resources: [capabilitybindings], verbs: [list]}
 "#;
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    values[values.len() / 2]
-}
-
-fn kubectl(plane: &ControlPlane, args: &[&str], input: Option<&str>) -> String {
-    plane
-        .kubectl_ok(args, input)
-        .unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"))
-}
 
 fn main() {
     let report = with_plane("bench-upstream-auth", |plane, runtime| {
@@ -192,25 +182,7 @@ async fn bench(plane: &ControlPlane) -> String {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let caller = kubectl(
-        plane,
-        &[
-            "create",
-            "token",
-            "caller",
-            "-n",
-            NAMESPACE,
-            "--duration",
-            "2h",
-            "--audience",
-            "https://kubernetes.default.svc",
-            "--audience",
-            "token-service",
-        ],
-        None,
-    )
-    .trim()
-    .to_owned();
+    let caller = account_token_for(plane, NAMESPACE, "caller", &["token-service"]).unwrap();
     let session = session(&sidecar, &caller).await;
     let tools = session.list_all_tools().await.unwrap();
     assert_eq!(tools.len(), KINDS.len(), "{tools:?}");
@@ -267,23 +239,14 @@ async fn call_cpu(
             call(session, tool).await;
         }
     }
-    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
-    for _ in 0..ROUNDS {
-        let mut spent = vec![0u64; KINDS.len()];
-        for turn in 0..CHUNKS {
-            for k in 0..KINDS.len() {
-                let i = (turn + k) % KINDS.len();
-                let before = cpu_nanos(sidecar.pid());
-                for _ in 0..CHUNK {
-                    call(session, &tools[i]).await;
-                }
-                spent[i] += cpu_nanos(sidecar.pid()) - before;
-            }
-        }
-        for (i, nanos) in spent.into_iter().enumerate() {
-            cpu[i].push(nanos as f64 / 1e3 / (CHUNK * CHUNKS) as f64);
-        }
-    }
+    let pid = sidecar.pid();
+    let cpu = alternating_cpu(
+        KINDS.len(),
+        |_| pid,
+        (ROUNDS, CHUNKS, CHUNK),
+        |i| call(session, &tools[i]),
+    )
+    .await;
     let medians: Vec<f64> = cpu.iter().map(|runs| median(runs.clone())).collect();
     let mut out = format!(
         "The sidecar's CPU per forwarded call by the credential its binding sends, cached (one \

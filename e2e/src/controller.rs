@@ -61,12 +61,25 @@ pub fn account_token(
     namespace: &str,
     name: &str,
 ) -> Result<String, HarnessError> {
-    kubectl(
-        plane,
-        &["create", "token", name, "-n", namespace, "--duration", "2h"],
-        None,
-    )
-    .map(|token| token.trim().to_owned())
+    account_token_for(plane, namespace, name, &[])
+}
+
+/// [`account_token`] for the apiserver and each of `audiences` besides (a token a token
+/// service also takes as a subject token); none: the apiserver's audience alone.
+pub fn account_token_for(
+    plane: &ControlPlane,
+    namespace: &str,
+    name: &str,
+    audiences: &[&str],
+) -> Result<String, HarnessError> {
+    let mut args = vec!["create", "token", name, "-n", namespace, "--duration", "2h"];
+    if !audiences.is_empty() {
+        args.extend(["--audience", "https://kubernetes.default.svc"]);
+        for audience in audiences {
+            args.extend(["--audience", audience]);
+        }
+    }
+    kubectl(plane, &args, None).map(|token| token.trim().to_owned())
 }
 
 /// A kubeconfig that authenticates as the existing service account `namespace/name` with a

@@ -19,6 +19,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Config};
 use thiserror::Error;
 
+pub mod bench;
 pub mod callers;
 pub mod controller;
 pub mod jaeger;

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use capstan_e2e::callers::{PROJECT_MEMBERS, audit_file, audit_lines, offerings, run_with_callers};
 use capstan_e2e::controller::{
-    NAMESPACE, account_token, bind_cluster_role, probing_controller_with, service_account,
+    NAMESPACE, account_token, account_token_for, bind_cluster_role, probing_controller_with,
+    service_account,
 };
 use capstan_e2e::objects::wait_condition;
 use capstan_e2e::sidecar::SidecarProcess;
@@ -383,25 +384,7 @@ fn exchange_world(env: &Env) -> Result<ExchangeWorld, HarnessError> {
         .map_err(harness)?;
     let token = |name: &str| -> Result<String, HarnessError> {
         service_account(&env.plane, name)?;
-        env.plane
-            .kubectl_ok(
-                &[
-                    "create",
-                    "token",
-                    name,
-                    "-n",
-                    NAMESPACE,
-                    "--duration",
-                    "2h",
-                    "--audience",
-                    "https://kubernetes.default.svc",
-                    "--audience",
-                    EXCHANGE_AUDIENCE,
-                ],
-                None,
-            )
-            .map(|t| t.trim().to_owned())
-            .map_err(harness)
+        account_token_for(&env.plane, NAMESPACE, name, &[EXCHANGE_AUDIENCE])
     };
     Ok(ExchangeWorld {
         carol: token(CAROL)?,
