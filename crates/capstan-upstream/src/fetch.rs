@@ -288,6 +288,9 @@ fn redirects(guard: &EndpointGuard, same_origin: bool) -> redirect::Policy {
 /// resolver and no proxy taken from the environment (a proxy would dial on our behalf,
 /// unchecked).
 pub fn guarded_client_builder(guard: &EndpointGuard) -> reqwest::ClientBuilder {
+    // reqwest is built without a default crypto provider: building a client before the
+    // process installed one would panic, so every guarded client makes sure it is there.
+    capstan_core::install_crypto_provider();
     reqwest::Client::builder()
         .dns_resolver(std::sync::Arc::new(guard.resolver()))
         .no_proxy()

@@ -33,6 +33,8 @@ impl HttpSource {
         let error = |message: String| SourceError::new("http", "", message);
         let base =
             reqwest::Url::parse(base).map_err(|e| error(format!("provider URL {base:?}: {e}")))?;
+        // reqwest has no default crypto provider here; building without one panics.
+        capstan_core::install_crypto_provider();
         let client = reqwest::Client::builder()
             .timeout(HTTP_SOURCE_TIMEOUT)
             .build()
