@@ -72,7 +72,7 @@ cluster-down: ## Stop what cluster-up started (NODE=1 for the node) and delete i
 	@if [[ -n "$(NODE)" ]]; then e2e/kubenode/node down; else e2e/control-plane down; fi
 
 # One build, one feature set: the binaries the benchmarks start and the benchmarks themselves.
-BENCHES := --bench parse --bench select --bench compose --bench plan_token --bench sidecar --bench base_tools --bench authorization --bench upstream_auth --bench controller --bench fleet
+BENCHES := --bench parse --bench select --bench toolsearch --bench compose --bench plan_token --bench sidecar --bench base_tools --bench authorization --bench upstream_auth --bench controller --bench fleet
 
 .PHONY: bench
 bench: tools ## Benchmarks (release builds; medians and ratios, never asserted), written to docs/benchmarks.md

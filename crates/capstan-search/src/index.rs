@@ -1,0 +1,147 @@
+//! The inverted index: for each term, the documents whose fields hold it and how often, and
+//! the statistics BM25F scores with.
+
+use std::collections::HashMap;
+
+use crate::acts;
+use crate::document::{FIELDS, Field, ToolDoc, field_terms};
+
+/// One document's counts of one term, per field.
+#[derive(Clone, Debug)]
+pub(crate) struct Posting {
+    pub doc: u32,
+    pub counts: [u16; FIELDS],
+}
+
+/// An index over a fixed set of documents.
+#[derive(Debug, Default)]
+pub struct Index {
+    pub(crate) docs: Vec<ToolDoc>,
+    pub(crate) terms: HashMap<String, u32>,
+    /// Sorted terms, for the prefix match of a need's word the index does not hold.
+    pub(crate) sorted_terms: Vec<(String, u32)>,
+    pub(crate) postings: Vec<Vec<Posting>>,
+    pub(crate) lengths: Vec<[u32; FIELDS]>,
+    /// Per document, the acts its name says it does (see `acts.rs`).
+    pub(crate) acts: Vec<Vec<String>>,
+    /// Per document, the terms of its leading text (name, titles, first sentence, arguments),
+    /// sorted.
+    pub(crate) leading: Vec<Vec<u32>>,
+    /// Per document, the distinct terms of its name.
+    pub(crate) name_terms: Vec<Vec<u32>>,
+    /// Per document, the adjacent term pairs of its name, titles and first sentence, sorted.
+    pub(crate) pairs: Vec<Vec<(u32, u32)>>,
+    /// Per document, its service's id.
+    pub(crate) doc_service: Vec<u32>,
+    /// The services, by id.
+    pub(crate) services: Vec<String>,
+}
+
+/// The fields a service's document is made of: those that say what a tool is (not the
+/// description's body nor the arguments' descriptions).
+pub(crate) const SERVICE_FIELDS: [Field; 6] = [
+    Field::Name,
+    Field::Title,
+    Field::Lead,
+    Field::Arguments,
+    Field::Service,
+    Field::Context,
+];
+
+impl Index {
+    /// Indexes `docs`; a document's position is its id in answers.
+    pub fn build(docs: Vec<ToolDoc>) -> Self {
+        let mut index = Index {
+            lengths: Vec::with_capacity(docs.len()),
+            ..Index::default()
+        };
+        for (id, doc) in docs.iter().enumerate() {
+            let fields = field_terms(doc);
+            index.add(id as u32, &fields);
+            let ids = |field: Field| -> Vec<u32> {
+                fields[field as usize]
+                    .iter()
+                    .map(|t| index.terms[t])
+                    .collect()
+            };
+            let (name, titles, lead) = (ids(Field::Name), ids(Field::Title), ids(Field::Lead));
+            let mut pairs: Vec<(u32, u32)> = [&name, &titles, &lead]
+                .iter()
+                .flat_map(|terms| terms.windows(2).map(|w| (w[0], w[1])))
+                .filter(|(a, b)| a != b)
+                .collect();
+            pairs.sort_unstable();
+            pairs.dedup();
+            index.pairs.push(pairs);
+            let mut leading: Vec<u32> =
+                [name.as_slice(), &titles, &lead, &ids(Field::Arguments)].concat();
+            leading.sort_unstable();
+            leading.dedup();
+            index.leading.push(leading);
+            let mut name = name;
+            name.sort_unstable();
+            name.dedup();
+            index.name_terms.push(name);
+            let service = match index.services.iter().position(|s| *s == doc.service) {
+                Some(known) => known,
+                None => {
+                    index.services.push(doc.service.clone());
+                    index.services.len() - 1
+                }
+            };
+            index.doc_service.push(service as u32);
+            index.acts.push(acts::name_acts(&doc.tool));
+        }
+        index.sorted_terms = index.terms.iter().map(|(t, &id)| (t.clone(), id)).collect();
+        index.sorted_terms.sort_unstable();
+        index.docs = docs;
+        index
+    }
+
+    fn add(&mut self, doc: u32, fields: &[Vec<String>; FIELDS]) {
+        let mut counts: HashMap<u32, [u16; FIELDS]> = HashMap::new();
+        let mut lengths = [0u32; FIELDS];
+        for (field, terms) in fields.iter().enumerate() {
+            lengths[field] = terms.len() as u32;
+            for term in terms {
+                let next = self.terms.len() as u32;
+                let id = *self.terms.entry(term.clone()).or_insert(next);
+                if id == next {
+                    self.postings.push(Vec::new());
+                }
+                let count = &mut counts.entry(id).or_default()[field];
+                *count = count.saturating_add(1);
+            }
+        }
+        let mut counts: Vec<_> = counts.into_iter().collect();
+        counts.sort_unstable_by_key(|&(id, _)| id);
+        for (id, counts) in counts {
+            self.postings[id as usize].push(Posting { doc, counts });
+        }
+        self.lengths.push(lengths);
+    }
+
+    /// The documents, by id.
+    pub fn docs(&self) -> &[ToolDoc] {
+        &self.docs
+    }
+
+    /// The id of `term`, if a document holds it.
+    pub(crate) fn term_id(&self, term: &str) -> Option<u32> {
+        self.terms.get(term).copied()
+    }
+
+    /// The ids of the terms `prefix` begins (at least `min` characters long itself).
+    pub(crate) fn terms_with_prefix<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = u32> + 'a {
+        let start = self
+            .sorted_terms
+            .partition_point(|(t, _)| t.as_str() < prefix);
+        self.sorted_terms[start..]
+            .iter()
+            .take_while(move |(t, _)| t.starts_with(prefix))
+            .map(|&(_, id)| id)
+    }
+}

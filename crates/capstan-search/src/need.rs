@@ -1,0 +1,217 @@
+//! A caller's need as terms with weights. A need mixes what is wanted ("read", "config") with
+//! the names of the objects it is wanted for — a path, a URL, an issue key, an owner/repo, a
+//! quoted title. Those literals say little about which tool is meant (`~/projects/app` is not
+//! about projects) but their shape does: a path asks for a file, a URL for a page. So a
+//! literal's own words count little, and its shape adds the word for its kind.
+
+use crate::text;
+
+/// A term of a need and what a match on it counts.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct NeedTerm {
+    pub term: String,
+    pub weight: f32,
+}
+
+/// What a literal's own words count, against a word of the need's own.
+pub(crate) const LITERAL_WEIGHT: f32 = 0.3;
+/// What the word a literal's shape implies counts ("file" for a path).
+pub(crate) const SHAPE_WEIGHT: f32 = 0.5;
+
+/// The adjacent pairs of the need's own words (literals and function words apart), in order:
+/// "pull request", "secret scanning".
+pub(crate) fn pairs(need: &str) -> Vec<(String, String)> {
+    let mut own = Vec::new();
+    for (chunk, quoted) in chunks(need) {
+        if quoted || literal_shape(chunk).is_some() {
+            own.push(None);
+            continue;
+        }
+        for word in text::words(chunk) {
+            own.push(text::is_meaningful(&word).then(|| text::stem(&word)));
+        }
+    }
+    let mut pairs: Vec<(String, String)> = own
+        .windows(2)
+        .filter_map(|w| Some((w[0].clone()?, w[1].clone()?)))
+        .filter(|(a, b)| a != b)
+        .collect();
+    pairs.dedup();
+    pairs
+}
+
+/// The terms of `need`, each distinct term once, at the highest weight it occurs with, in
+/// order of first occurrence.
+pub(crate) fn analyse(need: &str) -> Vec<NeedTerm> {
+    let mut terms: Vec<NeedTerm> = Vec::new();
+    let mut add = |term: String, weight: f32| match terms.iter_mut().find(|t| t.term == term) {
+        Some(known) => known.weight = known.weight.max(weight),
+        None => terms.push(NeedTerm { term, weight }),
+    };
+    for (chunk, quoted) in chunks(need) {
+        let shape = if quoted { None } else { literal_shape(chunk) };
+        let literal = quoted || shape.is_some();
+        for term in text::terms(chunk) {
+            add(term, if literal { LITERAL_WEIGHT } else { 1.0 });
+        }
+        if let Some(Shape::Kind(kind)) = shape {
+            add(text::stem(kind), SHAPE_WEIGHT);
+        }
+    }
+    terms
+}
+
+/// The whitespace-separated chunks of `need`, a quoted span ('…', "…", `…`) as one chunk
+/// marked quoted. An apostrophe inside a word ("what's") opens no quote.
+fn chunks(need: &str) -> Vec<(&str, bool)> {
+    let mut chunks = Vec::new();
+    let mut rest = need;
+    while let Some(start) = rest.find(|c: char| !c.is_whitespace()) {
+        rest = &rest[start..];
+        let first = rest.chars().next().unwrap_or(' ');
+        if matches!(first, '\'' | '"' | '`' | '“' | '‘') {
+            let close = match first {
+                '“' => '”',
+                '‘' => '’',
+                other => other,
+            };
+            let body = &rest[first.len_utf8()..];
+            if let Some(end) = closing_quote(body, close) {
+                chunks.push((&body[..end], true));
+                rest = &body[end + close.len_utf8()..];
+                continue;
+            }
+        }
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        chunks.push((&rest[..end], false));
+        rest = &rest[end..];
+    }
+    chunks
+}
+
+/// Where the quote `close` closes in `body`: a quote not followed by a letter or digit.
+fn closing_quote(body: &str, close: char) -> Option<usize> {
+    body.char_indices()
+        .find(|&(i, c)| {
+            c == close
+                && !body[i + c.len_utf8()..]
+                    .chars()
+                    .next()
+                    .is_some_and(char::is_alphanumeric)
+        })
+        .map(|(i, _)| i)
+}
+
+/// The shape of a literal chunk.
+#[derive(Debug, PartialEq)]
+enum Shape {
+    /// A literal whose shape names a kind of object.
+    Kind(&'static str),
+    /// A literal of no telling shape (an id, a key, owner/name).
+    Name,
+}
+
+/// Whether `chunk` is a literal (a name of an object, not words of the need), and its shape.
+fn literal_shape(chunk: &str) -> Option<Shape> {
+    let chunk = chunk.trim_matches(|c: char| matches!(c, ',' | ';' | ':' | '?' | '!' | '(' | ')'));
+    let chunk = chunk.strip_suffix('.').unwrap_or(chunk);
+    if chunk.contains("://") || chunk.starts_with("www.") {
+        return Some(Shape::Kind("url"));
+    }
+    if chunk.starts_with('/')
+        || chunk.starts_with('~')
+        || chunk.starts_with("./")
+        || has_extension(chunk)
+    {
+        return Some(Shape::Kind("file"));
+    }
+    let has_digit = chunk.chars().any(|c| c.is_ascii_digit());
+    let has_letter = chunk.chars().any(char::is_alphabetic);
+    let marked = chunk.contains(['/', '\\', '#', '@', '.', '_', '='])
+        || (has_digit && has_letter)
+        || chunk.chars().filter(|c| c.is_uppercase()).count() > 1 && chunk.contains('-');
+    marked.then_some(Shape::Name)
+}
+
+/// Whether `chunk` ends in a file extension: a dot after a name, then one to five letters or
+/// digits, at least one a letter.
+fn has_extension(chunk: &str) -> bool {
+    let Some((name, extension)) = chunk.rsplit_once('.') else {
+        return false;
+    };
+    !name.is_empty()
+        && !name.ends_with('.')
+        && (1..=5).contains(&extension.len())
+        && extension.chars().all(|c| c.is_ascii_alphanumeric())
+        && extension.chars().any(|c| c.is_ascii_alphabetic())
+        && !name.contains("://")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weights(need: &str) -> Vec<(String, f32)> {
+        analyse(need)
+            .into_iter()
+            .map(|t| (t.term, t.weight))
+            .collect()
+    }
+
+    fn stemmed(pairs: &[(&str, f32)]) -> Vec<(String, f32)> {
+        pairs.iter().map(|&(w, x)| (text::stem(w), x)).collect()
+    }
+
+    #[test]
+    fn a_path_should_count_little_and_ask_for_a_file() {
+        assert_eq!(
+            weights("Read ~/projects/app/config.yaml"),
+            stemmed(&[
+                ("read", 1.0),
+                ("projects", 0.3),
+                ("app", 0.3),
+                ("config", 0.3),
+                ("yaml", 0.3),
+                ("file", 0.5)
+            ])
+        );
+    }
+
+    #[test]
+    fn a_url_a_key_and_a_quoted_title_should_count_little() {
+        assert_eq!(
+            weights("Open https://example.com/news in the browser"),
+            stemmed(&[
+                ("open", 1.0),
+                ("https", 0.3),
+                ("example", 0.3),
+                ("com", 0.3),
+                ("news", 0.3),
+                ("url", 0.5),
+                ("browser", 1.0)
+            ])
+        );
+        assert_eq!(
+            weights("Move PROJ-123 to review"),
+            stemmed(&[("move", 1.0), ("proj", 0.3), ("review", 1.0)])
+        );
+        assert_eq!(
+            weights("Delete the page 'Old Roadmap', what's left"),
+            stemmed(&[
+                ("delete", 1.0),
+                ("page", 1.0),
+                ("old", 0.3),
+                ("roadmap", 0.3),
+                ("left", 1.0)
+            ])
+        );
+    }
+
+    #[test]
+    fn a_term_should_keep_its_highest_weight() {
+        assert_eq!(
+            weights("list repos of acme/repos"),
+            stemmed(&[("list", 1.0), ("repos", 1.0), ("acme", 0.3)])
+        );
+    }
+}
