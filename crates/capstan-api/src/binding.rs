@@ -262,8 +262,8 @@ pub struct Tools {
         "reason": "FieldValueInvalid"
     },
     {
-        "rule": "!has(self.toolNames) || self.toolNames != 'Unprefixed' || !has(self.toolSelector) || !has(self.toolSelector.include) || self.toolSelector.include.all(t, t.matches('^[a-zA-Z0-9_-]{1,64}$') && !t.startsWith('cap__') && !(t in ['load_skill', 'resources_list', 'resources_get', 'schema_get', 'locations_list', 'quota_get', 'resources_validate', 'resources_plan', 'resources_apply']))",
-        "message": "with toolNames: Unprefixed, every toolSelector.include entry is exposed as listed: it must be 1-64 letters, digits, '_' and '-', and is never a built-in tool name (load_skill, the base tools, cap__*)",
+        "rule": "!has(self.toolNames) || self.toolNames != 'Unprefixed' || !has(self.toolSelector) || !has(self.toolSelector.include) || self.toolSelector.include.all(t, t.matches('^[a-zA-Z0-9_-]{1,64}$') && !t.startsWith('cap__') && !(t in ['load_skill', 'find_tools', 'report_capability_gap', 'resources_list', 'resources_get', 'schema_get', 'locations_list', 'quota_get', 'resources_validate', 'resources_plan', 'resources_apply']))",
+        "message": "with toolNames: Unprefixed, every toolSelector.include entry is exposed as listed: it must be 1-64 letters, digits, '_' and '-', and is never a built-in tool name (load_skill, find_tools, report_capability_gap, the base tools, cap__*)",
         "fieldPath": ".toolSelector.include",
         "reason": "FieldValueInvalid"
     },

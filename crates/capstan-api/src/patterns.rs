@@ -70,6 +70,8 @@ pub fn is_tool_name_char(c: char) -> bool {
 /// `capstan-platform` and the sidecar check their names against this list in their tests.
 pub const BUILT_IN_TOOLS: &[&str] = &[
     "load_skill",
+    "find_tools",
+    "report_capability_gap",
     "resources_list",
     "resources_get",
     "schema_get",

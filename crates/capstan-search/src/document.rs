@@ -5,8 +5,9 @@ use serde_json::Value;
 
 use crate::text;
 
-/// One composed tool, with what Capstan knows of the binding that contributes it.
-#[derive(Clone, Debug, Default)]
+/// One composed tool, with what Capstan knows of the binding that contributes it. Serialized
+/// only as a key: two tool sets that serialize alike index alike.
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ToolDoc {
     /// The name a caller calls it by (namespaced by its binding).
     pub name: String,

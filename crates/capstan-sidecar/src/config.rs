@@ -64,6 +64,9 @@ pub struct Config {
     /// How many calls each provider's MCP server takes: the platform's defaults and ceilings.
     #[command(flatten, next_help_heading = "Call limits")]
     pub call_limits: CallLimitSettings,
+    /// When callers may search the tools (`find_tools`).
+    #[command(flatten, next_help_heading = "Tool search")]
+    pub tool_search: ToolSearchSettings,
     /// Who the sidecar is to providers: where Secrets are read, its workload identity.
     #[command(flatten, next_help_heading = "Upstream credentials")]
     pub credentials: capstan_compose::credentials::settings::CredentialSettings,
@@ -280,6 +283,16 @@ pub struct SessionSettings {
     /// Streams one session or task may hold open at once; beyond it, 429.
     #[arg(long, env = "CAPSTAN_MAX_STREAMS_PER_TASK", default_value_t = crate::caller::admission::DEFAULT_MAX_STREAMS_PER_TASK)]
     pub max_streams_per_task: usize,
+}
+
+/// When callers may search the tools (docs/tool-search.md).
+#[derive(Debug, clap::Args)]
+pub struct ToolSearchSettings {
+    /// `find_tools` is offered to a caller who may call at least this many tools (0: to every
+    /// caller). The platform's choice, not a project's: below it a list is short enough to read
+    /// whole, and the search tool would be one more to choose among.
+    #[arg(long, env = "CAPSTAN_TOOL_SEARCH_MIN_TOOLS", default_value_t = crate::task::DEFAULT_MIN_TOOLS)]
+    pub tool_search_min_tools: usize,
 }
 
 /// Where the sidecar may exchange a caller's token (`auth.tokenExchange`,

@@ -36,7 +36,7 @@ use crate::composition::composer::ProjectComposer;
 use crate::composition::feeds::ProjectFeeds;
 use crate::config::{
     CallLimitSettings, CallerCheckSettings, Config, ObservabilitySettings, ServeSettings,
-    SessionSettings, SourceKind, UpstreamSettings,
+    SessionSettings, SourceKind, ToolSearchSettings, UpstreamSettings,
 };
 use crate::edge::router;
 use crate::limits::{CallGates, PlatformLimits};
@@ -44,8 +44,8 @@ use crate::observe::audit::{Audit, AuditNames};
 use crate::observe::metering::Meter;
 use crate::observe::metrics::{Metrics, WatchMetrics};
 use crate::routing::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
-use crate::task::TaskContext;
 use crate::task::request_states::RequestStates;
+use crate::task::{TaskContext, ToolSearch};
 use crate::tasks::reaper::revalidate_streams;
 use crate::tasks::{Lifetimes, TaskStarter, Tasks};
 
@@ -148,6 +148,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         upstream,
         sessions,
         call_limits,
+        tool_search,
         credentials,
         token_exchange,
         observability:
@@ -190,6 +191,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         limits: Arc::new(CallGates::new(platform_limits(call_limits))),
         audit: Arc::new(audit),
         names: Arc::new(CallerNames::new(documents.plane.clone())),
+        search: tool_search_settings(tool_search),
     };
     let composer = with_base_tools(
         ProjectComposer::new(documents.reader, composer, context),
@@ -213,6 +215,16 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         metrics_address,
     };
     built.serve(serving).await
+}
+
+/// When `find_tools` is offered, from its settings.
+fn tool_search_settings(settings: ToolSearchSettings) -> ToolSearch {
+    let ToolSearchSettings {
+        tool_search_min_tools,
+    } = settings;
+    ToolSearch {
+        min_tools: tool_search_min_tools,
+    }
 }
 
 /// The metering and audit sinks, opened.

@@ -13,6 +13,7 @@ mod listener;
 mod outbox;
 mod questions;
 pub mod request_states;
+mod search;
 mod served;
 mod streams;
 mod subscriptions;
@@ -32,6 +33,7 @@ pub use self::call::usable_candidates;
 use self::in_flight::InFlight;
 pub use self::listener::Listener;
 use self::outbox::Outbox;
+pub use self::search::{DEFAULT_MIN_TOOLS, ToolSearch, find_tools_tool};
 pub use self::served::Served;
 pub use self::streams::OpenStream;
 pub use self::subscriptions::MAX_SUBSCRIPTIONS;
@@ -77,6 +79,8 @@ pub struct TaskContext {
     pub audit: Arc<Audit>,
     /// Who callers are by name, for their audit lines.
     pub names: Arc<CallerNames>,
+    /// When `find_tools` is offered (docs/tool-search.md).
+    pub search: ToolSearch,
 }
 
 /// A task: what the session serves now, and who it is for.
@@ -210,6 +214,11 @@ impl Task {
             });
         }
         task
+    }
+
+    /// When this task offers `find_tools`.
+    pub fn tool_search(&self) -> ToolSearch {
+        self.context.search
     }
 
     /// What the session serves now.

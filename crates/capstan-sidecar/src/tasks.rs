@@ -485,6 +485,9 @@ pub(crate) mod tests {
             limits: Arc::new(crate::limits::CallGates::new(Default::default())),
             audit: Arc::new(crate::observe::audit::Audit::open("off", Default::default()).unwrap()),
             names: Arc::new(crate::caller::names::CallerNames::new(None)),
+            search: crate::task::ToolSearch {
+                min_tools: crate::task::DEFAULT_MIN_TOOLS,
+            },
         };
         let composer = Arc::new(ProjectComposer::new(documents.clone(), composer, context));
         TaskStarter::new(composer, ProjectFeeds::new(documents, None, metrics))

@@ -139,8 +139,8 @@ fn check_unprefixed(allow_list: &AllowList, server: &Value, out: &mut Vec<FieldE
             out.push(FieldError::new(
                 path,
                 format!(
-                    "\"{tool}\" is reserved for a built-in tool of the sidecar (load_skill, the \
-                     base tools, cap__*); keep the <server>__ prefix (remove toolNames) to offer it"
+                    "\"{tool}\" is reserved for a built-in tool of the sidecar (load_skill, \
+                     find_tools, report_capability_gap, the base tools, cap__*); keep the <server>__ prefix (remove toolNames) to offer it"
                 ),
             ));
         }

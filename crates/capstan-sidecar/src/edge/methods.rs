@@ -30,7 +30,7 @@ use super::answer::{answer, json};
 use super::request::Checked;
 use crate::caller::authorization::{Undecided, Withheld};
 use crate::message::{Envelope, Params};
-use crate::task::{Decision, MAX_SUBSCRIPTIONS, Served, Task};
+use crate::task::{Decision, MAX_SUBSCRIPTIONS, Served, Task, find_tools_tool};
 use crate::tasks::TaskStarter;
 
 pub(super) mod forwarded;
@@ -151,6 +151,8 @@ struct Listed {
     /// How long the caller may hold a list: [`LIST_TTL_MS`], and no longer than the decision
     /// it was filtered by.
     ttl_ms: u64,
+    /// Whether `find_tools` is offered to this caller.
+    search: bool,
 }
 
 impl Listed {
@@ -162,6 +164,7 @@ impl Listed {
             u64::try_from(left).unwrap_or(u64::MAX)
         });
         Ok(Self {
+            search: task.tool_search().offered(&served, &withheld),
             served,
             withheld,
             ttl_ms: LIST_TTL_MS.min(remaining),
@@ -178,7 +181,11 @@ impl Listed {
     fn tools(&self) -> ListToolsResult {
         let tools = self.served.tools().iter();
         let usable = tools.filter(|t| self.withheld.tool(&t.name));
-        self.cached(ListToolsResult::with_all_items(usable.cloned().collect()))
+        let mut listed: Vec<rmcp::model::Tool> = usable.cloned().collect();
+        if self.search {
+            listed.push(find_tools_tool());
+        }
+        self.cached(ListToolsResult::with_all_items(listed))
     }
 
     fn prompts(&self) -> ListPromptsResult {

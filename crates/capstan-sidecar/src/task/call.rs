@@ -27,6 +27,7 @@ mod provider;
 mod routed;
 
 use self::audit::CallNote;
+use super::search::{FIND_TOOLS, find_tools};
 use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, Served, Task};
 use crate::caller::authorization::Withheld;
 use crate::caller::identity::Identity;
@@ -89,6 +90,17 @@ impl Task {
         if name == LOAD_SKILL && !composed.composition.skills.is_empty() {
             let arguments = Value::Object(arguments.unwrap_or_default());
             let result = match load_skill(composed, &arguments).await {
+                Ok(result) => {
+                    self.context.metrics.tool_call("ok");
+                    result
+                }
+                Err(error) => self.refuse(error),
+            };
+            return Ok(result.into());
+        }
+        if name == FIND_TOOLS && self.context.search.offered(&served, &withheld) {
+            let arguments = Value::Object(arguments.unwrap_or_default());
+            let result = match find_tools(&served, &withheld, &arguments) {
                 Ok(result) => {
                     self.context.metrics.tool_call("ok");
                     result

@@ -39,6 +39,8 @@ struct Live {
     /// What a sidecar without per-tool authorization withholds from every caller: the
     /// offerings of the bindings that require it. Made on first use.
     unauthorized: OnceLock<Arc<Withheld>>,
+    /// The search index of the tools shown (`task/search.rs`), made on the first search.
+    search: OnceLock<Arc<capstan_search::Index>>,
 }
 
 /// The tools `tools/list` shows, their input validators and the arguments they mark to travel
@@ -83,6 +85,7 @@ impl Served {
                 base,
                 shown,
                 unauthorized: OnceLock::new(),
+                search: OnceLock::new(),
             }),
             snapshot,
         }
@@ -115,6 +118,11 @@ impl Served {
             .unauthorized
             .get_or_init(|| Arc::new(without_authorization(&self.live.composed, &self.snapshot)))
             .clone()
+    }
+
+    /// Where the search index of the tools it shows is kept once made (`task/search.rs`).
+    pub(super) fn search_slot(&self) -> &OnceLock<Arc<capstan_search::Index>> {
+        &self.live.search
     }
 
     /// The snapshot it was composed from (documents and qualifiers).

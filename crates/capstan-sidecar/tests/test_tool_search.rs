@@ -1,0 +1,157 @@
+//! `find_tools` through a real sidecar and the rmcp client (docs/tool-search.md): offered
+//! above the sidecar's threshold only; answering among the tools the caller may call, best
+//! first, with what calling each takes; saying plainly when no tool fits; a tool the binding's
+//! allow-list leaves out never found; bad arguments refused naming the field. The independent
+//! SDK clients, both revisions and the corpus behind several bindings are the e2e suite's.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use capstan_testkit::sidecar::*;
+use rmcp::RoleClient;
+use rmcp::model::ClientConfig;
+use rmcp::service::RunningService;
+use serde_json::{Value, json};
+
+type Session = RunningService<RoleClient, ClientConfig>;
+
+const SEARCH_ALWAYS: &[(&str, &str)] = &[("CAPSTAN_TOOL_SEARCH_MIN_TOOLS", "0")];
+
+async fn search(session: &Session, arguments: Value) -> rmcp::model::CallToolResult {
+    session
+        .call_tool(call("find_tools", arguments))
+        .await
+        .unwrap()
+}
+
+fn found(result: &rmcp::model::CallToolResult) -> Vec<String> {
+    let answer = result.structured_content.as_ref().unwrap();
+    answer["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn find_tools_should_answer_with_the_tool_that_does_the_need() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], SEARCH_ALWAYS);
+    let session = sidecar.session("demo-project", None).await;
+    assert!(
+        tool_names(&session)
+            .await
+            .contains(&"find_tools".to_owned())
+    );
+
+    let result = search(
+        &session,
+        json!({"need": "Diagnose the orders-to-warehouse pipeline: where does lag build up?"}),
+    )
+    .await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let answer = result.structured_content.clone().unwrap();
+    assert_eq!(answer["match"], "good", "{answer}");
+    let best = &answer["tools"][0];
+    assert_eq!(best["name"], "streamco__pipeline_diagnose", "{answer}");
+    // What calling it takes, and whose it is.
+    assert_eq!(best["inputSchema"]["type"], "object", "{best}");
+    assert!(
+        best["binding"].is_string() && best["service"].is_string(),
+        "{best}"
+    );
+    assert!(found(&result).len() <= 5);
+    // The text block carries the same answer for a client that reads only text.
+    let text = result.content[0].as_text().unwrap().text.clone();
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), answer);
+
+    let result = search(
+        &session,
+        json!({"need": "which streams lag behind?", "limit": 1}),
+    )
+    .await;
+    assert_eq!(found(&result), ["streamco__streams_list"], "{result:?}");
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn find_tools_should_say_when_no_tool_fits_and_never_find_a_tool_left_out() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], SEARCH_ALWAYS);
+    let session = sidecar.session("demo-project", None).await;
+
+    let result = search(
+        &session,
+        json!({"need": "Book me a flight from Lisbon to Berlin"}),
+    )
+    .await;
+    let answer = result.structured_content.unwrap();
+    assert_eq!(answer["match"], "none", "{answer}");
+    assert!(
+        answer["note"]
+            .as_str()
+            .unwrap()
+            .contains("No tool serves this need")
+    );
+
+    // The provider serves `streams_export` and `streams_restart`; the binding's allow-list
+    // leaves them out. Asked for in their own words, they are not found.
+    for (tool, need) in [
+        ("streams_export", "Export every stream's configuration"),
+        ("streams_restart", "Restart a stream's consumers"),
+    ] {
+        assert!(provider.listed_tool(tool).await.is_object());
+        let result = search(&session, json!({"need": need, "limit": 20})).await;
+        let names = found(&result);
+        assert!(names.iter().all(|n| !n.contains(tool)), "{names:?}");
+    }
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn find_tools_should_refuse_bad_arguments_naming_the_field() {
+    let provider = DemoProvider::start(&[]);
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], SEARCH_ALWAYS);
+    let session = sidecar.session("demo-project", None).await;
+    let long = "x".repeat(1025);
+    for (arguments, field) in [
+        (json!({}), "need"),
+        (json!({"need": "  "}), "need"),
+        (json!({"need": long}), "need"),
+        (json!({"need": "list streams", "limit": 0}), "limit"),
+        (json!({"need": "list streams", "limit": 21}), "limit"),
+        (
+            json!({"need": "list streams", "project": "other"}),
+            "project",
+        ),
+    ] {
+        let result = search(&session, arguments.clone()).await;
+        assert_eq!(result.is_error, Some(true), "{arguments}");
+        let error = &result.structured_content.unwrap()["error"];
+        assert_eq!(
+            (&error["kind"], &error["field"]),
+            (&json!("invalid_input"), &json!(field)),
+            "{arguments}: {error}"
+        );
+    }
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn find_tools_should_not_be_offered_below_the_threshold() {
+    let provider = DemoProvider::start(&[]);
+    // The default threshold is above the StreamCo fixture's handful of tools.
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let session = sidecar.session("demo-project", None).await;
+    assert!(
+        !tool_names(&session)
+            .await
+            .contains(&"find_tools".to_owned())
+    );
+    let refused = session
+        .call_tool(call("find_tools", json!({"need": "list streams"})))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("no tool named"), "{refused}");
+    session.cancel().await.unwrap();
+}
