@@ -703,6 +703,16 @@ fn assistant_example(env: &Env) -> Outcome {
                 == "spec.serviceAccountName",
         || format!("the sidecar template's credentials: {credentials:?}"),
     )?;
+    // And tool search: both numbers, 0 among them (a value, not an absence).
+    let search = env_named(&plain_sidecar, |name| name.starts_with("CAPSTAN_TOOL_SEARCH_"));
+    check(
+        search
+            == [
+                ("CAPSTAN_TOOL_SEARCH_MIN_TOOLS".to_owned(), "0".to_owned()),
+                ("CAPSTAN_TOOL_SEARCH_THRESHOLD".to_owned(), "60".to_owned()),
+            ],
+        || format!("the sidecar template's tool search: {search:?}"),
+    )?;
     check(
         example["env"].as_array().into_iter().flatten().all(|e| {
             let name = e["name"].as_str().unwrap_or("");
@@ -1220,7 +1230,7 @@ spec:
   - name: capstan-state
     emptyDir: {}
   containers:
-  {{- include "capstan.sidecar" (merge (dict "native" false "audit" (dict "sink" "stderr" "names" "digest") "callLimits" (dict "defaults" (dict "callsPerMinutePerCaller" 60) "ceilings" (dict "callsPerMinute" 6000 "concurrentCallsPerCaller" 8)) "credentials" (dict "namespace" "provider-credentials" "workloadIdentity" true "workloadAudiences" (list "mcp=mcp.example") "tokenEndpointHosts" (list "auth.example"))) $sidecar) | nindent 2 }}
+  {{- include "capstan.sidecar" (merge (dict "native" false "audit" (dict "sink" "stderr" "names" "digest") "callLimits" (dict "defaults" (dict "callsPerMinutePerCaller" 60) "ceilings" (dict "callsPerMinute" 6000 "concurrentCallsPerCaller" 8)) "credentials" (dict "namespace" "provider-credentials" "workloadIdentity" true "workloadAudiences" (list "mcp=mcp.example") "tokenEndpointHosts" (list "auth.example")) "toolSearch" (dict "minTools" 0 "threshold" 60)) $sidecar) | nindent 2 }}
   - name: assistant
     image: registry.example/assistant:latest
 "#;

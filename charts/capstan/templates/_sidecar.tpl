@@ -51,6 +51,11 @@ Parameters:
                     (audience=host; CAPSTAN_WORKLOAD_AUDIENCES) and `tokenEndpointHosts`
                     (CAPSTAN_TOKEN_ENDPOINT_HOSTS); list the pod's ServiceAccount in the chart's
                     credentials.sidecarServiceAccounts for the RBAC each needs
+  toolSearch        tool search (docs/tool-search.md): a dict with `minTools` (find_tools is
+                    offered from this many tools a caller may call, default 20;
+                    CAPSTAN_TOOL_SEARCH_MIN_TOOLS) and `threshold` (above this many, tools/list
+                    shows the built-in and cap.* tools and find_tools only, default 40, 0 never;
+                    CAPSTAN_TOOL_SEARCH_THRESHOLD). The platform's choice: a project cannot set it
   tracing           traces over OTLP/HTTP (README "Observe"), off by default: a dict with
                     `endpoint` (the collector's OTLP/HTTP URL), optional `sampler` and
                     `samplerArg` (OTEL_TRACES_SAMPLER/_ARG) and `serviceName` (default
@@ -135,6 +140,16 @@ The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.
   {{- if .tokenEndpointHosts }}
   - name: CAPSTAN_TOKEN_ENDPOINT_HOSTS
     value: {{ join "," .tokenEndpointHosts | quote }}
+  {{- end }}
+  {{- end }}
+  {{- with .toolSearch }}
+  {{- if hasKey . "minTools" }}
+  - name: CAPSTAN_TOOL_SEARCH_MIN_TOOLS
+    value: {{ .minTools | toString | quote }}
+  {{- end }}
+  {{- if hasKey . "threshold" }}
+  - name: CAPSTAN_TOOL_SEARCH_THRESHOLD
+    value: {{ .threshold | toString | quote }}
   {{- end }}
   {{- end }}
   {{- with .callLimits }}

@@ -293,6 +293,13 @@ pub struct ToolSearchSettings {
     /// whole, and the search tool would be one more to choose among.
     #[arg(long, env = "CAPSTAN_TOOL_SEARCH_MIN_TOOLS", default_value_t = crate::task::DEFAULT_MIN_TOOLS)]
     pub tool_search_min_tools: usize,
+
+    /// Above this many tools a caller may call, `tools/list` shows only the built-in tools, the
+    /// `cap.*` tools and `find_tools`, and the instructions say how to search; any tool the
+    /// caller may call stays callable by its name (0: always list every tool). The default
+    /// keeps a list under about 10,000 tokens (docs/tool-search.md "Progressive disclosure").
+    #[arg(long, env = "CAPSTAN_TOOL_SEARCH_THRESHOLD", default_value_t = crate::task::DEFAULT_THRESHOLD)]
+    pub tool_search_threshold: usize,
 }
 
 /// Where the sidecar may exchange a caller's token (`auth.tokenExchange`,

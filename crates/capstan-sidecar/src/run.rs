@@ -221,9 +221,11 @@ pub async fn run(config: Config) -> Result<(), RunError> {
 fn tool_search_settings(settings: ToolSearchSettings) -> ToolSearch {
     let ToolSearchSettings {
         tool_search_min_tools,
+        tool_search_threshold,
     } = settings;
     ToolSearch {
         min_tools: tool_search_min_tools,
+        threshold: tool_search_threshold,
     }
 }
 

@@ -33,7 +33,9 @@ pub use self::call::usable_candidates;
 use self::in_flight::InFlight;
 pub use self::listener::Listener;
 use self::outbox::Outbox;
-pub use self::search::{DEFAULT_MIN_TOOLS, ToolSearch, find_tools_tool};
+pub use self::search::{
+    DEFAULT_MIN_TOOLS, DEFAULT_THRESHOLD, Listing, ToolSearch, find_tools_tool,
+};
 pub use self::served::Served;
 pub use self::streams::OpenStream;
 pub use self::subscriptions::MAX_SUBSCRIPTIONS;

@@ -487,6 +487,7 @@ pub(crate) mod tests {
             names: Arc::new(crate::caller::names::CallerNames::new(None)),
             search: crate::task::ToolSearch {
                 min_tools: crate::task::DEFAULT_MIN_TOOLS,
+                threshold: crate::task::DEFAULT_THRESHOLD,
             },
         };
         let composer = Arc::new(ProjectComposer::new(documents.clone(), composer, context));

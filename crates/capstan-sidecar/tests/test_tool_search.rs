@@ -155,3 +155,87 @@ async fn find_tools_should_not_be_offered_below_the_threshold() {
     assert!(refused.to_string().contains("no tool named"), "{refused}");
     session.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn above_the_threshold_the_list_should_leave_the_tools_to_search_and_keep_them_callable() {
+    let provider = DemoProvider::start(&[]);
+    let env = [("CAPSTAN_TOOL_SEARCH_THRESHOLD", "2")];
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &env);
+    let session = sidecar.session("demo-project", None).await;
+    // The fixture composes three provider tools: over the threshold, none is listed; the
+    // built-in tools and find_tools are.
+    let names = tool_names(&session).await;
+    assert!(names.contains(&"find_tools".to_owned()), "{names:?}");
+    assert!(names.contains(&"load_skill".to_owned()), "{names:?}");
+    assert!(
+        names.iter().all(|n| !n.starts_with("streamco__")),
+        "{names:?}"
+    );
+    let instructions = session.peer_info().unwrap().instructions.clone().unwrap();
+    assert!(instructions.contains("## Finding tools"), "{instructions}");
+    assert!(instructions.contains("find_tools"), "{instructions}");
+
+    // Found, and called by its name without being listed.
+    let result = search(&session, json!({"need": "get the orders stream"})).await;
+    assert_eq!(found(&result)[0], "streamco__streams_get", "{result:?}");
+    let before = provider.tool_calls().await.len();
+    let result = session
+        .call_tool(call("streamco__streams_get", json!({"name": "orders"})))
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let calls = provider.tool_calls().await;
+    assert_eq!(calls.len(), before + 1);
+    assert_eq!(calls.last().unwrap(), "streams_get");
+    session.cancel().await.unwrap();
+
+    // At the default threshold the same composition is listed whole, without the paragraph.
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    let session = sidecar.session("demo-project", None).await;
+    assert!(
+        tool_names(&session)
+            .await
+            .contains(&"streamco__streams_get".to_owned())
+    );
+    let instructions = session
+        .peer_info()
+        .unwrap()
+        .instructions
+        .clone()
+        .unwrap_or_default();
+    assert!(!instructions.contains("## Finding tools"), "{instructions}");
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_caller_without_a_session_should_get_the_same_answers() {
+    let provider = DemoProvider::start(&[]);
+    let env = [("CAPSTAN_TOOL_SEARCH_THRESHOLD", "2")];
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &env);
+    let session = sidecar.session("demo-project", None).await;
+    let modern = sidecar.modern_client("demo-project", None).await;
+    // The 2026-07-28 revision: the same short list, the same instructions.
+    assert_eq!(tool_names(&modern).await, tool_names(&session).await);
+    let instructions = modern.peer_info().unwrap().instructions.clone().unwrap();
+    assert!(instructions.contains("## Finding tools"), "{instructions}");
+    for need in [
+        "which streams lag behind?",
+        "Diagnose the orders-to-warehouse pipeline",
+        "Book me a flight",
+    ] {
+        let arguments = json!({"need": need, "limit": 3});
+        let (a, b) = (
+            search(&session, arguments.clone()).await,
+            search(&modern, arguments).await,
+        );
+        assert_eq!(a.structured_content, b.structured_content, "{need}");
+    }
+    // A tool found is called by its name without a session, as with one.
+    let result = modern
+        .call_tool(call("streamco__streams_list", json!({})))
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    session.cancel().await.unwrap();
+    modern.cancel().await.unwrap();
+}

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::response::Response;
+use capstan_api::patterns::is_built_in_tool;
 use capstan_compose::composer::OfferingError;
 use capstan_compose::composition::ComposedResource;
 use capstan_core::tool_error::ErrorKind;
@@ -30,7 +31,7 @@ use super::answer::{answer, json};
 use super::request::Checked;
 use crate::caller::authorization::{Undecided, Withheld};
 use crate::message::{Envelope, Params};
-use crate::task::{Decision, MAX_SUBSCRIPTIONS, Served, Task, find_tools_tool};
+use crate::task::{Decision, Listing, MAX_SUBSCRIPTIONS, Served, Task, find_tools_tool};
 use crate::tasks::TaskStarter;
 
 pub(super) mod forwarded;
@@ -151,8 +152,8 @@ struct Listed {
     /// How long the caller may hold a list: [`LIST_TTL_MS`], and no longer than the decision
     /// it was filtered by.
     ttl_ms: u64,
-    /// Whether `find_tools` is offered to this caller.
-    search: bool,
+    /// Whether `find_tools` is offered to this caller, and every tool listed.
+    listing: Listing,
 }
 
 impl Listed {
@@ -164,7 +165,7 @@ impl Listed {
             u64::try_from(left).unwrap_or(u64::MAX)
         });
         Ok(Self {
-            search: task.tool_search().offered(&served, &withheld),
+            listing: task.tool_search().listing(&served, &withheld),
             served,
             withheld,
             ttl_ms: LIST_TTL_MS.min(remaining),
@@ -181,8 +182,10 @@ impl Listed {
     fn tools(&self) -> ListToolsResult {
         let tools = self.served.tools().iter();
         let usable = tools.filter(|t| self.withheld.tool(&t.name));
-        let mut listed: Vec<rmcp::model::Tool> = usable.cloned().collect();
-        if self.search {
+        // Above the threshold the built-in and routed tools stay listed; the rest is found.
+        let shown = usable.filter(|t| self.listing.whole || is_built_in_tool(&t.name));
+        let mut listed: Vec<rmcp::model::Tool> = shown.cloned().collect();
+        if self.listing.search {
             listed.push(find_tools_tool());
         }
         self.cached(ListToolsResult::with_all_items(listed))

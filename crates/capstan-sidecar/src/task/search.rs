@@ -29,23 +29,76 @@ pub const MAX_NEED_CHARS: usize = 1024;
 const DEFAULT_LIMIT: u64 = 5;
 const MAX_LIMIT: u64 = 20;
 
-/// When `find_tools` is offered (the sidecar's `--tool-search-min-tools`).
+/// When `find_tools` is offered and when `tools/list` leaves the rest to it (the sidecar's
+/// `--tool-search-min-tools` and `--tool-search-threshold`).
 #[derive(Clone, Copy, Debug)]
 pub struct ToolSearch {
     /// Offered to a caller who may call at least this many tools; 0: always.
     pub min_tools: usize,
+    /// Above this many tools a caller may call, `tools/list` shows the built-in tools, the
+    /// `cap.*` tools and `find_tools` only; 0: every tool is always listed.
+    pub threshold: usize,
 }
 
 /// The default of `--tool-search-min-tools`: below it a caller's list is short enough to read.
 pub const DEFAULT_MIN_TOOLS: usize = 20;
 
+/// The default of `--tool-search-threshold`. On the evaluation corpus a tool as listed is 253
+/// tokens on average (o200k_base; docs/tool-search.md "Progressive disclosure"): 40 tools are
+/// about 10,000 tokens, the most a list should take of a 128k context before searching is the
+/// better trade.
+pub const DEFAULT_THRESHOLD: usize = 40;
+
+/// What a caller's `tools/list` holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listing {
+    /// Whether `find_tools` is listed (and callable).
+    pub search: bool,
+    /// Whether every tool the caller may call is listed; when not, the built-in and `cap.*`
+    /// tools only, beside `find_tools`.
+    pub whole: bool,
+}
+
 impl ToolSearch {
+    /// What a caller of `served` who may not use `withheld` is listed.
+    pub fn listing(&self, served: &Served, withheld: &Withheld) -> Listing {
+        let needed = self.min_tools.max(self.threshold.saturating_add(1));
+        let usable = searchable(served).filter(|t| withheld.tool(&t.name));
+        let counted = usable.take(needed).count();
+        // A list cut short always has the search beside it, whatever the smaller threshold.
+        let cut = self.threshold > 0 && counted > self.threshold;
+        Listing {
+            search: cut || self.min_tools == 0 || counted >= self.min_tools,
+            whole: !cut,
+        }
+    }
+
     /// Whether `find_tools` is offered to a caller of `served` who may not use `withheld`.
     pub fn offered(&self, served: &Served, withheld: &Withheld) -> bool {
-        let usable = searchable(served).filter(|t| withheld.tool(&t.name));
-        self.min_tools == 0 || usable.take(self.min_tools).count() >= self.min_tools
+        self.listing(served, withheld).search
+    }
+
+    /// Adds to `instructions` how and when to search, when `served` has more tools than its
+    /// lists show. Decided on the composition's tools: the instructions are the project's,
+    /// given before any caller's tools are decided.
+    pub fn add_instructions(&self, served: &Served, instructions: &mut Option<String>) {
+        if self.listing(served, &Withheld::default()).whole {
+            return;
+        }
+        let text = instructions.get_or_insert_default();
+        if !text.is_empty() && !text.ends_with("\n\n") {
+            text.push_str(if text.ends_with('\n') { "\n" } else { "\n\n" });
+        }
+        text.push_str(SEARCH_INSTRUCTIONS);
     }
 }
+
+/// How and when to search, for a composition whose lists show only part of its tools.
+pub const SEARCH_INSTRUCTIONS: &str = "## Finding tools\n\nThis project offers more tools \
+than tools/list shows. Before saying that you cannot do something, call find_tools with the \
+need in one sentence (\"delete the Confluence page 'Old Roadmap'\"); call a tool it finds by \
+its name, with arguments that fit its inputSchema. When find_tools answers \"match\": \"none\", \
+no tool here does it: say so rather than using the nearest tool for something else.\n";
 
 /// The tools a search looks among: every tool shown but the search itself and `load_skill`
 /// (the instructions say when to load a skill).

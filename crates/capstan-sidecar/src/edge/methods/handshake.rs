@@ -82,6 +82,8 @@ pub(in crate::edge) async fn initialize(
         admitted.started(&task);
     }
     let served = task.served();
+    task.tool_search()
+        .add_instructions(&served, &mut result.instructions);
     let bindings = &served.composed().composition.bindings;
     info!(
         project = %task.identity().project,
@@ -115,6 +117,8 @@ pub(super) fn discover(task: &Task) -> ServerResult {
     if !instructions.is_empty() {
         info.instructions = Some(instructions.clone());
     }
+    task.tool_search()
+        .add_instructions(&served, &mut info.instructions);
     skills::declare(&mut info.capabilities, served.composed());
     ServerResult::DiscoverResult(DiscoverResult::from_server_info(
         SUPPORTED_VERSIONS.to_vec(),
