@@ -56,6 +56,8 @@ Parameters:
                     CAPSTAN_TOOL_SEARCH_MIN_TOOLS) and `threshold` (above this many, tools/list
                     shows the built-in and cap.* tools and find_tools only, default 40, 0 never;
                     CAPSTAN_TOOL_SEARCH_THRESHOLD). The platform's choice: a project cannot set it
+  gapSink           where capability-gap reports go (CAPSTAN_GAP_SINK): default the file
+                    capability-gaps.jsonl in the state volume; stdout, stderr, off, or a path
   tracing           traces over OTLP/HTTP (README "Observe"), off by default: a dict with
                     `endpoint` (the collector's OTLP/HTTP URL), optional `sampler` and
                     `samplerArg` (OTEL_TRACES_SAMPLER/_ARG) and `serviceName` (default
@@ -141,6 +143,10 @@ The pod's ServiceAccount needs the `<release>-sidecar` ClusterRole (sidecarRBAC.
   - name: CAPSTAN_TOKEN_ENDPOINT_HOSTS
     value: {{ join "," .tokenEndpointHosts | quote }}
   {{- end }}
+  {{- end }}
+  {{- with .gapSink }}
+  - name: CAPSTAN_GAP_SINK
+    value: {{ . | quote }}
   {{- end }}
   {{- with .toolSearch }}
   {{- if hasKey . "minTools" }}

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod call_command;
 mod compose_command;
+mod gaps_command;
 mod pins_command;
 mod routes_command;
 mod sidecar_client;
@@ -54,6 +55,11 @@ enum Command {
     /// Exit status: 0 shown, 1 the sidecar could not be asked or a server could not be listed,
     /// 2 the file cannot be read.
     Pins(pins_command::Args),
+
+    /// Summarize the capability-gap reports a sidecar wrote (CAPSTAN_GAP_SINK) per reporting
+    /// project and service: reports, projects, first and last, the needs reported most.
+    /// Exit status: 0 shown, 2 the file cannot be read.
+    Gaps(gaps_command::Args),
 }
 
 fn main() -> ExitCode {
@@ -64,5 +70,6 @@ fn main() -> ExitCode {
         Command::Call(args) => call_command::run(&args),
         Command::Routes(args) => routes_command::run(&args),
         Command::Pins(args) => pins_command::run(&args),
+        Command::Gaps(args) => gaps_command::run(&args),
     }
 }

@@ -300,7 +300,27 @@ pub struct ToolSearchSettings {
     /// keeps a list under about 10,000 tokens (docs/tool-search.md "Progressive disclosure").
     #[arg(long, env = "CAPSTAN_TOOL_SEARCH_THRESHOLD", default_value_t = crate::task::DEFAULT_THRESHOLD)]
     pub tool_search_threshold: usize,
+
+    /// Where capability-gap reports go (`report_capability_gap`, offered when a binding names a
+    /// `reportingProject`): one JSON line each — `off`, `stdout`, `stderr`, or a file
+    /// (appended), as the metering sink. The default file is in the sidecar's state volume;
+    /// where it cannot be opened, reports are off (logged). Another setting that cannot be
+    /// opened stops the sidecar.
+    #[arg(long, env = "CAPSTAN_GAP_SINK", default_value = DEFAULT_GAP_SINK)]
+    pub gap_sink: String,
+
+    /// Seconds within which one need of one project is reported once, whoever reports it.
+    #[arg(long, env = "CAPSTAN_GAP_WINDOW_SECONDS", default_value_t = 86_400)]
+    pub gap_window_seconds: u64,
+
+    /// Capability-gap reports one caller may file in an hour; beyond it, `rate_limited`.
+    #[arg(long, env = "CAPSTAN_GAP_REPORTS_PER_HOUR", default_value_t = 10)]
+    pub gap_reports_per_hour: u32,
 }
+
+/// Where capability-gap reports go unless set: the sidecar's state volume (the chart mounts
+/// one at /var/lib/capstan).
+pub const DEFAULT_GAP_SINK: &str = "/var/lib/capstan/capability-gaps.jsonl";
 
 /// Where the sidecar may exchange a caller's token (`auth.tokenExchange`,
 /// docs/upstream-auth.md).

@@ -35,12 +35,13 @@ use crate::caller::names::CallerNames;
 use crate::composition::composer::ProjectComposer;
 use crate::composition::feeds::ProjectFeeds;
 use crate::config::{
-    CallLimitSettings, CallerCheckSettings, Config, ObservabilitySettings, ServeSettings,
-    SessionSettings, SourceKind, ToolSearchSettings, UpstreamSettings,
+    CallLimitSettings, CallerCheckSettings, Config, DEFAULT_GAP_SINK, ObservabilitySettings,
+    ServeSettings, SessionSettings, SourceKind, ToolSearchSettings, UpstreamSettings,
 };
 use crate::edge::router;
 use crate::limits::{CallGates, PlatformLimits};
 use crate::observe::audit::{Audit, AuditNames};
+use crate::observe::gaps::{GapPolicy, GapReports};
 use crate::observe::metering::Meter;
 use crate::observe::metrics::{Metrics, WatchMetrics};
 use crate::routing::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
@@ -81,6 +82,15 @@ pub enum RunError {
     /// The project header is not a header name.
     #[error("CAPSTAN_PROJECT_HEADER {0:?} is not a header name")]
     ProjectHeader(String),
+    /// The capability-gap sink cannot be opened.
+    #[error("CAPSTAN_GAP_SINK {sink}: {source}")]
+    Gaps {
+        /// The sink.
+        sink: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The metering sink cannot be opened.
     #[error("metering sink {sink}: {source}")]
     Meter {
@@ -171,6 +181,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let metrics = Metrics::register(&mut registry);
     let readiness = readiness(&mut registry, documents.watched);
     let (meter, audit) = sinks(&metering_sink, &audit_sink, audit_names)?;
+    let (search, gaps) = tool_search_settings(tool_search)?;
     let Callers {
         check,
         authorizer,
@@ -191,7 +202,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         limits: Arc::new(CallGates::new(platform_limits(call_limits))),
         audit: Arc::new(audit),
         names: Arc::new(CallerNames::new(documents.plane.clone())),
-        search: tool_search_settings(tool_search),
+        search,
+        gaps: Arc::new(gaps),
     };
     let composer = with_base_tools(
         ProjectComposer::new(documents.reader, composer, context),
@@ -217,16 +229,43 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     built.serve(serving).await
 }
 
-/// When `find_tools` is offered, from its settings.
-fn tool_search_settings(settings: ToolSearchSettings) -> ToolSearch {
+/// When `find_tools` is offered, and where capability-gap reports go, from their settings.
+fn tool_search_settings(
+    settings: ToolSearchSettings,
+) -> Result<(ToolSearch, GapReports), RunError> {
     let ToolSearchSettings {
         tool_search_min_tools,
         tool_search_threshold,
+        gap_sink,
+        gap_window_seconds,
+        gap_reports_per_hour,
     } = settings;
-    ToolSearch {
+    let search = ToolSearch {
         min_tools: tool_search_min_tools,
         threshold: tool_search_threshold,
-    }
+    };
+    let policy = GapPolicy {
+        window: Duration::from_secs(gap_window_seconds),
+        per_caller_per_hour: gap_reports_per_hour,
+    };
+    let gaps = match GapReports::open(&gap_sink, policy) {
+        Ok(gaps) => gaps,
+        // The default file's volume is the chart's; a sidecar run without it reports nothing.
+        Err(error) if gap_sink == DEFAULT_GAP_SINK => {
+            warn!(sink = %gap_sink, %error, "capability-gap reports are off: the default sink cannot be opened");
+            GapReports::open("off", policy).map_err(|source| RunError::Gaps {
+                sink: gap_sink.clone(),
+                source,
+            })?
+        }
+        Err(source) => {
+            return Err(RunError::Gaps {
+                sink: gap_sink,
+                source,
+            });
+        }
+    };
+    Ok((search, gaps))
 }
 
 /// The metering and audit sinks, opened.

@@ -8,6 +8,7 @@
 
 mod authorized;
 mod call;
+mod gap_report;
 mod in_flight;
 mod listener;
 mod outbox;
@@ -30,6 +31,7 @@ use tracing::info;
 
 pub use self::authorized::Decision;
 pub use self::call::usable_candidates;
+pub use self::gap_report::report_gap_tool;
 use self::in_flight::InFlight;
 pub use self::listener::Listener;
 use self::outbox::Outbox;
@@ -45,6 +47,7 @@ use crate::caller::identity::Identity;
 use crate::caller::names::CallerNames;
 use crate::limits::CallGates;
 use crate::observe::audit::{Audit, Named};
+use crate::observe::gaps::GapReports;
 use crate::observe::metering::Meter;
 use crate::observe::metrics::Metrics;
 use crate::routing::decisions::DecisionLog;
@@ -83,6 +86,8 @@ pub struct TaskContext {
     pub names: Arc<CallerNames>,
     /// When `find_tools` is offered (docs/tool-search.md).
     pub search: ToolSearch,
+    /// Where capability-gap reports go, and what was reported lately.
+    pub gaps: Arc<GapReports>,
 }
 
 /// A task: what the session serves now, and who it is for.
@@ -216,6 +221,11 @@ impl Task {
             });
         }
         task
+    }
+
+    /// Whether this task offers `report_capability_gap` with `served`.
+    pub fn reports_gaps(&self, served: &Served) -> bool {
+        gap_report::offered(served, &self.context.gaps)
     }
 
     /// When this task offers `find_tools`.

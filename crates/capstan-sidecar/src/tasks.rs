@@ -489,6 +489,16 @@ pub(crate) mod tests {
                 min_tools: crate::task::DEFAULT_MIN_TOOLS,
                 threshold: crate::task::DEFAULT_THRESHOLD,
             },
+            gaps: Arc::new(
+                crate::observe::gaps::GapReports::open(
+                    "off",
+                    crate::observe::gaps::GapPolicy {
+                        window: Duration::from_secs(60),
+                        per_caller_per_hour: 1,
+                    },
+                )
+                .unwrap(),
+            ),
         };
         let composer = Arc::new(ProjectComposer::new(documents.clone(), composer, context));
         TaskStarter::new(composer, ProjectFeeds::new(documents, None, metrics))

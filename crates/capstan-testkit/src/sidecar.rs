@@ -113,6 +113,8 @@ impl Sidecar {
             .env("CAPABILITY_MCP_ENDPOINT_HOSTS", hosts.join(","))
             .env("CAPABILITY_FETCH_HOSTS", hosts.join(","))
             .env("CAPSTAN_METERING_SINK", metering)
+            // Off unless a test asks: the default file is a pod's state volume.
+            .env("CAPSTAN_GAP_SINK", "off")
             // `CAPSTAN_TEST_LOG=capstan_sidecar=debug cargo test … -- --nocapture` shows more.
             .env(
                 "CAPSTAN_LOG",

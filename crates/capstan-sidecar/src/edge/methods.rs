@@ -31,7 +31,9 @@ use super::answer::{answer, json};
 use super::request::Checked;
 use crate::caller::authorization::{Undecided, Withheld};
 use crate::message::{Envelope, Params};
-use crate::task::{Decision, Listing, MAX_SUBSCRIPTIONS, Served, Task, find_tools_tool};
+use crate::task::{
+    Decision, Listing, MAX_SUBSCRIPTIONS, Served, Task, find_tools_tool, report_gap_tool,
+};
 use crate::tasks::TaskStarter;
 
 pub(super) mod forwarded;
@@ -154,6 +156,8 @@ struct Listed {
     ttl_ms: u64,
     /// Whether `find_tools` is offered to this caller, and every tool listed.
     listing: Listing,
+    /// Whether `report_capability_gap` is offered.
+    gaps: bool,
 }
 
 impl Listed {
@@ -166,6 +170,7 @@ impl Listed {
         });
         Ok(Self {
             listing: task.tool_search().listing(&served, &withheld),
+            gaps: task.reports_gaps(&served),
             served,
             withheld,
             ttl_ms: LIST_TTL_MS.min(remaining),
@@ -187,6 +192,9 @@ impl Listed {
         let mut listed: Vec<rmcp::model::Tool> = shown.cloned().collect();
         if self.listing.search {
             listed.push(find_tools_tool());
+        }
+        if self.gaps {
+            listed.push(report_gap_tool());
         }
         self.cached(ListToolsResult::with_all_items(listed))
     }

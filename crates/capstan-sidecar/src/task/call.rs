@@ -27,6 +27,7 @@ mod provider;
 mod routed;
 
 use self::audit::CallNote;
+use super::gap_report::{self, REPORT_GAP, report_gap};
 use super::search::{FIND_TOOLS, find_tools};
 use super::{ANOTHER_CALLER, Busy, LOAD_SKILL, Served, Task};
 use crate::caller::authorization::Withheld;
@@ -87,27 +88,13 @@ impl Task {
             Err(refused) => return refused,
         };
         let composed = served.composed();
-        if name == LOAD_SKILL && !composed.composition.skills.is_empty() {
-            let arguments = Value::Object(arguments.unwrap_or_default());
-            let result = match load_skill(composed, &arguments).await {
-                Ok(result) => {
-                    self.context.metrics.tool_call("ok");
-                    result
-                }
-                Err(error) => self.refuse(error),
-            };
-            return Ok(result.into());
-        }
-        if name == FIND_TOOLS && self.context.search.offered(&served, &withheld) {
-            let arguments = Value::Object(arguments.unwrap_or_default());
-            let result = match find_tools(&served, &withheld, &arguments) {
-                Ok(result) => {
-                    self.context.metrics.tool_call("ok");
-                    result
-                }
-                Err(error) => self.refuse(error),
-            };
-            return Ok(result.into());
+        match self.built_in(&served, &withheld, &name, &arguments).await {
+            Some(Ok(result)) => {
+                self.context.metrics.tool_call("ok");
+                return Ok(result.into());
+            }
+            Some(Err(error)) => return Ok(self.refuse(error).into()),
+            None => {}
         }
         if let Some(base) = served.base()
             && base.has(&name)
@@ -123,6 +110,36 @@ impl Task {
         }
         self.call_provider_tool(&served, &name, arguments, traffic, note)
             .await
+    }
+
+    /// A call of a built-in tool the session offers (`load_skill`, `find_tools`,
+    /// `report_capability_gap`): its result or refusal; `None` for any other name.
+    async fn built_in(
+        &self,
+        served: &Served,
+        withheld: &Withheld,
+        name: &str,
+        arguments: &Option<JsonObject>,
+    ) -> Option<Result<CallToolResult, ToolError>> {
+        let arguments = || Value::Object(arguments.clone().unwrap_or_default());
+        let composed = served.composed();
+        if name == LOAD_SKILL && !composed.composition.skills.is_empty() {
+            return Some(load_skill(composed, &arguments()).await);
+        }
+        if name == REPORT_GAP && gap_report::offered(served, &self.context.gaps) {
+            let gaps = &self.context.gaps;
+            return Some(report_gap(
+                served,
+                withheld,
+                &self.identity,
+                gaps,
+                &arguments(),
+            ));
+        }
+        if name == FIND_TOOLS && self.context.search.offered(served, withheld) {
+            return Some(find_tools(served, withheld, &arguments()));
+        }
+        None
     }
 
     /// What `served` withholds from the caller, if `name` is not among it, or the call's

@@ -279,6 +279,30 @@ pub(super) fn find_tools(
     Ok(result)
 }
 
+/// The bindings of the `count` tools nearest `need` among those the caller may call, nearest
+/// first, each once.
+pub(super) fn nearest_bindings(
+    served: &Served,
+    withheld: &Withheld,
+    need: &str,
+    count: usize,
+) -> Vec<String> {
+    let index = index(served);
+    let docs = index.docs();
+    let answer = index.search(need, count, |doc| withheld.tool(&docs[doc].name));
+    let tools = &served.composed().composition.tools;
+    let mut bindings: Vec<String> = Vec::new();
+    for hit in &answer.hits {
+        let composed = tools.iter().find(|t| t.name == docs[hit.doc].name);
+        if let Some(binding) = composed.map(|t| &t.binding)
+            && !bindings.contains(binding)
+        {
+            bindings.push(binding.clone());
+        }
+    }
+    bindings
+}
+
 /// One found tool: what calling it takes, and whose it is.
 fn found(tool: &Tool, doc: &ToolDoc) -> Value {
     let mut entry = Map::new();

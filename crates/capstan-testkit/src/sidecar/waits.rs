@@ -65,6 +65,25 @@ pub async fn tool_names(session: &RunningService<RoleClient, ClientConfig>) -> V
         .collect()
 }
 
+/// Asserts that `session` neither lists `name` nor lets it be called: the call is refused as
+/// for a tool that does not exist.
+pub async fn assert_not_offered(
+    session: &RunningService<RoleClient, ClientConfig>,
+    name: &str,
+    arguments: Value,
+) {
+    let names = tool_names(session).await;
+    assert!(
+        !names.iter().any(|n| n == name),
+        "{name} is listed: {names:?}"
+    );
+    let refused = session
+        .call_tool(call(name, arguments))
+        .await
+        .expect_err("an unknown tool's call is refused");
+    assert!(refused.to_string().contains("no tool named"), "{refused}");
+}
+
 /// Arguments as an MCP argument object.
 pub fn args(value: Value) -> Option<serde_json::Map<String, Value>> {
     value.as_object().cloned()
