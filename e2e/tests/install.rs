@@ -704,7 +704,9 @@ fn assistant_example(env: &Env) -> Outcome {
         || format!("the sidecar template's credentials: {credentials:?}"),
     )?;
     // And tool search: both numbers, 0 among them (a value, not an absence).
-    let search = env_named(&plain_sidecar, |name| name.starts_with("CAPSTAN_TOOL_SEARCH_"));
+    let search = env_named(&plain_sidecar, |name| {
+        name.starts_with("CAPSTAN_TOOL_SEARCH_")
+    });
     check(
         search
             == [
