@@ -301,6 +301,11 @@ pub struct ToolSearchSettings {
     #[arg(long, env = "CAPSTAN_TOOL_SEARCH_THRESHOLD", default_value_t = crate::task::DEFAULT_THRESHOLD)]
     pub tool_search_threshold: usize,
 
+    /// Searches (`find_tools`) one caller may run in a minute; beyond it, `rate_limited` with
+    /// the time to wait (0: no limit).
+    #[arg(long, env = "CAPSTAN_TOOL_SEARCH_CALLS_PER_MINUTE", default_value_t = crate::task::DEFAULT_CALLS_PER_MINUTE)]
+    pub tool_search_calls_per_minute: u32,
+
     /// Where capability-gap reports go (`report_capability_gap`, offered when a binding names a
     /// `reportingProject`): one JSON line each — `off`, `stdout`, `stderr`, or a file
     /// (appended), as the metering sink. The default file is in the sidecar's state volume;

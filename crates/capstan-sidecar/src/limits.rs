@@ -6,6 +6,8 @@
 //! Each sidecar counts its own calls: a server behind N assistant pods takes up to N times
 //! its limits. A shared count would need state shared between sidecars, which none has.
 
+pub mod caller_rate;
+
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::num::NonZeroU32;

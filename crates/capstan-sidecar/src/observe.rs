@@ -4,7 +4,6 @@
 //! sink (`sink.rs`). The layers above report here; nothing here calls back up.
 
 pub mod audit;
-pub mod gaps;
 pub mod metering;
 pub mod metrics;
 pub mod request_span;

@@ -39,12 +39,13 @@ use crate::config::{
     ServeSettings, SessionSettings, SourceKind, ToolSearchSettings, UpstreamSettings,
 };
 use crate::edge::router;
+use crate::limits::caller_rate::CallerRate;
 use crate::limits::{CallGates, PlatformLimits};
 use crate::observe::audit::{Audit, AuditNames};
-use crate::observe::gaps::{GapPolicy, GapReports};
 use crate::observe::metering::Meter;
 use crate::observe::metrics::{Metrics, WatchMetrics};
 use crate::routing::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
+use crate::task::gaps::{GapPolicy, GapReports};
 use crate::task::request_states::RequestStates;
 use crate::task::{TaskContext, ToolSearch};
 use crate::tasks::reaper::revalidate_streams;
@@ -236,6 +237,7 @@ fn tool_search_settings(
     let ToolSearchSettings {
         tool_search_min_tools,
         tool_search_threshold,
+        tool_search_calls_per_minute,
         gap_sink,
         gap_window_seconds,
         gap_reports_per_hour,
@@ -243,6 +245,7 @@ fn tool_search_settings(
     let search = ToolSearch {
         min_tools: tool_search_min_tools,
         threshold: tool_search_threshold,
+        rate: CallerRate::per_minute(tool_search_calls_per_minute).map(Arc::new),
     };
     let policy = GapPolicy {
         window: Duration::from_secs(gap_window_seconds),

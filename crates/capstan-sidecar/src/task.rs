@@ -9,6 +9,7 @@
 mod authorized;
 mod call;
 mod gap_report;
+pub mod gaps;
 mod in_flight;
 mod listener;
 mod outbox;
@@ -36,7 +37,8 @@ use self::in_flight::InFlight;
 pub use self::listener::Listener;
 use self::outbox::Outbox;
 pub use self::search::{
-    DEFAULT_MIN_TOOLS, DEFAULT_THRESHOLD, Listing, ToolSearch, find_tools_tool,
+    DEFAULT_CALLS_PER_MINUTE, DEFAULT_MIN_TOOLS, DEFAULT_THRESHOLD, Listing, ToolSearch,
+    find_tools_tool,
 };
 pub use self::served::Served;
 pub use self::streams::OpenStream;
@@ -47,10 +49,10 @@ use crate::caller::identity::Identity;
 use crate::caller::names::CallerNames;
 use crate::limits::CallGates;
 use crate::observe::audit::{Audit, Named};
-use crate::observe::gaps::GapReports;
 use crate::observe::metering::Meter;
 use crate::observe::metrics::Metrics;
 use crate::routing::decisions::DecisionLog;
+use crate::task::gaps::GapReports;
 use crate::task::request_states::RequestStates;
 
 /// The one refusal of a request (or call) whose caller is not the task's: another project or
@@ -229,8 +231,8 @@ impl Task {
     }
 
     /// When this task offers `find_tools`.
-    pub fn tool_search(&self) -> ToolSearch {
-        self.context.search
+    pub fn tool_search(&self) -> &ToolSearch {
+        &self.context.search
     }
 
     /// What the session serves now.

@@ -488,11 +488,12 @@ pub(crate) mod tests {
             search: crate::task::ToolSearch {
                 min_tools: crate::task::DEFAULT_MIN_TOOLS,
                 threshold: crate::task::DEFAULT_THRESHOLD,
+                rate: None,
             },
             gaps: Arc::new(
-                crate::observe::gaps::GapReports::open(
+                crate::task::gaps::GapReports::open(
                     "off",
-                    crate::observe::gaps::GapPolicy {
+                    crate::task::gaps::GapPolicy {
                         window: Duration::from_secs(60),
                         per_caller_per_hour: 1,
                     },

@@ -230,3 +230,32 @@ async fn a_caller_without_a_session_should_get_the_same_answers() {
     session.cancel().await.unwrap();
     modern.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_caller_should_be_held_to_its_searches_a_minute_and_another_caller_not() {
+    let provider = DemoProvider::start(&[]);
+    let env = [
+        ("CAPSTAN_TOOL_SEARCH_MIN_TOOLS", "0"),
+        ("CAPSTAN_TOOL_SEARCH_CALLS_PER_MINUTE", "2"),
+    ];
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &env);
+    let alice = sidecar.session("demo-project", Some("alice-token")).await;
+    let need = json!({"need": "which streams lag behind?"});
+    for _ in 0..2 {
+        assert_ne!(search(&alice, need.clone()).await.is_error, Some(true));
+    }
+    let refused = search(&alice, need.clone()).await;
+    assert_eq!(refused.is_error, Some(true));
+    let error = &refused.structured_content.unwrap()["error"];
+    assert_eq!(error["kind"], "rate_limited", "{error}");
+    assert!(error["retryAfterMs"].as_u64().unwrap() > 0, "{error}");
+    // Another caller (another token) has its own allowance; a second session of Alice's does
+    // not.
+    let bob = sidecar.session("demo-project", Some("bob-token")).await;
+    assert_ne!(search(&bob, need.clone()).await.is_error, Some(true));
+    let again = sidecar.session("demo-project", Some("alice-token")).await;
+    assert_eq!(search(&again, need).await.is_error, Some(true));
+    for session in [alice, bob, again] {
+        session.cancel().await.unwrap();
+    }
+}

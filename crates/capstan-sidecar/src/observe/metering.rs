@@ -33,7 +33,7 @@ pub struct ToolInvocation<'a> {
 }
 
 /// `time` written straight into the line (no `String` made per event first).
-pub(super) fn rfc3339<S: Serializer>(time: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn rfc3339<S: Serializer>(time: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_str(time)
 }
 

@@ -137,7 +137,9 @@ impl Task {
             ));
         }
         if name == FIND_TOOLS && self.context.search.offered(served, withheld) {
-            return Some(find_tools(served, withheld, &arguments()));
+            let caller = self.identity.caller();
+            let search = &self.context.search;
+            return Some(find_tools(search, served, withheld, &caller, &arguments()));
         }
         None
     }

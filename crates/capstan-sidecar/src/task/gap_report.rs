@@ -17,7 +17,7 @@ use super::search::{MAX_NEED_CHARS, nearest_bindings};
 use super::served::Served;
 use crate::caller::authorization::Withheld;
 use crate::caller::identity::Identity;
-use crate::observe::gaps::{Filed, GapReport, GapReports};
+use crate::task::gaps::{Filed, GapReport, GapReports};
 
 /// The tool's name (reserved in `capstan_api::patterns::BUILT_IN_TOOLS`).
 pub const REPORT_GAP: &str = "report_capability_gap";

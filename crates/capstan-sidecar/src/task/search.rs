@@ -18,6 +18,7 @@ use serde_json::{Map, Value, json};
 use super::LOAD_SKILL;
 use super::served::Served;
 use crate::caller::authorization::Withheld;
+use crate::limits::caller_rate::CallerRate;
 
 /// The search tool's name (reserved in `capstan_api::patterns::BUILT_IN_TOOLS`).
 pub const FIND_TOOLS: &str = "find_tools";
@@ -31,14 +32,20 @@ const MAX_LIMIT: u64 = 20;
 
 /// When `find_tools` is offered and when `tools/list` leaves the rest to it (the sidecar's
 /// `--tool-search-min-tools` and `--tool-search-threshold`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub struct ToolSearch {
     /// Offered to a caller who may call at least this many tools; 0: always.
     pub min_tools: usize,
     /// Above this many tools a caller may call, `tools/list` shows the built-in tools, the
     /// `cap.*` tools and `find_tools` only; 0: every tool is always listed.
     pub threshold: usize,
+    /// Each caller's searches a minute; `None`: no limit.
+    pub rate: Option<Arc<CallerRate>>,
 }
+
+/// The default of `--tool-search-calls-per-minute`: a model searching more often than once a
+/// second is in a loop.
+pub const DEFAULT_CALLS_PER_MINUTE: u32 = 60;
 
 /// The default of `--tool-search-min-tools`: below it a caller's list is short enough to read.
 pub const DEFAULT_MIN_TOOLS: usize = 20;
@@ -242,14 +249,26 @@ pub fn find_tools_tool() -> Tool {
     tool
 }
 
-/// A `find_tools` call: the best of the tools the caller may call for the need, or a plain
-/// "no good match" with the nearest.
+/// A `find_tools` call of `caller`: the best of the tools the caller may call for the need,
+/// or a plain "no good match" with the nearest; refused past the caller's searches a minute.
 pub(super) fn find_tools(
+    search: &ToolSearch,
     served: &Served,
     withheld: &Withheld,
+    caller: &[u8; 32],
     arguments: &Value,
 ) -> Result<CallToolResult, ToolError> {
     let (need, limit) = search_arguments(arguments)?;
+    if let Some(rate) = &search.rate
+        && let Err(wait) = rate.check(caller)
+    {
+        return Err(ToolError::new(
+            ErrorKind::RateLimited,
+            "find_tools takes only so many searches a minute from one caller; search again \
+             after retryAfterMs, or use the tools already found",
+        )
+        .retry_after(wait));
+    }
     let index = index(served);
     let docs = index.docs();
     let answer = index.search(need, limit, |doc| withheld.tool(&docs[doc].name));

@@ -12,8 +12,9 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::metering::rfc3339;
-use super::sink::LineSink;
+use crate::limits::caller_rate::CallerRate;
+use crate::observe::metering::rfc3339;
+use crate::observe::sink::LineSink;
 
 /// One report, for one provider's team.
 #[derive(Clone, Debug, Serialize)]
@@ -45,7 +46,7 @@ pub struct GapReport<'a> {
 pub struct GapPolicy {
     /// A second report of one need in one project within this time is not written again.
     pub window: Duration,
-    /// Reports one caller may file in an hour.
+    /// Reports one caller may file in an hour; 0: no limit.
     pub per_caller_per_hour: u32,
 }
 
@@ -60,22 +61,17 @@ pub enum Filed {
     OverRate,
 }
 
-/// Entries the tables keep at most before forgetting the expired ones.
+/// Needs the window table keeps before forgetting the expired ones.
 const SWEEP_AT: usize = 4096;
 
 /// Where reports go, and what was reported lately.
 pub struct GapReports {
     sink: LineSink,
     policy: GapPolicy,
-    seen: Mutex<Tables>,
-}
-
-#[derive(Default)]
-struct Tables {
     /// (project, need digest) → when its window ends.
-    reported: HashMap<[u8; 32], Instant>,
-    /// caller → (when its hour began, reports since).
-    callers: HashMap<[u8; 32], (Instant, u32)>,
+    reported: Mutex<HashMap<[u8; 32], Instant>>,
+    /// Each caller's reports an hour; `None`: no limit.
+    rate: Option<CallerRate>,
 }
 
 impl GapReports {
@@ -84,7 +80,8 @@ impl GapReports {
         Ok(Self {
             sink: LineSink::open(sink, "capability-gap report")?,
             policy,
-            seen: Mutex::default(),
+            reported: Mutex::default(),
+            rate: CallerRate::per_hour(policy.per_caller_per_hour),
         })
     }
 
@@ -102,42 +99,28 @@ impl GapReports {
         let now = Instant::now();
         let key = need_key(first.project, first.need);
         {
-            let Ok(mut tables) = self.seen.lock() else {
+            let Ok(mut reported) = self.reported.lock() else {
                 return Filed::OverRate;
             };
-            tables.sweep(now);
-            if tables.reported.get(&key).is_some_and(|&until| until > now) {
+            if reported.len() >= SWEEP_AT {
+                reported.retain(|_, until| *until > now);
+            }
+            if reported.get(&key).is_some_and(|&until| until > now) {
                 return Filed::Duplicate;
             }
-            let hour = Duration::from_secs(3600);
-            let (began, count) = tables.callers.entry(caller).or_insert((now, 0));
-            if now.duration_since(*began) >= hour {
-                (*began, *count) = (now, 0);
-            }
-            if *count >= self.policy.per_caller_per_hour {
+            if self
+                .rate
+                .as_ref()
+                .is_some_and(|rate| rate.check(&caller).is_err())
+            {
                 return Filed::OverRate;
             }
-            *count += 1;
-            tables.reported.insert(key, now + self.policy.window);
+            reported.insert(key, now + self.policy.window);
         }
         for report in reports {
             self.sink.write(report);
         }
         Filed::Written
-    }
-}
-
-impl Tables {
-    /// Forgets what has expired, once the tables have grown.
-    fn sweep(&mut self, now: Instant) {
-        if self.reported.len() >= SWEEP_AT {
-            self.reported.retain(|_, until| *until > now);
-        }
-        if self.callers.len() >= SWEEP_AT {
-            let hour = Duration::from_secs(3600);
-            self.callers
-                .retain(|_, (began, _)| now.duration_since(*began) < hour);
-        }
     }
 }
 
