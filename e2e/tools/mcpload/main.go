@@ -22,6 +22,12 @@
 //
 //	mcpload open --target NAME,URL,TOOL --sessions N
 //	    Open N sessions on one target, print "open" and hold them until stdin closes.
+//
+//	mcpload script --target NAME,URL,-[,PROTOCOL] [--header ...] OPS
+//	    One session on the target running OPS, a JSON list of {"op": "tools"} (the names
+//	    tools/list shows, every page) and {"op": "call", "name": N, "arguments": {...}};
+//	    prints a JSON object: the session's instructions and one entry per op (the names, or
+//	    the call's isError, structuredContent and text, or the error the call raised).
 package main
 
 import (
@@ -54,8 +60,10 @@ func main() {
 		err = call(os.Args[2:])
 	case "open":
 		err = open(os.Args[2:])
+	case "script":
+		err = script(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: serve, call or open", os.Args[1])
+		err = fmt.Errorf("unknown command %q: serve, call, open or script", os.Args[1])
 	}
 	if err != nil {
 		fail(err.Error())
@@ -415,5 +423,72 @@ func open(args []string) error {
 	}
 	fmt.Println("open")
 	_, _ = os.Stdin.Read(make([]byte, 1))
+	return nil
+}
+
+// scriptOp is one operation of `mcpload script`.
+type scriptOp struct {
+	Op        string         `json:"op"`
+	Name      string         `json:"name"`
+	Arguments map[string]any `json:"arguments"`
+}
+
+func script(args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("script: the operations (a JSON list) come last")
+	}
+	o, err := parseOptions("script", args[:len(args)-1])
+	if err != nil {
+		return err
+	}
+	var ops []scriptOp
+	if err := json.Unmarshal([]byte(args[len(args)-1]), &ops); err != nil {
+		return fmt.Errorf("script: the operations: %v", err)
+	}
+	ctx := context.Background()
+	session, err := connect(ctx, o.targets[0])
+	if err != nil {
+		return err
+	}
+	defer session.Close()
+	instructions := ""
+	if init := session.InitializeResult(); init != nil {
+		instructions = init.Instructions
+	}
+	var results []any
+	for _, op := range ops {
+		switch op.Op {
+		case "tools":
+			var names []string
+			for tool, err := range session.Tools(ctx, nil) {
+				if err != nil {
+					return fmt.Errorf("tools/list: %w", err)
+				}
+				names = append(names, tool.Name)
+			}
+			results = append(results, map[string]any{"tools": names})
+		case "call":
+			result, err := session.CallTool(ctx, &mcp.CallToolParams{Name: op.Name, Arguments: op.Arguments})
+			if err != nil {
+				results = append(results, map[string]any{"error": err.Error()})
+				continue
+			}
+			text := ""
+			for _, content := range result.Content {
+				if t, ok := content.(*mcp.TextContent); ok {
+					text += t.Text
+				}
+			}
+			results = append(results, map[string]any{"isError": result.IsError,
+				"structuredContent": result.StructuredContent, "text": text})
+		default:
+			return fmt.Errorf("script: unknown op %q: tools or call", op.Op)
+		}
+	}
+	out, err := json.Marshal(map[string]any{"instructions": instructions, "results": results})
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(out))
 	return nil
 }
