@@ -74,6 +74,21 @@ fn query_files() -> Vec<PathBuf> {
 }
 
 fn main() {
+    if let Ok(need) = std::env::var("CAPSTAN_TOOLSEARCH_EXPLAIN") {
+        let tools = corpus();
+        let index = Index::build(tools.iter().map(|(_, s, t)| tool_doc(s, t)).collect());
+        for (terms, idf) in index.explain(&need) {
+            eprintln!("{idf:.2} {terms:?}");
+        }
+        let answer = index.search(&need, 5, |_| true);
+        for hit in answer.hits {
+            eprintln!(
+                "{} {:.2} {:.2} {}",
+                tools[hit.doc].0, hit.score, hit.coverage, hit.serves
+            );
+        }
+        return;
+    }
     if let Ok(copies) = std::env::var(cost::CHILD) {
         let tools = corpus();
         let docs: Vec<ToolDoc> = tools.iter().map(|(_, s, t)| tool_doc(s, t)).collect();

@@ -234,3 +234,24 @@ fn judged(
 
 #[cfg(test)]
 mod tests;
+
+impl Index {
+    /// What `need` is searched as: each concept's terms with their weights, and its
+    /// information — for explaining an answer, and for working on the method.
+    pub fn explain(&self, need: &str) -> Vec<(Vec<(String, f32)>, f32)> {
+        let view = View::new(self, |_| true);
+        let names: HashMap<u32, &str> =
+            self.terms.iter().map(|(t, &id)| (id, t.as_str())).collect();
+        concepts(&view, &Tuning::default(), need)
+            .into_iter()
+            .map(|c| {
+                let terms = c
+                    .alternatives
+                    .iter()
+                    .map(|&(id, w)| (names[&id].to_owned(), w))
+                    .collect();
+                (terms, c.idf)
+            })
+            .collect()
+    }
+}
