@@ -20,6 +20,8 @@ pub struct Index {
     pub(crate) terms: HashMap<String, u32>,
     /// Sorted terms, for the prefix match of a need's word the index does not hold.
     pub(crate) sorted_terms: Vec<(String, u32)>,
+    /// The terms spelled backwards, sorted: the compounds a need's word ends.
+    pub(crate) reversed_terms: Vec<(String, u32)>,
     pub(crate) postings: Vec<Vec<Posting>>,
     pub(crate) lengths: Vec<[u32; FIELDS]>,
     /// Per document, the acts its name says it does (see `acts.rs`).
@@ -94,6 +96,12 @@ impl Index {
         }
         index.sorted_terms = index.terms.iter().map(|(t, &id)| (t.clone(), id)).collect();
         index.sorted_terms.sort_unstable();
+        index.reversed_terms = index
+            .terms
+            .iter()
+            .map(|(t, &id)| (t.chars().rev().collect(), id))
+            .collect();
+        index.reversed_terms.sort_unstable();
         index.docs = docs;
         index
     }
@@ -124,6 +132,21 @@ impl Index {
     /// The documents, by id.
     pub fn docs(&self) -> &[ToolDoc] {
         &self.docs
+    }
+
+    /// The ids of the longer terms that end with `word` and at least two more characters
+    /// before it ("deeplink" for "link").
+    pub(crate) fn compounds_ending(&self, word: &str) -> impl Iterator<Item = u32> + '_ {
+        let reversed: String = word.chars().rev().collect();
+        let start = self
+            .reversed_terms
+            .partition_point(|(t, _)| t.as_str() < reversed.as_str());
+        let length = reversed.len();
+        self.reversed_terms[start..]
+            .iter()
+            .take_while(move |(t, _)| t.starts_with(reversed.as_str()))
+            .filter(move |(t, _)| t.len() >= length + 2)
+            .map(|&(_, id)| id)
     }
 
     /// The id of `term`, if a document holds it.

@@ -102,6 +102,15 @@ fn concepts(view: &View, tuning: &Tuning, need: &str) -> Vec<Concept> {
                 let prefix = weight * tuning.prefix_weight;
                 alternatives.extend(index.terms_with_prefix(&term).map(|id| (id, prefix)));
             }
+            if term.chars().count() >= tuning.min_prefix && tuning.compound_weight > 0.0 {
+                // The compounds the term ends ("link" in "deeplink", "call" in "oncall").
+                let compound = weight * tuning.compound_weight;
+                for id in index.compounds_ending(&term) {
+                    if !alternatives.iter().any(|&(a, _)| a == id) {
+                        alternatives.push((id, compound));
+                    }
+                }
+            }
             for other in thesaurus::alternatives(&term) {
                 if let Some(id) = known(other)
                     && !alternatives.iter().any(|&(a, _)| a == id)

@@ -31,6 +31,8 @@ pub struct Tuning {
     /// What a tool's score gains, in proportion of its score, for the share of the need's
     /// adjacent term pairs its name, titles or first sentence hold adjacent too.
     pub phrase_bonus: f32,
+    /// What a match of a compound ending in the need's word counts ("link", "deeplink").
+    pub compound_weight: f32,
 }
 
 impl Default for Tuning {
@@ -48,6 +50,7 @@ impl Default for Tuning {
             service_weight: 0.25,
             name_bonus: 0.5,
             phrase_bonus: 0.25,
+            compound_weight: 0.5,
         }
     }
 }

@@ -91,6 +91,11 @@ const KNOBS: &[Knob] = &[
         |t, v| t.phrase_bonus = v,
         &[0.0, 0.25, 0.5, 1.0],
     ),
+    (
+        "compound_weight",
+        |t, v| t.compound_weight = v,
+        &[0.0, 0.3, 0.5, 0.8],
+    ),
     ("k1", |t, v| t.k1 = v, &[0.8, 1.2, 1.6, 2.0]),
     ("b", |t, v| t.b = v, &[0.3, 0.5, 0.75, 0.9]),
 ];

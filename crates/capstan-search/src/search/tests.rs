@@ -176,3 +176,23 @@ proptest! {
         prop_assert_eq!(viewed.matched, own.matched);
     }
 }
+
+#[test]
+fn a_word_should_find_the_compound_it_ends() {
+    let index = Index::build(vec![
+        tool(
+            "dash",
+            "generate_deeplink",
+            "Generate a deeplink to a dashboard panel.",
+            &["panel"],
+        ),
+        tool(
+            "dash",
+            "get_panel_image",
+            "Render a dashboard panel as an image.",
+            &["panel"],
+        ),
+    ]);
+    let found = names(&index, "a shareable link to the latency panel", |_| true);
+    assert_eq!(found[0], "dash__generate_deeplink", "{found:?}");
+}
