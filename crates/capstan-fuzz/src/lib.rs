@@ -22,14 +22,80 @@ pub use relay::relay;
 pub type Target = fn(&[u8]);
 
 /// The targets, by name (the `fuzz/fuzz_targets/<name>.rs` files).
-pub const TARGETS: [(&str, Target); 6] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("parse", parse),
     ("guard", guard),
     ("identity", identity),
     ("plan_token", plan_token),
     ("route", route),
     ("relay", relay),
+    ("search", search),
 ];
+
+/// Tool search (`find_tools`' ranking; docs/tool-search.md), the caller's need being the
+/// untrusted input: never panics; answers at most the limit, best first, only tools the
+/// caller may see (the first byte chooses which), each once, coverage within 0 and 1; the
+/// same need answers the same twice.
+pub fn search(data: &[u8]) {
+    let Some((&mask, need)) = data.split_first() else {
+        return;
+    };
+    let need = String::from_utf8_lossy(need);
+    let index = search_index();
+    let visible = |doc: usize| mask & (1 << (doc % 8)) != 0;
+    let answer = index.search(&need, 5, visible);
+    assert!(answer.hits.len() <= 5);
+    let mut seen = std::collections::HashSet::new();
+    for pair in answer.hits.windows(2) {
+        assert!(pair[0].score >= pair[1].score, "not best first: {answer:?}");
+    }
+    for hit in &answer.hits {
+        assert!(visible(hit.doc), "a hidden tool answered: {hit:?}");
+        assert!(seen.insert(hit.doc), "a tool answered twice");
+        assert!(
+            (0.0..=1.0001).contains(&hit.coverage),
+            "coverage {}",
+            hit.coverage
+        );
+    }
+    assert!(!answer.matched || !answer.hits.is_empty());
+    assert_eq!(index.search(&need, 5, visible), answer);
+}
+
+/// A small index of eight tools of three services, made once.
+fn search_index() -> &'static capstan_search::Index {
+    static INDEX: std::sync::OnceLock<capstan_search::Index> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        let tool = |service: &str, name: &str, description: &str| capstan_search::ToolDoc {
+            name: format!("{service}__{name}"),
+            tool: name.to_owned(),
+            service: service.to_owned(),
+            description: description.to_owned(),
+            input_schema: serde_json::json!({"type": "object", "properties": {
+                "name": {"type": "string", "description": "The object's name"},
+                "method": {"enum": ["get", "list", "delete"]}}}),
+            ..capstan_search::ToolDoc::default()
+        };
+        capstan_search::Index::build(vec![
+            tool("wiki", "get_page", "Get a wiki page by its id."),
+            tool("wiki", "delete_page", "Delete a wiki page."),
+            tool("wiki", "search_pages", "Search wiki pages by text."),
+            tool("chat", "post_message", "Post a message to a chat channel."),
+            tool("chat", "list_channels", "List the chat channels."),
+            tool(
+                "tracker",
+                "create_issue",
+                "Create an issue in a tracker project.",
+            ),
+            tool("tracker", "search_issues", "Search issues by text."),
+            tool(
+                "tracker",
+                "generate_deeplink",
+                "Generate a deeplink to an issue.",
+            ),
+        ])
+    })
+}
 
 /// The document/CR parser and validator, JSON and YAML: never panics; every invalid object
 /// carries at least one `path: message` error; a valid object validates clean again after a
