@@ -85,7 +85,7 @@ bench: tools ## Benchmarks (release builds; medians and ratios, never asserted),
 # instrumentation flags are nightly-only, which RUSTC_BOOTSTRAP=1 allows. Targets are safe
 # Rust, so no sanitizer is added (-s none builds in minutes instead of tens of minutes); what
 # libFuzzer finds is a panic, a failed property, a hang (-timeout) or runaway memory.
-FUZZ_TARGETS := parse guard identity plan_token route relay
+FUZZ_TARGETS := parse guard identity plan_token route relay search
 FUZZ_SECONDS ?= 60
 
 .PHONY: conformance
