@@ -2,6 +2,8 @@
 //! every input that once crashed (`fuzz/regressions/`) — through the target bodies, so a crash
 //! fixed stays fixed (docs/reliability.md).
 
+#![allow(clippy::expect_used)]
+
 use std::path::PathBuf;
 
 fn fuzz_dir() -> PathBuf {
@@ -51,4 +53,33 @@ fn the_forged_plan_token_seed_should_reach_the_mac_check() {
         "{}",
         String::from_utf8_lossy(&data)
     );
+}
+
+#[test]
+fn every_target_should_be_built_and_run_by_make_fuzz() {
+    let root = fuzz_dir().join("..");
+    let makefile = std::fs::read_to_string(root.join("Makefile")).expect("the Makefile");
+    let listed: Vec<&str> = makefile
+        .lines()
+        .find_map(|l| l.strip_prefix("FUZZ_TARGETS := "))
+        .expect("FUZZ_TARGETS in the Makefile")
+        .split_whitespace()
+        .collect();
+    let manifest = std::fs::read_to_string(fuzz_dir().join("Cargo.toml")).expect("fuzz/Cargo.toml");
+    for (target, _) in capstan_fuzz::TARGETS {
+        assert!(
+            listed.contains(&target),
+            "make fuzz does not run {target}: {listed:?}"
+        );
+        assert!(
+            manifest.contains(&format!("path = \"fuzz_targets/{target}.rs\"")),
+            "fuzz/Cargo.toml builds no {target}"
+        );
+        assert!(
+            fuzz_dir()
+                .join(format!("fuzz_targets/{target}.rs"))
+                .exists()
+        );
+    }
+    assert_eq!(listed.len(), capstan_fuzz::TARGETS.len(), "{listed:?}");
 }
