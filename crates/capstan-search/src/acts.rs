@@ -124,7 +124,7 @@ const QUESTION_WORDS: &[&str] = &[
 /// How many words a polite opening of `words` takes ("please", "can you", "could you",
 /// "would you", "will you", "i want to", "i need to", "i'd like to", "let's"), if it has one.
 fn polite_opening(words: &[&str]) -> Option<usize> {
-    let lower: Vec<String> = words.iter().take(4).map(|w| w.to_lowercase()).collect();
+    let lower: Vec<String> = words.iter().take(5).map(|w| w.to_lowercase()).collect();
     let is = |i: usize, options: &[&str]| {
         lower
             .get(i)
@@ -142,6 +142,23 @@ fn polite_opening(words: &[&str]) -> Option<usize> {
     }
     if is(0, &["i'd"]) && is(1, &["like", "love"]) && is(2, &["to"]) {
         return Some(3);
+    }
+    // A question about how to do an act asks for the act: "how do I delete", "how to merge",
+    // "can I close", "is it possible to …", "is there a way to …".
+    if is(0, &["how"]) && is(1, &["do", "can", "should", "would"]) && is(2, &["i", "we"]) {
+        return Some(3);
+    }
+    if is(0, &["how"]) && is(1, &["to"]) {
+        return Some(2);
+    }
+    if is(0, &["can", "could", "may"]) && is(1, &["i", "we"]) {
+        return Some(2);
+    }
+    if is(0, &["is"]) && is(1, &["it"]) && is(2, &["possible"]) && is(3, &["to"]) {
+        return Some(4);
+    }
+    if is(0, &["is"]) && is(1, &["there"]) && is(2, &["a"]) && is(3, &["way"]) && is(4, &["to"]) {
+        return Some(5);
     }
     None
 }
@@ -214,6 +231,22 @@ mod tests {
         );
         assert_eq!(requested("I'd like to merge it"), Some(text::stem("merge")));
         assert_eq!(requested("I want to merge it"), Some(text::stem("merge")));
+        assert_eq!(
+            requested("How do I delete a branch?"),
+            Some(text::stem("delete"))
+        );
+        assert_eq!(requested("how to merge a PR?"), Some(text::stem("merge")));
+        assert_eq!(requested("Can I close issue 4?"), Some(text::stem("close")));
+        assert_eq!(
+            requested("Is it possible to rename a stream?"),
+            Some(text::stem("rename"))
+        );
+        assert_eq!(
+            requested("Is there a way to pause it?"),
+            Some(text::stem("pause"))
+        );
+        // A question that asks how something is, not how to do it, still asks to read.
+        assert_eq!(requested("How is the cluster doing?"), Some("read".into()));
         assert_eq!(requested("My PR is behind main"), None);
         assert_eq!(requested("Give me a shareable link"), None);
         assert_eq!(requested("acme/noisy keeps spamming me"), None);

@@ -106,6 +106,12 @@ fn a_need_should_find_the_tool_that_does_its_act() {
         names(&index, "which chat channels are there?", |_| true)[0],
         "chat__list_channels"
     );
+    // A question about how to do an act asks for the act, not for reading.
+    let answer = index.search("How do I delete the wiki page about onboarding?", 3, |_| {
+        true
+    });
+    assert!(answer.matched, "{answer:?}");
+    assert_eq!(index.docs()[answer.hits[0].doc].name, "wiki__delete_page");
 }
 
 #[test]
