@@ -106,24 +106,29 @@ fn typescript(sidecar: &Sidecar, mode: &str, ops: &Value) -> Run {
 }
 
 fn go(sidecar: &Sidecar, mode: &str, ops: &Value) -> Run {
+    go_as(sidecar, mode, None, ops)
+}
+
+/// The Go SDK client (`mcpload script`) in `mode`, with `token` as its bearer token if any.
+fn go_as(sidecar: &Sidecar, mode: &str, token: Option<&str>, ops: &Value) -> Run {
     let protocol = if mode == "legacy" {
         "2025-11-25"
     } else {
         "2026-07-28"
     };
     let target = format!("sidecar,unix:{},-,{protocol}", sidecar.socket.display());
-    let output = Command::new(mcpload())
-        .args([
-            "script",
-            "--target",
-            &target,
-            "--header",
-            "X-Capstan-Project: demo-project",
-        ])
-        .arg(ops.to_string())
-        .output()
-        .unwrap();
-    reported(&output)
+    let mut command = Command::new(mcpload());
+    command.args([
+        "script",
+        "--target",
+        &target,
+        "--header",
+        "X-Capstan-Project: demo-project",
+    ]);
+    if let Some(token) = token {
+        command.args(["--header", &format!("Authorization: Bearer {token}")]);
+    }
+    reported(&command.arg(ops.to_string()).output().unwrap())
 }
 
 /// The report a TypeScript or Go client printed: its instructions and results.
@@ -286,23 +291,10 @@ async fn independent_clients_should_be_held_to_the_search_rate_and_gap_reports_t
 
     // The Go SDK on 2026-07-28: a gap near the Slack tools reaches the Slack team once; the
     // same need again is not written; another is over the caller's hour.
-    let target = format!("sidecar,unix:{},-,2026-07-28", sidecar.socket.display());
     let report = |need: &str| {
         let ops =
             json!([{"op": "call", "name": "report_capability_gap", "arguments": {"need": need}}]);
-        let output = Command::new(mcpload())
-            .args([
-                "script",
-                "--target",
-                &target,
-                "--header",
-                "X-Capstan-Project: demo-project",
-            ])
-            .args(["--header", "Authorization: Bearer reporter"])
-            .arg(ops.to_string())
-            .output()
-            .unwrap();
-        reported(&output).results[0].clone()
+        go_as(&sidecar, "2026-07-28", Some("reporter"), &ops).results[0].clone()
     };
     let first = report("Delete the Slack message I just posted by mistake");
     assert_eq!(
