@@ -219,6 +219,33 @@ impl SidecarProcess {
         Ok(session)
     }
 
+    /// A session as `project` with `token` once the sidecar lists `tool` to it (its source has
+    /// read the bindings): a sidecar that has not composes built-ins only. Waits up to 30 s.
+    pub fn session_listing(
+        &self,
+        project: &str,
+        token: Option<&str>,
+        tool: &str,
+    ) -> Result<Session<'_>, String> {
+        let started = Instant::now();
+        loop {
+            let session = self.session(project, token)?;
+            let names: Vec<String> = session
+                .tools()?
+                .iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect();
+            if names.iter().any(|n| n == tool) {
+                return Ok(session);
+            }
+            session.end();
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err(format!("after 30 s {tool} is still not listed: {names:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// One `tools/call` of the 2026-07-28 revision, without a session, as `project` with
     /// `token`: (status, body).
     pub fn sessionless_call(

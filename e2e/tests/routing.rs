@@ -621,7 +621,8 @@ fn unreadable_qualifiers(env: &Env) -> Outcome {
             ],
         )
         .map_err(|e| e.to_string())?;
-        let session = sidecar.session(PROJECT, None)?;
+        // Its watch of the qualifiers never syncs, so wait for the bindings by what it lists.
+        let session = sidecar.session_listing(PROJECT, None, "cheap__streams_list")?;
         let before = searches(env, world);
         let error = session.error("cap__web_search", json!({"query": "x"}))?;
         let after = searches(env, world);
