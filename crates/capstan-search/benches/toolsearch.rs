@@ -175,8 +175,10 @@ fn main() {
                 );
             }
         }
-        if std::env::var_os("CAPSTAN_TOOLSEARCH_MISSES").is_some() {
-            metrics::print_misses(&queries, &ours, &index);
+        // `CAPSTAN_TOOLSEARCH_MISSES=N`: the queries whose first expected tool ranks below N.
+        if let Ok(beyond) = std::env::var("CAPSTAN_TOOLSEARCH_MISSES") {
+            let beyond = beyond.parse().unwrap_or(5);
+            metrics::print_misses(&queries, &ours, &index, beyond);
         }
     }
     cost::print(&docs, &tools, &metrics::load(&files[0]));

@@ -170,14 +170,14 @@ impl Report {
 
 /// The answerable queries whose expected tools are not in the top 5, and the unservable ones
 /// given a tool, with what was ranked — for working on the method, never for the report.
-pub fn print_misses(queries: &[Query], ranked: &[Ranked], index: &Index) {
+pub fn print_misses(queries: &[Query], ranked: &[Ranked], index: &Index, beyond: usize) {
     let _ = index;
     for (query, ranked) in queries.iter().zip(ranked) {
         let first = ranked.first(&query.expected);
         let miss = if query.expected.is_empty() {
             ranked.matched
         } else {
-            first.is_none_or(|r| r > 5) || !ranked.matched
+            first.is_none_or(|r| r > beyond) || !ranked.matched
         };
         if miss {
             let top: Vec<&str> = ranked.ids.iter().take(5).map(String::as_str).collect();
