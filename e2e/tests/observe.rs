@@ -56,10 +56,12 @@ fn main() -> ExitCode {
     )
 }
 
-/// A trace context as an instrumented assistant would send it: ids the test chose.
+/// A trace context as an instrumented assistant would send it: ids the test chose, and whether
+/// the assistant sampled its span.
 struct Parent {
     trace_id: String,
     span_id: String,
+    sampled: bool,
 }
 
 impl Parent {
@@ -72,11 +74,21 @@ impl Parent {
         Self {
             trace_id: hex(32),
             span_id: hex(16),
+            sampled: true,
+        }
+    }
+
+    /// A parent the assistant did not sample.
+    fn unsampled() -> Self {
+        Self {
+            sampled: false,
+            ..Self::new()
         }
     }
 
     fn traceparent(&self) -> String {
-        format!("00-{}-{}-01", self.trace_id, self.span_id)
+        let flags = if self.sampled { "01" } else { "00" };
+        format!("00-{}-{}-{flags}", self.trace_id, self.span_id)
     }
 }
 
@@ -361,6 +373,8 @@ fn one_trace_per_call(env: &Env) -> Outcome {
         );
     }
 
+    unsampled_parents(env, &jaeger, &sidecar, &token)?;
+
     // The composition's spans: each in a trace of the request that composed.
     let all = env.runtime.block_on(eventually(
         PATIENCE,
@@ -418,6 +432,78 @@ fn one_trace_per_call(env: &Env) -> Outcome {
         || format!("kube's request span: {http:#?}"),
     )?;
     carries_none(&spans, &secrets)
+}
+
+/// Calls whose parent the assistant did not sample, in both carriers: the sidecar's sampler
+/// (parent-based, the default) follows the parent, so Jaeger holds no span of those traces once
+/// a later sampled call's spans have arrived (a sidecar exports in order), and the provider is
+/// handed the assistant's trace, not sampled, under a span id that is neither the assistant's
+/// nor any span's Jaeger holds.
+fn unsampled_parents(env: &Env, jaeger: &Jaeger, sidecar: &SidecarProcess, token: &str) -> Outcome {
+    let mut unsampled = Vec::new();
+    for (mode, carrier) in [("legacy", "meta"), ("auto", "header")] {
+        let parent = Parent::unsampled();
+        let answer = sdk_call(
+            sidecar,
+            token,
+            "traced__echo",
+            &json!({ "text": "unsampled" }),
+            mode,
+            carrier,
+            &parent,
+        )?;
+        check(answer["isError"] == false, || {
+            format!("the unsampled call failed: {answer}")
+        })?;
+        let (header, meta) = received(&answer)?;
+        let parts: Vec<&str> = header.split('-').collect();
+        check(
+            header == meta
+                && parts.len() == 4
+                && parts[1] == parent.trace_id
+                && parts[2] != parent.span_id
+                && parts[3] == "00",
+            || {
+                format!(
+                    "{mode}: the provider received header {header:?} and _meta {meta:?} for the \
+                     unsampled parent {}",
+                    parent.traceparent()
+                )
+            },
+        )?;
+        unsampled.push(parent);
+    }
+    let marker = Parent::new();
+    sdk_call(
+        sidecar,
+        token,
+        "traced__echo",
+        &json!({ "text": "marker" }),
+        "legacy",
+        "meta",
+        &marker,
+    )?;
+    let is_server = |s: &Span| s.kind == "SPAN_KIND_SERVER" && s.service == "capstan-sidecar";
+    spans_of(
+        env,
+        jaeger,
+        &marker,
+        &[("the marker call's span", &is_server)],
+    )?;
+    for parent in &unsampled {
+        let spans = env.runtime.block_on(jaeger.trace(&parent.trace_id))?;
+        check(spans.is_empty(), || {
+            format!(
+                "the unsampled trace {} holds {:?}",
+                parent.trace_id,
+                spans
+                    .iter()
+                    .map(|s| (&s.service, &s.name))
+                    .collect::<Vec<_>>()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 fn controller_spans(env: &Env) -> Outcome {

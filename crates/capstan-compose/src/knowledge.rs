@@ -11,6 +11,7 @@ use crate::limits::Limits;
 use crate::source::snapshot::Document;
 use capstan_upstream::credential::{Dialed, SharedCredentials};
 use capstan_upstream::fetch::{FetchError, Fetched, Fetcher};
+use capstan_upstream::trace_context::unsampled;
 
 /// One knowledge source's fetch.
 #[derive(Debug)]
@@ -74,6 +75,9 @@ pub async fn fetch_all(
 /// The span of one knowledge fetch: the binding and the host, never the URL's path or query
 /// (a signed URL carries its credential there) nor the text fetched.
 fn fetch_span(binding: &str, url: &str) -> Span {
+    if unsampled() {
+        return Span::none();
+    }
     let span = debug_span!(
         "capstan.knowledge.fetch",
         otel.name = "fetch knowledge",

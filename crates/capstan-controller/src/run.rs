@@ -123,7 +123,7 @@ async fn run_on(config: Config, path: StatusPath) -> Result<(), RunError> {
     // Before any TLS client is built: the probe's and the trace exporter's.
     capstan_core::install_crypto_provider();
     // Held to the end: dropping it exports the spans still buffered.
-    let _telemetry = init_telemetry(&log, log_format, "capstan-controller")?;
+    let _telemetry = init_telemetry(&log, log_format, "capstan-controller", || false)?;
 
     let kube = kube_config(kubeconfig).await?;
     let client = Client::try_from(kube.clone()).map_err(|e| RunError::Kubeconfig {

@@ -10,11 +10,13 @@
 mod admin;
 mod logging;
 mod reference;
+mod sampling;
 mod shutdown;
 mod telemetry;
 
 pub use admin::{AdminError, Readiness, serve_admin};
 pub use logging::LogFormat;
 pub use reference::{StaleReference, check_reference, reference_table, replace_section};
+pub use sampling::{Head, HeadSampler};
 pub use shutdown::Shutdown;
 pub use telemetry::{Telemetry, TelemetryError, init_telemetry};

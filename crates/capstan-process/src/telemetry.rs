@@ -16,12 +16,14 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use thiserror::Error;
 use tracing::Metadata;
+use tracing::subscriber::Interest;
 use tracing_subscriber::Layer as _;
-use tracing_subscriber::filter::{FilterFn, LevelFilter, ParseError};
+use tracing_subscriber::filter::{LevelFilter, ParseError};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::logging::{LogFormat, log_layer};
+use crate::sampling::{HeadFirst, HeadSampler};
 
 /// The variables that turn exporting on: an endpoint for traces, or for every signal.
 const ENDPOINT_VARIABLES: [&str; 2] = [
@@ -35,6 +37,36 @@ fn exported(metadata: &Metadata<'_>) -> bool {
     metadata.is_span()
         && (metadata.target().starts_with("capstan")
             || metadata.target().starts_with("kube_client"))
+}
+
+/// What reaches the exporter's layer: the spans [`exported`] names, unless the code creating
+/// them serves an unsampled request (`0` says whether it does). Asked for every such span (the
+/// answer depends on the request), which costs a call of `0`; a callsite never exported is
+/// never asked again. A per-layer filter: the log lines still see what their own filter lets
+/// through.
+struct ExportFilter(fn() -> bool);
+
+impl<S> tracing_subscriber::layer::Filter<S> for ExportFilter {
+    fn enabled(
+        &self,
+        metadata: &Metadata<'_>,
+        _: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        exported(metadata) && !(self.0)()
+    }
+
+    fn callsite_enabled(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if exported(metadata) {
+            Interest::sometimes()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        // Capstan's spans are at debug level: nothing below it needs to reach this layer.
+        Some(LevelFilter::DEBUG)
+    }
 }
 
 /// The subscriber could not be installed.
@@ -59,12 +91,19 @@ pub enum TelemetryError {
 #[must_use = "dropping it at once ends exporting"]
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
+    heads: Option<HeadSampler>,
 }
 
 impl Telemetry {
     /// Whether spans are being exported.
     pub fn exporting(&self) -> bool {
         self.provider.is_some()
+    }
+
+    /// The sampler a request is decided by when it arrives (`sampling.rs`), when spans are
+    /// exported.
+    pub fn head_sampler(&self) -> Option<HeadSampler> {
+        self.heads.clone()
     }
 }
 
@@ -81,12 +120,15 @@ impl Drop for Telemetry {
 /// Installs the process's subscriber: log lines filtered by `filter` (e.g. `info` or
 /// `capstan_controller=debug,kube=info`) in `format` to stderr (stdout may carry metering),
 /// and — when the environment names an OTLP endpoint — Capstan's spans exported as
-/// `service` (unless `OTEL_SERVICE_NAME` names it). The process's TLS crypto provider must be
-/// installed first: the exporter's HTTP client is built here.
+/// `service` (unless `OTEL_SERVICE_NAME` names it). `unsampled` says whether the code running
+/// now serves a request its head sampler left out (`sampling.rs`): no span of it reaches the
+/// exporter. The process's TLS crypto provider must be installed first: the exporter's HTTP
+/// client is built here.
 pub fn init_telemetry(
     filter: &str,
     format: LogFormat,
     service: &'static str,
+    unsampled: fn() -> bool,
 ) -> Result<Telemetry, TelemetryError> {
     let logs = log_layer(filter, format).map_err(|source| TelemetryError::Filter {
         filter: filter.to_owned(),
@@ -107,14 +149,14 @@ pub fn init_telemetry(
             .with_level(false)
             .with_tracked_inactivity(false)
             .with_context_activation(false)
-            // Capstan's spans are at debug level: nothing below it needs to reach this layer.
-            .with_filter(FilterFn::new(exported).with_max_level_hint(LevelFilter::DEBUG))
+            .with_filter(ExportFilter(unsampled))
     });
     tracing_subscriber::registry()
         .with(logs)
         .with(traces)
         .init();
-    Ok(Telemetry { provider })
+    let heads = provider.is_some().then(HeadSampler::from_env);
+    Ok(Telemetry { provider, heads })
 }
 
 /// The tracer provider the environment asks for, if any.
@@ -150,6 +192,7 @@ fn trace_provider(service: &'static str) -> Result<Option<SdkTracerProvider>, Te
     }
     Ok(Some(
         SdkTracerProvider::builder()
+            .with_sampler(HeadFirst(HeadSampler::from_env().into_inner()))
             .with_batch_exporter(exporter)
             .with_resource(resource.build())
             .build(),
@@ -163,4 +206,66 @@ fn resource_names_service() -> bool {
             .split(',')
             .any(|pair| pair.trim_start().starts_with("service.name="))
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::cell::Cell;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tracing::span;
+    use tracing_subscriber::layer::Context;
+
+    use super::*;
+
+    thread_local! {
+        static LEFT_OUT: Cell<bool> = const { Cell::new(false) };
+    }
+
+    fn left_out() -> bool {
+        LEFT_OUT.with(Cell::get)
+    }
+
+    /// Counts the spans it is shown: the exporter's layer in their place.
+    struct Built(Arc<AtomicUsize>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Built {
+        fn on_new_span(&self, _: &span::Attributes<'_>, _: &span::Id, _: Context<'_, S>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Spans made as a sampled request, an unsampled one, then a sampled one again would make
+    /// them, under the log filter `logs` and the layers `init_telemetry` stacks: how many the
+    /// exporter's layer saw after each.
+    fn seen(logs: &str) -> [usize; 3] {
+        let built = Arc::new(AtomicUsize::new(0));
+        let subscriber = tracing_subscriber::registry()
+            .with(log_layer(logs, LogFormat::Text).unwrap())
+            .with(Built(built.clone()).with_filter(ExportFilter(left_out)));
+        let mut counts = [0; 3];
+        tracing::subscriber::with_default(subscriber, || {
+            let sampled = tracing::debug_span!("mcp.server");
+            let _child = tracing::debug_span!(parent: &sampled, "mcp.client");
+            counts[0] = built.load(Ordering::Relaxed);
+            LEFT_OUT.with(|l| l.set(true));
+            let _unsampled = tracing::debug_span!("mcp.server");
+            let _child = tracing::debug_span!("mcp.client");
+            counts[1] = built.load(Ordering::Relaxed);
+            // The same callsites are asked again once the request is over.
+            LEFT_OUT.with(|l| l.set(false));
+            let _after = tracing::debug_span!("mcp.server");
+            counts[2] = built.load(Ordering::Relaxed);
+        });
+        counts
+    }
+
+    #[test]
+    fn no_span_of_an_unsampled_request_should_reach_the_exporters_layer() {
+        // Whether log lines carry Capstan's debug spans or not.
+        assert_eq!(seen("info"), [2, 2, 3]);
+        assert_eq!(seen("debug"), [2, 2, 3]);
+    }
 }

@@ -48,18 +48,20 @@ use self::protocol::check_post;
 use self::request::{EdgeRequest, Refused, Serve};
 use crate::composition::composer::ProjectComposer;
 use crate::message::{Message, Params};
+use crate::observe::request_span::RequestTracing;
 use crate::task::{ANOTHER_CALLER, Task};
 use crate::tasks::reaper::reap;
 use crate::tasks::{TaskStarter, Tasks};
 
 /// Builds the router over the task registry `tasks` (tasks started by `starter`; inspection
-/// composing with `composer`) and starts its reaper. Call within a Tokio runtime. Clients use
+/// composing with `composer`; requests traced as `tracing` decides) and starts its reaper. Call within a Tokio runtime. Clients use
 /// the URL `http://localhost/...` (a Unix socket has no DNS-rebinding exposure; the fixed value
 /// keeps requests uniform).
 pub fn router(
     composer: Arc<ProjectComposer>,
     starter: Arc<TaskStarter>,
     tasks: Arc<Tasks>,
+    tracing: RequestTracing,
 ) -> Router {
     tokio::spawn(reap(tasks.clone()));
     let edge = Arc::new(Edge {
@@ -76,6 +78,7 @@ pub fn router(
         tasks,
         starter: Some(starter),
         serve,
+        tracing,
     };
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

@@ -64,6 +64,7 @@ fn harness() -> &'static Harness {
             tasks,
             starter: None,
             serve,
+            tracing: Default::default(),
         };
         let router = Router::new()
             .fallback(check)

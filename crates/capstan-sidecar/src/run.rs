@@ -15,6 +15,7 @@ use capstan_platform::{KeyError, LedgerError};
 use capstan_process::{
     AdminError, Readiness, Shutdown, TelemetryError, init_telemetry, serve_admin,
 };
+use capstan_upstream::trace_context::unsampled;
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 use tracing::{info, warn};
@@ -44,6 +45,7 @@ use crate::limits::{CallGates, PlatformLimits};
 use crate::observe::audit::{Audit, AuditNames};
 use crate::observe::metering::Meter;
 use crate::observe::metrics::{Metrics, WatchMetrics};
+use crate::observe::request_span::RequestTracing;
 use crate::routing::decisions::{DEFAULT_CAPACITY as DECISION_LOG_CAPACITY, DecisionLog};
 use crate::task::gaps::{GapPolicy, GapReports};
 use crate::task::request_states::RequestStates;
@@ -175,7 +177,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     // Before any TLS client is built, the trace exporter's first.
     capstan_core::install_crypto_provider();
     // Held to the end: dropping it exports the spans still buffered.
-    let _telemetry = init_telemetry(&log, log_format, "capstan-sidecar")?;
+    let telemetry = init_telemetry(&log, log_format, "capstan-sidecar", unsampled)?;
     let documents = document_settings(documents).await?;
     let composer = composer(upstream)?;
     let mut registry = Registry::default();
@@ -226,6 +228,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         readiness,
         refresh: documents.refresh,
         metrics_address,
+        tracing: RequestTracing::new(telemetry.head_sampler()),
     };
     built.serve(serving).await
 }
@@ -483,6 +486,8 @@ struct Built {
     /// How often live sessions re-read their documents (`CAPSTAN_REFRESH_SECONDS`).
     refresh: Option<Duration>,
     metrics_address: Option<std::net::SocketAddr>,
+    /// How requests are traced (the head sampler, when spans are exported).
+    tracing: RequestTracing,
 }
 
 impl Built {
@@ -499,6 +504,7 @@ impl Built {
             readiness,
             refresh,
             metrics_address,
+            tracing,
         } = self;
         let ServeSettings {
             socket: socket_path,
@@ -529,7 +535,7 @@ impl Built {
         // Its routes are made into services once here, and each connection gets a clone of
         // the `Arc` that holds them: served as a `Router`, axum would make them again for each
         // connection (~5 KiB for each connection held open).
-        let app = router(composer, starter, tasks.clone()).with_state(());
+        let app = router(composer, starter, tasks.clone(), tracing).with_state(());
         let grace = Duration::from_secs(shutdown_grace_seconds);
         let serve = axum::serve(listener, app.into_make_service())
             .with_graceful_shutdown(shutdown.clone().requested())

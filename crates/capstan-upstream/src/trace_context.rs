@@ -7,15 +7,20 @@
 //! With no trace exporter installed (`capstan-process` telemetry.rs) every span's context is
 //! empty: nothing is read into a span and nothing is written, and a caller's `_meta` passes
 //! through as it came.
+//!
+//! A request its head sampler left out (`capstan-process` sampling.rs) has no span at all: its
+//! code runs [`in_unsampled`], and what it sends a provider carries the unsampled context the
+//! decision named, so the provider knows the trace is not sampled.
 
 use std::collections::HashMap;
 
 use opentelemetry::Context;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
-use opentelemetry::trace::TraceContextExt as _;
+use opentelemetry::trace::{SpanContext, TraceContextExt as _};
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
+use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The `_meta` keys and HTTP headers that carry trace context.
@@ -27,9 +32,13 @@ pub const TRACE_CONTEXT_KEYS: [&str; 2] = ["traceparent", "tracestate"];
 pub struct Outgoing(HashMap<String, String>);
 
 impl Outgoing {
-    /// The current span's context (the span the request is sent in).
+    /// The current span's context (the span the request is sent in), or in an unsampled
+    /// request the context its decision passes on.
     pub fn current() -> Self {
-        let context = tracing::Span::current().context();
+        let context = match UNSAMPLED.try_with(Clone::clone) {
+            Ok(passed) => Context::new().with_remote_span_context(passed),
+            Err(_) => tracing::Span::current().context(),
+        };
         if !context.span().span_context().is_valid() {
             return Self::default();
         }
@@ -61,6 +70,35 @@ impl Outgoing {
             for (key, value) in self.entries() {
                 meta.insert(key.to_owned(), Value::String(value.to_owned()));
             }
+        }
+    }
+}
+
+tokio::task_local! {
+    /// The span context an unsampled request passes on, while its code runs.
+    static UNSAMPLED: SpanContext;
+}
+
+/// Whether the code running now serves a request its head sampler left out: the exporter's
+/// filter (`capstan-process` telemetry.rs) then lets none of its spans be built.
+pub fn unsampled() -> bool {
+    UNSAMPLED.try_with(|_| ()).is_ok()
+}
+
+/// Runs `future` as a request its head sampler left out, passing `passed` on to providers.
+pub async fn in_unsampled<F: Future>(passed: SpanContext, future: F) -> F::Output {
+    UNSAMPLED.scope(passed, future).await
+}
+
+/// `future` in the current request's trace wherever it is polled (a task of its own, or after
+/// the request's handler returned): in the current span, and unsampled if the request is.
+pub fn in_this_request<F: Future>(future: F) -> impl Future<Output = F::Output> {
+    let unsampled = UNSAMPLED.try_with(Clone::clone).ok();
+    let future = future.instrument(tracing::Span::current());
+    async move {
+        match unsampled {
+            Some(passed) => UNSAMPLED.scope(passed, future).await,
+            None => future.await,
         }
     }
 }

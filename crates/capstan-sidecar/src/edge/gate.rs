@@ -20,6 +20,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use capstan_api::wire::{MCP_SESSION_ID, SOCKET_HOST};
+use capstan_upstream::trace_context::in_unsampled;
 use futures::StreamExt as _;
 use serde_json::json;
 use tracing::{Instrument as _, Span, error};
@@ -31,7 +32,7 @@ use super::request::{Checked, EdgeRequest, Refused, Serve};
 use crate::caller::admission::{Full, Place};
 use crate::caller::identity::{Identity, refusal};
 use crate::message::Message;
-use crate::observe::request_span::{answered, describe, request_span};
+use crate::observe::request_span::{RequestTrace, RequestTracing, answered, describe};
 use crate::task::{ANOTHER_CALLER, OpenStream, Task};
 use crate::tasks::{Admitted, Lookup, TaskKey, TaskStarter, Tasks};
 
@@ -121,6 +122,8 @@ pub(crate) struct Gate {
     pub(crate) starter: Option<Arc<TaskStarter>>,
     /// Serves what the gate lets through (`Edge::dispatch`).
     pub(crate) serve: Serve,
+    /// Decides whether a request is traced, before any span of it is built.
+    pub(crate) tracing: RequestTracing,
 }
 
 /// `response` with `held` kept alive until its body has been sent or dropped: a stream's place
@@ -252,11 +255,11 @@ async fn admit(
 /// The identity check on every request; then, for MCP requests, the request classified once,
 /// its session bound to its caller, the caller checked against the project, what it opens
 /// admitted; then served; after the answer, a new session bound and an ended one forgotten.
-/// All of it in the request's span (`observe/request_span.rs`).
+/// All of it in the request's span (`observe/request_span.rs`), or, for a request its head
+/// sampler left out, in none.
 pub(crate) async fn check(State(gate): State<Gate>, request: Request) -> Response {
-    let span = request_span(request.headers());
     let tasks = gate.tasks.clone();
-    let response = checked(gate, request, &span).await;
+    let (response, span) = checked(gate, request).await;
     answered(&span, &response);
     if response.status().is_client_error()
         && let Some(metrics) = tasks.admission().metrics()
@@ -266,11 +269,16 @@ pub(crate) async fn check(State(gate): State<Gate>, request: Request) -> Respons
     response
 }
 
-async fn checked(gate: Gate, request: Request, span: &Span) -> Response {
+/// [`check`]'s work, and the request's span.
+async fn checked(gate: Gate, request: Request) -> (Response, Span) {
     let admission = gate.tasks.admission();
     let identity = match Identity::from_headers(request.headers(), admission.project_header()) {
         Ok(identity) => identity,
-        Err(refused) => return after_body(request.into_body(), refused.into_response()).await,
+        Err(refused) => {
+            let trace = gate.tracing.begin(request.headers(), None);
+            let response = after_body(request.into_body(), refused.into_response());
+            return (response.instrument(trace.span.clone()).await, trace.span);
+        }
     };
     let session = request
         .headers()
@@ -282,13 +290,14 @@ async fn checked(gate: Gate, request: Request, span: &Span) -> Response {
     let (body, message) = if is_mcp && parts.method == Method::POST {
         match read_message(body).await {
             Ok((bytes, message)) => (Body::from(bytes), Some(message)),
-            Err(refused) => return *refused,
+            Err(refused) => return (*refused, gate.tracing.begin(&parts.headers, None).span),
         }
     } else {
         (body, None)
     };
+    let RequestTrace { span, unsampled } = gate.tracing.begin(&parts.headers, message.as_ref());
     describe(
-        span,
+        &span,
         parts.method.as_str(),
         parts.uri.path(),
         &parts.headers,
@@ -298,14 +307,17 @@ async fn checked(gate: Gate, request: Request, span: &Span) -> Response {
     let kind = if is_mcp {
         match classify(session, &parts.method, &parts.headers, message.as_ref()) {
             Ok(kind) => kind,
-            Err(refused) => return after_body(body, *refused).await,
+            Err(refused) => return (after_body(body, *refused).await, span),
         }
     } else {
         Kind::Read { session }
     };
-    serve_checked(gate, kind, identity, parts, body, message)
-        .instrument(span.clone())
-        .await
+    let served = serve_checked(gate, kind, identity, parts, body, message).instrument(span.clone());
+    let response = match unsampled {
+        Some(passed) => in_unsampled(passed, served).await,
+        None => served.await,
+    };
+    (response, span)
 }
 
 /// [`check`] once the request is read and classified, in the request's span.

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use capstan_upstream::trace_context::in_this_request;
 use futures::StreamExt as _;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
@@ -27,7 +28,6 @@ use rmcp::model::{
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
-use tracing::Instrument as _;
 
 use super::answer::{self, Revision};
 use super::methods::handshake::server_config;
@@ -64,14 +64,11 @@ pub(super) async fn serve(task: Arc<Task>, message: Box<Envelope>, revision: Rev
     let (listener, events) = Listener::new(request_id.clone(), accepted);
     let (left, gone) = oneshot::channel::<()>();
     let (end, last) = oneshot::channel::<String>();
-    tokio::spawn(
-        async move {
-            if follow(task, listener, gone).await {
-                let _ = end.send(last_result(request_id));
-            }
+    tokio::spawn(in_this_request(async move {
+        if follow(task, listener, gone).await {
+            let _ = end.send(last_result(request_id));
         }
-        .instrument(tracing::Span::current()),
-    );
+    }));
     // Every change told before the task ended goes out before the request's result.
     let events = futures::stream::unfold(Some((events, last)), |state| async move {
         let (mut events, mut last) = state?;

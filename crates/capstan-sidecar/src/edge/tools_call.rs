@@ -27,12 +27,12 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use capstan_upstream::mcp::RELAY_CAPACITY;
 use capstan_upstream::mcp::ToCaller;
+use capstan_upstream::trace_context::in_this_request;
 use futures::StreamExt;
 use rmcp::ErrorData as McpError;
 use rmcp::model::ResultType;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use serde_json::{Value, json};
-use tracing::Instrument as _;
 
 use super::answer;
 use super::answer::Revision;
@@ -70,19 +70,16 @@ pub(super) async fn serve(
     let asking = task.clone();
     // In the request's span even when it ends while its answer streams, after the gate
     // has returned.
-    let mut call: PendingCall = Box::pin(
-        async move {
-            tokio::select! {
-                answer = task.call(Some(&caller), params, Some(sink)) => {
-                    Some(answer.map(complete))
-                }
-                // Dropping the call gives it up at the provider too (capstan-upstream
-                // `mcp/call.rs`).
-                () = cancelled => None,
+    let mut call: PendingCall = Box::pin(in_this_request(async move {
+        tokio::select! {
+            answer = task.call(Some(&caller), params, Some(sink)) => {
+                Some(answer.map(complete))
             }
+            // Dropping the call gives it up at the provider too (capstan-upstream
+            // `mcp/call.rs`).
+            () = cancelled => None,
         }
-        .instrument(tracing::Span::current()),
-    );
+    }));
     tokio::select! {
         biased;
         answer = &mut call => match (answer, relayed.try_recv()) {

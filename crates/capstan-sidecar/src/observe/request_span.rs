@@ -7,15 +7,20 @@
 //! Spans are at debug level: with the default log filter (`info`) the log lines never carry
 //! them, and without a trace exporter they are not created at all, so the hot path pays for
 //! them only when traces are on (`capstan-process` telemetry.rs exports them whatever the log
-//! filter says). What a span carries is only what is recorded here and in `task/call.rs` —
-//! never an argument value, a token or knowledge text.
+//! filter says). With traces on, a request is sampled or not when it arrives, by the
+//! environment's sampler and the caller's parent (`capstan-process` sampling.rs): an
+//! unsampled one has no span at all, and its code runs `in_unsampled` (capstan-upstream
+//! `trace_context.rs`). What a span carries is only what is recorded here and in
+//! `task/call.rs` — never an argument value, a token or knowledge text.
 
 use axum::http::HeaderMap;
 use axum::response::Response;
 use capstan_api::wire::MCP_PROTOCOL_VERSION;
+use capstan_process::{Head, HeadSampler};
 use capstan_upstream::trace_context::{
     from_headers, from_meta, hashed_session_id, is_remote_parent,
 };
+use opentelemetry::trace::SpanContext;
 use serde_json::Value;
 use tracing::Span;
 
@@ -23,10 +28,61 @@ use crate::message::{Message, PROTOCOL_VERSION_META};
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-/// A new request's span, its parent read from the request's `traceparent` header. Not yet
-/// entered: [`describe`] may still give it the parent a message's `_meta` names.
-pub fn request_span(headers: &HeaderMap) -> Span {
-    let span = tracing::debug_span!(
+/// How the sidecar traces its requests: with the head sampler when spans are exported.
+#[derive(Clone, Debug, Default)]
+pub struct RequestTracing {
+    heads: Option<HeadSampler>,
+}
+
+/// A request's trace: its span (disabled when there is none), and for a request its head
+/// sampler left out the context it passes on to providers.
+pub struct RequestTrace {
+    pub span: Span,
+    pub unsampled: Option<SpanContext>,
+}
+
+impl RequestTracing {
+    /// Requests decided by `heads` (`None`: spans are not exported).
+    pub fn new(heads: Option<HeadSampler>) -> Self {
+        Self { heads }
+    }
+
+    /// The trace of a request with `headers` and, once read, its `message`: the caller's
+    /// parent is the `traceparent` header, or else the message's `_meta.traceparent`.
+    pub fn begin(&self, headers: &HeaderMap, message: Option<&Message>) -> RequestTrace {
+        let Some(heads) = &self.heads else {
+            // Nothing is exported: the span exists only for a debug log filter.
+            return RequestTrace {
+                span: new_span(),
+                unsampled: None,
+            };
+        };
+        let mut parent = from_headers(headers);
+        if !is_remote_parent(&parent)
+            && let Some(message) = message.and_then(Message::single)
+        {
+            parent = from_meta(message.meta());
+        }
+        match heads.decide(&parent, "mcp.server") {
+            Head::Sampled(context) => {
+                let span = new_span();
+                let _ = span.set_parent(context);
+                RequestTrace {
+                    span,
+                    unsampled: None,
+                }
+            }
+            Head::Unsampled(passed) => RequestTrace {
+                span: Span::none(),
+                unsampled: Some(passed),
+            },
+        }
+    }
+}
+
+/// A request's span, with every field it may record.
+fn new_span() -> Span {
+    tracing::debug_span!(
         "mcp.server",
         otel.name = Empty,
         otel.kind = "server",
@@ -46,19 +102,11 @@ pub fn request_span(headers: &HeaderMap) -> Span {
         capstan.capability = Empty,
         capstan.authorization = Empty,
         capstan.limit = Empty,
-    );
-    if !span.is_disabled() {
-        let parent = from_headers(headers);
-        if is_remote_parent(&parent) {
-            let _ = span.set_parent(parent);
-        }
-    }
-    span
+    )
 }
 
 /// Records what the request is: an MCP message (`message`) or a read of `path`; `session` is
-/// the session id it names. A message's `_meta.traceparent` parents the span when the headers
-/// named none.
+/// the session id it names.
 pub fn describe(
     span: &Span,
     method: &str,
@@ -77,11 +125,6 @@ pub fn describe(
         span.record("otel.name", format!("{method} {}", bounded(path)));
         return;
     };
-    let parent = from_meta(message.meta());
-    if is_remote_parent(&parent) {
-        // Refused once the span has a parent or has started: the header's parent stands.
-        let _ = span.set_parent(parent);
-    }
     let mcp_method = bounded(message.method().unwrap_or("response"));
     span.record("mcp.method.name", mcp_method);
     match &message.id {

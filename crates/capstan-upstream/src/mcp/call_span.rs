@@ -6,10 +6,16 @@
 use tracing::field::Empty;
 use tracing::{Span, debug_span};
 
+use crate::trace_context::unsampled;
+
 /// The span of one request to the server (kind client, after the MCP conventions); its
 /// context goes with the request (`trace_context.rs`). At debug level, like the request's
 /// own span (the sidecar's `request_span.rs` says why).
 pub(super) fn client_span(server: &str, url: &url::Url, method: &str, tool: Option<&str>) -> Span {
+    // A request its head sampler left out builds none (`trace_context.rs`).
+    if unsampled() {
+        return Span::none();
+    }
     let span = debug_span!(
         "mcp.client",
         otel.name = Empty,

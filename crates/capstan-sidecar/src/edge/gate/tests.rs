@@ -46,6 +46,7 @@ fn gated(tasks: &Arc<Tasks>, starter: Option<Arc<TaskStarter>>) -> (axum::Router
         tasks: tasks.clone(),
         starter,
         serve,
+        tracing: Default::default(),
     };
     (
         axum::Router::new().fallback(check).with_state(gate),

@@ -234,6 +234,7 @@ fn serving(tasks: &Arc<Tasks>, fail: bool) -> axum::Router {
         tasks: tasks.clone(),
         starter: None,
         serve,
+        tracing: Default::default(),
     };
     axum::Router::new().fallback(check).with_state(gate)
 }
