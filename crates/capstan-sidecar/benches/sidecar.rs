@@ -26,8 +26,9 @@
 //! markers, which `scripts/bench-report` copies into `docs/benchmarks.md`; its goals table
 //! (issue 34) shows each run of `CAPSTAN_BENCH_RUNS` (default 1) and the worst.
 //!
-//! Last, what tracing costs (`sidecar_tracing/mod.rs`): traces off, sampled at 100 % and at
-//! 1 %, side by side.
+//! In every run too, what tracing costs (`sidecar_tracing/mod.rs`): traces off, sampled at
+//! 100 % and at 1 %, and a parent-based sampler with an unsampled parent, side by side, from
+//! both clients.
 //!
 //! CAPSTAN_BENCH_SESSIONS_ONLY=1 measures session setup and memory alone (printed, no report),
 //! for iterating on them; CAPSTAN_BENCH_TRACING_ONLY=1 the tracing rows alone;
@@ -386,8 +387,13 @@ async fn bench() {
         return;
     }
     let tracing_only = std::env::var("CAPSTAN_BENCH_TRACING_ONLY").is_ok_and(|v| v == "1");
+    if tracing_only {
+        let tracing = sidecar_tracing::tracing_cost(&workloads[0].urls, &workloads[0].hosts).await;
+        sidecar_tracing::report_tracing(&tracing);
+        return;
+    }
     let mut runs = Vec::new();
-    for run in (0..runs_wanted()).filter(|_| !tracing_only) {
+    for run in 0..runs_wanted() {
         if run > 0 {
             eprintln!("sidecar bench: run {} of {}", run + 1, runs_wanted());
         }
@@ -399,23 +405,24 @@ async fn bench() {
         for workload in workloads.iter().filter(|_| !sessions_only()) {
             independent.push(sidecar_independent::independent(workload).await);
         }
+        let tracing = if sessions_only() {
+            None
+        } else {
+            Some(sidecar_tracing::tracing_cost(&workloads[0].urls, &workloads[0].hosts).await)
+        };
         runs.push(Run {
             figures,
             independent,
+            tracing,
         });
     }
-    let many = if sessions_only() || tracing_only {
+    let many = if sessions_only() {
         None
     } else {
         Some(sidecar_many::many(demo_workload).await)
     };
-    if !sessions_only() {
-        let (traced, exports, kib) =
-            sidecar_tracing::tracing_cost(&workloads[0].urls, &workloads[0].hosts).await;
-        sidecar_tracing::report_tracing(&traced, exports, kib);
-    }
-    if tracing_only {
-        return;
+    if let Some(tracing) = runs.last().and_then(|run| run.tracing.as_ref()) {
+        sidecar_tracing::report_tracing(tracing);
     }
     if sessions_only() {
         for f in runs.iter().flat_map(|r| &r.figures) {
@@ -479,6 +486,8 @@ fn runs_wanted() -> usize {
 struct Run {
     figures: Vec<Figures>,
     independent: Vec<Figures>,
+    /// What tracing cost in this run (`sidecar_tracing/mod.rs`).
+    tracing: Option<sidecar_tracing::Tracing>,
 }
 
 /// Whether only session setup and memory are measured (`CAPSTAN_BENCH_SESSIONS_ONLY=1`).
@@ -561,22 +570,22 @@ async fn measure(workload: &Workload) -> Figures {
         let me = std::process::id();
         for _ in 0..ROUNDS {
             if let Some((_, pid)) = &workload.hop {
-                let before = cpu_seconds(*pid);
+                let before = cpu_time(*pid);
                 let (l, w) = run(&hop_clients, workload.tool, &workload.arguments, calls).await;
-                hop_cpu += cpu_seconds(*pid) - before;
+                hop_cpu += cpu_time(*pid).since(&before);
                 hopped.push(stats(l, w));
             }
-            let (before, before_client) = (cpu_seconds(upstream), cpu_seconds(me));
+            let (before, before_client) = (cpu_time(upstream), cpu_time(me));
             let (l, w) = run(&direct_clients, workload.tool, &workload.arguments, calls).await;
-            upstream_direct += cpu_seconds(upstream) - before;
-            client_direct += cpu_seconds(me) - before_client;
+            upstream_direct += cpu_time(upstream).since(&before);
+            client_direct += cpu_time(me).since(&before_client);
             straight.push(stats(l, w));
-            let (before, before_sidecar) = (cpu_seconds(upstream), cpu_seconds(sidecar.pid()));
-            let before_client = cpu_seconds(me);
+            let (before, before_sidecar) = (cpu_time(upstream), cpu_time(sidecar.pid()));
+            let before_client = cpu_time(me);
             let (l, w) = run(&sidecar_clients, &namespaced, &workload.arguments, calls).await;
-            sidecar_cpu += cpu_seconds(sidecar.pid()) - before_sidecar;
-            upstream_through += cpu_seconds(upstream) - before;
-            client_through += cpu_seconds(me) - before_client;
+            sidecar_cpu += cpu_time(sidecar.pid()).since(&before_sidecar);
+            upstream_through += cpu_time(upstream).since(&before);
+            client_through += cpu_time(me).since(&before_client);
             through.push(stats(l, w));
         }
         for client in direct_clients

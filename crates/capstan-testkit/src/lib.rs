@@ -29,7 +29,7 @@ pub use listen::{listen_request, open_listen, read_head, status_of};
 pub use mcpload::{OpenSessions, mcpload, mcpload_call};
 pub use node_sdk::node_dir;
 pub use pin_oracle::{body_pin_oracle, pin_oracle, pin_oracle_of};
-pub use proc_stats::{cpu_nanos, cpu_seconds, proc_status_kib};
+pub use proc_stats::{CpuTime, cpu_nanos, cpu_seconds, cpu_time, proc_status_kib};
 pub use python_sdk::{ListeningClient, PythonServer, python, unix_seconds};
 pub use streams::{NotEnded, read_until_end};
 pub use token_service::{TokenService, tokenservice};

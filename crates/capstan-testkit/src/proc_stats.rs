@@ -47,3 +47,35 @@ pub fn cpu_nanos(pid: u32) -> u64 {
         .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
         .sum()
 }
+
+/// A reading of process `pid`'s CPU time in both accountings: the scheduler's per thread (to the
+/// nanosecond, but a thread that ends takes its time with it) and the process's (every thread
+/// that ever ran, in ticks of 10 ms). [`CpuTime::since`] gives the precise figure unless a
+/// thread ended between two readings.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuTime {
+    nanos: u64,
+    seconds: f64,
+}
+
+/// Reads process `pid`'s CPU time now.
+pub fn cpu_time(pid: u32) -> CpuTime {
+    CpuTime {
+        nanos: cpu_nanos(pid),
+        seconds: cpu_seconds(pid),
+    }
+}
+
+impl CpuTime {
+    /// Seconds of CPU used since `earlier`: the scheduler's figure, or the ticks' when the two
+    /// disagree by more than two ticks (a thread that ran ended in between).
+    pub fn since(&self, earlier: &CpuTime) -> f64 {
+        let precise = self.nanos.saturating_sub(earlier.nanos) as f64 / 1e9;
+        let ticked = self.seconds - earlier.seconds;
+        if (precise - ticked).abs() > 0.02 {
+            ticked
+        } else {
+            precise
+        }
+    }
+}

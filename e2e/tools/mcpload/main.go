@@ -9,7 +9,8 @@
 //	    first line the testkit's other servers print too). --json answers POSTs with
 //	    application/json instead of an SSE stream.
 //
-//	mcpload call --target NAME,URL,TOOL[,PROTOCOL] [--target ...] [--watch LABEL=PID ...] [options]
+//	mcpload call --target NAME,URL,TOOL[,PROTOCOL] [--target ...] [--watch LABEL=PID ...]
+//	             [--header 'Name: value' ...] [--target-header 'NAME=Name: value' ...] [options]
 //	    Open --sessions sessions on each target (URL is http://... or unix:/path/to/socket;
 //	    PROTOCOL the revision asked for there, --protocol when absent: 2026-07-28 connects
 //	    with server/discover and keeps no session),
@@ -161,9 +162,10 @@ type options struct {
 
 func parseOptions(name string, args []string) (options, error) {
 	flags := flag.NewFlagSet(name, flag.ContinueOnError)
-	var targetSpecs, headerSpecs, watchSpecs repeated
+	var targetSpecs, headerSpecs, targetHeaderSpecs, watchSpecs repeated
 	flags.Var(&targetSpecs, "target", "NAME,URL,TOOL (repeatable); URL http://... or unix:/socket")
 	flags.Var(&headerSpecs, "header", "'Name: value' sent with every request (repeatable)")
+	flags.Var(&targetHeaderSpecs, "target-header", "'TARGET=Name: value' sent with every request to the target named TARGET (repeatable)")
 	flags.Var(&watchSpecs, "watch", "LABEL=PID whose CPU time is read around each round (repeatable)")
 	protocol := flags.String("protocol", "2025-11-25", "protocol version asked for where a target names none")
 	sessions := flags.Int("sessions", 1, "concurrent sessions per target")
@@ -188,12 +190,22 @@ func parseOptions(name string, args []string) (options, error) {
 		}
 		extra = append(extra, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
 	}
+	only := map[string][][2]string{}
+	for _, spec := range targetHeaderSpecs {
+		name, header, found := strings.Cut(spec, "=")
+		k, v, ok := strings.Cut(header, ":")
+		if !found || !ok {
+			return o, fmt.Errorf("--target-header %q: want 'TARGET=Name: value'", spec)
+		}
+		only[name] = append(only[name], [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
+	}
 	for _, spec := range targetSpecs {
 		t, err := parseTarget(spec)
 		if err != nil {
 			return o, err
 		}
-		t.client.Transport = headers{next: t.client.Transport, values: extra}
+		values := append(append([][2]string{}, extra...), only[t.name]...)
+		t.client.Transport = headers{next: t.client.Transport, values: values}
 		if t.protocol == "" {
 			t.protocol = *protocol
 		}
@@ -266,13 +278,60 @@ func round(ctx context.Context, sessions []*mcp.ClientSession, t target, calls i
 	return all, wall, nil
 }
 
-// cpuSeconds is a process's user + system CPU time from /proc (clock ticks of 1/100 s).
-func cpuSeconds(pid int) float64 {
+// cpuSeconds is a process's CPU time: for this process getrusage; for another the sum of its
+// threads' scheduler accounting (/proc/PID/task/*/schedstat, nanoseconds), so a round of a few
+// hundred calls is measured without the 10 ms ticks of /proc/PID/stat. A thread that ends takes
+// its time with it: cpuSince falls back to the ticks then.
+type cpuReading struct {
+	nanos   float64
+	ticked  float64
+	precise bool
+}
+
+func cpuSeconds(pid int) cpuReading {
 	if pid == 0 {
 		var usage syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &usage)
-		return float64(usage.Utime.Nano()+usage.Stime.Nano()) / 1e9
+		s := float64(usage.Utime.Nano()+usage.Stime.Nano()) / 1e9
+		return cpuReading{nanos: s, ticked: s, precise: true}
 	}
+	reading := cpuReading{ticked: tickedSeconds(pid)}
+	threads, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return reading
+	}
+	for _, thread := range threads {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, thread.Name()))
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(stat))
+		if len(fields) > 0 {
+			n, _ := strconv.ParseFloat(fields[0], 64)
+			reading.nanos += n / 1e9
+		}
+	}
+	reading.precise = true
+	return reading
+}
+
+// cpuSince is the CPU seconds between two readings: the precise figure unless it disagrees with
+// the ticks by more than two of them (a thread ended in between).
+func cpuSince(now, earlier cpuReading) float64 {
+	ticked := now.ticked - earlier.ticked
+	if !now.precise || !earlier.precise {
+		return ticked
+	}
+	precise := now.nanos - earlier.nanos
+	if precise-ticked > 0.02 || ticked-precise > 0.02 {
+		return ticked
+	}
+	return precise
+}
+
+// tickedSeconds is a process's user + system CPU time from /proc (clock ticks of 1/100 s),
+// every thread that ever ran included.
+func tickedSeconds(pid int) float64 {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
@@ -336,7 +395,7 @@ func call(args []string) error {
 	watched := map[string]map[string]float64{}
 	for range o.rounds {
 		for _, t := range o.targets {
-			before := map[string]float64{"": cpuSeconds(0)}
+			before := map[string]cpuReading{"": cpuSeconds(0)}
 			for label, pid := range o.watch {
 				before[label] = cpuSeconds(pid)
 			}
@@ -344,12 +403,12 @@ func call(args []string) error {
 			if err != nil {
 				return err
 			}
-			clientCPU[t.name] += cpuSeconds(0) - before[""]
+			clientCPU[t.name] += cpuSince(cpuSeconds(0), before[""])
 			if watched[t.name] == nil {
 				watched[t.name] = map[string]float64{}
 			}
 			for label, pid := range o.watch {
-				watched[t.name][label] += cpuSeconds(pid) - before[label]
+				watched[t.name][label] += cpuSince(cpuSeconds(pid), before[label])
 			}
 			sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
 			r := reports[t.name]

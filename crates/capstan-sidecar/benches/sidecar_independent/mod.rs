@@ -37,6 +37,19 @@ pub(crate) fn sidecar_target(name: &str, sidecar: &Sidecar, tool: &str, protocol
     )
 }
 
+/// `mcpload call`'s load: `sessions` per target, `calls` per session per round, [`ROUNDS`]
+/// rounds.
+pub(crate) fn load_args(sessions: usize, calls: usize) -> [String; 6] {
+    [
+        "--sessions".into(),
+        sessions.to_string(),
+        "--calls".into(),
+        calls.to_string(),
+        "--rounds".into(),
+        ROUNDS.to_string(),
+    ]
+}
+
 pub(crate) fn common_args(workload: &Workload) -> Vec<String> {
     vec![
         "--header".into(),
@@ -83,14 +96,7 @@ pub async fn independent(workload: &Workload) -> Figures {
                 format!("hop={pid}"),
             ]);
         }
-        args.extend([
-            "--sessions".into(),
-            sessions.to_string(),
-            "--calls".into(),
-            calls.to_string(),
-            "--rounds".into(),
-            ROUNDS.to_string(),
-        ]);
+        args.extend(load_args(sessions, calls));
         let report = tokio::task::block_in_place(|| mcpload_call(&args));
         loads.push(Load {
             label,

@@ -1,10 +1,10 @@
 //! The sidecar bench's report (`docs/benchmarks.md`, section `sidecar`): the same tables for
 //! each harness — the rmcp client and the independent one — from the last run, then the goals
-//! of issue 34 for every run and harness, with the worst of the runs.
+//! of issue 60 for every run and harness, with the worst of the runs.
 
 use super::*;
 
-/// The figures as a markdown section: the last run's tables, and the goals of issue 34 for every
+/// The figures as a markdown section: the last run's tables, and the goals of issue 60 for every
 /// run with the worst of them.
 pub fn report(runs: &[Run], many: Option<&sidecar_many::Many>) {
     let last = runs.last().expect("at least one run");
@@ -16,7 +16,8 @@ pub fn report(runs: &[Run], many: Option<&sidecar_many::Many>) {
          upstream directly (TCP loopback); 3 upstreams of the kind behind the sidecar, calls to \
          the first; metering on (to a file). Medians of {ROUNDS} rounds, direct and sidecar \
          alternated round by round. CPU per call: the process's CPU time over all rounds of \
-         that side divided by its calls (the client's: this benchmark's own process). The \
+         that side (the scheduler's per-thread accounting, to the nanosecond) divided by its \
+         calls (the client's: this benchmark's own process). The \
          minimal upstream answers JSON, so the client parses the same response mode on both \
          sides; \"SSE answers\" is the same server with sessions, answering each call as an SSE \
          stream that the sidecar turns into JSON (what that costs the client: \
@@ -140,18 +141,14 @@ fn harness_tables(out: &mut String, figures: &[Figures]) {
     }
 }
 
-/// A goal of issue 34: what it measures in one harness's figures, and whether lower is better.
+/// A goal of issue 60: what it measures in one harness's figures of a run, and whether lower is
+/// better.
 struct Goal {
     name: &'static str,
     goal: &'static str,
     limit: f64,
     lower_is_better: bool,
-    value: fn(&[Figures]) -> Option<f64>,
-}
-
-/// The revisions compared in `figures`' run, if measured.
-fn revisions(figures: &[Figures]) -> Option<&Revisions> {
-    figures.iter().find_map(|f| f.revisions.as_ref())
+    value: fn(&Run, &Harness) -> Option<f64>,
 }
 
 fn load<'a>(figures: &'a [Figures], workload: &str, load: &str) -> Option<&'a Load> {
@@ -165,77 +162,93 @@ fn load<'a>(figures: &'a [Figures], workload: &str, load: &str) -> Option<&'a Lo
 const MINIMAL: &str = "minimal upstream";
 const DEMO: &str = "demo provider";
 
+/// Sidecar CPU per call with tracing in `mode` over tracing off, at `load`, in `harness`.
+fn traced(run: &Run, harness: &Harness, load: &str, mode: &str) -> Option<f64> {
+    run.tracing.as_ref()?.cpu_ratio(harness.client, load, mode)
+}
+
 const GOALS: &[Goal] = &[
+    Goal {
+        name: "sidecar CPU per forwarded call / the bare TCP hop's, 32 sessions",
+        goal: "≤ 1.5×",
+        limit: 1.5,
+        lower_is_better: true,
+        value: |r, h| {
+            load((h.figures)(r), MINIMAL, "32 sessions").and_then(|l| {
+                l.hop
+                    .as_ref()
+                    .map(|(_, hop_cpu)| l.sidecar_cpu_us / hop_cpu.max(f64::MIN_POSITIVE))
+            })
+        },
+    },
+    Goal {
+        name: "1-session p50 / the bare TCP hop's",
+        goal: "≤ 1.15×",
+        limit: 1.15,
+        lower_is_better: true,
+        value: |r, h| {
+            load((h.figures)(r), MINIMAL, "1 session")
+                .and_then(|l| l.hop.as_ref().map(|(hop, _)| l.sidecar.p50 / hop.p50))
+        },
+    },
+    Goal {
+        name: "sidecar CPU per call, traces sampled at 1 % / off, 1 session",
+        goal: "≤ 1.03×",
+        limit: 1.03,
+        lower_is_better: true,
+        value: |r, h| traced(r, h, "1 session", "on, 1 %"),
+    },
+    Goal {
+        name: "sidecar CPU per call, traces sampled at 1 % / off, 32 sessions",
+        goal: "≤ 1.03×",
+        limit: 1.03,
+        lower_is_better: true,
+        value: |r, h| traced(r, h, "32 sessions", "on, 1 %"),
+    },
+    Goal {
+        name: "sidecar CPU per call, parent-based sampler, unsampled parent / off, 1 session",
+        goal: "≤ 1.01×",
+        limit: 1.01,
+        lower_is_better: true,
+        value: |r, h| traced(r, h, "1 session", "on, parent-based, unsampled parent"),
+    },
+    Goal {
+        name: "sidecar CPU per call, parent-based sampler, unsampled parent / off, 32 sessions",
+        goal: "≤ 1.01×",
+        limit: 1.01,
+        lower_is_better: true,
+        value: |r, h| traced(r, h, "32 sessions", "on, parent-based, unsampled parent"),
+    },
     Goal {
         name: "RSS per open session, 3 demo upstreams (1,000 open)",
         goal: "≤ 64 KiB",
         limit: 64.0,
         lower_is_better: true,
-        value: |f| {
-            f.iter()
+        value: |r, h| {
+            (h.figures)(r)
+                .iter()
                 .find(|f| f.label == DEMO)
                 .map(|f| f.rss_per_session_kib)
         },
     },
-    Goal {
-        name: "2026-07-28 `tools/call` p50 / a session's",
-        goal: "≤ 1.05×",
-        limit: 1.05,
-        lower_is_better: true,
-        value: |f| revisions(f).map(Revisions::through),
-    },
-    Goal {
-        name: "the same, over the upstream's own ratio (the sidecar's share)",
-        goal: "≤ 1.05×",
-        limit: 1.05,
-        lower_is_better: true,
-        value: |f| revisions(f).map(Revisions::sidecar_share),
-    },
-    Goal {
-        name: "1-session p50 vs direct, minimal upstream",
-        goal: "≤ 1.3×",
-        limit: 1.3,
-        lower_is_better: true,
-        value: |f| load(f, MINIMAL, "1 session").map(|l| l.sidecar.p50 / l.direct.p50),
-    },
-    Goal {
-        name: "1-session p50 vs the bare TCP hop's",
-        goal: "≤ 1×",
-        limit: 1.0,
-        lower_is_better: true,
-        value: |f| {
-            load(f, MINIMAL, "1 session")
-                .and_then(|l| l.hop.as_ref().map(|(hop, _)| l.sidecar.p50 / hop.p50))
-        },
-    },
-    Goal {
-        name: "32-session throughput vs direct, minimal upstream",
-        goal: "≥ 0.9×",
-        limit: 0.9,
-        lower_is_better: false,
-        value: |f| {
-            load(f, MINIMAL, "32 sessions").map(|l| l.sidecar.throughput / l.direct.throughput)
-        },
-    },
-    Goal {
-        name: "sidecar CPU per forwarded call / the upstream's own, 32 sessions",
-        goal: "≤ 1×",
-        limit: 1.0,
-        lower_is_better: true,
-        value: |f| {
-            load(f, MINIMAL, "32 sessions")
-                .map(|l| l.sidecar_cpu_us / l.upstream_cpu_us_direct.max(f64::MIN_POSITIVE))
-        },
-    },
 ];
 
-/// A harness's figures in a run.
-type FiguresOf = fn(&Run) -> &[Figures];
+/// A harness: its name (as the tracing rounds name their client) and its figures in a run.
+struct Harness {
+    client: &'static str,
+    figures: fn(&Run) -> &[Figures],
+}
 
-/// The harnesses every goal is judged in, and their figures in a run.
-const HARNESSES: [(&str, FiguresOf); 2] = [
-    ("rmcp client", |r| &r.figures),
-    ("independent client", |r| &r.independent),
+/// The harnesses every goal is judged in.
+const HARNESSES: [Harness; 2] = [
+    Harness {
+        client: sidecar_tracing::CLIENTS[0],
+        figures: |r| &r.figures,
+    },
+    Harness {
+        client: sidecar_tracing::CLIENTS[1],
+        figures: |r| &r.independent,
+    },
 ];
 
 /// The goals table: each run's value and the worst of them, per harness.
@@ -243,14 +256,12 @@ fn goals(out: &mut String, runs: &[Run]) {
     let heads: String = (1..=runs.len()).map(|n| format!(" run {n} |")).collect();
     let rules: String = runs.iter().map(|_| "---|").collect();
     out.push_str(&format!(
-        "\n#### Goals (issue 34; minimal upstream unless named)\n\n| figure | goal |{heads} worst | met |\n|---|---|{rules}---|---|\n"
+        "\n#### Goals (issue 60; minimal upstream unless named)\n\n| figure | goal |{heads} worst | met |\n|---|---|{rules}---|---|\n"
     ));
     for goal in GOALS {
-        for (harness, figures_of) in HARNESSES {
-            let values: Vec<Option<f64>> = runs
-                .iter()
-                .map(|run| (goal.value)(figures_of(run)))
-                .collect();
+        for harness in &HARNESSES {
+            let values: Vec<Option<f64>> =
+                runs.iter().map(|run| (goal.value)(run, harness)).collect();
             let shown: String = values
                 .iter()
                 .map(|v| v.map_or(" – |".to_owned(), |v| format!(" {v:.2} |")))
@@ -270,8 +281,8 @@ fn goals(out: &mut String, runs: &[Run]) {
                 (format!("{w:.2}"), if met { "yes" } else { "no" })
             });
             out.push_str(&format!(
-                "| {}, {harness} | {} |{shown} {worst} | {met} |\n",
-                goal.name, goal.goal
+                "| {}, {} | {} |{shown} {worst} | {met} |\n",
+                goal.name, harness.client, goal.goal
             ));
         }
     }

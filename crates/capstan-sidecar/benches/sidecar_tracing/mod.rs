@@ -1,7 +1,7 @@
-//! What tracing costs on the sidecar's hot path (`docs/observability.md`): three sidecars in
+//! What tracing costs on the sidecar's hot path (`docs/observability.md`): four sidecars in
 //! front of the same minimal upstreams — traces off, on and sampled at 100 %, on and sampled at
-//! 1 % — called by the same rmcp client, one session and 32 sessions, alternated round by
-//! round, exporting OTLP/HTTP to a local sink that reads each export and answers 200 (a
+//! 1 %, on with the default parent-based sampler and a caller whose parent is not sampled —
+//! called by the same rmcp client, one session and 32 sessions, alternated round by round, exporting OTLP/HTTP to a local sink that reads each export and answers 200 (a
 //! collector's own CPU would compete with the sidecars on this machine; the sink's is next to
 //! nothing). The report is the `sidecar_tracing` section of `docs/benchmarks.md`.
 
@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use super::*;
 
 /// The sidecars compared: a label and the environment that sets tracing.
-const MODES: [(&str, &[(&str, &str)]); 3] = [
+const MODES: [(&str, &[(&str, &str)]); 4] = [
     ("off", &[]),
     ("on, 100 %", &[("OTEL_TRACES_SAMPLER", "always_on")]),
     (
@@ -23,7 +23,52 @@ const MODES: [(&str, &[(&str, &str)]); 3] = [
             ("OTEL_TRACES_SAMPLER_ARG", "0.01"),
         ],
     ),
+    (
+        UNSAMPLED_PARENT,
+        &[("OTEL_TRACES_SAMPLER", "parentbased_always_on")],
+    ),
 ];
+
+/// The mode whose client sends a parent it did not sample (`traceparent` flags 00) on every
+/// request: a parent-based sampler follows it, and the sidecar builds no span.
+const UNSAMPLED_PARENT: &str = "on, parent-based, unsampled parent";
+
+/// The index of that mode in [`MODES`].
+fn unsampled_mode() -> usize {
+    MODES
+        .iter()
+        .position(|(mode, _)| *mode == UNSAMPLED_PARENT)
+        .unwrap()
+}
+
+/// The parent that mode's client sends: valid, not sampled.
+const UNSAMPLED_TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+
+/// A session on `sidecar` whose every request names a parent span its caller did not sample.
+async fn session_with_unsampled_parent(sidecar: &Sidecar) -> Client {
+    let config = StreamableHttpClientTransportConfig::with_uri("http://localhost/mcp")
+        .custom_headers(
+            [
+                (
+                    http::HeaderName::from_static("x-capstan-project"),
+                    http::HeaderValue::from_static("bench"),
+                ),
+                (
+                    http::HeaderName::from_static("traceparent"),
+                    http::HeaderValue::from_static(UNSAMPLED_TRACEPARENT),
+                ),
+            ]
+            .into(),
+        );
+    let client = reqwest::Client::builder()
+        .unix_socket(sidecar.socket.as_path())
+        .build()
+        .unwrap();
+    ClientConfig::default()
+        .serve(StreamableHttpClientTransport::with_client(client, config))
+        .await
+        .unwrap()
+}
 
 /// An OTLP/HTTP endpoint that reads every export and answers with an empty
 /// `ExportTraceServiceResponse`. Hand-written: the bench needs only to count what arrives, and
@@ -87,17 +132,43 @@ async fn serve(stream: tokio::net::TcpStream, exports: Arc<AtomicU64>, bytes: Ar
     }
 }
 
-/// One mode's figures for one load: medians over rounds, and the sidecar's CPU per call (µs).
+/// One mode's figures for one load and client: medians over rounds, and the sidecar's CPU per
+/// call (µs).
 pub struct Traced {
+    pub client: &'static str,
     pub mode: &'static str,
     pub load: &'static str,
     pub side: Side,
     pub cpu_us: f64,
 }
 
-/// The three modes, alternated within each round, for 1 and 32 sessions; then what the sink
-/// received (exports, KiB).
-pub async fn tracing_cost(urls: &[String], hosts: &[String]) -> (Vec<Traced>, u64, u64) {
+/// What one measurement of tracing's cost gave: every mode's figures, for both clients, and
+/// what the sink received (exports, KiB).
+pub struct Tracing {
+    pub figures: Vec<Traced>,
+    pub exports: u64,
+    pub kib: u64,
+}
+
+impl Tracing {
+    /// Sidecar CPU per call in `mode` over traces off, for `client` at `load`.
+    pub fn cpu_ratio(&self, client: &str, load: &str, mode: &str) -> Option<f64> {
+        let of = |mode: &str| {
+            self.figures
+                .iter()
+                .find(|f| f.client == client && f.load == load && f.mode == mode)
+                .map(|f| f.cpu_us)
+        };
+        Some(of(mode)? / of("off")?)
+    }
+}
+
+/// The rmcp client and the independent client.
+pub const CLIENTS: [&str; 2] = ["rmcp client", "independent client"];
+
+/// The four modes, alternated within each round, for 1 and 32 sessions, from the rmcp client
+/// and then the independent one.
+pub async fn tracing_cost(urls: &[String], hosts: &[String]) -> Tracing {
     let sink = Sink::start().await;
     let documents = json!(
         ["one", "two", "three"]
@@ -113,20 +184,44 @@ pub async fn tracing_cost(urls: &[String], hosts: &[String]) -> (Vec<Traced>, u6
             if !env.is_empty() {
                 env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", sink.url.as_str()));
             }
+            env.extend([
+                ("CAPSTAN_MAX_SESSIONS_PER_CALLER", "4096"),
+                ("CAPSTAN_MAX_SESSIONS_PER_PROJECT", "4096"),
+            ]);
             Sidecar::start(&documents, hosts, &env)
         })
         .collect();
+    let mut figures = rmcp_rounds(&sidecars).await;
+    figures.extend(independent_rounds(&sidecars));
+    // The last batches leave within the exporter's schedule delay (5 s by default).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    Tracing {
+        figures,
+        exports: sink.exports.load(Ordering::Relaxed),
+        kib: sink.bytes.load(Ordering::Relaxed) / 1024,
+    }
+}
+
+/// The loads: a label, sessions, calls per session per round.
+const LOADS: [(&str, usize, usize); 2] = [
+    ("1 session", 1, CALLS),
+    ("32 sessions", SESSIONS, CALLS_PER_SESSION),
+];
+
+/// The modes' rounds from the rmcp client (this process).
+async fn rmcp_rounds(sidecars: &[Sidecar]) -> Vec<Traced> {
     let arguments = json!({"text": "orders"});
     let mut figures = Vec::new();
-    for (load, sessions, calls) in [
-        ("1 session", 1, CALLS),
-        ("32 sessions", SESSIONS, CALLS_PER_SESSION),
-    ] {
+    for (load, sessions, calls) in LOADS {
         let mut clients = Vec::new();
-        for sidecar in &sidecars {
+        for ((mode, _), sidecar) in MODES.iter().zip(sidecars) {
             let mut mine = Vec::new();
             for _ in 0..sessions {
-                mine.push(session(sidecar, None).await);
+                mine.push(if *mode == UNSAMPLED_PARENT {
+                    session_with_unsampled_parent(sidecar).await
+                } else {
+                    session(sidecar, None).await
+                });
             }
             run(&mine, "one__echo", &arguments, 5).await;
             clients.push(mine);
@@ -135,15 +230,16 @@ pub async fn tracing_cost(urls: &[String], hosts: &[String]) -> (Vec<Traced>, u6
         let mut cpu = vec![0.0; MODES.len()];
         for _ in 0..ROUNDS {
             for (index, (sidecar, mine)) in sidecars.iter().zip(&clients).enumerate() {
-                let before = cpu_seconds(sidecar.pid());
+                let before = cpu_time(sidecar.pid());
                 let (latencies, wall) = run(mine, "one__echo", &arguments, calls).await;
-                cpu[index] += cpu_seconds(sidecar.pid()) - before;
+                cpu[index] += cpu_time(sidecar.pid()).since(&before);
                 rounds[index].push(stats(latencies, wall));
             }
         }
         let total = (ROUNDS * sessions * calls) as f64;
         for (index, (mode, _)) in MODES.iter().enumerate() {
             figures.push(Traced {
+                client: CLIENTS[0],
                 mode,
                 load,
                 side: side(&rounds[index]),
@@ -154,35 +250,86 @@ pub async fn tracing_cost(urls: &[String], hosts: &[String]) -> (Vec<Traced>, u6
             let _ = client.cancel().await;
         }
     }
-    // The last batches leave within the exporter's schedule delay (5 s by default).
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let exports = sink.exports.load(Ordering::Relaxed);
-    let kib = sink.bytes.load(Ordering::Relaxed) / 1024;
-    (figures, exports, kib)
+    figures
 }
 
-/// The figures as the `sidecar_tracing` section of `docs/benchmarks.md`.
-pub fn report_tracing(figures: &[Traced], exports: u64, kib: u64) {
+/// The modes' rounds from the independent client (`mcpload`): one target per mode, alternated
+/// by the client, the unsampled parent's `traceparent` sent to its target only.
+fn independent_rounds(sidecars: &[Sidecar]) -> Vec<Traced> {
+    let mut figures = Vec::new();
+    for (load, sessions, calls) in LOADS {
+        let mut args: Vec<String> = vec![
+            "--header".into(),
+            "X-Capstan-Project: bench".into(),
+            "--target-header".into(),
+            format!(
+                "mode{}=traceparent: {UNSAMPLED_TRACEPARENT}",
+                unsampled_mode()
+            ),
+        ];
+        for (index, sidecar) in sidecars.iter().enumerate() {
+            args.extend([
+                "--target".into(),
+                sidecar_independent::sidecar_target(
+                    &format!("mode{index}"),
+                    sidecar,
+                    "echo",
+                    "2025-11-25",
+                ),
+                "--watch".into(),
+                format!("mode{index}={}", sidecar.pid()),
+            ]);
+        }
+        args.extend(sidecar_independent::load_args(sessions, calls));
+        let report = tokio::task::block_in_place(|| capstan_testkit::mcpload_call(&args));
+        for (index, (mode, _)) in MODES.iter().enumerate() {
+            let target = format!("mode{index}");
+            figures.push(Traced {
+                client: CLIENTS[1],
+                mode,
+                load,
+                side: sidecar_independent::medians(&report, &target),
+                cpu_us: report[&target]["cpu_us_per_call"][&target]
+                    .as_f64()
+                    .unwrap_or(0.0),
+            });
+        }
+    }
+    figures
+}
+
+/// The figures of the last run as the `sidecar_tracing` section of `docs/benchmarks.md`.
+pub fn report_tracing(tracing: &Tracing) {
+    let Tracing {
+        figures,
+        exports,
+        kib,
+    } = tracing;
     println!("<!-- bench:sidecar_tracing -->");
     println!("### Tracing on the sidecar's hot path\n");
     println!(
-        "Three sidecars in front of the same 3 minimal upstreams, called by the same rmcp \
-         client, alternated round by round ({ROUNDS} rounds, medians): traces off; on, \
-         sampled at 100 % (`OTEL_TRACES_SAMPLER=always_on`); on, sampled at 1 % \
-         (`traceidratio`, 0.01). Both exporting sidecars send OTLP/HTTP to a local sink that \
-         reads and acknowledges each export ({exports} exports, {kib} KiB in all).\n"
+        "Four sidecars in front of the same 3 minimal upstreams, called by the same client, \
+         alternated round by round ({ROUNDS} rounds, medians): traces off; on, sampled at \
+         100 % (`OTEL_TRACES_SAMPLER=always_on`); on, sampled at 1 % (`traceidratio`, 0.01); \
+         on with the default parent-based sampler, the client sending a `traceparent` it did \
+         not sample (flags 00) on every request. Measured by the rmcp client, then by the \
+         independent one (`mcpload`, one target per sidecar). The exporting sidecars send \
+         OTLP/HTTP to a local sink that reads and acknowledges each export ({exports} \
+         exports, {kib} KiB in all). A request is sampled or not when it arrives, and an \
+         unsampled one builds no span (`docs/observability.md` \"Sampling\").\n"
     );
     println!(
-        "| load | tracing | p50 ms | vs off | p99 ms | calls/s | vs off | sidecar CPU µs/call | vs off |"
+        "| client | load | tracing | p50 ms | vs off | p99 ms | calls/s | vs off | sidecar CPU µs/call | vs off |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for traced in figures {
         let off = figures
             .iter()
-            .find(|f| f.load == traced.load && f.mode == "off")
+            .find(|f| f.client == traced.client && f.load == traced.load && f.mode == "off")
             .unwrap();
         println!(
-            "| {} | {} | {:.3} | {:.2}× | {:.3} | {:.0} | {:.2}× | {:.0} | {:.2}× |",
+            "| {} | {} | {} | {:.3} | {:.2}× | {:.3} | {:.0} | {:.2}× | {:.0} | {:.2}× |",
+            traced.client,
             traced.load,
             traced.mode,
             traced.side.p50,

@@ -117,4 +117,4 @@ pub fn rss_kib(pid: u32) -> f64 {
     crate::proc_status_kib(pid, "VmRSS:").unwrap_or(0.0)
 }
 
-pub use crate::cpu_seconds;
+pub use crate::{cpu_seconds, cpu_time};
