@@ -29,21 +29,25 @@ pub const TRACE_CONTEXT_KEYS: [&str; 2] = ["traceparent", "tracestate"];
 /// The trace context of the span a request is sent in, as its carriers' entries; empty when
 /// nothing is traced.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Outgoing(HashMap<String, String>);
+pub struct Outgoing(Vec<(String, String)>);
 
 impl Outgoing {
     /// The current span's context (the span the request is sent in), or in an unsampled
     /// request the context its decision passes on.
     pub fn current() -> Self {
-        let context = match UNSAMPLED.try_with(Clone::clone) {
-            Ok(passed) => Context::new().with_remote_span_context(passed),
-            Err(_) => tracing::Span::current().context(),
-        };
+        if let Ok(passed) = UNSAMPLED.try_with(Clone::clone) {
+            return passed;
+        }
+        Self::of(&tracing::Span::current().context())
+    }
+
+    /// The entries that carry `context`; none when it names no span.
+    fn of(context: &Context) -> Self {
         if !context.span().span_context().is_valid() {
             return Self::default();
         }
         let mut carrier = Self::default();
-        TraceContextPropagator::new().inject_context(&context, &mut carrier);
+        TraceContextPropagator::new().inject_context(context, &mut carrier);
         carrier
     }
 
@@ -75,8 +79,8 @@ impl Outgoing {
 }
 
 tokio::task_local! {
-    /// The span context an unsampled request passes on, while its code runs.
-    static UNSAMPLED: SpanContext;
+    /// What an unsampled request passes on, while its code runs: written once per request.
+    static UNSAMPLED: Outgoing;
 }
 
 /// Whether the code running now serves a request its head sampler left out: the exporter's
@@ -87,6 +91,7 @@ pub fn unsampled() -> bool {
 
 /// Runs `future` as a request its head sampler left out, passing `passed` on to providers.
 pub async fn in_unsampled<F: Future>(passed: SpanContext, future: F) -> F::Output {
+    let passed = Outgoing::of(&Context::new().with_remote_span_context(passed));
     UNSAMPLED.scope(passed, future).await
 }
 
@@ -257,7 +262,10 @@ pub(crate) fn meta_mut(params: &mut Value) -> Option<&mut Map<String, Value>> {
 
 impl Injector for Outgoing {
     fn set(&mut self, key: &str, value: String) {
-        self.0.insert(key.to_owned(), value);
+        match self.0.iter_mut().find(|(k, _)| k == key) {
+            Some((_, known)) => *known = value,
+            None => self.0.push((key.to_owned(), value)),
+        }
     }
 }
 
