@@ -388,7 +388,7 @@ async fn bench() {
     }
     let tracing_only = std::env::var("CAPSTAN_BENCH_TRACING_ONLY").is_ok_and(|v| v == "1");
     if tracing_only {
-        let tracing = sidecar_tracing::tracing_cost(&workloads[0].urls, &workloads[0].hosts).await;
+        let tracing = sidecar_tracing::tracing_cost(&workloads[0]).await;
         sidecar_tracing::report_tracing(&tracing);
         return;
     }
@@ -408,7 +408,7 @@ async fn bench() {
         let tracing = if sessions_only() {
             None
         } else {
-            Some(sidecar_tracing::tracing_cost(&workloads[0].urls, &workloads[0].hosts).await)
+            Some(sidecar_tracing::tracing_cost(&workloads[0]).await)
         };
         runs.push(Run {
             figures,

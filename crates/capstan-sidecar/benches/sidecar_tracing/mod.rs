@@ -140,6 +140,8 @@ pub struct Traced {
     pub load: &'static str,
     pub side: Side,
     pub cpu_us: f64,
+    /// The upstream the calls go to, its CPU per call (µs) in the same rounds.
+    pub upstream_cpu_us: f64,
 }
 
 /// What one measurement of tracing's cost gave: every mode's figures, for both clients, and
@@ -168,7 +170,8 @@ pub const CLIENTS: [&str; 2] = ["rmcp client", "independent client"];
 
 /// The four modes, alternated within each round, for 1 and 32 sessions, from the rmcp client
 /// and then the independent one.
-pub async fn tracing_cost(urls: &[String], hosts: &[String]) -> Tracing {
+pub async fn tracing_cost(workload: &Workload) -> Tracing {
+    let (urls, hosts) = (&workload.urls, &workload.hosts);
     let sink = Sink::start().await;
     let documents = json!(
         ["one", "two", "three"]
@@ -191,8 +194,9 @@ pub async fn tracing_cost(urls: &[String], hosts: &[String]) -> Tracing {
             Sidecar::start(&documents, hosts, &env)
         })
         .collect();
-    let mut figures = rmcp_rounds(&sidecars).await;
-    figures.extend(independent_rounds(&sidecars));
+    let upstream = workload.pids[0];
+    let mut figures = rmcp_rounds(&sidecars, upstream).await;
+    figures.extend(independent_rounds(&sidecars, upstream));
     // The last batches leave within the exporter's schedule delay (5 s by default).
     tokio::time::sleep(Duration::from_secs(6)).await;
     Tracing {
@@ -209,7 +213,7 @@ const LOADS: [(&str, usize, usize); 2] = [
 ];
 
 /// The modes' rounds from the rmcp client (this process).
-async fn rmcp_rounds(sidecars: &[Sidecar]) -> Vec<Traced> {
+async fn rmcp_rounds(sidecars: &[Sidecar], upstream: u32) -> Vec<Traced> {
     let arguments = json!({"text": "orders"});
     let mut figures = Vec::new();
     for (load, sessions, calls) in LOADS {
@@ -228,11 +232,13 @@ async fn rmcp_rounds(sidecars: &[Sidecar]) -> Vec<Traced> {
         }
         let mut rounds: Vec<Vec<Stats>> = (0..MODES.len()).map(|_| Vec::new()).collect();
         let mut cpu = vec![0.0; MODES.len()];
+        let mut upstream_cpu = vec![0.0; MODES.len()];
         for _ in 0..ROUNDS {
             for (index, (sidecar, mine)) in sidecars.iter().zip(&clients).enumerate() {
-                let before = cpu_time(sidecar.pid());
+                let (before, before_upstream) = (cpu_time(sidecar.pid()), cpu_time(upstream));
                 let (latencies, wall) = run(mine, "one__echo", &arguments, calls).await;
                 cpu[index] += cpu_time(sidecar.pid()).since(&before);
+                upstream_cpu[index] += cpu_time(upstream).since(&before_upstream);
                 rounds[index].push(stats(latencies, wall));
             }
         }
@@ -244,6 +250,7 @@ async fn rmcp_rounds(sidecars: &[Sidecar]) -> Vec<Traced> {
                 load,
                 side: side(&rounds[index]),
                 cpu_us: cpu[index] / total * 1e6,
+                upstream_cpu_us: upstream_cpu[index] / total * 1e6,
             });
         }
         for client in clients.into_iter().flatten() {
@@ -255,7 +262,7 @@ async fn rmcp_rounds(sidecars: &[Sidecar]) -> Vec<Traced> {
 
 /// The modes' rounds from the independent client (`mcpload`): one target per mode, alternated
 /// by the client, the unsampled parent's `traceparent` sent to its target only.
-fn independent_rounds(sidecars: &[Sidecar]) -> Vec<Traced> {
+fn independent_rounds(sidecars: &[Sidecar], upstream: u32) -> Vec<Traced> {
     let mut figures = Vec::new();
     for (load, sessions, calls) in LOADS {
         let mut args: Vec<String> = vec![
@@ -266,6 +273,8 @@ fn independent_rounds(sidecars: &[Sidecar]) -> Vec<Traced> {
                 "mode{}=traceparent: {UNSAMPLED_TRACEPARENT}",
                 unsampled_mode()
             ),
+            "--watch".into(),
+            format!("upstream={upstream}"),
         ];
         for (index, sidecar) in sidecars.iter().enumerate() {
             args.extend([
@@ -290,6 +299,9 @@ fn independent_rounds(sidecars: &[Sidecar]) -> Vec<Traced> {
                 load,
                 side: sidecar_independent::medians(&report, &target),
                 cpu_us: report[&target]["cpu_us_per_call"][&target]
+                    .as_f64()
+                    .unwrap_or(0.0),
+                upstream_cpu_us: report[&target]["cpu_us_per_call"]["upstream"]
                     .as_f64()
                     .unwrap_or(0.0),
             });
@@ -319,16 +331,16 @@ pub fn report_tracing(tracing: &Tracing) {
          unsampled one builds no span (`docs/observability.md` \"Sampling\").\n"
     );
     println!(
-        "| client | load | tracing | p50 ms | vs off | p99 ms | calls/s | vs off | sidecar CPU µs/call | vs off |"
+        "| client | load | tracing | p50 ms | vs off | p99 ms | calls/s | vs off | sidecar CPU µs/call | vs off | upstream CPU µs/call |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for traced in figures {
         let off = figures
             .iter()
             .find(|f| f.client == traced.client && f.load == traced.load && f.mode == "off")
             .unwrap();
         println!(
-            "| {} | {} | {} | {:.3} | {:.2}× | {:.3} | {:.0} | {:.2}× | {:.0} | {:.2}× |",
+            "| {} | {} | {} | {:.3} | {:.2}× | {:.3} | {:.0} | {:.2}× | {:.0} | {:.2}× | {:.0} |",
             traced.client,
             traced.load,
             traced.mode,
@@ -339,6 +351,7 @@ pub fn report_tracing(tracing: &Tracing) {
             traced.side.throughput / off.side.throughput,
             traced.cpu_us,
             traced.cpu_us / off.cpu_us,
+            traced.upstream_cpu_us,
         );
     }
     println!();
