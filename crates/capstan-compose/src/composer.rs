@@ -20,7 +20,7 @@ use std::sync::Arc;
 use rmcp::model::{ErrorData, JsonObject};
 use thiserror::Error;
 use tracing::field::Empty;
-use tracing::{Instrument as _, Span, debug_span};
+use tracing::{Instrument as _, debug_span};
 
 use self::assemble::Assembly;
 pub use self::live::Composed;
@@ -34,7 +34,7 @@ use capstan_upstream::credential::{NoCredentials, SharedCredentials};
 use capstan_upstream::fetch::{ClientError, FetchError, Fetcher};
 use capstan_upstream::guard::{EndpointGuard, PatternError};
 use capstan_upstream::mcp::{CallError, CallerRevision, Connector};
-use capstan_upstream::trace_context::unsampled;
+use capstan_upstream::trace_context::span_unless_unsampled;
 
 /// Why a `load_skill` produced no body.
 #[derive(Debug, Error)]
@@ -228,9 +228,7 @@ impl Composer {
         revision: CallerRevision,
         credentials: &SharedCredentials,
     ) -> Composed {
-        let span = if unsampled() {
-            Span::none()
-        } else {
+        let span = span_unless_unsampled(|| {
             debug_span!(
                 "capstan.compose",
                 otel.name = "compose",
@@ -238,7 +236,7 @@ impl Composer {
                 capstan.recompose = previous.is_some(),
                 capstan.tools = Empty,
             )
-        };
+        });
         let composed = self
             .assemble(documents, previous, revision, credentials)
             .instrument(span.clone())

@@ -11,7 +11,7 @@ use crate::limits::Limits;
 use crate::source::snapshot::Document;
 use capstan_upstream::credential::{Dialed, SharedCredentials};
 use capstan_upstream::fetch::{FetchError, Fetched, Fetcher};
-use capstan_upstream::trace_context::unsampled;
+use capstan_upstream::trace_context::span_unless_unsampled;
 
 /// One knowledge source's fetch.
 #[derive(Debug)]
@@ -75,18 +75,17 @@ pub async fn fetch_all(
 /// The span of one knowledge fetch: the binding and the host, never the URL's path or query
 /// (a signed URL carries its credential there) nor the text fetched.
 fn fetch_span(binding: &str, url: &str) -> Span {
-    if unsampled() {
-        return Span::none();
-    }
-    let span = debug_span!(
-        "capstan.knowledge.fetch",
-        otel.name = "fetch knowledge",
-        otel.kind = "client",
-        otel.status_code = Empty,
-        capstan.binding = binding,
-        server.address = Empty,
-        error.type = Empty,
-    );
+    let span = span_unless_unsampled(|| {
+        debug_span!(
+            "capstan.knowledge.fetch",
+            otel.name = "fetch knowledge",
+            otel.kind = "client",
+            otel.status_code = Empty,
+            capstan.binding = binding,
+            server.address = Empty,
+            error.type = Empty,
+        )
+    });
     if !span.is_disabled()
         && let Some(host) = url::Url::parse(url)
             .ok()

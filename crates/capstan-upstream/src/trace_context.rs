@@ -89,6 +89,18 @@ pub fn unsampled() -> bool {
     UNSAMPLED.try_with(|_| ()).is_ok()
 }
 
+/// The span `make` builds, or none in a request its head sampler left out: every span site of
+/// a request makes its span through this, so an unsampled request builds none (the exporter's
+/// filter in `capstan-process` refuses them too, but tracing's per-layer filters cannot stop a
+/// span from being made when the answer depends on the request).
+pub fn span_unless_unsampled(make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    if unsampled() {
+        tracing::Span::none()
+    } else {
+        make()
+    }
+}
+
 /// Runs `future` as a request its head sampler left out, passing `passed` on to providers.
 pub async fn in_unsampled<F: Future>(passed: SpanContext, future: F) -> F::Output {
     let passed = Outgoing::of(&Context::new().with_remote_span_context(passed));

@@ -21,7 +21,7 @@ use capstan_upstream::credential::{Dialed, SharedCredential, SharedCredentials};
 use capstan_upstream::mcp::{
     CallerRevision, ConnectError, Connector, Dial, Offerings, Upstream, UpstreamChanges, Wanted,
 };
-use capstan_upstream::trace_context::unsampled;
+use capstan_upstream::trace_context::span_unless_unsampled;
 
 /// What one `mcpServers[]` entry of a document asks of the composition.
 pub(super) struct ServerPlan {
@@ -227,19 +227,18 @@ pub(super) async fn connect_all(
 /// The span of one server of a composition: opened, or its session kept (`capstan.reused`,
 /// the session there was to keep).
 fn connect_span(binding: &str, plan: &ServerPlan, reusable: bool) -> Span {
-    if unsampled() {
-        return Span::none();
-    }
-    let span = debug_span!(
-        "capstan.upstream.connect",
-        otel.name = %format_args!("connect {}", plan.server),
-        otel.status_code = Empty,
-        capstan.binding = binding,
-        capstan.server = %plan.server,
-        capstan.reused = reusable,
-        server.address = Empty,
-        error.type = Empty,
-    );
+    let span = span_unless_unsampled(|| {
+        debug_span!(
+            "capstan.upstream.connect",
+            otel.name = %format_args!("connect {}", plan.server),
+            otel.status_code = Empty,
+            capstan.binding = binding,
+            capstan.server = %plan.server,
+            capstan.reused = reusable,
+            server.address = Empty,
+            error.type = Empty,
+        )
+    });
     if !span.is_disabled()
         && let Some(host) = url::Url::parse(&plan.endpoint)
             .ok()

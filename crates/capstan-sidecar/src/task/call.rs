@@ -14,14 +14,14 @@ use capstan_core::tool_error::{ErrorKind, ToolError};
 use capstan_platform::BaseTools;
 use capstan_upstream::mcp::CallTraffic;
 use capstan_upstream::mcp::CallerSide;
-use capstan_upstream::trace_context::unsampled;
+use capstan_upstream::trace_context::span_unless_unsampled;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
 };
 use serde_json::Value;
 use tracing::field::Empty;
-use tracing::{Instrument, Span, debug_span};
+use tracing::{Instrument, debug_span};
 
 mod audit;
 mod provider;
@@ -225,9 +225,7 @@ impl Task {
     ) -> CallToolResult {
         let started = Instant::now();
         let mutating = base.mutating().iter().any(|m| m == name);
-        let span = if unsampled() {
-            Span::none()
-        } else {
+        let span = span_unless_unsampled(|| {
             debug_span!(
                 "capstan.base_tool",
                 otel.name = %format_args!("base tool {name}"),
@@ -236,7 +234,7 @@ impl Task {
                 error.type = Empty,
                 otel.status_code = Empty,
             )
-        };
+        });
         let arguments = Value::Object(arguments.unwrap_or_default());
         let result = match served.validate(name, &arguments) {
             Err(error) => Err(error),

@@ -6,29 +6,27 @@
 use tracing::field::Empty;
 use tracing::{Span, debug_span};
 
-use crate::trace_context::unsampled;
+use crate::trace_context::span_unless_unsampled;
 
 /// The span of one request to the server (kind client, after the MCP conventions); its
 /// context goes with the request (`trace_context.rs`). At debug level, like the request's
 /// own span (the sidecar's `request_span.rs` says why).
 pub(super) fn client_span(server: &str, url: &url::Url, method: &str, tool: Option<&str>) -> Span {
-    // A request its head sampler left out builds none (`trace_context.rs`).
-    if unsampled() {
-        return Span::none();
-    }
-    let span = debug_span!(
-        "mcp.client",
-        otel.name = Empty,
-        otel.kind = "client",
-        otel.status_code = Empty,
-        mcp.method.name = method,
-        gen_ai.operation.name = (method == "tools/call").then_some("execute_tool"),
-        gen_ai.tool.name = tool,
-        server.address = Empty,
-        server.port = Empty,
-        capstan.provider = %server,
-        error.type = Empty,
-    );
+    let span = span_unless_unsampled(|| {
+        debug_span!(
+            "mcp.client",
+            otel.name = Empty,
+            otel.kind = "client",
+            otel.status_code = Empty,
+            mcp.method.name = method,
+            gen_ai.operation.name = (method == "tools/call").then_some("execute_tool"),
+            gen_ai.tool.name = tool,
+            server.address = Empty,
+            server.port = Empty,
+            capstan.provider = %server,
+            error.type = Empty,
+        )
+    });
     if !span.is_disabled() {
         span.record(
             "otel.name",

@@ -8,7 +8,7 @@ use capstan_compose::composition::ComposedTool;
 use capstan_core::tool_error::{ErrorKind, ToolError};
 use capstan_route::{Decision, Exclusion, Reason, Taken};
 use capstan_upstream::mcp::CallTraffic;
-use capstan_upstream::trace_context::unsampled;
+use capstan_upstream::trace_context::span_unless_unsampled;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResponse, CallToolResult, JsonObject};
 use serde_json::Value;
@@ -316,16 +316,15 @@ fn route_reason_label(reason: capstan_route::RouteReason) -> &'static str {
 /// The span of a routing decision: the capability, and once decided the reason, the winner and
 /// how many providers were eligible or excluded.
 fn route_span(capability: &str) -> Span {
-    if unsampled() {
-        return Span::none();
-    }
-    debug_span!(
-        "capstan.route",
-        otel.name = %format_args!("route {capability}"),
-        capstan.route.capability = capability,
-        capstan.route.reason = Empty,
-        capstan.route.winner = Empty,
-        capstan.route.eligible = Empty,
-        capstan.route.excluded = Empty,
-    )
+    span_unless_unsampled(|| {
+        debug_span!(
+            "capstan.route",
+            otel.name = %format_args!("route {capability}"),
+            capstan.route.capability = capability,
+            capstan.route.reason = Empty,
+            capstan.route.winner = Empty,
+            capstan.route.eligible = Empty,
+            capstan.route.excluded = Empty,
+        )
+    })
 }
