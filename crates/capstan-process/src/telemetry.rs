@@ -134,7 +134,8 @@ pub fn init_telemetry(
         filter: filter.to_owned(),
         source,
     })?;
-    let provider = trace_provider(service)?;
+    let heads = HeadSampler::from_env();
+    let provider = trace_provider(service, &heads)?;
     // No location, thread, target or level attributes, no busy/idle timing, and no OpenTelemetry
     // context activated on each enter (a span's parent is read from `tracing`'s own tree, and
     // `trace_context.rs` reads a span's context directly): each costs on every poll of an
@@ -155,12 +156,16 @@ pub fn init_telemetry(
         .with(logs)
         .with(traces)
         .init();
-    let heads = provider.is_some().then(HeadSampler::from_env);
+    let heads = provider.is_some().then_some(heads);
     Ok(Telemetry { provider, heads })
 }
 
-/// The tracer provider the environment asks for, if any.
-fn trace_provider(service: &'static str) -> Result<Option<SdkTracerProvider>, TelemetryError> {
+/// The tracer provider the environment asks for, if any, sampling what `heads` sampled at a
+/// request's head and the rest as `heads` would.
+fn trace_provider(
+    service: &'static str,
+    heads: &HeadSampler,
+) -> Result<Option<SdkTracerProvider>, TelemetryError> {
     let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
     let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
         || std::env::var("OTEL_TRACES_EXPORTER").is_ok_and(|v| v.trim() == "none");
@@ -192,7 +197,7 @@ fn trace_provider(service: &'static str) -> Result<Option<SdkTracerProvider>, Te
     }
     Ok(Some(
         SdkTracerProvider::builder()
-            .with_sampler(HeadFirst(HeadSampler::from_env().into_inner()))
+            .with_sampler(HeadFirst(heads.clone().into_inner()))
             .with_batch_exporter(exporter)
             .with_resource(resource.build())
             .build(),

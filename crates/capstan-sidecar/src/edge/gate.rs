@@ -275,9 +275,11 @@ async fn checked(gate: Gate, request: Request) -> (Response, Span) {
     let identity = match Identity::from_headers(request.headers(), admission.project_header()) {
         Ok(identity) => identity,
         Err(refused) => {
-            let trace = gate.tracing.begin(request.headers(), None);
-            let response = after_body(request.into_body(), refused.into_response());
-            return (response.instrument(trace.span.clone()).await, trace.span);
+            let span = gate.tracing.begin(request.headers(), None).span;
+            return (
+                after_body(request.into_body(), refused.into_response()).await,
+                span,
+            );
         }
     };
     let session = request
