@@ -178,7 +178,7 @@ fn main() {
         // `CAPSTAN_TOOLSEARCH_MISSES=N`: the queries whose first expected tool ranks below N.
         if let Ok(beyond) = std::env::var("CAPSTAN_TOOLSEARCH_MISSES") {
             let beyond = beyond.parse().unwrap_or(5);
-            metrics::print_misses(&queries, &ours, &index, beyond);
+            metrics::print_misses(&queries, &ours, beyond);
         }
     }
     cost::print(&docs, &tools, &metrics::load(&files[0]));

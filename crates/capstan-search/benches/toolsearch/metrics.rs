@@ -4,7 +4,6 @@
 
 use std::path::Path;
 
-use capstan_search::Index;
 use serde::Deserialize;
 
 /// One labelled query.
@@ -170,8 +169,7 @@ impl Report {
 
 /// The answerable queries whose expected tools are not in the top 5, and the unservable ones
 /// given a tool, with what was ranked — for working on the method, never for the report.
-pub fn print_misses(queries: &[Query], ranked: &[Ranked], index: &Index, beyond: usize) {
-    let _ = index;
+pub fn print_misses(queries: &[Query], ranked: &[Ranked], beyond: usize) {
     for (query, ranked) in queries.iter().zip(ranked) {
         let first = ranked.first(&query.expected);
         let miss = if query.expected.is_empty() {
