@@ -189,7 +189,7 @@ impl CallerCredentials {
             Ok(shared.workload.credential(audience))
         };
         let client = match (&spec.client.secret, &spec.client.workload_identity) {
-            (Some(secret), _) => ClientProof::Secret(shared.secrets.credential(
+            (Some(secret), _) => ClientProof::Secret(Box::new(shared.secrets.credential(
                 &self.project,
                 dialed.binding,
                 &spec.token_endpoint,
@@ -199,7 +199,7 @@ impl CallerCredentials {
                     header: None,
                     prefix: None,
                 },
-            )?),
+            )?)),
             (None, Some(identity)) => ClientProof::Assertion(for_endpoint(&identity.audience)?),
             (None, None) => {
                 return Err(CredentialError::permanent(

@@ -46,7 +46,7 @@ pub struct Exchanges {
 #[derive(Debug)]
 pub enum ClientProof {
     /// A client secret from a Secret.
-    Secret(SecretCredentialSource),
+    Secret(Box<SecretCredentialSource>),
     /// Its workload token as a client assertion.
     Assertion(WorkloadCredential),
 }

@@ -31,6 +31,11 @@ fn secret(annotations: &[(&str, &str)], data: &[(&str, &str)]) -> SecretState {
 
 fn source(header: Option<&str>) -> SecretCredentialSource {
     let (_tx, state) = watch::channel(SecretState::Pending);
+    following(header, state)
+}
+
+/// A source reading the Secret's states from `state`.
+fn following(header: Option<&str>, state: watch::Receiver<SecretState>) -> SecretCredentialSource {
     SecretCredentialSource {
         watched: Arc::new(Watched {
             state,
@@ -45,6 +50,7 @@ fn source(header: Option<&str>) -> SecretCredentialSource {
         },
         binding: "streamco".into(),
         url: "https://mcp.streamco.example/mcp".into(),
+        made: Mutex::default(),
     }
 }
 
@@ -110,4 +116,32 @@ async fn a_secret_should_be_refused_unless_its_owner_named_the_binding_and_the_h
         );
         assert!(!refused.message.contains("planted"), "{refused}");
     }
+}
+
+#[tokio::test]
+async fn a_header_made_once_should_follow_every_change_of_the_secret() {
+    let (tx, state) = watch::channel(secret(CONSENT, &[("token", "first")]));
+    let source = following(None, state);
+    let sent = |header: Result<Header, CredentialError>| {
+        header.map(|h| h.value.to_str().unwrap().to_owned())
+    };
+    assert_eq!(sent(source.header().await).unwrap(), "Bearer first");
+    assert_eq!(sent(source.header().await).unwrap(), "Bearer first");
+    tx.send_replace(secret(CONSENT, &[("token", "rotated")]));
+    assert_eq!(sent(source.header().await).unwrap(), "Bearer rotated");
+    // The owner withdraws the host: the header made before must not be sent again.
+    tx.send_replace(secret(
+        &[
+            (BINDINGS_ANNOTATION, "streamco"),
+            (HOSTS_ANNOTATION, "elsewhere.example"),
+        ],
+        &[("token", "rotated")],
+    ));
+    let refused = sent(source.header().await).unwrap_err();
+    assert!(
+        refused.to_string().contains("does not name the host"),
+        "{refused}"
+    );
+    tx.send_replace(SecretState::Missing);
+    assert!(source.header().await.is_err());
 }
