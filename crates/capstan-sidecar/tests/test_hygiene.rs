@@ -134,16 +134,21 @@ fn another_token_or_project_in_a_session_should_be_refused() {
     assert!(body.contains("\"result\""), "{body}");
 }
 
+/// The headers of a request in `session` of caller `t` in project `demo-project`.
+fn in_session(session: &str) -> [(&'static str, &str); 4] {
+    [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer t"),
+        ("mcp-session-id", session),
+        ("mcp-protocol-version", "2025-11-25"),
+    ]
+}
+
 #[test]
 fn bad_input_should_get_clear_errors_and_the_sidecar_keep_serving() {
     let (_provider, mut sidecar) = streamco_sidecar();
     let session = sidecar.curl_initialize("demo-project", "t");
-    let headers = [
-        (PROJECT_HEADER, "demo-project"),
-        ("authorization", "Bearer t"),
-        ("mcp-session-id", session.as_str()),
-        ("mcp-protocol-version", "2025-11-25"),
-    ];
+    let headers = in_session(&session);
     let (code, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(r#"{"jsonrpc":"#));
     assert_eq!(code, 400);
     assert!(
@@ -187,6 +192,59 @@ fn bad_input_should_get_clear_errors_and_the_sidecar_keep_serving() {
     assert!(body.contains("clickstream"), "{body}");
     let (code, body, _) = sidecar.curl("GET", "/healthz", &[], None);
     assert_eq!((code, body.as_str()), (200, "ok\n"));
+}
+
+/// A request body of megabytes is served on a thread of its own (`edge/gate/large.rs`), so the
+/// other sessions' requests keep the worker: the call reaches the provider and its answer the
+/// caller byte for byte, a malformed one is refused as the worker refuses it, and the sidecar
+/// has started that thread (it exists only once such a request came).
+#[test]
+fn a_large_request_should_be_served_whole_on_its_own_thread() {
+    let (_provider, sidecar) = streamco_sidecar();
+    let threads = || {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", sidecar.pid())).unwrap();
+        tasks
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .map(|name| name.trim().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let session = sidecar.curl_initialize("demo-project", "t");
+    let headers = in_session(&session);
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(CALL));
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        !threads().contains(&"capstan-large".to_owned()),
+        "{:?}",
+        threads()
+    );
+
+    let name: String = (0..3 * 1024 * 1024)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"streamco__streams_get","arguments":{{"name":"{name}"}}}}}}"#
+    );
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(&call));
+    assert_eq!(code, 200, "{}", &body[..body.len().min(300)]);
+    // The provider answers that no stream has that name, quoting it whole.
+    assert!(
+        body.contains(&format!(r#"no stream named \"{name}\""#)),
+        "{}",
+        &body[..300]
+    );
+    assert!(
+        threads().contains(&"capstan-large".to_owned()),
+        "{:?}",
+        threads()
+    );
+
+    let malformed = format!(r#"{{"jsonrpc":"2.0","id":8,"method":"tools/call","params":"{name}"#);
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(&malformed));
+    assert_eq!(code, 400, "{}", &body[..body.len().min(300)]);
+    assert!(body.contains("-32700"), "{}", &body[..body.len().min(300)]);
+    let (code, body, _) = sidecar.curl("POST", "/mcp", &headers, Some(CALL));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("clickstream"), "{body}");
 }
 
 /// What the sidecar serves in no way is refused with the status a client reads, and what a

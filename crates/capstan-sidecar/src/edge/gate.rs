@@ -26,8 +26,10 @@ use serde_json::json;
 use tracing::{Instrument as _, Span, error};
 
 mod classify;
+mod large;
 
 use self::classify::{Kind, classify, read_message};
+use self::large::LARGE_BODY_BYTES;
 use super::request::{Checked, EdgeRequest, Refused, Serve};
 use crate::caller::admission::{Full, Place};
 use crate::caller::identity::{Identity, refusal};
@@ -289,13 +291,16 @@ async fn checked(gate: Gate, request: Request) -> (Response, Span) {
         .map(str::to_owned);
     let is_mcp = request.uri().path() == "/mcp" || request.uri().path().starts_with("/mcp/");
     let (parts, body) = request.into_parts();
-    let (body, message) = if is_mcp && parts.method == Method::POST {
+    let (body, message, large) = if is_mcp && parts.method == Method::POST {
         match read_message(body).await {
-            Ok((bytes, message)) => (Body::from(bytes), Some(message)),
+            Ok((bytes, message)) => {
+                let large = bytes.len() >= LARGE_BODY_BYTES;
+                (Body::from(bytes), Some(message), large)
+            }
             Err(refused) => return (*refused, gate.tracing.begin(&parts.headers, None).span),
         }
     } else {
-        (body, None)
+        (body, None, false)
     };
     let RequestTrace { span, unsampled } = gate.tracing.begin(&parts.headers, message.as_ref());
     describe(
@@ -315,10 +320,19 @@ async fn checked(gate: Gate, request: Request) -> (Response, Span) {
         Kind::Read { session }
     };
     let served = serve_checked(gate, kind, identity, parts, body, message).instrument(span.clone());
-    let response = match unsampled {
-        Some(passed) => in_unsampled(passed, served).await,
-        None => served.await,
+    let served = async move {
+        match unsampled {
+            Some(passed) => in_unsampled(passed, served).await,
+            None => served.await,
+        }
     };
+    let response = large::serve(large, served).await.unwrap_or_else(|| {
+        refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the sidecar is stopping: send the request again",
+        )
+    });
     (response, span)
 }
 

@@ -8,6 +8,7 @@ use capstan_api::wire::MCP_PROTOCOL_VERSION;
 use rmcp::model::ProtocolVersion;
 use serde_json::json;
 
+use super::large::{self, LARGE_BODY_BYTES};
 use super::{MAX_BODY_BYTES, Refused};
 use crate::caller::identity::refusal;
 use crate::message::{Envelope, Message, PROTOCOL_VERSION_META};
@@ -95,7 +96,20 @@ pub(super) async fn read_message(body: Body) -> Result<(Bytes, Message), Refused
             &format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
         )));
     };
-    match Message::parse(&bytes) {
+    let parsed = if bytes.len() >= LARGE_BODY_BYTES {
+        let read = bytes.clone();
+        large::serve(true, async move { Message::parse(&read) }).await
+    } else {
+        Some(Message::parse(&bytes))
+    };
+    let Some(parsed) = parsed else {
+        return Err(Box::new(refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the sidecar is stopping: send the request again",
+        )));
+    };
+    match parsed {
         Ok(message) => Ok((bytes, message)),
         Err(error) => Err(Box::new(
             (
