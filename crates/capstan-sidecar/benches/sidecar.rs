@@ -29,12 +29,18 @@
 //! In every run too, what tracing costs (`sidecar_tracing/mod.rs`): traces off, sampled at
 //! 100 % and at 1 %, and a parent-based sampler with an unsampled parent, side by side, from
 //! both clients.
+//! And the minimal upstream's call rounds again with the sidecar and the hop on one core and
+//! the load on the other (`sidecar_pinned/mod.rs`, `taskset`), from both clients; and small
+//! calls beside a session sending 4 MiB bodies and one reading a slow answer
+//! (`sidecar_head_of_line/mod.rs`).
 //!
 //! CAPSTAN_BENCH_SESSIONS_ONLY=1 measures session setup and memory alone (printed, no report),
 //! for iterating on them; CAPSTAN_BENCH_TRACING_ONLY=1 the tracing rows alone;
 //! CAPSTAN_BENCH_CALLS_ONLY=1 the minimal upstream's call rounds alone, with the rmcp client
 //! (printed, no report: an A/B of two sidecar binaries swapped between runs takes minutes);
 //! CAPSTAN_BENCH_CALLS_ONLY=independent the same rounds from the independent client;
+//! CAPSTAN_BENCH_CALLS_ONLY=pinned the pinned rounds alone, from both clients;
+//! CAPSTAN_BENCH_HOL_ONLY=1 the head-of-line round alone;
 //! CAPSTAN_BENCH_MANY_ONLY=1 the 10,000-session round alone (`sidecar_many/mod.rs`; printed).
 //!
 //! CAPSTAN_BENCH_PERF=<file> records a CPU profile of the sidecar (`perf record -g`) during the
@@ -42,8 +48,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod sidecar_head_of_line;
 mod sidecar_independent;
 mod sidecar_many;
+mod sidecar_pinned;
 mod sidecar_report;
 mod sidecar_tracing;
 
@@ -149,6 +157,7 @@ async fn discovering(transport: StreamableHttpClientTransport<reqwest::Client>) 
 }
 
 /// Three upstreams of one kind, and the tool the calls go to.
+#[derive(Clone)]
 struct Workload {
     label: &'static str,
     urls: Vec<String>,
@@ -162,6 +171,9 @@ struct Workload {
     hop: Option<(String, u32)>,
     /// Only the call rounds (no cold sessions, no RSS): a variant of another workload.
     calls_only: bool,
+    /// The proxies on a core of their own, the load on the other (`sidecar_pinned/mod.rs`):
+    /// the call rounds only, no revisions.
+    pinned: bool,
 }
 
 fn params(name: &str, arguments: &Value) -> CallToolRequestParams {
@@ -351,6 +363,7 @@ async fn bench() {
         include: vec!["echo"],
         hop: hop.map(|hop| (format!("http://{}/mcp", hop.address), hop.pid())),
         calls_only: hop.is_none(),
+        pinned: false,
     };
     let workloads = [
         minimal("minimal upstream", &echo, Some(&hop)),
@@ -365,6 +378,7 @@ async fn bench() {
             include: vec!["streams_get", "streams_list", "docs_search"],
             hop: None,
             calls_only: false,
+            pinned: false,
         },
     ];
     let calls_only = std::env::var("CAPSTAN_BENCH_CALLS_ONLY").unwrap_or_default();
@@ -378,11 +392,27 @@ async fn bench() {
         });
         return;
     }
+    if calls_only == "pinned" {
+        if let Some(pinned) = sidecar_pinned::pinned(&workloads[0]).await {
+            print_calls(&pinned.rmcp);
+            print_calls(&pinned.independent);
+        }
+        return;
+    }
     // The 10,000-session round runs on the demo provider, the goals' memory workload.
     let demo_workload = &workloads[2];
     if std::env::var("CAPSTAN_BENCH_MANY_ONLY").is_ok_and(|v| v == "1") {
         let mut out = String::new();
         sidecar_many::report_many(&mut out, &sidecar_many::many(demo_workload).await);
+        println!("{out}");
+        return;
+    }
+    if std::env::var("CAPSTAN_BENCH_HOL_ONLY").is_ok_and(|v| v == "1") {
+        let mut out = String::new();
+        sidecar_head_of_line::report_head_of_line(
+            &mut out,
+            &sidecar_head_of_line::head_of_line().await,
+        );
         println!("{out}");
         return;
     }
@@ -405,15 +435,21 @@ async fn bench() {
         for workload in workloads.iter().filter(|_| !sessions_only()) {
             independent.push(sidecar_independent::independent(workload).await);
         }
-        let tracing = if sessions_only() {
-            None
+        let (tracing, pinned, head_of_line) = if sessions_only() {
+            (None, None, None)
         } else {
-            Some(sidecar_tracing::tracing_cost(&workloads[0]).await)
+            (
+                Some(sidecar_tracing::tracing_cost(&workloads[0]).await),
+                sidecar_pinned::pinned(&workloads[0]).await,
+                Some(sidecar_head_of_line::head_of_line().await),
+            )
         };
         runs.push(Run {
             figures,
             independent,
             tracing,
+            pinned,
+            head_of_line,
         });
     }
     let many = if sessions_only() {
@@ -488,6 +524,11 @@ struct Run {
     independent: Vec<Figures>,
     /// What tracing cost in this run (`sidecar_tracing/mod.rs`).
     tracing: Option<sidecar_tracing::Tracing>,
+    /// The minimal upstream's call rounds with the proxies on a core of their own
+    /// (`sidecar_pinned/mod.rs`).
+    pinned: Option<sidecar_pinned::Pinned>,
+    /// Small calls beside busy sessions (`sidecar_head_of_line/mod.rs`).
+    head_of_line: Option<sidecar_head_of_line::HeadOfLine>,
 }
 
 /// Whether only session setup and memory are measured (`CAPSTAN_BENCH_SESSIONS_ONLY=1`).
@@ -530,6 +571,7 @@ async fn measure(workload: &Workload) -> Figures {
             ("CAPSTAN_MAX_SESSIONS_PER_PROJECT", "4096"),
         ],
     );
+    sidecar_pinned::pin_sidecar(workload, &sidecar);
     let perf = std::env::var("CAPSTAN_BENCH_PERF")
         .ok()
         .filter(|_| workload.label == "minimal upstream")
@@ -615,7 +657,7 @@ async fn measure(workload: &Workload) -> Figures {
         let _ = perf.wait();
     }
 
-    let revisions = if workload.hop.is_some() && !sessions_only() {
+    let revisions = if workload.hop.is_some() && !workload.pinned && !sessions_only() {
         Some(revisions(&sidecar, workload).await)
     } else {
         None

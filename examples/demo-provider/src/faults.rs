@@ -1,5 +1,6 @@
 //! The transport-level faults of `/mcp` (`hang`, `hang-calls`, `slow-calls:<ms>`, `slow-drip`,
-//! `http-500`, `malformed`), applied by the middleware that first records every request.
+//! `drip-calls:<ms>`, `http-500`, `malformed`), applied by the middleware that first records
+//! every request.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +41,8 @@ pub(crate) async fn record_and_fault(
 
 /// Answers an MCP `request` as the faults set now shape it, in this order: held forever
 /// (`hang`, or `hang-calls` for a request that calls a tool), delayed (`slow-calls`), sent
-/// slowly (`slow-drip`), or answered in the server's place (`http-500`, `malformed`).
+/// slowly (`slow-drip`, or `drip-calls` for a request that calls a tool), or answered in the
+/// server's place (`http-500`, `malformed`).
 async fn apply_faults(
     shared: &Shared,
     calls_a_tool: bool,
@@ -54,7 +56,10 @@ async fn apply_faults(
         tokio::time::sleep(delay).await;
     }
     if shared.has("slow-drip") {
-        return drip(next.run(request).await).await;
+        return drip(next.run(request).await, SLOW_DRIP).await;
+    }
+    if calls_a_tool && let Some(every) = fault_ms(shared, "drip-calls:") {
+        return drip(next.run(request).await, every).await;
     }
     if let Some(injected) = injected_answer(shared) {
         return injected;
@@ -64,15 +69,24 @@ async fn apply_faults(
 
 /// How long `slow-calls:<ms>` holds a request that calls a tool, if it is set.
 fn slow_calls(shared: &Shared) -> Option<Duration> {
+    fault_ms(shared, "slow-calls:")
+}
+
+/// The milliseconds of a fault set as `<prefix><ms>`, if it is set.
+fn fault_ms(shared: &Shared, prefix: &str) -> Option<Duration> {
     shared
         .faults()
         .iter()
-        .find_map(|f| f.strip_prefix("slow-calls:")?.parse::<u64>().ok())
+        .find_map(|f| f.strip_prefix(prefix)?.parse::<u64>().ok())
         .map(Duration::from_millis)
 }
 
-/// `response` with its body sent one byte every 200 ms (`slow-drip`, `slow-runbook`).
-pub(crate) async fn drip(response: Response) -> Response {
+/// How often `slow-drip` and `slow-runbook` send a byte.
+pub(crate) const SLOW_DRIP: Duration = Duration::from_millis(200);
+
+/// `response` with its body sent one byte `every` so long (`slow-drip`, `slow-runbook`,
+/// `drip-calls:<ms>`: a provider streaming its answer slowly).
+pub(crate) async fn drip(response: Response, every: Duration) -> Response {
     let (parts, body) = response.into_parts();
     let bytes = axum::body::to_bytes(body, MAX_RECORDED_BODY)
         .await
@@ -83,7 +97,7 @@ pub(crate) async fn drip(response: Response) -> Response {
             if at >= bytes.len() {
                 return None;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(every).await;
             Some((
                 Ok::<_, std::convert::Infallible>(bytes.slice(at..at + 1)),
                 at + 1,

@@ -52,7 +52,7 @@ pub(crate) async fn runbook(State(shared): State<Arc<Shared>>) -> Response {
         return format!("{LAG_RUNBOOK}\nServed as response {served}.\n").into_response();
     }
     if shared.has("slow-runbook") {
-        return crate::faults::drip(LAG_RUNBOOK.into_response()).await;
+        return crate::faults::drip(LAG_RUNBOOK.into_response(), crate::faults::SLOW_DRIP).await;
     }
     LAG_RUNBOOK.into_response()
 }

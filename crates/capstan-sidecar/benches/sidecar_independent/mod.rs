@@ -71,6 +71,7 @@ pub async fn independent(workload: &Workload) -> Figures {
             ("CAPSTAN_MAX_SESSIONS_PER_PROJECT", "4096"),
         ],
     );
+    sidecar_pinned::pin_sidecar(workload, &sidecar);
     let tool = workload.tool;
     let mut loads = Vec::new();
     for (label, sessions, calls) in [
@@ -116,7 +117,7 @@ pub async fn independent(workload: &Workload) -> Figures {
                 .map(|_| (medians(&report, "hop"), cpu(&report, "hop", "hop"))),
         });
     }
-    let revisions = workload.hop.as_ref().map(|_| {
+    let revisions = workload.hop.as_ref().filter(|_| !workload.pinned).map(|_| {
         let mut args = common_args(workload);
         args.extend([
             "--target".into(),
