@@ -23,14 +23,20 @@
 //! `CAPSTAN_BENCH_HUGE=1` the same at 100,000 bindings and, after it, the apiserver's own limit
 //! at that size (raw server-side apply status patches), in a section of its own.
 //!
+//! Where each round's CPU goes: the controller's, the apiserver's and etcd's CPU seconds per
+//! phase (start, initial list, writes), and the same processes' over the raw patches
+//! (`controller_cpu/mod.rs`); the last round of the design's mode is reported.
+//!
 //! Reports medians and the ratios between the modes. Nothing here is asserted. For iterating:
 //! `CAPSTAN_BENCH_ROUNDS` (3), `CAPSTAN_BENCH_NAIVE=0`, `CAPSTAN_BENCH_PROBE=0`,
 //! `CAPSTAN_BENCH_LARGE=0`, `CAPSTAN_BENCH_CONTROLLER_ARGS` (extra controller flags); the huge
 //! round alone: `CAPSTAN_BENCH_PROBE_ONLY=1 CAPSTAN_BENCH_PROBE=0 CAPSTAN_BENCH_LARGE=0
 //! CAPSTAN_BENCH_HUGE=1`.
 
+mod controller_cpu;
+
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use capstan_e2e::ControlPlane;
 use capstan_e2e::bench::median;
@@ -55,6 +61,8 @@ struct Round {
     writes: usize,
     resync_writes: usize,
     peak_rss_mib: f64,
+    /// CPU seconds per process and phase (`controller_cpu/mod.rs`).
+    phases: Vec<controller_cpu::Phase>,
 }
 
 fn main() {
@@ -457,12 +465,12 @@ async fn large_round(plane: &ControlPlane, label: &str, size: usize, raw: bool) 
     // Shown at once: the raw baseline after it takes minutes more.
     eprintln!("{report}");
     if raw {
-        let (took, concurrency) =
-            raw_status_patches(&api, RawKind::Apply, 0, size, &HUGE_RAW_CONCURRENCY).await;
+        let (took, concurrency, _) =
+            raw_status_patches(plane, &api, RawKind::Apply, 0, size, &HUGE_RAW_CONCURRENCY).await;
         report.push_str(&format!(
             "\nthe apiserver's own limit at {size}: raw server-side apply status patches at the \
              best of {HUGE_RAW_CONCURRENCY:?} in flight ({concurrency}): {took:.1?}; all \
-             Accepted / raw: {:.2}x (goal <= 1.3x)",
+             Accepted / raw: {:.2}x (goal <= 1.2x)",
             all_accepted.as_secs_f64() / took.as_secs_f64()
         ));
     }
@@ -492,16 +500,20 @@ impl RawKind {
 
 /// The apiserver's own limit for what the controller does: a status patch (a new Accepted
 /// condition) for every binding, from one kept-alive client with `RAW_CONCURRENCY` requests in
-/// flight; the best (time, concurrency).
+/// flight; the best (time, concurrency, CPU seconds of this client, the apiserver and etcd).
 async fn raw_status_patches(
+    plane: &ControlPlane,
     api: &Api<DynamicObject>,
     kind: RawKind,
     round: usize,
     count: usize,
     concurrencies: &[usize],
-) -> (Duration, usize) {
-    let mut best: Option<(Duration, usize)> = None;
+) -> (Duration, usize, controller_cpu::Phase) {
+    let mut best: Option<(Duration, usize, controller_cpu::Phase)> = None;
     for &concurrency in concurrencies {
+        let [apiserver, etcd] = controller_cpu::plane_pids(plane);
+        let timeline = controller_cpu::Timeline::start([std::process::id(), apiserver, etcd]);
+        let from = SystemTime::now();
         let started = Instant::now();
         futures::stream::iter(0..count)
             .map(|index| {
@@ -547,21 +559,22 @@ async fn raw_status_patches(
             .await
             .unwrap_or_else(|e| panic!("raw status patches: {e}"));
         let took = started.elapsed();
+        let phase = controller_cpu::raw_phase(&timeline.finish(), (from, SystemTime::now()));
         eprintln!(
             "round {round}: {count} raw {} status patches, {concurrency} in flight: {took:.2?}",
             kind.name()
         );
-        if best.is_none_or(|(b, _)| took < b) {
-            best = Some((took, concurrency));
+        if best.as_ref().is_none_or(|(b, _, _)| took < *b) {
+            best = Some((took, concurrency, phase));
         }
     }
-    best.unwrap_or_default()
+    best.unwrap_or_else(|| panic!("raw status patches: no concurrency to try"))
 }
 
 /// The best merge and server-side apply baselines of one round.
 struct Raw {
-    merge: (Duration, usize),
-    apply: (Duration, usize),
+    merge: (Duration, usize, controller_cpu::Phase),
+    apply: (Duration, usize, controller_cpu::Phase),
 }
 
 /// Rounds per write mode: `CAPSTAN_BENCH_ROUNDS`, 3 unless set.
@@ -628,10 +641,24 @@ async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<Raw>) {
     let mut raws = Vec::new();
     for round in 1..=self::rounds() {
         raws.push(Raw {
-            merge: raw_status_patches(&api, RawKind::Merge, round, BINDINGS, &RAW_CONCURRENCY)
-                .await,
-            apply: raw_status_patches(&api, RawKind::Apply, round, BINDINGS, &RAW_CONCURRENCY)
-                .await,
+            merge: raw_status_patches(
+                plane,
+                &api,
+                RawKind::Merge,
+                round,
+                BINDINGS,
+                &RAW_CONCURRENCY,
+            )
+            .await,
+            apply: raw_status_patches(
+                plane,
+                &api,
+                RawKind::Apply,
+                round,
+                BINDINGS,
+                &RAW_CONCURRENCY,
+            )
+            .await,
         });
         for &mode in modes() {
             // A new generation for every binding: this round's controller has 5,000 to write.
@@ -646,6 +673,7 @@ async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<Raw>) {
             let user = format!("system:serviceaccount:capstan-system:{identity}");
 
             let started = Instant::now();
+            let spawned = SystemTime::now();
             // Probing off: these rounds measure Accepted writes (the probe has its own round).
             let mut args = vec!["--log", "warn", "--probe-interval-seconds", "0"];
             args.extend(extra.iter().map(String::as_str));
@@ -662,6 +690,9 @@ async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<Raw>) {
                 .unwrap_or_else(|e| panic!("{e}"))
             };
             let mut controller = start();
+            let [apiserver, etcd] = controller_cpu::plane_pids(plane);
+            let timeline =
+                controller_cpu::Timeline::start([controller.pid().unwrap_or(0), apiserver, etcd]);
             let mut progress = Vec::new();
             let mut first = None;
             accepted
@@ -679,6 +710,7 @@ async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<Raw>) {
                 )
                 .await;
             let all_accepted = started.elapsed();
+            let (samples, done) = (timeline.finish(), SystemTime::now());
             eprintln!(
                 "round {round} {mode}: first Accepted after {:.2?} (process start, lease, initial list)",
                 first.unwrap_or_default()
@@ -686,6 +718,7 @@ async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<Raw>) {
             // Let in-flight writes land before counting.
             tokio::time::sleep(Duration::from_secs(1)).await;
             let writes = writes_by(plane, &user);
+            let phases = controller_cpu::controller_phases(plane, &user, &samples, (spawned, done));
             let peak = controller.peak_rss_mib();
             // Where the time went: the queue worker's write latency (transitions mode only),
             // and how many bindings were Accepted every 10 s.
@@ -730,6 +763,7 @@ async fn bench(plane: &ControlPlane) -> (Vec<Round>, Vec<Raw>) {
                 writes,
                 resync_writes,
                 peak_rss_mib: peak,
+                phases,
             });
         }
     }
@@ -787,17 +821,30 @@ fn report(rounds: &[Round], raws: &[Raw]) {
     };
     for kind in [RawKind::Merge, RawKind::Apply] {
         let pick = |raw: &Raw| match kind {
-            RawKind::Merge => raw.merge,
-            RawKind::Apply => raw.apply,
+            RawKind::Merge => (raw.merge.0, raw.merge.1),
+            RawKind::Apply => (raw.apply.0, raw.apply.1),
         };
         let best = median(raws.iter().map(|r| pick(r).0.as_secs_f64()).collect());
         let concurrencies: Vec<String> = raws.iter().map(|r| pick(r).1.to_string()).collect();
         println!(
             "the apiserver's own limit, {}: {BINDINGS} raw status patches at the best of {RAW_CONCURRENCY:?} \
-             in flight (best per round: {} in flight), median {best:.2} s; all Accepted / raw: {:.2}x (goal <= 1.3x)",
+             in flight (best per round: {} in flight), median {best:.2} s; all Accepted / raw: {:.2}x (goal <= 1.2x)",
             kind.name(),
             concurrencies.join(", "),
             t.0 / best
+        );
+    }
+    let last_round = rounds.iter().rev().find(|r| r.mode == "transitions");
+    if let (Some(round), Some(raw)) = (last_round, raws.last()) {
+        let mut phases: Vec<&controller_cpu::Phase> = round.phases.iter().collect();
+        phases.push(&raw.apply.2);
+        println!(
+            "\n{}",
+            controller_cpu::report(
+                "transitions, last round, and that round's best raw server-side apply \
+                 (writer: the controller; for the raw patches, this bench's client)",
+                &phases
+            )
         );
     }
 }
