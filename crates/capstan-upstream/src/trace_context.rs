@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 
+use futures::future::Either;
 use opentelemetry::Context;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
 use opentelemetry::trace::{SpanContext, TraceContextExt as _};
@@ -102,21 +103,26 @@ pub fn span_unless_unsampled(make: impl FnOnce() -> tracing::Span) -> tracing::S
 }
 
 /// Runs `future` as a request its head sampler left out, passing `passed` on to providers.
-pub async fn in_unsampled<F: Future>(passed: SpanContext, future: F) -> F::Output {
+///
+/// A plain function returning the scope rather than an `async fn`: an `async fn` keeps its
+/// future argument and the future it awaits side by side, twice the size, and a request's
+/// future is kilobytes copied on every move (docs/performance.md "A request's future, once").
+pub fn in_unsampled<F: Future>(passed: SpanContext, future: F) -> impl Future<Output = F::Output> {
     let passed = Outgoing::of(&Context::new().with_remote_span_context(passed));
-    UNSAMPLED.scope(passed, future).await
+    UNSAMPLED.scope(passed, future)
 }
 
 /// `future` in the current request's trace wherever it is polled (a task of its own, or after
 /// the request's handler returned): in the current span, and unsampled if the request is.
+///
+/// Either of two futures, not an `async` block awaiting one: the block would hold `future` and
+/// the scope made of it side by side (see [`in_unsampled`]).
 pub fn in_this_request<F: Future>(future: F) -> impl Future<Output = F::Output> {
     let unsampled = UNSAMPLED.try_with(Clone::clone).ok();
     let future = future.instrument(tracing::Span::current());
-    async move {
-        match unsampled {
-            Some(passed) => UNSAMPLED.scope(passed, future).await,
-            None => future.await,
-        }
+    match unsampled {
+        Some(passed) => Either::Left(UNSAMPLED.scope(passed, future)),
+        None => Either::Right(future),
     }
 }
 
@@ -335,6 +341,30 @@ impl Extractor for Meta<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A future as large as a request's (kilobytes of state), ready at once.
+    async fn large_request() -> usize {
+        let state = [1u8; 8192];
+        tokio::task::yield_now().await;
+        state.iter().map(|byte| usize::from(*byte)).sum()
+    }
+
+    #[test]
+    fn a_request_wrapped_for_its_trace_should_not_be_held_twice() {
+        let alone = std::mem::size_of_val(&large_request());
+        let unsampled = SpanContext::empty_context();
+        let wrapped = [
+            std::mem::size_of_val(&in_this_request(large_request())),
+            std::mem::size_of_val(&in_unsampled(unsampled, large_request())),
+        ];
+        // A few words for the span and the passed context, not another copy of the request.
+        for size in wrapped {
+            assert!(
+                size < alone + 1024,
+                "{size} bytes for a {alone}-byte future"
+            );
+        }
+    }
 
     #[test]
     fn a_baggage_member_whose_key_is_escaped_should_be_dropped_so_that_it_reads_the_same_again() {

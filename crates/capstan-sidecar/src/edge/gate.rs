@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use capstan_api::wire::{MCP_SESSION_ID, SOCKET_HOST};
 use capstan_upstream::trace_context::in_unsampled;
 use futures::StreamExt as _;
+use futures::future::Either;
 use serde_json::json;
 use tracing::{Instrument as _, Span, error};
 
@@ -320,11 +321,10 @@ async fn checked(gate: Gate, request: Request) -> (Response, Span) {
         Kind::Read { session }
     };
     let served = serve_checked(gate, kind, identity, parts, body, message).instrument(span.clone());
-    let served = async move {
-        match unsampled {
-            Some(passed) => in_unsampled(passed, served).await,
-            None => served.await,
-        }
+    // Either future as it is: an `async` block awaiting one would hold it twice over.
+    let served = match unsampled {
+        Some(passed) => Either::Left(in_unsampled(passed, served)),
+        None => Either::Right(served),
     };
     let response = large::serve(large, served).await.unwrap_or_else(|| {
         refusal(

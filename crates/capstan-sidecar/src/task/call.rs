@@ -100,7 +100,10 @@ impl Task {
         if let Some(base) = served.base()
             && base.has(&name)
         {
-            let result = self.call_base_tool(&served, base, &name, arguments).await;
+            // Boxed: a base tool's future (a plane's reads and writes) is kilobytes that every
+            // provider call would otherwise carry and copy (docs/performance.md "A request's
+            // future, once").
+            let result = Box::pin(self.call_base_tool(&served, base, &name, arguments)).await;
             return Ok(result.into());
         }
         if let Some(routed) = composed.capability(&name) {

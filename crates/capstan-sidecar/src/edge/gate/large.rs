@@ -18,6 +18,8 @@
 use std::future::Future;
 use std::sync::OnceLock;
 
+use futures::FutureExt as _;
+use futures::future::Either;
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::task::JoinHandle;
 use tracing::warn;
@@ -33,7 +35,11 @@ static LANE: OnceLock<Option<Handle>> = OnceLock::new();
 /// Runs `work` to its end on the lane when the request is `large` and the sidecar serves on a
 /// current-thread runtime; otherwise where it is. `None` only when the lane stopped running
 /// it before its end (the lane never shuts down while the process runs).
-pub(crate) async fn serve<F>(large: bool, work: F) -> Option<F::Output>
+///
+/// A plain function returning either future rather than an `async fn`: awaiting its argument
+/// would hold `work` twice over, and every request's future passes here (docs/performance.md
+/// "A request's future, once"). On the lane, `work` is spawned at once.
+pub(crate) fn serve<F>(large: bool, work: F) -> impl Future<Output = Option<F::Output>>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
@@ -44,16 +50,18 @@ where
         .then(|| LANE.get_or_init(start).as_ref())
         .flatten();
     let Some(lane) = lane else {
-        return Some(work.await);
+        return Either::Left(work.map(Some));
     };
     let mut running = AbortOnDrop(lane.spawn(work));
-    match (&mut running.0).await {
-        Ok(output) => Some(output),
-        Err(error) => match error.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            Err(_) => None,
-        },
-    }
+    Either::Right(async move {
+        match (&mut running.0).await {
+            Ok(output) => Some(output),
+            Err(error) => match error.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => None,
+            },
+        }
+    })
 }
 
 /// Starts the lane: a current-thread runtime whose thread only ever runs what is spawned on it.
@@ -87,5 +95,29 @@ struct AbortOnDrop<T>(JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A future as large as a request's (kilobytes of state), ready at once.
+    async fn large_request() -> usize {
+        let state = [1u8; 8192];
+        tokio::task::yield_now().await;
+        state.iter().map(|byte| usize::from(*byte)).sum()
+    }
+
+    #[tokio::test]
+    async fn a_small_request_should_be_served_where_it_is_and_held_once() {
+        let alone = std::mem::size_of_val(&large_request());
+        let served = serve(false, large_request());
+        let size = std::mem::size_of_val(&served);
+        assert!(
+            size < alone + 1024,
+            "{size} bytes for a {alone}-byte future"
+        );
+        assert_eq!(served.await, Some(8192));
     }
 }

@@ -81,10 +81,11 @@ impl Task {
         let digest = arguments_digest(request.arguments.as_ref());
         let note = CallNote::default();
         // The caller's name is asked beside the call, once per task, so a first call does
-        // not wait for the plane's answer after its own.
+        // not wait for the plane's answer after its own; boxed, so that the call's future does
+        // not carry the question's kilobytes (docs/performance.md "A request's future, once").
         let (answered, named) = tokio::join!(
             self.call_noted(caller, request, caller_side, &note),
-            self.named()
+            Box::pin(self.named())
         );
         let noted = note.take();
         record_on_span(&noted);
