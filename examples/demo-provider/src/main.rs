@@ -9,7 +9,8 @@
 //! `drop-tool:<name>` (left out of `tools/list`), `describe:<name>=<text>` (the tool listed
 //! with that description: a changed definition), `oversized-knowledge` (1 MiB of knowledge),
 //! `slow-calls:<ms>` (`tools/call` answered after that long), `slow-drip` (MCP answers sent one
-//! byte every 200 ms), `drip-calls:<ms>` (`tools/call` answers sent one byte every `<ms>`), `list-changed` (sessions opened while it is set advertise
+//! byte every 200 ms), `drip-calls:<ms>` (`tools/call` answers sent one byte every `<ms>`),
+//! `list-changed` (sessions opened while it is set advertise
 //! `tools.listChanged`; `POST /debug/list-changed` sends them `notifications/tools/list_changed`),
 //! `runbook:<text>` (the runbook served as that text: a changed skill body),
 //! `runbook-per-request` (another runbook on every request, ending `Served as response <n>.`),

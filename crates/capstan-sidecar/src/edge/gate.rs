@@ -326,13 +326,9 @@ async fn checked(gate: Gate, request: Request) -> (Response, Span) {
         Some(passed) => Either::Left(in_unsampled(passed, served)),
         None => Either::Right(served),
     };
-    let response = large::serve(large, served).await.unwrap_or_else(|| {
-        refusal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "the sidecar is stopping: send the request again",
-        )
-    });
+    let response = large::serve(large, served)
+        .await
+        .unwrap_or_else(large::stopped);
     (response, span)
 }
 

@@ -103,11 +103,7 @@ pub(super) async fn read_message(body: Body) -> Result<(Bytes, Message), Refused
         Some(Message::parse(&bytes))
     };
     let Some(parsed) = parsed else {
-        return Err(Box::new(refusal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "the sidecar is stopping: send the request again",
-        )));
+        return Err(Box::new(large::stopped()));
     };
     match parsed {
         Ok(message) => Ok((bytes, message)),

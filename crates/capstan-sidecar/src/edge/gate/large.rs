@@ -24,6 +24,8 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::task::JoinHandle;
 use tracing::warn;
 
+use crate::caller::identity::refusal;
+
 /// A body this large or larger is served on the lane. 256 KiB is parsed in a fraction of a
 /// millisecond on this project's bench machine; far larger bodies are what holds the worker.
 pub(crate) const LARGE_BODY_BYTES: usize = 256 * 1024;
@@ -62,6 +64,16 @@ where
             },
         }
     })
+}
+
+/// What a request is answered when the lane stopped it before its end: the process is
+/// stopping, and the request can be sent again (to the next sidecar).
+pub(crate) fn stopped() -> axum::response::Response {
+    refusal(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "the sidecar is stopping: send the request again",
+    )
 }
 
 /// Starts the lane: a current-thread runtime whose thread only ever runs what is spawned on it.
