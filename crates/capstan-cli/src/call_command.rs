@@ -6,12 +6,13 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use capstan_api::wire::MCP_URL;
-use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, ClientConfig};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, UnixSocketHttpClient};
+use rmcp::{ServiceError, ServiceExt};
 use serde_json::Value;
 
+use crate::output::{Output, print_json};
 use crate::sidecar_client::{SidecarError, Target, fail, runtime};
 
 /// `capstanctl call`.
@@ -24,6 +25,8 @@ pub struct Args {
     /// The arguments as a JSON object.
     #[arg(default_value = "{}")]
     arguments: String,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Runs `call`: exit 0 with the result printed, 1 when the tool reported an error or the call
@@ -37,23 +40,74 @@ pub fn run(args: &Args) -> ExitCode {
     let result =
         runtime().and_then(|rt| rt.block_on(call_tool(&args.target, &args.tool, arguments)));
     match result {
-        Ok((text, is_error)) => {
-            print!("{text}");
-            if is_error {
+        Ok(result) => {
+            if args.output.is_json() {
+                print_json(&serde_json::to_value(&result).unwrap_or_default());
+            } else {
+                print!("{}", render(&result));
+            }
+            if result.is_error == Some(true) {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS
             }
         }
+        Err(SidecarError::Call {
+            tool,
+            source: ServiceError::McpError(error),
+        }) => fail(&format!(
+            "calling {tool}: refused ({}): {}",
+            error.code.0, error.message
+        )),
         Err(error) => fail(&error.to_string()),
     }
+}
+
+/// A result for a person: a tool error as `error: <kind>: <message>` (and when to retry), the
+/// kind the model acts on (README "Errors"); otherwise the text blocks, or the structured
+/// content when there is no text.
+fn render(result: &CallToolResult) -> String {
+    let mut out = String::new();
+    let error = result
+        .structured_content
+        .as_ref()
+        .and_then(|structured| structured.get("error"))
+        .filter(|_| result.is_error == Some(true));
+    if let Some(kind) = error.and_then(|error| error["kind"].as_str()) {
+        let error = error.unwrap_or(&Value::Null);
+        let message = error["message"].as_str().unwrap_or_default();
+        let _ = writeln!(out, "error: {kind}: {message}");
+        if error["retryable"] == true {
+            let retry = error["retryAfterMs"].as_u64().map_or_else(
+                || "retryable".to_owned(),
+                |ms| format!("retryable: after {ms} ms"),
+            );
+            let _ = writeln!(out, "{retry}");
+        }
+        return out;
+    }
+    for block in &result.content {
+        if let Some(text) = block.as_text() {
+            let _ = writeln!(out, "{}", text.text);
+        }
+    }
+    if let Some(structured) = &result.structured_content
+        && result.content.is_empty()
+    {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(structured).unwrap_or_default()
+        );
+    }
+    out
 }
 
 async fn call_tool(
     target: &Target,
     tool: &str,
     arguments: Value,
-) -> Result<(String, bool), SidecarError> {
+) -> Result<CallToolResult, SidecarError> {
     let socket = target.socket.to_string_lossy().into_owned();
     let header = http::HeaderName::try_from(target.project_header.as_str()).map_err(|e| {
         SidecarError::Header {
@@ -86,24 +140,42 @@ async fn call_tool(
     params.arguments = arguments.as_object().cloned();
     let result = client.call_tool(params).await;
     let _ = client.cancel().await;
-    let result = result.map_err(|source| SidecarError::Call {
+    result.map_err(|source| SidecarError::Call {
         tool: tool.to_owned(),
         source,
-    })?;
-    let mut out = String::new();
-    for block in &result.content {
-        if let Some(text) = block.as_text() {
-            let _ = writeln!(out, "{}", text.text);
-        }
-    }
-    if let Some(structured) = &result.structured_content
-        && result.content.is_empty()
-    {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(structured).unwrap_or_default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::ContentBlock;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_tool_error_should_read_as_its_kind_and_message_with_when_to_retry() {
+        let refused = CallToolResult::structured_error(json!({"error": {
+            "kind": "invalid_input", "message": "name: 42 is not of type \"string\"",
+            "retryable": false, "field": "name"}}));
+        assert_eq!(
+            render(&refused),
+            "error: invalid_input: name: 42 is not of type \"string\"\n"
+        );
+        let limited = CallToolResult::structured_error(json!({"error": {
+            "kind": "rate_limited", "message": "over 60 calls a minute", "retryable": true,
+            "retryAfterMs": 1500}}));
+        assert_eq!(
+            render(&limited),
+            "error: rate_limited: over 60 calls a minute\nretryable: after 1500 ms\n"
         );
     }
-    Ok((out, result.is_error == Some(true)))
+
+    #[test]
+    fn a_success_should_print_its_text_and_never_read_as_an_error() {
+        // A provider's own answer may carry a member named `error`: only an error result is one.
+        let mut answer = CallToolResult::success(vec![ContentBlock::text("{\"error\": \"none\"}")]);
+        answer.structured_content = Some(json!({"error": {"kind": "invalid_input"}}));
+        assert_eq!(render(&answer), "{\"error\": \"none\"}\n");
+    }
 }

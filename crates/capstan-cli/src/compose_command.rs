@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
+use crate::output::{Output, column_width, print_json};
 use crate::sidecar_client::{SidecarError, Target, fail, fetch_json, runtime};
 
 /// `capstanctl compose`.
@@ -14,20 +15,25 @@ use crate::sidecar_client::{SidecarError, Target, fail, fetch_json, runtime};
 pub struct Args {
     #[command(flatten)]
     target: Target,
-    /// Print the composition as JSON instead of tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
+    /// Print the instructions a caller is given (the providers' knowledge with its provenance,
+    /// concepts, the skills to load) instead of the tables.
+    #[arg(long, conflicts_with_all = ["format", "json"])]
+    instructions: bool,
 }
 
 /// Runs `compose`: exit 0 with the composition printed, 1 when it could not be read.
 pub fn run(args: &Args) -> ExitCode {
     let result = runtime().and_then(|rt| rt.block_on(fetch_composition(&args.target)));
     match result {
-        Ok(composition) if args.json => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&composition).unwrap_or_default()
-            );
+        Ok(composition) if args.instructions => {
+            let text = composition["instructions"].as_str().unwrap_or_default();
+            println!("{}", text.trim_end_matches('\n'));
+            ExitCode::SUCCESS
+        }
+        Ok(composition) if args.output.is_json() => {
+            print_json(&composition);
             ExitCode::SUCCESS
         }
         Ok(composition) => {
@@ -141,13 +147,21 @@ fn write_skills(out: &mut String, skills: &[Value]) {
     if skills.is_empty() {
         return;
     }
-    let _ = writeln!(out, "\nSKILL  (SERVICE)  DESCRIPTION");
+    let name = |skill: &Value| skill["name"].as_str().unwrap_or("?").to_owned();
+    let service = |skill: &Value| skill["serviceName"].as_str().unwrap_or("?").to_owned();
+    let name_width = column_width("SKILL", skills.iter().map(name));
+    let service_width = column_width("SERVICE", skills.iter().map(service));
+    let _ = writeln!(
+        out,
+        "\n{:<name_width$}  {:<service_width$}  DESCRIPTION",
+        "SKILL", "SERVICE"
+    );
     for skill in skills {
         let _ = writeln!(
             out,
-            "{}  ({})  {}",
-            skill["name"].as_str().unwrap_or("?"),
-            skill["serviceName"].as_str().unwrap_or("?"),
+            "{:<name_width$}  {:<service_width$}  {}",
+            name(skill),
+            service(skill),
             skill["description"].as_str().unwrap_or(""),
         );
     }
@@ -155,16 +169,17 @@ fn write_skills(out: &mut String, skills: &[Value]) {
 
 /// Each binding's state, a degraded one with its reasons beneath.
 fn write_bindings(out: &mut String, bindings: &[Value]) {
-    let _ = writeln!(out, "\nBINDING  STATE");
+    let name = |binding: &Value| binding["binding"].as_str().unwrap_or("?").to_owned();
+    let width = column_width("BINDING", bindings.iter().map(name));
+    let _ = writeln!(out, "\n{:<width$}  STATE", "BINDING");
     for binding in bindings {
-        let name = binding["binding"].as_str().unwrap_or("?");
         if binding["degraded"] == true {
-            let _ = writeln!(out, "{name}  DEGRADED");
+            let _ = writeln!(out, "{:<width$}  DEGRADED", name(binding));
             for reason in items(&binding["reasons"]) {
                 let _ = writeln!(out, "  - {}", reason.as_str().unwrap_or(""));
             }
         } else {
-            let _ = writeln!(out, "{name}  ok");
+            let _ = writeln!(out, "{:<width$}  ok", name(binding));
         }
     }
 }
@@ -207,7 +222,11 @@ mod tests {
             "{table}"
         );
         assert!(
-            table.contains("c  DEGRADED\n  - endpoint x was not dialed: y\n"),
+            table.contains("\nBINDING  STATE\nb        ok\nc        DEGRADED\n  - endpoint x was not dialed: y\n"),
+            "{table}"
+        );
+        assert!(
+            table.contains("\nSKILL       SERVICE  DESCRIPTION\nlag-triage  s        d\n"),
             "{table}"
         );
     }

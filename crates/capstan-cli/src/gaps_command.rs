@@ -10,6 +10,8 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
+use crate::output::{Output, print_json};
+
 /// `capstanctl gaps`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -18,9 +20,8 @@ pub struct Args {
     /// The needs shown per service, most reported first.
     #[arg(long, default_value_t = 3)]
     needs: usize,
-    /// Print the summary as JSON instead of tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// The reports per (reporting project, service).
@@ -47,11 +48,8 @@ pub fn run(args: &Args) -> ExitCode {
         }
     };
     let (summaries, skipped) = summarize(&text);
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&as_json(&summaries, args.needs)).unwrap_or_default()
-        );
+    if args.output.is_json() {
+        print_json(&as_json(&summaries, args.needs));
     } else {
         print!("{}", render(&summaries, args.needs));
     }

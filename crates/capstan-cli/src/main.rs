@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod call_command;
 mod compose_command;
 mod gaps_command;
+mod output;
 mod pins_command;
 mod routes_command;
 mod sidecar_client;

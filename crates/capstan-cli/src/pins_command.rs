@@ -12,6 +12,7 @@ use capstan_compose::limits::Limits;
 use capstan_compose::source::Document;
 use serde_json::{Value, json};
 
+use crate::output::print_json;
 use crate::sidecar_client::{Target, fail, fetch_json, project_name, runtime};
 
 /// `capstanctl pins`.
@@ -44,9 +45,28 @@ pub struct Args {
     /// The header naming the project (as the sidecar is configured).
     #[arg(long, env = "CAPSTAN_PROJECT_HEADER", default_value = PROJECT_HEADER)]
     project_header: String,
-    /// Print the digests as JSON instead of YAML to paste.
-    #[arg(long)]
+    /// `yaml` to paste into `toolSelector.pins` after review, `json` for a machine.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_enum,
+        default_value_t,
+        value_name = "FORMAT"
+    )]
+    output: PinsFormat,
+    /// The same as `-o json`, for scripts written before `-o` existed.
+    #[arg(long, hide = true)]
     json: bool,
+}
+
+/// Who reads `pins`' output: a person pasting YAML, or a machine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PinsFormat {
+    /// The pins as YAML to paste, a changed definition marked with the new one to review.
+    #[default]
+    Yaml,
+    /// One JSON document.
+    Json,
 }
 
 /// Exit status when a file cannot be read or parsed (as `capstanctl validate`).
@@ -64,6 +84,7 @@ pub fn run(args: &Args) -> ExitCode {
         project,
         token,
         project_header,
+        output,
         json,
     } = args;
     let bindings = match (file, project) {
@@ -97,12 +118,10 @@ pub fn run(args: &Args) -> ExitCode {
         // clap requires --project without --file.
         (None, None) => return fail("--project or --file is required"),
     };
-    if *json {
-        let views: Vec<Value> = bindings.bindings.iter().map(json_view).collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&views).unwrap_or_default()
-        );
+    if *json || *output == PinsFormat::Json {
+        print_json(&Value::Array(
+            bindings.bindings.iter().map(json_view).collect(),
+        ));
     } else {
         print!("{}", render(&bindings.bindings));
     }
@@ -215,7 +234,7 @@ fn errors(binding: &Value) -> Vec<String> {
         .collect()
 }
 
-/// One binding's digests as `--json` prints them.
+/// One binding's digests as `-o json` prints them.
 fn json_view(binding: &Value) -> Value {
     json!({
         "binding": binding["binding"],

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
+use crate::output::{Output, column_width, print_json};
 use crate::sidecar_client::{Target, fail, fetch_json, runtime};
 
 /// `capstanctl routes`.
@@ -17,9 +18,8 @@ pub struct Args {
     /// The capability, e.g. `cap.web.search`.
     #[arg(long)]
     capability: String,
-    /// Print the answer as JSON instead of tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Runs `routes`: exit 0 with the routes shown, 1 when the sidecar could not be asked or
@@ -32,11 +32,8 @@ pub fn run(args: &Args) -> ExitCode {
             .finish()
     );
     match runtime().and_then(|rt| rt.block_on(fetch_json(&args.target, &path))) {
-        Ok(routes) if args.json => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&routes).unwrap_or_default()
-            );
+        Ok(routes) if args.output.is_json() => {
+            print_json(&routes);
             ExitCode::SUCCESS
         }
         Ok(routes) => {
@@ -100,15 +97,17 @@ fn write_heading(out: &mut String, routes: &Value) {
 
 /// The candidates table: each provider's binding, tool, status, cost and quality.
 fn write_candidates(out: &mut String, candidates: &[Value]) {
+    let binding = column_width("BINDING", candidates.iter().map(|c| text(&c["binding"])));
+    let tool = column_width("TOOL", candidates.iter().map(|c| text(&c["tool"])));
     let _ = writeln!(
         out,
-        "\n{:<28} {:<28} {:<12} {:<9} {:>10} {:>8}",
+        "\n{:<binding$}  {:<tool$}  {:<11}  {:<8}  {:>10}  {:>7}",
         "BINDING", "TOOL", "STATUS", "COMPOSED", "COST", "QUALITY"
     );
     for candidate in candidates {
         let _ = writeln!(
             out,
-            "{:<28} {:<28} {:<12} {:<9} {:>10} {:>8}",
+            "{:<binding$}  {:<tool$}  {:<11}  {:<8}  {:>10}  {:>7}",
             text(&candidate["binding"]),
             text(&candidate["tool"]),
             text(&candidate["status"]),
@@ -182,6 +181,12 @@ mod tests {
                          "exclusions": [{"binding": "search-cheap", "tool": "cheap__docs_search", "reason": "qualifier_pin"}]}
         }));
         assert!(text.contains("qualifiers: pin-premium"), "{text}");
+        assert!(
+            text.contains(
+                "BINDING         TOOL                  STATUS       COMPOSED        COST  QUALITY\nsearch-cheap    cheap__docs_search    active       yes           1000µ$     6000\n"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("1000µ$") && text.contains("unpriced"),
             "{text}"

@@ -178,3 +178,73 @@ fn unknown_capabilities_and_features_should_warn_without_failing() {
     );
     assert!(text.ends_with("1 valid, 0 invalid\n"), "{text}");
 }
+
+#[test]
+fn json_output_should_carry_every_object_its_errors_and_the_same_exit_status() {
+    let output = capstanctl(
+        &[
+            "validate",
+            "-o",
+            "json",
+            "crates/capstan-api/tests/corpus/invalid/mixed-list.yaml",
+            "no/such/file.yaml",
+        ],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", stdout(&output)));
+    assert_eq!(report["valid"], 2);
+    assert_eq!(report["invalid"], 1);
+    let files = report["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(files.len(), 2, "{report}");
+    assert!(
+        files[1]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("cannot read")),
+        "{report}"
+    );
+    // Every object in input order, the invalid one with each path-qualified error.
+    let objects = files[0]["objects"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"));
+    let verdicts: Vec<(u64, bool)> = objects
+        .iter()
+        .map(|o| (o["index"].as_u64().unwrap_or(99), o["valid"] == true))
+        .collect();
+    assert_eq!(verdicts.len(), 3, "{report}");
+    assert_eq!(verdicts.iter().filter(|(_, valid)| !valid).count(), 1);
+    assert!(verdicts.windows(2).all(|w| w[0].0 < w[1].0), "{report}");
+    let broken = objects
+        .iter()
+        .find(|o| o["name"] == "broken")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(
+        broken["errors"],
+        serde_json::json!([
+            {"path": "spec.serviceName", "message": "required"},
+            {"path": "spec.skills[0].source", "message": "required"}
+        ])
+    );
+}
+
+#[test]
+fn the_older_json_flag_should_still_mean_json_output() {
+    let output = capstanctl(
+        &[
+            "validate",
+            "--json",
+            "examples/streamco/route-qualifiers.yaml",
+        ],
+        None,
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", stdout(&output)));
+    assert_eq!(
+        (report["valid"].clone(), report["invalid"].clone()),
+        (2.into(), 0.into())
+    );
+}

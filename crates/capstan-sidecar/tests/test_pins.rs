@@ -405,3 +405,48 @@ fn prompts_and_resources_whose_listing_does_not_match_their_pin_should_be_withhe
         assert!(text.contains(&expected), "{expected}\nin\n{text}");
     }
 }
+
+/// `make demo`'s fixture (`examples/demo-documents.json`) against two demo providers: its pin
+/// is the provider's live definition of `streams_get` (so a change in how the provider lists
+/// its tools fails here, not as a demo that withholds the tool from its first step), and its
+/// two bindings both serve `cap.web.search`, StreamCo's chosen.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_fixture_should_pin_the_live_definition_and_route_between_two_providers() {
+    let (streamco, archive) = (DemoProvider::start(&[]), DemoProvider::start(&[]));
+    let text = std::fs::read_to_string(repo_root().join("examples/demo-documents.json")).unwrap();
+    let text = text
+        .replace("http://127.0.0.1:7810", &streamco.url(""))
+        .replace("http://127.0.0.1:7811", &archive.url(""));
+    let documents: Value = serde_json::from_str(&text).unwrap();
+    let pinned = &documents["items"][0]["spec"]["tools"]["mcpServers"][0]["toolSelector"]["pins"];
+    let live = pin_oracle(&streamco.listed_tool("streams_get").await);
+    assert_eq!(pinned["streams_get"], live.as_str());
+
+    let sidecar = Sidecar::start(&documents, &[streamco.host(), archive.host()], &[]);
+    let names = listed_names(&sidecar).await;
+    assert!(
+        names.iter().any(|n| n == "streamco__streams_get"),
+        "{names:?}"
+    );
+    let socket = sidecar.socket.to_str().unwrap();
+    let output = capstanctl(&[
+        "routes",
+        "--socket",
+        socket,
+        "--project",
+        "demo-project",
+        "--capability",
+        "cap.web.search",
+        "-o",
+        "json",
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let routes: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let ranked: Vec<&str> = routes["decision"]["ranked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["binding"].as_str())
+        .collect();
+    assert_eq!(ranked, ["streamco-binding", "archive-binding"], "{routes}");
+}

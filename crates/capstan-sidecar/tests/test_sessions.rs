@@ -420,7 +420,7 @@ async fn capstanctl_should_show_the_composition_and_call_a_tool() {
         ),
         "{table}"
     );
-    assert!(table.contains("outside  DEGRADED\n  - endpoint http://169.254.169.254/mcp was not dialed: address 169.254.169.254 is link-local"), "{table}");
+    assert!(table.contains("outside           DEGRADED\n  - endpoint http://169.254.169.254/mcp was not dialed: address 169.254.169.254 is link-local"), "{table}");
 
     let composition: Value =
         serde_json::from_str(&capstanctl_compose(&sidecar, &["--json"])).unwrap();
@@ -461,7 +461,37 @@ async fn capstanctl_should_show_the_composition_and_call_a_tool() {
         .output()
         .unwrap();
     assert_eq!(refused.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&refused.stdout).contains("invalid_input"));
+    let refusal = String::from_utf8_lossy(&refused.stdout);
+    assert!(refusal.starts_with("error: invalid_input: "), "{refusal}");
+
+    // For a machine: the whole result, as the MCP client read it.
+    let as_json = Command::new(&capstanctl)
+        .args([
+            "call",
+            "--socket",
+            socket,
+            "--project",
+            "demo-project",
+            "-o",
+            "json",
+        ])
+        .args(["streamco__streams_get", "{}"])
+        .output()
+        .unwrap();
+    assert_eq!(as_json.status.code(), Some(1));
+    let result: Value = serde_json::from_slice(&as_json.stdout).unwrap();
+    assert_eq!(result["isError"], true);
+    assert_eq!(
+        result["structuredContent"]["error"]["kind"],
+        "invalid_input"
+    );
+
+    // What a caller is told: the provider's knowledge under its provenance.
+    let instructions = capstanctl_compose(&sidecar, &["--instructions"]);
+    assert!(
+        instructions.contains("binding streamco-binding · configuration v1"),
+        "{instructions}"
+    );
 
     let missing = Command::new(&capstanctl)
         .args([
