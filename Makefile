@@ -10,7 +10,7 @@ help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: ## Run the demo: demo provider + sidecar on the StreamCo fixture, compose and one tool call
+demo: ## Run the demo: two demo providers and a sidecar, walked through what Capstan gives an assistant
 	examples/demo
 
 .PHONY: build
