@@ -73,8 +73,9 @@ fn render(result: &CallToolResult) -> String {
         .as_ref()
         .and_then(|structured| structured.get("error"))
         .filter(|_| result.is_error == Some(true));
-    if let Some(kind) = error.and_then(|error| error["kind"].as_str()) {
-        let error = error.unwrap_or(&Value::Null);
+    if let Some(error) = error
+        && let Some(kind) = error["kind"].as_str()
+    {
         let message = error["message"].as_str().unwrap_or_default();
         let _ = writeln!(out, "error: {kind}: {message}");
         if error["retryable"] == true {
