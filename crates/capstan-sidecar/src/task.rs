@@ -44,7 +44,7 @@ pub use self::served::Served;
 pub use self::streams::OpenStream;
 pub use self::subscriptions::MAX_SUBSCRIPTIONS;
 use crate::caller::admission::Place;
-use crate::caller::authorization::ToolAuthorizer;
+use crate::caller::authorization::{ToolAuthorizer, Withheld};
 use crate::caller::identity::Identity;
 use crate::caller::names::CallerNames;
 use crate::limits::CallGates;
@@ -90,6 +90,26 @@ pub struct TaskContext {
     pub search: ToolSearch,
     /// Where capability-gap reports go, and what was reported lately.
     pub gaps: Arc<GapReports>,
+}
+
+impl TaskContext {
+    /// The built-in tools a caller of `served` who may not use `withheld` is listed, by name:
+    /// `load_skill` when the project has skills, `find_tools` when it is offered to the caller
+    /// and `report_capability_gap` when a binding names where reports go — what
+    /// `GET /v1/composition` shows beside the composed tools.
+    pub fn built_ins(&self, served: &Served, withheld: &Withheld) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        if !served.composed().composition.skills.is_empty() {
+            names.push(LOAD_SKILL);
+        }
+        if self.search.offered(served, withheld) {
+            names.push(search::FIND_TOOLS);
+        }
+        if gap_report::offered(served, &self.gaps) {
+            names.push(gap_report::REPORT_GAP);
+        }
+        names
+    }
 }
 
 /// A task: what the session serves now, and who it is for.
@@ -223,6 +243,12 @@ impl Task {
             });
         }
         task
+    }
+
+    /// The built-in tools this task lists with `served` to a caller who may not use
+    /// `withheld` ([`TaskContext::built_ins`]).
+    pub fn built_ins(&self, served: &Served, withheld: &Withheld) -> Vec<&'static str> {
+        self.context.built_ins(served, withheld)
     }
 
     /// Whether this task offers `report_capability_gap` with `served`.

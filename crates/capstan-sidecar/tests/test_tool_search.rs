@@ -148,6 +148,46 @@ async fn find_tools_should_not_be_offered_below_the_threshold() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_composition_view_should_name_the_built_in_tools_the_callers_list_shows() {
+    let provider = DemoProvider::start(&[]);
+    let identity = [
+        (PROJECT_HEADER, "demo-project"),
+        ("authorization", "Bearer viewer"),
+    ];
+    let built_ins = |sidecar: &Sidecar| {
+        let (code, body, _) = sidecar.curl("GET", "/v1/composition", &identity, None);
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str::<Value>(&body).unwrap()["builtins"].clone()
+    };
+    // At the default threshold and without a sink for reports: the skill loader alone.
+    let quiet = Sidecar::start(&streamco(&provider), &[provider.host()], &[]);
+    assert_eq!(built_ins(&quiet), json!(["load_skill"]));
+
+    // Search offered and reports on (the fixture names a reporting project): the view, made
+    // without a session, names what the caller's tools/list then holds beside the providers'
+    // (namespaced) tools — and, from the caller's live session, the same.
+    let sink = temp_dir("built-ins").join("gaps.jsonl");
+    let mut env = SEARCH_ALWAYS.to_vec();
+    env.push(("CAPSTAN_GAP_SINK", sink.to_str().unwrap()));
+    let sidecar = Sidecar::start(&streamco(&provider), &[provider.host()], &env);
+    let viewed = built_ins(&sidecar);
+    let session = sidecar.session("demo-project", Some("viewer")).await;
+    let listed: Vec<String> = tool_names(&session)
+        .await
+        .into_iter()
+        .filter(|name| !name.contains("__"))
+        .collect();
+    assert_eq!(
+        listed,
+        ["load_skill", "find_tools", "report_capability_gap"],
+        "{listed:?}"
+    );
+    assert_eq!(viewed, json!(listed));
+    assert_eq!(built_ins(&sidecar), json!(listed));
+    session.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn above_the_threshold_the_list_should_leave_the_tools_to_search_and_keep_them_callable() {
     let provider = DemoProvider::start(&[]);
     let env = [("CAPSTAN_TOOL_SEARCH_THRESHOLD", "2")];

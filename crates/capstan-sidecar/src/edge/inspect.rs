@@ -11,7 +11,6 @@ use axum::response::{IntoResponse, Response};
 use capstan_compose::composer::Composed;
 use capstan_compose::composition::BindingOutcome;
 use capstan_compose::source::Snapshot;
-use capstan_platform::BaseTools;
 use capstan_upstream::mcp::CallerRevision;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -22,8 +21,8 @@ use crate::caller::authorization::{
 };
 use crate::caller::identity::Identity;
 use crate::caller::identity::refusal;
-use crate::composition::composer::{ComposedProject, ProjectComposer};
-use crate::task::{LOAD_SKILL, Task};
+use crate::composition::composer::ProjectComposer;
+use crate::task::{Served, Task};
 use crate::tasks::Tasks;
 
 pub(super) mod routes;
@@ -59,7 +58,7 @@ impl Inspection {
         render: F,
     ) -> Response
     where
-        F: for<'a> FnOnce(&'a ComposedProject) -> BoxFuture<'a, Result<Value, Undecided>>,
+        F: for<'a> FnOnce(&'a Served) -> BoxFuture<'a, Result<Value, Undecided>>,
     {
         let Some(cell) = self.views.cell(key).await else {
             return refusal(
@@ -74,8 +73,10 @@ impl Inspection {
                     .composer
                     .compose(identity, CallerRevision::default())
                     .await;
-                let body = render(&project).await;
-                project.composed.close().await;
+                // Served as a session would be, so the view shows what its lists would.
+                let served = Served::new(project.composed, project.base, project.snapshot);
+                let body = render(&served).await;
+                served.close().await;
                 body
             })
             .await;
@@ -130,53 +131,52 @@ pub(crate) async fn composition(inspection: &Inspection, checked: &Checked) -> R
             Err(undecided) => return unavailable(&undecided),
         };
         let outcomes = served.composed().outcomes_with_skill_digests().await;
+        let built_ins = task.built_ins(&served, &withheld);
         return axum::Json(composition_view(
             &identity.project,
-            served.composed(),
+            &served,
             &outcomes,
-            served.base(),
             &withheld,
+            &built_ins,
         ))
         .into_response();
     }
     let key = identity.fingerprint();
     let name = identity.project.clone();
     let caller = identity.clone();
-    let authorizer = inspection.composer.context().authorizer.clone();
+    let context = inspection.composer.context().clone();
     inspection
-        .composed_view(key, &identity, |project| {
+        .composed_view(key, &identity, |served| {
             Box::pin(async move {
-                let composed = &project.composed;
+                let composed = served.composed();
+                let authorizer = context.authorizer.as_deref();
                 let withheld =
-                    withheld_from(authorizer.as_deref(), &caller, composed, &project.snapshot)
-                        .await?;
+                    withheld_from(authorizer, &caller, composed, served.snapshot()).await?;
                 let outcomes = composed.outcomes_with_skill_digests().await;
+                let built_ins = context.built_ins(served, &withheld);
                 Ok(composition_view(
-                    &name,
-                    composed,
-                    &outcomes,
-                    project.base.as_ref(),
-                    &withheld,
+                    &name, served, &outcomes, &withheld, &built_ins,
                 ))
             })
         })
         .await
 }
 
-/// The JSON view of a composition, its bindings' `outcomes` (with every skill's digest:
-/// `Composed::outcomes_with_skill_digests`), and the platform tools `base` beside it: their
-/// names under `baseTools`, the change path's among the `mutating`. What the caller may not
-/// use (`withheld`) is left out of the tools, prompts, resources and capabilities, as
-/// `tools/list` leaves it out; the bindings' outcomes are their status, which every admitted
-/// caller may read (docs/authorization.md).
+/// The JSON view of what `served` composes, its bindings' `outcomes` (with every skill's
+/// digest: `Composed::outcomes_with_skill_digests`), the platform tools beside it (their names
+/// under `baseTools`, the change path's among the `mutating`) and the `built_ins` the caller
+/// is listed. What the caller may not use (`withheld`) is left out of the tools, prompts,
+/// resources and capabilities, as `tools/list` leaves it out; the bindings' outcomes are their
+/// status, which every admitted caller may read (docs/authorization.md).
 fn composition_view(
     project: &str,
-    composed: &Composed,
+    served: &Served,
     outcomes: &[BindingOutcome],
-    base: Option<&BaseTools>,
     withheld: &Withheld,
+    built_ins: &[&str],
 ) -> Value {
-    let composition = &composed.composition;
+    let composition = &served.composed().composition;
+    let base = served.base();
     let mut body = serde_json::to_value(composition).unwrap_or(Value::Null);
     if !withheld.is_empty() {
         leave_out(&mut body, withheld);
@@ -196,11 +196,7 @@ fn composition_view(
         }
     }
     body["project"] = json!(project);
-    body["builtins"] = if composition.skills.is_empty() {
-        json!([])
-    } else {
-        json!([LOAD_SKILL])
-    };
+    body["builtins"] = json!(built_ins);
     body
 }
 

@@ -105,6 +105,14 @@ impl Served {
         &self.live.composed
     }
 
+    /// Ends the upstream sessions this composition alone holds and waits until the servers
+    /// were told; a copy still held elsewhere (a task's) keeps them open.
+    pub async fn close(self) {
+        if let Ok(live) = Arc::try_unwrap(self.live) {
+            live.composed.close().await;
+        }
+    }
+
     /// The base platform tools, when composed.
     pub fn base(&self) -> Option<&BaseTools> {
         self.live.base.as_ref()

@@ -143,17 +143,17 @@ pub(crate) async fn routes(inspection: &Inspection, checked: &Checked, parts: &P
     let caller = identity.clone();
     let authorizer = inspection.composer.context().authorizer.clone();
     inspection
-        .composed_view(key.finalize().into(), &identity, |project| {
+        .composed_view(key.finalize().into(), &identity, |served| {
             Box::pin(async move {
-                let composed = &project.composed;
+                let composed = served.composed();
+                let snapshot = served.snapshot();
                 let withheld =
-                    withheld_from(authorizer.as_deref(), &caller, composed, &project.snapshot)
-                        .await?;
+                    withheld_from(authorizer.as_deref(), &caller, composed, snapshot).await?;
                 Ok(routes_view(
                     &name,
                     &capability,
                     composed,
-                    &project.snapshot,
+                    snapshot,
                     &withheld,
                 ))
             })
