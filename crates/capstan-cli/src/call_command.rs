@@ -12,7 +12,7 @@ use rmcp::transport::{StreamableHttpClientTransport, UnixSocketHttpClient};
 use rmcp::{ServiceError, ServiceExt};
 use serde_json::Value;
 
-use crate::output::{Output, print_json};
+use crate::output::{Output, column_width, print_json};
 use crate::sidecar_client::{SidecarError, Target, fail, runtime};
 
 /// `capstanctl call`.
@@ -43,6 +43,10 @@ pub fn run(args: &Args) -> ExitCode {
         Ok(result) => {
             if args.output.is_json() {
                 print_json(&serde_json::to_value(&result).unwrap_or_default());
+            } else if args.tool == FIND_TOOLS
+                && let Some(found) = result.structured_content.as_ref().and_then(render_found)
+            {
+                print!("{found}");
             } else {
                 print!("{}", render(&result));
             }
@@ -104,6 +108,78 @@ fn render(result: &CallToolResult) -> String {
     out
 }
 
+/// The sidecar's search tool (docs/tool-search.md), whose answer reads best as a table.
+const FIND_TOOLS: &str = "find_tools";
+
+/// A `find_tools` answer for a person: whether it matched and the note, then one row per tool
+/// found, best first — its name, binding and service, arguments (`?` marks the optional ones)
+/// and the first line of its description. `None` when the answer is not one (an error): printed as any other result.
+fn render_found(answer: &Value) -> Option<String> {
+    let tools = answer["tools"].as_array()?;
+    let mut out = String::new();
+    let matched = answer["match"].as_str()?;
+    let note = answer["note"].as_str().unwrap_or_default();
+    let _ = writeln!(out, "match: {matched} — {note}");
+    if tools.is_empty() {
+        return Some(out);
+    }
+    let rows: Vec<[String; 4]> = tools
+        .iter()
+        .map(|tool| {
+            let text = |key: &str| tool[key].as_str().unwrap_or_default().to_owned();
+            let place = format!("{} / {}", text("binding"), text("service"));
+            let description = text("description")
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            [
+                text("name"),
+                place,
+                arguments(&tool["inputSchema"]),
+                description,
+            ]
+        })
+        .collect();
+    let headers = ["TOOL", "BINDING / SERVICE", "ARGUMENTS", "DESCRIPTION"];
+    let widths: Vec<usize> = (0..3)
+        .map(|i| column_width(headers[i], rows.iter().map(|row| row[i].clone())))
+        .collect();
+    let line = |cells: [&str; 4]| {
+        let [name, place, args, description] = cells;
+        let (w0, w1, w2) = (widths[0], widths[1], widths[2]);
+        format!("{name:<w0$}  {place:<w1$}  {args:<w2$}  {description}")
+    };
+    let _ = writeln!(out, "\n{}", line(headers).trim_end());
+    for row in &rows {
+        let _ = writeln!(
+            out,
+            "{}",
+            line(row.each_ref().map(String::as_str)).trim_end()
+        );
+    }
+    Some(out)
+}
+
+/// A tool's arguments by name, the required first, the optional marked `?`.
+fn arguments(schema: &Value) -> String {
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let properties = schema["properties"].as_object();
+    let names = properties.into_iter().flat_map(|p| p.keys());
+    let (needed, optional): (Vec<&String>, Vec<&String>) =
+        names.partition(|name| required.contains(&name.as_str()));
+    let optional = optional.into_iter().map(|name| format!("{name}?"));
+    let all: Vec<String> = needed.into_iter().cloned().chain(optional).collect();
+    if all.is_empty() {
+        "-".to_owned()
+    } else {
+        all.join(", ")
+    }
+}
+
 async fn call_tool(
     target: &Target,
     tool: &str,
@@ -148,6 +224,7 @@ async fn call_tool(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use rmcp::model::ContentBlock;
     use serde_json::json;
@@ -169,6 +246,34 @@ mod tests {
         assert_eq!(
             render(&limited),
             "error: rate_limited: over 60 calls a minute\nretryable: after 1500 ms\n"
+        );
+    }
+
+    #[test]
+    fn a_search_answer_should_read_as_a_table_best_first_with_each_tools_arguments() {
+        let answer = json!({"match": "good", "note": "Best first.", "tools": [
+            {"name": "streamco__pipeline_diagnose", "binding": "streamco-binding",
+             "service": "streaming.streamco.example", "description": "Diagnose a pipeline.",
+             "inputSchema": {"type": "object", "required": ["pipeline"],
+                             "properties": {"since": {}, "pipeline": {}}}},
+            {"name": "archive__docs_search", "binding": "archive-binding",
+             "service": "search.archive.example", "description": "Search the archive.",
+             "inputSchema": {"type": "object"}}]});
+        assert_eq!(
+            render_found(&answer).unwrap(),
+            "match: good — Best first.\n\n\
+             TOOL                         BINDING / SERVICE                              ARGUMENTS         DESCRIPTION\n\
+             streamco__pipeline_diagnose  streamco-binding / streaming.streamco.example  pipeline, since?  Diagnose a pipeline.\n\
+             archive__docs_search         archive-binding / search.archive.example       -                 Search the archive.\n"
+        );
+        let none = json!({"match": "none", "note": "No tool serves this need well.", "tools": []});
+        assert_eq!(
+            render_found(&none).unwrap(),
+            "match: none — No tool serves this need well.\n"
+        );
+        assert_eq!(
+            render_found(&json!({"error": {"kind": "rate_limited"}})),
+            None
         );
     }
 
