@@ -29,7 +29,7 @@ pub struct Index {
     /// Per document, the terms of its leading text (name, titles, first sentence, arguments),
     /// sorted.
     pub(crate) leading: Vec<Vec<u32>>,
-    /// Per document, the distinct terms of its name.
+    /// Per document, the distinct terms of its name, in the name's order.
     pub(crate) name_terms: Vec<Vec<u32>>,
     /// Per document, the adjacent term pairs of its name, titles and first sentence, sorted.
     pub(crate) pairs: Vec<Vec<(u32, u32)>>,
@@ -80,10 +80,16 @@ impl Index {
             leading.sort_unstable();
             leading.dedup();
             index.leading.push(leading);
-            let mut name = name;
-            name.sort_unstable();
-            name.dedup();
-            index.name_terms.push(name);
+            // In the name's own order, not by id: the name bonus sums over these in floating
+            // point, and ids depend on which other tools an index holds, so an order by id
+            // would let a caller's view round apart from an index of its tools alone.
+            let mut distinct: Vec<u32> = Vec::with_capacity(name.len());
+            for term in name {
+                if !distinct.contains(&term) {
+                    distinct.push(term);
+                }
+            }
+            index.name_terms.push(distinct);
             let service = match index.services.iter().position(|s| *s == doc.service) {
                 Some(known) => known,
                 None => {

@@ -3,6 +3,11 @@
 //! quoted title. Those literals say little about which tool is meant (`~/projects/app` is not
 //! about projects) but their shape does: a path asks for a file, a URL for a page. So a
 //! literal's own words count little, and its shape adds the word for its kind.
+//!
+//! A need also says where, whose and about what, in phrases a preposition opens ("from the
+//! main branch of our repository", "for the payments schedule", "about invoices"): those words
+//! qualify the object the act is for rather than name it, so they count less than the act and
+//! its object ("Read src/app.ts", "Check who is on call").
 
 use crate::text;
 
@@ -17,6 +22,16 @@ pub(crate) struct NeedTerm {
 pub(crate) const LITERAL_WEIGHT: f32 = 0.3;
 /// What the word a literal's shape implies counts ("file" for a path).
 pub(crate) const SHAPE_WEIGHT: f32 = 0.5;
+
+/// The words that open a modifying phrase. "to" is one only after the need's first word of
+/// its own: before it, it opens the act ("how to merge", "I want to close").
+const PREPOSITIONS: &[&str] = &[
+    "about", "across", "at", "by", "for", "from", "in", "inside", "into", "of", "on", "onto",
+    "over", "to", "under", "with", "within",
+];
+
+/// Words and marks that end a modifying phrase: a new clause or step begins.
+const CLAUSE_ENDS: &[&str] = &["and", "then", "-", "–", "—"];
 
 /// The adjacent pairs of the need's own words (literals and function words apart), in order:
 /// "pull request", "secret scanning".
@@ -41,18 +56,35 @@ pub(crate) fn pairs(need: &str) -> Vec<(String, String)> {
 }
 
 /// The terms of `need`, each distinct term once, at the highest weight it occurs with, in
-/// order of first occurrence.
-pub(crate) fn analyse(need: &str) -> Vec<NeedTerm> {
+/// order of first occurrence: a word of a modifying phrase at `modifier_weight`.
+pub(crate) fn analyse(need: &str, modifier_weight: f32) -> Vec<NeedTerm> {
     let mut terms: Vec<NeedTerm> = Vec::new();
     let mut add = |term: String, weight: f32| match terms.iter_mut().find(|t| t.term == term) {
         Some(known) => known.weight = known.weight.max(weight),
         None => terms.push(NeedTerm { term, weight }),
     };
+    let mut modifying = false;
+    let mut begun = false;
     for (chunk, quoted) in chunks(need) {
         let shape = if quoted { None } else { literal_shape(chunk) };
         let literal = quoted || shape.is_some();
+        if !quoted {
+            let word = chunk
+                .trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase();
+            if CLAUSE_ENDS.contains(&word.as_str()) || CLAUSE_ENDS.contains(&chunk) {
+                modifying = false;
+            } else if begun && PREPOSITIONS.contains(&word.as_str()) {
+                modifying = true;
+            }
+        }
+        let own = if modifying { modifier_weight } else { 1.0 };
         for term in text::terms(chunk) {
-            add(term, if literal { LITERAL_WEIGHT } else { 1.0 });
+            begun |= !literal;
+            add(term, if literal { LITERAL_WEIGHT } else { own });
+        }
+        if !quoted && chunk.ends_with([',', ';', ':', '.', '?', '!']) {
+            modifying = false;
         }
         if let Some(Shape::Kind(kind)) = shape {
             add(text::stem(kind), SHAPE_WEIGHT);
@@ -152,7 +184,7 @@ mod tests {
     use super::*;
 
     fn weights(need: &str) -> Vec<(String, f32)> {
-        analyse(need)
+        analyse(need, 0.7)
             .into_iter()
             .map(|t| (t.term, t.weight))
             .collect()
@@ -188,12 +220,12 @@ mod tests {
                 ("com", 0.3),
                 ("news", 0.3),
                 ("url", 0.5),
-                ("browser", 1.0)
+                ("browser", 0.7)
             ])
         );
         assert_eq!(
             weights("Move PROJ-123 to review"),
-            stemmed(&[("move", 1.0), ("proj", 0.3), ("review", 1.0)])
+            stemmed(&[("move", 1.0), ("proj", 0.3), ("review", 0.7)])
         );
         assert_eq!(
             weights("Delete the page 'Old Roadmap', what's left"),
@@ -203,6 +235,39 @@ mod tests {
                 ("old", 0.3),
                 ("roadmap", 0.3),
                 ("left", 1.0)
+            ])
+        );
+    }
+
+    #[test]
+    fn a_modifying_phrase_should_count_less_until_its_clause_ends() {
+        assert_eq!(
+            weights("Read src/app.ts from the main branch of our repo, and diff it"),
+            stemmed(&[
+                ("read", 1.0),
+                ("src", 0.3),
+                ("app", 0.3),
+                ("ts", 0.3),
+                ("file", 0.5),
+                ("main", 0.7),
+                ("branch", 0.7),
+                ("repo", 0.7),
+                ("diff", 1.0)
+            ])
+        );
+        // Before the need's own first word, "to" opens the act, not a phrase.
+        assert_eq!(
+            weights("How to merge the branch into main"),
+            stemmed(&[("merge", 1.0), ("branch", 1.0), ("main", 0.7)])
+        );
+        // A new step ends the phrase: its act and object count fully.
+        assert_eq!(
+            weights("Find the issue about timeouts then assign it"),
+            stemmed(&[
+                ("find", 1.0),
+                ("issue", 1.0),
+                ("timeout", 0.7),
+                ("assign", 1.0)
             ])
         );
     }

@@ -91,7 +91,7 @@ fn concepts(view: &View, tuning: &Tuning, need: &str) -> Vec<Concept> {
             .filter(|&id| view.document_frequency(id) > 0)
     };
     let unknown_idf = view.idf(0);
-    need::analyse(need)
+    need::analyse(need, tuning.modifier_weight)
         .into_iter()
         .map(|NeedTerm { term, weight }| {
             let mut alternatives = Vec::new();

@@ -33,6 +33,9 @@ pub struct Tuning {
     pub phrase_bonus: f32,
     /// What a match of a compound ending in the need's word counts ("link", "deeplink").
     pub compound_weight: f32,
+    /// What a word of a phrase that modifies the need's object counts ("from the main
+    /// branch", "for the payments schedule"), against the act and its object.
+    pub modifier_weight: f32,
 }
 
 impl Default for Tuning {
@@ -51,6 +54,7 @@ impl Default for Tuning {
             name_bonus: 0.5,
             phrase_bonus: 0.25,
             compound_weight: 0.5,
+            modifier_weight: 0.7,
         }
     }
 }

@@ -67,6 +67,11 @@ const KNOBS: &[Knob] = &[
         &[0.5, 1.0, 2.0, 3.0, 4.0],
     ),
     (
+        "modifier",
+        |t, v| t.modifier_weight = v,
+        &[0.4, 0.5, 0.6, 0.7, 0.85, 1.0],
+    ),
+    (
         "synonym",
         |t, v| t.synonym_weight = v,
         &[0.3, 0.45, 0.6, 0.8],
