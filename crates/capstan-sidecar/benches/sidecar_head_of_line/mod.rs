@@ -4,6 +4,10 @@
 //! byte at a time (`drip-calls`) — and, as the control, while the same two sessions call the
 //! upstreams directly: the load's CPU on the shared cores without the sidecar serving it.
 //!
+//! The small calls are made by both clients in turn while the busy sessions run: the rmcp
+//! client of this process, then `mcpload` (the Go SDK, its own process) — an outside client
+//! sees the same round.
+//!
 //! The small calls go to one upstream, the large ones to another and the slow ones to a third,
 //! so no upstream's own queue stands between them. The two busy sessions run on a runtime of
 //! their own (a thread of this process), so the measuring clients' tasks never wait behind
@@ -11,6 +15,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use capstan_testkit::mcpload_call;
 
 use super::*;
 
@@ -28,22 +34,29 @@ const LARGE_EVERY: Duration = Duration::from_millis(200);
 /// The slow provider sends its answer's bytes this far apart.
 const DRIP: &str = "drip-calls:1";
 
-/// The small calls' figures under each condition, with what the busy sessions got done.
-pub struct HeadOfLine {
+/// One client's small calls under each condition.
+pub struct Sides {
     pub alone: Side,
     pub beside_sidecar: Side,
     pub beside_direct: Side,
-    /// Large calls and slow answers completed beside the sidecar's rounds, and beside the
-    /// control's.
-    pub busy_sidecar: (usize, usize),
-    pub busy_direct: (usize, usize),
 }
 
-impl HeadOfLine {
+impl Sides {
     /// The small calls' p99 beside the busy sessions over alone: the goal's figure.
     pub fn p99_rise(&self) -> f64 {
         self.beside_sidecar.p99 / self.alone.p99
     }
+}
+
+/// The small calls' figures under each condition, per client, with what the busy sessions
+/// got done.
+pub struct HeadOfLine {
+    pub rmcp: Sides,
+    pub independent: Sides,
+    /// Large calls and slow answers completed beside the sidecar's rounds, and beside the
+    /// control's.
+    pub busy_sidecar: (usize, usize),
+    pub busy_direct: (usize, usize),
 }
 
 /// Where the busy sessions send their calls.
@@ -76,7 +89,9 @@ pub async fn head_of_line() -> HeadOfLine {
         large: large.url(),
         slow: slow.url("/mcp"),
     };
+    let outside = small_calls_args(&sidecar, &arguments);
     let mut rounds: [Vec<Stats>; 3] = Default::default();
+    let mut outside_rounds: [Vec<Stats>; 3] = Default::default();
     let mut busy = [(0, 0); 3];
     for _ in 0..HOL_ROUNDS {
         for (index, condition) in [Busy::None, Busy::Sidecar, Busy::Direct]
@@ -85,22 +100,52 @@ pub async fn head_of_line() -> HeadOfLine {
         {
             let background = BusySessions::start(condition, &targets).await;
             let (latencies, wall) = run(&clients, "one__echo", &arguments, SMALL_CALLS).await;
+            let report = tokio::task::block_in_place(|| mcpload_call(&outside));
             let (large, slow) = background.stop();
             busy[index].0 += large;
             busy[index].1 += slow;
             rounds[index].push(stats(latencies, wall));
+            let small = sidecar_independent::medians(&report, "sidecar");
+            outside_rounds[index].push(Stats {
+                p50: small.p50,
+                p99: small.p99,
+                throughput: small.throughput,
+            });
         }
     }
     for client in clients {
         let _ = client.cancel().await;
     }
-    HeadOfLine {
+    let sides = |rounds: &[Vec<Stats>; 3]| Sides {
         alone: side(&rounds[0]),
         beside_sidecar: side(&rounds[1]),
         beside_direct: side(&rounds[2]),
+    };
+    HeadOfLine {
+        rmcp: sides(&rounds),
+        independent: sides(&outside_rounds),
         busy_sidecar: busy[1],
         busy_direct: busy[2],
     }
+}
+
+/// `mcpload call`'s small calls: as many sessions and calls as the rmcp client's, one round
+/// (its sessions opened and warmed before it), through the sidecar.
+fn small_calls_args(sidecar: &Sidecar, arguments: &Value) -> Vec<String> {
+    vec![
+        "--header".into(),
+        "X-Capstan-Project: bench".into(),
+        "--args".into(),
+        arguments.to_string(),
+        "--target".into(),
+        sidecar_independent::sidecar_target("sidecar", sidecar, "echo", "2025-11-25"),
+        "--sessions".into(),
+        SMALL_SESSIONS.to_string(),
+        "--calls".into(),
+        SMALL_CALLS.to_string(),
+        "--rounds".into(),
+        "1".into(),
+    ]
 }
 
 /// Where the busy sessions' calls go: the sidecar's socket, or the upstreams directly.
@@ -233,33 +278,40 @@ pub fn report_head_of_line(out: &mut String, h: &HeadOfLine) {
          sending {} MiB request bodies (the cap) echoed back, five a second, one reading a \
          provider's answer that arrives a byte every millisecond; and, as the control, while those two call their \
          upstreams directly (the load's CPU on the shared cores, without the sidecar serving \
-         it). Medians of {HOL_ROUNDS} rounds, the conditions alternated.\n\n\
-         | condition | small calls p50 | p99 | p99 / alone | large calls | slow answers |\n\
-         |---|---|---|---|---|---|\n",
+         it). The same small calls from `mcpload` (the Go SDK) follow the rmcp client's in \
+         each round, beside the same busy sessions. Medians of {HOL_ROUNDS} rounds, the \
+         conditions alternated.\n\n\
+         | condition | client | small calls p50 | p99 | p99 / alone | large calls | slow answers |\n\
+         |---|---|---|---|---|---|---|\n",
         (LARGE_TEXT + 4096) / (1024 * 1024)
     ));
-    let rows = [
-        ("alone", &h.alone, None),
-        (
-            "beside the busy sessions, through the sidecar",
-            &h.beside_sidecar,
-            Some(h.busy_sidecar),
-        ),
-        (
-            "beside the busy sessions, direct (control)",
-            &h.beside_direct,
-            Some(h.busy_direct),
-        ),
-    ];
-    for (label, side, busy) in rows {
-        let (large, slow) = busy.map_or(("–".into(), "–".into()), |(l, s)| {
-            (l.to_string(), s.to_string())
-        });
-        out.push_str(&format!(
-            "| {label} | {:.3} ms | {:.3} ms | {:.2}× | {large} | {slow} |\n",
-            side.p50,
-            side.p99,
-            side.p99 / h.alone.p99,
-        ));
+    for (client, sides) in [
+        (sidecar_tracing::CLIENTS[0], &h.rmcp),
+        (sidecar_tracing::CLIENTS[1], &h.independent),
+    ] {
+        let rows = [
+            ("alone", &sides.alone, None),
+            (
+                "beside the busy sessions, through the sidecar",
+                &sides.beside_sidecar,
+                Some(h.busy_sidecar),
+            ),
+            (
+                "beside the busy sessions, direct (control)",
+                &sides.beside_direct,
+                Some(h.busy_direct),
+            ),
+        ];
+        for (label, side, busy) in rows {
+            let (large, slow) = busy.map_or(("–".into(), "–".into()), |(l, s)| {
+                (l.to_string(), s.to_string())
+            });
+            out.push_str(&format!(
+                "| {label} | {client} | {:.3} ms | {:.3} ms | {:.2}× | {large} | {slow} |\n",
+                side.p50,
+                side.p99,
+                side.p99 / sides.alone.p99,
+            ));
+        }
     }
 }

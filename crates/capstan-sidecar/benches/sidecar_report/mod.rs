@@ -285,7 +285,7 @@ const GOALS: &[Goal] = &[
         goal: "≤ 1.10×",
         limit: 1.10,
         lower_is_better: true,
-        value: |r, h| (h.head_of_line)(r).map(sidecar_head_of_line::HeadOfLine::p99_rise),
+        value: |r, h| (h.head_of_line)(r).map(sidecar_head_of_line::Sides::p99_rise),
     },
     Goal {
         name: "RSS per open session, 3 demo upstreams (1,000 open)",
@@ -308,7 +308,7 @@ struct Harness {
     /// Its pinned call rounds, where measured.
     pinned: fn(&Run) -> Option<&Figures>,
     /// Its head-of-line round, where measured.
-    head_of_line: fn(&Run) -> Option<&sidecar_head_of_line::HeadOfLine>,
+    head_of_line: fn(&Run) -> Option<&sidecar_head_of_line::Sides>,
 }
 
 /// The harnesses every goal is judged in.
@@ -317,13 +317,13 @@ const HARNESSES: [Harness; 2] = [
         client: sidecar_tracing::CLIENTS[0],
         figures: |r| &r.figures,
         pinned: |r| r.pinned.as_ref().map(|p| &p.rmcp),
-        head_of_line: |r| r.head_of_line.as_ref(),
+        head_of_line: |r| r.head_of_line.as_ref().map(|h| &h.rmcp),
     },
     Harness {
         client: sidecar_tracing::CLIENTS[1],
         figures: |r| &r.independent,
         pinned: |r| r.pinned.as_ref().map(|p| &p.independent),
-        head_of_line: |_| None,
+        head_of_line: |r| r.head_of_line.as_ref().map(|h| &h.independent),
     },
 ];
 
