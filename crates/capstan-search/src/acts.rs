@@ -68,6 +68,11 @@ const LIGHT_VERBS: &[&str] = &[
     "give", "take", "tell", "help", "try", "need", "have", "bring", "keep",
 ];
 
+/// Whether `term` (a stem) is a verb that opens a request without naming its act.
+pub(crate) fn is_light_verb(term: &str) -> bool {
+    LIGHT_VERBS.iter().any(|verb| text::stem(verb) == term)
+}
+
 /// The families (indexes into `FAMILIES`) of the act `term` (a stem) names.
 pub(crate) fn families(term: &str) -> &'static [u8] {
     static TABLE: OnceLock<HashMap<String, Vec<u8>>> = OnceLock::new();

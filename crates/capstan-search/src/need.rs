@@ -8,8 +8,12 @@
 //! main branch of our repository", "for the payments schedule", "about invoices"): those words
 //! qualify the object the act is for rather than name it, so they count less than the act and
 //! its object ("Read src/app.ts", "Check who is on call").
+//!
+//! A need that opens with a light verb ("Take an accessibility snapshot", "Give me a link")
+//! has its meaning in the noun that follows: the verb names no act (`acts.rs`) and is no term
+//! either, so it cannot match a tool that happens to name it (`browser_take_screenshot`).
 
-use crate::text;
+use crate::{acts, text};
 
 /// A term of a need and what a match on it counts.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,6 +84,10 @@ pub(crate) fn analyse(need: &str, modifier_weight: f32) -> Vec<NeedTerm> {
         }
         let own = if modifying { modifier_weight } else { 1.0 };
         for term in text::terms(chunk) {
+            if !begun && !literal && acts::is_light_verb(&term) {
+                begun = true;
+                continue;
+            }
             begun |= !literal;
             add(term, if literal { LITERAL_WEIGHT } else { own });
         }
@@ -268,6 +276,28 @@ mod tests {
                 ("issue", 1.0),
                 ("timeout", 0.7),
                 ("assign", 1.0)
+            ])
+        );
+    }
+
+    #[test]
+    fn an_opening_light_verb_should_be_no_term() {
+        assert_eq!(
+            weights("Take an accessibility snapshot"),
+            stemmed(&[("accessibility", 1.0), ("snapshot", 1.0)])
+        );
+        assert_eq!(
+            weights("Could you give me a link"),
+            stemmed(&[("link", 1.0)])
+        );
+        // Later in the need it is a word like any other.
+        assert_eq!(
+            weights("Snapshot the page, take a screenshot"),
+            stemmed(&[
+                ("snapshot", 1.0),
+                ("page", 1.0),
+                ("take", 1.0),
+                ("screenshot", 1.0)
             ])
         );
     }
