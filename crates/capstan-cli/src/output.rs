@@ -14,27 +14,34 @@ pub enum Format {
     Json,
 }
 
-/// `-o/--output`, flattened into each command's arguments.
+/// A command's formats, one of them JSON: [`Format`] for most, YAML and JSON for `pins`.
+pub trait Formats: clap::ValueEnum + Clone + PartialEq + Send + Sync + 'static {
+    /// The format a machine reads.
+    const JSON: Self;
+}
+
+impl Formats for Format {
+    const JSON: Self = Format::Json;
+}
+
+/// `-o/--output` in the formats `F`, flattened into each command's arguments.
 #[derive(Debug, clap::Args)]
-pub struct Output {
-    /// `table` for a person, `json` for a machine.
-    #[arg(
-        short = 'o',
-        long = "output",
-        value_enum,
-        default_value_t,
-        value_name = "FORMAT"
-    )]
-    format: Format,
+pub struct Output<F: Formats = Format> {
+    // No `default_value_t`: clap's derive keeps a default's text in one static shared by
+    // every `F`, so `pins` would default to `table`. Not given is the person's format.
+    /// The format: for a person when not given (the first of the possible values), `json`
+    /// for a machine.
+    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
+    format: Option<F>,
     /// The same as `-o json`, for scripts written before `-o` existed.
     #[arg(long, hide = true)]
     json: bool,
 }
 
-impl Output {
+impl<F: Formats> Output<F> {
     /// Whether a machine reads the output.
     pub fn is_json(&self) -> bool {
-        self.json || self.format == Format::Json
+        self.json || self.format == Some(F::JSON)
     }
 }
 

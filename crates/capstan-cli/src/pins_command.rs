@@ -12,7 +12,7 @@ use capstan_compose::limits::Limits;
 use capstan_compose::source::Document;
 use serde_json::{Value, json};
 
-use crate::output::print_json;
+use crate::output::{Formats, Output, print_json};
 use crate::sidecar_client::{Target, fail, fetch_json, project_name, runtime};
 
 /// `capstanctl pins`.
@@ -46,17 +46,8 @@ pub struct Args {
     #[arg(long, env = "CAPSTAN_PROJECT_HEADER", default_value = PROJECT_HEADER)]
     project_header: String,
     /// `yaml` to paste into `toolSelector.pins` after review, `json` for a machine.
-    #[arg(
-        short = 'o',
-        long = "output",
-        value_enum,
-        default_value_t,
-        value_name = "FORMAT"
-    )]
-    output: PinsFormat,
-    /// The same as `-o json`, for scripts written before `-o` existed.
-    #[arg(long, hide = true)]
-    json: bool,
+    #[command(flatten)]
+    output: Output<PinsFormat>,
 }
 
 /// Who reads `pins`' output: a person pasting YAML, or a machine.
@@ -67,6 +58,10 @@ pub enum PinsFormat {
     Yaml,
     /// One JSON document.
     Json,
+}
+
+impl Formats for PinsFormat {
+    const JSON: Self = PinsFormat::Json;
 }
 
 /// Exit status when a file cannot be read or parsed (as `capstanctl validate`).
@@ -85,7 +80,6 @@ pub fn run(args: &Args) -> ExitCode {
         token,
         project_header,
         output,
-        json,
     } = args;
     let bindings = match (file, project) {
         (Some(file), _) => {
@@ -118,7 +112,7 @@ pub fn run(args: &Args) -> ExitCode {
         // clap requires --project without --file.
         (None, None) => return fail("--project or --file is required"),
     };
-    if *json || *output == PinsFormat::Json {
+    if output.is_json() {
         print_json(&Value::Array(
             bindings.bindings.iter().map(json_view).collect(),
         ));
@@ -383,7 +377,31 @@ fn write_missing(out: &mut String, missing: &[Value], server: &str) {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    #[test]
+    fn pins_should_print_yaml_by_default_and_json_when_asked_never_a_table() {
+        #[derive(Debug, Parser)]
+        struct Command {
+            #[command(flatten)]
+            pins: Args,
+        }
+        let parse = |extra: &[&str]| {
+            let base = ["capstanctl", "--project", "demo-project"];
+            Command::try_parse_from(base.iter().chain(extra)).map(|c| c.pins.output.is_json())
+        };
+        assert_eq!(parse(&[]).map_err(|e| e.to_string()), Ok(false));
+        assert_eq!(parse(&["-o", "yaml"]).ok(), Some(false));
+        assert_eq!(parse(&["-o", "json"]).ok(), Some(true));
+        assert_eq!(parse(&["--json"]).ok(), Some(true));
+        let refused = parse(&["-o", "table"]).unwrap_err().to_string();
+        assert!(
+            refused.contains("[possible values: yaml, json]"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn the_pins_should_read_as_yaml_with_what_changed_to_review() {

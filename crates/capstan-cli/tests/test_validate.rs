@@ -32,6 +32,11 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// The document `-o json` printed.
+fn json_report(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(output)))
+}
+
 #[test]
 fn examples_should_validate_with_exit_zero() {
     let output = capstanctl(
@@ -192,8 +197,7 @@ fn json_output_should_carry_every_object_its_errors_and_the_same_exit_status() {
         None,
     );
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", stdout(&output)));
+    let report = json_report(&output);
     assert_eq!(report["valid"], 2);
     assert_eq!(report["invalid"], 1);
     let files = report["files"]
@@ -241,8 +245,7 @@ fn the_older_json_flag_should_still_mean_json_output() {
         None,
     );
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", stdout(&output)));
+    let report = json_report(&output);
     assert_eq!(
         (report["valid"].clone(), report["invalid"].clone()),
         (2.into(), 0.into())

@@ -428,18 +428,15 @@ async fn capstanctl_should_show_the_composition_and_call_a_tool() {
     assert_eq!(composition["bindings"][1]["degraded"], true);
     assert_eq!(composition["builtins"], json!(["load_skill"]));
 
-    let called = Command::new(&capstanctl)
-        .args([
-            "call",
-            "--socket",
-            socket,
-            "--project",
-            "demo-project",
-            "streamco__streams_get",
-            r#"{"name":"orders"}"#,
-        ])
-        .output()
-        .unwrap();
+    // `capstanctl call` against the sidecar, as demo-project.
+    let call = |args: &[&str]| {
+        Command::new(&capstanctl)
+            .args(["call", "--socket", socket, "--project", "demo-project"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let called = call(&["streamco__streams_get", r#"{"name":"orders"}"#]);
     assert!(
         called.status.success(),
         "{}",
@@ -448,36 +445,13 @@ async fn capstanctl_should_show_the_composition_and_call_a_tool() {
     let printed: Value = serde_json::from_slice(&called.stdout).unwrap();
     assert_eq!(printed["state"], "Healthy");
 
-    let refused = Command::new(&capstanctl)
-        .args([
-            "call",
-            "--socket",
-            socket,
-            "--project",
-            "demo-project",
-            "streamco__streams_get",
-            "{}",
-        ])
-        .output()
-        .unwrap();
+    let refused = call(&["streamco__streams_get", "{}"]);
     assert_eq!(refused.status.code(), Some(1));
     let refusal = String::from_utf8_lossy(&refused.stdout);
     assert!(refusal.starts_with("error: invalid_input: "), "{refusal}");
 
     // For a machine: the whole result, as the MCP client read it.
-    let as_json = Command::new(&capstanctl)
-        .args([
-            "call",
-            "--socket",
-            socket,
-            "--project",
-            "demo-project",
-            "-o",
-            "json",
-        ])
-        .args(["streamco__streams_get", "{}"])
-        .output()
-        .unwrap();
+    let as_json = call(&["-o", "json", "streamco__streams_get", "{}"]);
     assert_eq!(as_json.status.code(), Some(1));
     let result: Value = serde_json::from_slice(&as_json.stdout).unwrap();
     assert_eq!(result["isError"], true);
