@@ -33,6 +33,9 @@ pub struct Index {
     pub(crate) name_terms: Vec<Vec<u32>>,
     /// Per document, the adjacent term pairs of its name, titles and first sentence, sorted.
     pub(crate) pairs: Vec<Vec<(u32, u32)>>,
+    /// Per document, whether it takes input: a tool without arguments cannot be told which
+    /// object a need names.
+    pub(crate) takes_input: Vec<bool>,
     /// Per document, its service's id.
     pub(crate) doc_service: Vec<u32>,
     /// The services, by id.
@@ -49,6 +52,22 @@ pub(crate) const SERVICE_FIELDS: [Field; 6] = [
     Field::Service,
     Field::Context,
 ];
+
+/// Whether a tool with `schema` takes arguments: any property, or a schema that leaves them
+/// open (`additionalProperties` allowed, or no object schema at all).
+fn takes_input(schema: &serde_json::Value) -> bool {
+    let Some(schema) = schema.as_object() else {
+        return true;
+    };
+    let declared = schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+        .is_some_and(|p| !p.is_empty());
+    let open = schema
+        .get("additionalProperties")
+        .is_some_and(|a| a != &serde_json::Value::Bool(false));
+    declared || open
+}
 
 impl Index {
     /// Indexes `docs`; a document's position is its id in answers.
@@ -99,6 +118,7 @@ impl Index {
             };
             index.doc_service.push(service as u32);
             index.acts.push(acts::name_acts(&doc.tool));
+            index.takes_input.push(takes_input(&doc.input_schema));
         }
         index.sorted_terms = index.terms.iter().map(|(t, &id)| (t.clone(), id)).collect();
         index.sorted_terms.sort_unstable();

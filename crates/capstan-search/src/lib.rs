@@ -16,9 +16,6 @@ pub mod thesaurus;
 /// What a need asks to be done, and whether a tool does it.
 mod acts;
 
-/// A need as weighted terms.
-mod need;
-
 /// A tool as fields of terms.
 pub mod document;
 
@@ -27,6 +24,9 @@ pub mod index;
 
 /// The knobs of ranking.
 pub mod tuning;
+
+/// A need as weighted terms.
+mod need;
 
 /// One caller's view of the index and its statistics.
 mod view;

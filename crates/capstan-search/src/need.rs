@@ -13,6 +13,7 @@
 //! has its meaning in the noun that follows: the verb names no act (`acts.rs`) and is no term
 //! either, so it cannot match a tool that happens to name it (`browser_take_screenshot`).
 
+use crate::tuning::Tuning;
 use crate::{acts, text};
 
 /// A term of a need and what a match on it counts.
@@ -20,12 +21,15 @@ use crate::{acts, text};
 pub(crate) struct NeedTerm {
     pub term: String,
     pub weight: f32,
+    /// Whether the term also matches the other words of its thesaurus groups: not when an act
+    /// word says a state after "is" / "are" ("threads that are open" are not created or read).
+    pub expand: bool,
+    /// Whether the term is a literal's (a name of an object: a value a tool must be given).
+    pub literal: bool,
 }
 
 /// What a literal's own words count, against a word of the need's own.
 pub(crate) const LITERAL_WEIGHT: f32 = 0.3;
-/// What the word a literal's shape implies counts ("file" for a path).
-pub(crate) const SHAPE_WEIGHT: f32 = 0.5;
 
 /// The words that open a modifying phrase. "to" is one only after the need's first word of
 /// its own: before it, it opens the act ("how to merge", "I want to close").
@@ -36,6 +40,11 @@ const PREPOSITIONS: &[&str] = &[
 
 /// Words and marks that end a modifying phrase: a new clause or step begins.
 const CLAUSE_ENDS: &[&str] = &["and", "then", "-", "–", "—"];
+
+/// The forms of "be": an act word after one says a state ("are open", "is merged").
+const COPULAS: &[&str] = &[
+    "is", "are", "was", "were", "be", "been", "being", "isn't", "aren't", "wasn't", "weren't",
+];
 
 /// The adjacent pairs of the need's own words (literals and function words apart), in order:
 /// "pull request", "secret scanning".
@@ -60,45 +69,91 @@ pub(crate) fn pairs(need: &str) -> Vec<(String, String)> {
 }
 
 /// The terms of `need`, each distinct term once, at the highest weight it occurs with, in
-/// order of first occurrence: a word of a modifying phrase at `modifier_weight`.
-pub(crate) fn analyse(need: &str, modifier_weight: f32) -> Vec<NeedTerm> {
+/// order of first occurrence: a word of a modifying phrase at the tuning's
+/// `modifier_weight`, the kind a literal's shape implies at its `shape_weight` of the place
+/// the literal stands in.
+pub(crate) fn analyse(need: &str, tuning: &Tuning) -> Vec<NeedTerm> {
     let mut terms: Vec<NeedTerm> = Vec::new();
-    let mut add = |term: String, weight: f32| match terms.iter_mut().find(|t| t.term == term) {
-        Some(known) => known.weight = known.weight.max(weight),
-        None => terms.push(NeedTerm { term, weight }),
+    let mut add = |term: String, weight: f32, expand: bool, literal: bool| match terms
+        .iter_mut()
+        .find(|t| t.term == term)
+    {
+        Some(known) => {
+            known.weight = known.weight.max(weight);
+            known.expand |= expand;
+            known.literal &= literal;
+        }
+        None => terms.push(NeedTerm {
+            term,
+            weight,
+            expand,
+            literal,
+        }),
     };
     let mut modifying = false;
     let mut begun = false;
-    for (chunk, quoted) in chunks(need) {
+    // At the need's start or a new step's ("… and tell me what it returns").
+    let mut opening = true;
+    let mut copula = false;
+    let chunks = chunks(need);
+    for (at, &(chunk, quoted)) in chunks.iter().enumerate() {
         let shape = if quoted { None } else { literal_shape(chunk) };
         let literal = quoted || shape.is_some();
+        let word = chunk
+            .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+            .to_lowercase();
         if !quoted {
-            let word = chunk
-                .trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase();
             if CLAUSE_ENDS.contains(&word.as_str()) || CLAUSE_ENDS.contains(&chunk) {
                 modifying = false;
+                opening = true;
             } else if begun && PREPOSITIONS.contains(&word.as_str()) {
                 modifying = true;
             }
         }
-        let own = if modifying { modifier_weight } else { 1.0 };
-        for term in text::terms(chunk) {
-            if !begun && !literal && acts::is_light_verb(&term) {
+        let own = if modifying {
+            tuning.modifier_weight
+        } else {
+            1.0
+        };
+        let terms_here = text::terms(chunk);
+        let state = copula && !literal;
+        for term in &terms_here {
+            if opening && !literal && acts::is_light_verb(term) {
                 begun = true;
+                opening = false;
                 continue;
             }
             begun |= !literal;
-            add(term, if literal { LITERAL_WEIGHT } else { own });
+            opening = false;
+            let expand = !state || acts::families(term).is_empty();
+            let weight = if literal { LITERAL_WEIGHT } else { own };
+            add(term.clone(), weight, expand, literal);
         }
+        // After a form of "be", the first word of meaning says a state.
+        copula = !quoted && COPULAS.contains(&word.as_str()) || copula && terms_here.is_empty();
         if !quoted && chunk.ends_with([',', ';', ':', '.', '?', '!']) {
             modifying = false;
         }
-        if let Some(Shape::Kind(kind)) = shape {
-            add(text::stem(kind), SHAPE_WEIGHT);
+        if let Some(Shape::Kind(kind)) = shape
+            && !names_a_head(chunk, chunks.get(at + 1))
+        {
+            add(text::stem(kind), own * tuning.shape_weight, true, false);
         }
     }
     terms
+}
+
+/// Whether the literal `chunk` modifies the noun that follows it ("the next.js repo", "the
+/// app.db database"): the need then says the object's kind itself, and the literal's shape
+/// does not.
+fn names_a_head(chunk: &str, next: Option<&(&str, bool)>) -> bool {
+    let Some(&(next, quoted)) = next else {
+        return false;
+    };
+    !quoted
+        && !chunk.ends_with([',', ';', ':', '.', '?', '!'])
+        && literal_shape(next).is_none()
+        && !text::terms(next).is_empty()
 }
 
 /// The whitespace-separated chunks of `need`, a quoted span ('…', "…", `…`) as one chunk
@@ -173,18 +228,36 @@ fn literal_shape(chunk: &str) -> Option<Shape> {
     marked.then_some(Shape::Name)
 }
 
-/// Whether `chunk` ends in a file extension: a dot after a name, then one to five letters or
-/// digits, at least one a letter.
+/// The file extensions a path is told by. A dot alone does not make a file: `document.title`
+/// is an expression, `example.com` a host, `next.js` a project's name; so the extension is one
+/// of the common kinds of file people name, general knowledge like the stop list.
+#[rustfmt::skip]
+const EXTENSIONS: &[&str] = &[
+    // text, data and configuration
+    "txt", "md", "rst", "adoc", "csv", "tsv", "json", "jsonl", "ndjson", "yaml", "yml", "toml",
+    "ini", "cfg", "conf", "env", "xml", "properties", "lock", "log", "sql", "db", "sqlite",
+    "parquet", "avro", "proto",
+    // code
+    "rs", "go", "py", "ipynb", "rb", "java", "kt", "scala", "c", "h", "cc", "cpp", "hpp", "cs",
+    "swift", "m", "php", "pl", "lua", "r", "js", "mjs", "cjs", "jsx", "ts", "tsx", "vue",
+    "svelte", "sh", "bash", "zsh", "ps1", "bat", "tf", "hcl", "gradle", "dockerfile",
+    // web and documents
+    "html", "htm", "css", "scss", "svg", "pdf", "doc", "docx", "xls", "xlsx", "ppt", "pptx",
+    // images, media and archives
+    "png", "jpg", "jpeg", "gif", "webp", "ico", "mp3", "mp4", "wav", "zip", "tar", "gz", "tgz",
+    "bz2", "xz", "jar", "whl",
+];
+
+/// Whether `chunk` ends in a file extension: a dot after a name, then one of
+/// [`EXTENSIONS`], in any case.
 fn has_extension(chunk: &str) -> bool {
     let Some((name, extension)) = chunk.rsplit_once('.') else {
         return false;
     };
     !name.is_empty()
         && !name.ends_with('.')
-        && (1..=5).contains(&extension.len())
-        && extension.chars().all(|c| c.is_ascii_alphanumeric())
-        && extension.chars().any(|c| c.is_ascii_alphabetic())
         && !name.contains("://")
+        && EXTENSIONS.contains(&extension.to_ascii_lowercase().as_str())
 }
 
 #[cfg(test)]
@@ -192,7 +265,7 @@ mod tests {
     use super::*;
 
     fn weights(need: &str) -> Vec<(String, f32)> {
-        analyse(need, 0.7)
+        analyse(need, &Tuning::default())
             .into_iter()
             .map(|t| (t.term, t.weight))
             .collect()
@@ -212,7 +285,7 @@ mod tests {
                 ("app", 0.3),
                 ("config", 0.3),
                 ("yaml", 0.3),
-                ("file", 0.5)
+                ("file", 0.7)
             ])
         );
     }
@@ -227,7 +300,7 @@ mod tests {
                 ("example", 0.3),
                 ("com", 0.3),
                 ("news", 0.3),
-                ("url", 0.5),
+                ("url", 0.7),
                 ("browser", 0.7)
             ])
         );
@@ -256,7 +329,7 @@ mod tests {
                 ("src", 0.3),
                 ("app", 0.3),
                 ("ts", 0.3),
-                ("file", 0.5),
+                ("file", 0.7),
                 ("main", 0.7),
                 ("branch", 0.7),
                 ("repo", 0.7),
@@ -299,6 +372,66 @@ mod tests {
                 ("take", 1.0),
                 ("screenshot", 1.0)
             ])
+        );
+    }
+
+    #[test]
+    fn a_literal_should_ask_for_its_kind_only_where_the_need_does_not_name_it() {
+        // A modifying phrase's literal asks for its kind as its own words there would.
+        assert_eq!(
+            weights("Diff it with ./notes.txt"),
+            stemmed(&[
+                ("diff", 1.0),
+                ("notes", 0.3),
+                ("txt", 0.3),
+                ("file", 0.7 * 0.7)
+            ])
+        );
+        // The noun after a literal is its kind ("the next.js repo", not a file).
+        assert_eq!(
+            weights("Open issues in the vercel/next.js repo"),
+            stemmed(&[
+                ("open", 1.0),
+                ("issues", 1.0),
+                ("vercel", 0.3),
+                ("next", 0.3),
+                ("js", 0.3),
+                ("repo", 0.7)
+            ])
+        );
+        // A dot alone makes no file: an expression, a host.
+        assert_eq!(
+            weights("Evaluate document.title on example.com"),
+            stemmed(&[
+                ("evaluate", 1.0),
+                ("document", 0.3),
+                ("title", 0.3),
+                ("example", 0.3),
+                ("com", 0.3)
+            ])
+        );
+    }
+
+    #[test]
+    fn an_act_word_after_be_should_say_a_state_and_match_only_itself() {
+        let expand = |need: &str, word: &str| {
+            analyse(need, &Tuning::default())
+                .into_iter()
+                .find(|t| t.term == text::stem(word))
+                .map(|t| t.expand)
+        };
+        assert_eq!(expand("Which threads are open?", "open"), Some(false));
+        assert_eq!(expand("Which threads are not open?", "open"), Some(false));
+        assert_eq!(expand("Open the thread", "open"), Some(true));
+        // Only an act word says a state: other words keep their groups.
+        assert_eq!(expand("Which pods are failing?", "failing"), Some(true));
+    }
+
+    #[test]
+    fn a_light_verb_opening_a_later_step_should_be_no_term_either() {
+        assert_eq!(
+            weights("Run the script and tell me what it returns"),
+            stemmed(&[("run", 1.0), ("script", 1.0), ("returns", 1.0)])
         );
     }
 

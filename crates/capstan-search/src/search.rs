@@ -41,6 +41,9 @@ pub struct Answer {
 struct Concept {
     alternatives: Vec<(u32, f32)>,
     idf: f32,
+    /// Whether it names an object a tool must be given: a literal's word, or a word of the
+    /// need's own no visible tool holds ("anything about invoices").
+    value: bool,
 }
 
 /// Per document, its lexical score and the information of the need it covers.
@@ -81,50 +84,70 @@ impl Index {
     }
 }
 
-/// The concepts of `need`, one per distinct term, in order. A term no visible document holds
-/// is matched by the longer terms it begins, if long enough.
+/// The concepts of `need`, one per distinct term, in order.
 fn concepts(view: &View, tuning: &Tuning, need: &str) -> Vec<Concept> {
+    need::analyse(need, tuning)
+        .into_iter()
+        .map(|term| concept(view, tuning, term))
+        .collect()
+}
+
+/// One term of a need as a concept: the term, the other words of its thesaurus groups (unless
+/// it says a state), the compounds it ends, and — when no visible document holds it — the
+/// longer terms it begins, if long enough.
+fn concept(view: &View, tuning: &Tuning, need_term: NeedTerm) -> Concept {
+    let NeedTerm {
+        term,
+        weight,
+        expand,
+        literal,
+    } = need_term;
     let index = view.index;
     let known = |term: &str| {
         index
             .term_id(term)
             .filter(|&id| view.document_frequency(id) > 0)
     };
-    let unknown_idf = view.idf(0);
-    need::analyse(need, tuning.modifier_weight)
-        .into_iter()
-        .map(|NeedTerm { term, weight }| {
-            let mut alternatives = Vec::new();
-            let own = known(&term);
-            if let Some(id) = own {
-                alternatives.push((id, weight));
-            } else if term.chars().count() >= tuning.min_prefix {
-                let prefix = weight * tuning.prefix_weight;
-                alternatives.extend(index.terms_with_prefix(&term).map(|id| (id, prefix)));
+    let mut alternatives = Vec::new();
+    let own = known(&term);
+    if let Some(id) = own {
+        alternatives.push((id, weight));
+    } else if term.chars().count() >= tuning.min_prefix {
+        let prefix = weight * tuning.prefix_weight;
+        alternatives.extend(index.terms_with_prefix(&term).map(|id| (id, prefix)));
+    }
+    if term.chars().count() >= tuning.min_prefix && tuning.compound_weight > 0.0 {
+        // The compounds the term ends ("link" in "deeplink", "call" in "oncall").
+        let compound = weight * tuning.compound_weight;
+        for id in index.compounds_ending(&term) {
+            if !alternatives.iter().any(|&(a, _)| a == id) {
+                alternatives.push((id, compound));
             }
-            if term.chars().count() >= tuning.min_prefix && tuning.compound_weight > 0.0 {
-                // The compounds the term ends ("link" in "deeplink", "call" in "oncall").
-                let compound = weight * tuning.compound_weight;
-                for id in index.compounds_ending(&term) {
-                    if !alternatives.iter().any(|&(a, _)| a == id) {
-                        alternatives.push((id, compound));
-                    }
-                }
-            }
-            for other in thesaurus::alternatives(&term) {
-                if let Some(id) = known(other)
-                    && !alternatives.iter().any(|&(a, _)| a == id)
-                {
-                    alternatives.push((id, weight * tuning.synonym_weight));
-                }
-            }
-            let idf = own.map_or(unknown_idf, |id| view.idf(view.document_frequency(id)));
-            Concept {
-                alternatives,
-                idf: idf * weight,
-            }
-        })
-        .collect()
+        }
+    }
+    let others = if expand {
+        thesaurus::alternatives(&term)
+    } else {
+        &[]
+    };
+    for other in others {
+        if let Some(id) = known(other)
+            && !alternatives.iter().any(|&(a, _)| a == id)
+        {
+            alternatives.push((id, weight * tuning.synonym_weight));
+        }
+    }
+    let idf = own.map_or(view.idf(0), |id| view.idf(view.document_frequency(id)));
+    // Judged on what the caller sees: a prefix or compound held only by tools it may not
+    // call must not make the need's word known (the view answers as its tools alone would).
+    let unheld = alternatives
+        .iter()
+        .all(|&(id, _)| view.document_frequency(id) == 0);
+    Concept {
+        value: literal || unheld,
+        alternatives,
+        idf: idf * weight,
+    }
 }
 
 /// Each visible document's BM25F score for the concepts (the best alternative of each), plus
@@ -206,6 +229,7 @@ fn judged(
         .filter_map(|(a, b)| Some((index.term_id(a)?, index.term_id(b)?)))
         .collect();
     let requested = acts::requested(need);
+    let names_a_value = concepts.iter().any(|c| c.value);
     (0..view.len())
         .filter(|&doc| lexical.scores[doc] > 0.0 && view.sees(doc))
         .map(|doc| {
@@ -227,9 +251,14 @@ fn judged(
                 held.count() as f32 / pairs.len() as f32
             };
             let act = if serves { 1.0 } else { tuning.other_act };
+            let input = if names_a_value && !index.takes_input[doc] {
+                tuning.no_input
+            } else {
+                1.0
+            };
             Hit {
                 doc,
-                score: lexical.scores[doc] * act * (1.0 + tuning.phrase_bonus * phrases),
+                score: lexical.scores[doc] * act * input * (1.0 + tuning.phrase_bonus * phrases),
                 coverage: if information > 0.0 {
                     lexical.covered[doc] / information
                 } else {

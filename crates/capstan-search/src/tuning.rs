@@ -36,6 +36,12 @@ pub struct Tuning {
     /// What a word of a phrase that modifies the need's object counts ("from the main
     /// branch", "for the payments schedule"), against the act and its object.
     pub modifier_weight: f32,
+    /// What the word a literal's shape implies ("file" for a path) counts, against a word of
+    /// the need's own in the literal's place.
+    pub shape_weight: f32,
+    /// What the score of a tool that takes no arguments is multiplied by when the need names
+    /// an object (a literal, or a word no tool holds): the tool cannot be told which.
+    pub no_input: f32,
 }
 
 impl Default for Tuning {
@@ -55,6 +61,8 @@ impl Default for Tuning {
             phrase_bonus: 0.25,
             compound_weight: 0.5,
             modifier_weight: 0.7,
+            shape_weight: 0.7,
+            no_input: 0.8,
         }
     }
 }

@@ -72,6 +72,16 @@ const KNOBS: &[Knob] = &[
         &[0.4, 0.5, 0.6, 0.7, 0.85, 1.0],
     ),
     (
+        "shape",
+        |t, v| t.shape_weight = v,
+        &[0.3, 0.5, 0.7, 0.85, 1.0],
+    ),
+    (
+        "no_input",
+        |t, v| t.no_input = v,
+        &[0.6, 0.7, 0.8, 0.9, 1.0],
+    ),
+    (
         "synonym",
         |t, v| t.synonym_weight = v,
         &[0.3, 0.45, 0.6, 0.8],
