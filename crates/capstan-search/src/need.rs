@@ -26,6 +26,9 @@ pub(crate) struct NeedTerm {
     pub expand: bool,
     /// Whether the term is a literal's (a name of an object: a value a tool must be given).
     pub literal: bool,
+    /// Whether every occurrence is in a modifying phrase ("about invoices"): where an object
+    /// the act is for is named.
+    pub modifying: bool,
 }
 
 /// What a literal's own words count, against a word of the need's own.
@@ -74,21 +77,14 @@ pub(crate) fn pairs(need: &str) -> Vec<(String, String)> {
 /// the literal stands in.
 pub(crate) fn analyse(need: &str, tuning: &Tuning) -> Vec<NeedTerm> {
     let mut terms: Vec<NeedTerm> = Vec::new();
-    let mut add = |term: String, weight: f32, expand: bool, literal: bool| match terms
-        .iter_mut()
-        .find(|t| t.term == term)
-    {
+    let mut add = |new: NeedTerm| match terms.iter_mut().find(|t| t.term == new.term) {
         Some(known) => {
-            known.weight = known.weight.max(weight);
-            known.expand |= expand;
-            known.literal &= literal;
+            known.weight = known.weight.max(new.weight);
+            known.expand |= new.expand;
+            known.literal &= new.literal;
+            known.modifying &= new.modifying;
         }
-        None => terms.push(NeedTerm {
-            term,
-            weight,
-            expand,
-            literal,
-        }),
+        None => terms.push(new),
     };
     let mut modifying = false;
     let mut begun = false;
@@ -125,9 +121,13 @@ pub(crate) fn analyse(need: &str, tuning: &Tuning) -> Vec<NeedTerm> {
             }
             begun |= !literal;
             opening = false;
-            let expand = !state || acts::families(term).is_empty();
-            let weight = if literal { LITERAL_WEIGHT } else { own };
-            add(term.clone(), weight, expand, literal);
+            add(NeedTerm {
+                term: term.clone(),
+                weight: if literal { LITERAL_WEIGHT } else { own },
+                expand: !state || acts::families(term).is_empty(),
+                literal,
+                modifying,
+            });
         }
         // After a form of "be", the first word of meaning says a state.
         copula = !quoted && COPULAS.contains(&word.as_str()) || copula && terms_here.is_empty();
@@ -137,7 +137,13 @@ pub(crate) fn analyse(need: &str, tuning: &Tuning) -> Vec<NeedTerm> {
         if let Some(Shape::Kind(kind)) = shape
             && !names_a_head(chunk, chunks.get(at + 1))
         {
-            add(text::stem(kind), own * tuning.shape_weight, true, false);
+            add(NeedTerm {
+                term: text::stem(kind),
+                weight: own * tuning.shape_weight,
+                expand: true,
+                literal: false,
+                modifying,
+            });
         }
     }
     terms

@@ -41,8 +41,9 @@ pub struct Answer {
 struct Concept {
     alternatives: Vec<(u32, f32)>,
     idf: f32,
-    /// Whether it names an object a tool must be given: a literal's word, or a word of the
-    /// need's own no visible tool holds ("anything about invoices").
+    /// Whether it names an object a tool must be given: a literal's word, or a word of a
+    /// modifying phrase no visible tool holds ("anything about invoices"). A word no tool
+    /// holds elsewhere is as likely the person's idiom ("lag behind").
     value: bool,
 }
 
@@ -101,6 +102,7 @@ fn concept(view: &View, tuning: &Tuning, need_term: NeedTerm) -> Concept {
         weight,
         expand,
         literal,
+        modifying,
     } = need_term;
     let index = view.index;
     let known = |term: &str| {
@@ -144,7 +146,7 @@ fn concept(view: &View, tuning: &Tuning, need_term: NeedTerm) -> Concept {
         .iter()
         .all(|&(id, _)| view.document_frequency(id) == 0);
     Concept {
-        value: literal || unheld,
+        value: literal || modifying && unheld,
         alternatives,
         idf: idf * weight,
     }

@@ -207,15 +207,23 @@ fn a_word_should_find_the_compound_it_ends() {
 
 #[test]
 fn a_tool_without_arguments_should_yield_when_the_need_names_an_object() {
-    // Two tools alike but for their arguments; by name, the one without comes first.
+    // Two tools alike but for their arguments; by name, the one without comes first, and
+    // stays first when the need names nothing a tool must be told.
     let index = Index::build(vec![
         tool("notes", "notes_dump", "The notebook's notes.", &[]),
         tool("notes", "notes_query", "The notebook's notes.", &["of"]),
     ]);
-    assert_eq!(
-        names(&index, "the notebook's notes", |_| true)[0],
-        "notes__notes_dump"
-    );
+    // Nor does a word no tool holds outside a modifying phrase: as likely the person's idiom.
+    for need in [
+        "the notebook's notes",
+        "the notebook's notes lagging behind",
+    ] {
+        assert_eq!(
+            names(&index, need, |_| true)[0],
+            "notes__notes_dump",
+            "{need}"
+        );
+    }
     // "invoices" is a word no tool holds: something to look for, which only a tool with
     // arguments can be told; so is a literal.
     for need in [
