@@ -70,7 +70,11 @@ const LIGHT_VERBS: &[&str] = &[
 
 /// Whether `term` (a stem) is a verb that opens a request without naming its act.
 pub(crate) fn is_light_verb(term: &str) -> bool {
-    LIGHT_VERBS.iter().any(|verb| text::stem(verb) == term)
+    static STEMS: OnceLock<Vec<String>> = OnceLock::new();
+    STEMS
+        .get_or_init(|| LIGHT_VERBS.iter().map(|verb| text::stem(verb)).collect())
+        .iter()
+        .any(|stem| stem == term)
 }
 
 /// The families (indexes into `FAMILIES`) of the act `term` (a stem) names.

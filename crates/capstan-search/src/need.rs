@@ -91,10 +91,10 @@ pub(crate) fn analyse(need: &str, tuning: &Tuning) -> Vec<NeedTerm> {
     // At the need's start or a new step's ("… and tell me what it returns").
     let mut opening = true;
     let mut copula = false;
-    let chunks = chunks(need);
-    for (at, &(chunk, quoted)) in chunks.iter().enumerate() {
-        let shape = if quoted { None } else { literal_shape(chunk) };
-        let literal = quoted || shape.is_some();
+    let chunks: Vec<Chunk> = chunks(need).into_iter().map(Chunk::new).collect();
+    for (at, here) in chunks.iter().enumerate() {
+        let (chunk, quoted) = (here.text, here.quoted);
+        let literal = quoted || here.shape.is_some();
         let word = chunk
             .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
             .to_lowercase();
@@ -111,9 +111,8 @@ pub(crate) fn analyse(need: &str, tuning: &Tuning) -> Vec<NeedTerm> {
         } else {
             1.0
         };
-        let terms_here = text::terms(chunk);
         let state = copula && !literal;
-        for term in &terms_here {
+        for term in &here.terms {
             if opening && !literal && acts::is_light_verb(term) {
                 begun = true;
                 opening = false;
@@ -130,12 +129,12 @@ pub(crate) fn analyse(need: &str, tuning: &Tuning) -> Vec<NeedTerm> {
             });
         }
         // After a form of "be", the first word of meaning says a state.
-        copula = !quoted && COPULAS.contains(&word.as_str()) || copula && terms_here.is_empty();
-        if !quoted && chunk.ends_with([',', ';', ':', '.', '?', '!']) {
+        copula = !quoted && COPULAS.contains(&word.as_str()) || copula && here.terms.is_empty();
+        if !quoted && ends_clause(chunk) {
             modifying = false;
         }
-        if let Some(Shape::Kind(kind)) = shape
-            && !names_a_head(chunk, chunks.get(at + 1))
+        if let Some(Shape::Kind(kind)) = here.shape
+            && !names_a_head(here, chunks.get(at + 1))
         {
             add(NeedTerm {
                 term: text::stem(kind),
@@ -149,17 +148,38 @@ pub(crate) fn analyse(need: &str, tuning: &Tuning) -> Vec<NeedTerm> {
     terms
 }
 
+/// One whitespace-separated chunk of a need, analysed once.
+struct Chunk<'a> {
+    text: &'a str,
+    quoted: bool,
+    /// Its shape when it is an unquoted literal.
+    shape: Option<Shape>,
+    terms: Vec<String>,
+}
+
+impl<'a> Chunk<'a> {
+    fn new((text, quoted): (&'a str, bool)) -> Self {
+        Chunk {
+            text,
+            quoted,
+            shape: if quoted { None } else { literal_shape(text) },
+            terms: text::terms(text),
+        }
+    }
+}
+
+/// Whether `chunk` ends a clause: a mark after it ("config.yaml," "it.").
+fn ends_clause(chunk: &str) -> bool {
+    chunk.ends_with([',', ';', ':', '.', '?', '!'])
+}
+
 /// Whether the literal `chunk` modifies the noun that follows it ("the next.js repo", "the
 /// app.db database"): the need then says the object's kind itself, and the literal's shape
 /// does not.
-fn names_a_head(chunk: &str, next: Option<&(&str, bool)>) -> bool {
-    let Some(&(next, quoted)) = next else {
-        return false;
-    };
-    !quoted
-        && !chunk.ends_with([',', ';', ':', '.', '?', '!'])
-        && literal_shape(next).is_none()
-        && !text::terms(next).is_empty()
+fn names_a_head(chunk: &Chunk, next: Option<&Chunk>) -> bool {
+    next.is_some_and(|next| {
+        !next.quoted && next.shape.is_none() && !next.terms.is_empty() && !ends_clause(chunk.text)
+    })
 }
 
 /// The whitespace-separated chunks of `need`, a quoted span ('…', "…", `…`) as one chunk

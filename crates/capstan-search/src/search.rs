@@ -105,23 +105,28 @@ fn concept(view: &View, tuning: &Tuning, need_term: NeedTerm) -> Concept {
         modifying,
     } = need_term;
     let index = view.index;
-    let known = |term: &str| {
-        index
-            .term_id(term)
-            .filter(|&id| view.document_frequency(id) > 0)
-    };
+    // Only terms the caller's tools hold: a term, prefix or compound held only by tools it may
+    // not call neither scores nor makes the need's word known (the view answers as its tools
+    // alone would).
+    let seen = |id: &u32| view.document_frequency(*id) > 0;
+    let known = |term: &str| index.term_id(term).filter(seen);
     let mut alternatives = Vec::new();
     let own = known(&term);
     if let Some(id) = own {
         alternatives.push((id, weight));
     } else if term.chars().count() >= tuning.min_prefix {
         let prefix = weight * tuning.prefix_weight;
-        alternatives.extend(index.terms_with_prefix(&term).map(|id| (id, prefix)));
+        alternatives.extend(
+            index
+                .terms_with_prefix(&term)
+                .filter(seen)
+                .map(|id| (id, prefix)),
+        );
     }
     if term.chars().count() >= tuning.min_prefix && tuning.compound_weight > 0.0 {
         // The compounds the term ends ("link" in "deeplink", "call" in "oncall").
         let compound = weight * tuning.compound_weight;
-        for id in index.compounds_ending(&term) {
+        for id in index.compounds_ending(&term).filter(seen) {
             if !alternatives.iter().any(|&(a, _)| a == id) {
                 alternatives.push((id, compound));
             }
@@ -140,13 +145,8 @@ fn concept(view: &View, tuning: &Tuning, need_term: NeedTerm) -> Concept {
         }
     }
     let idf = own.map_or(view.idf(0), |id| view.idf(view.document_frequency(id)));
-    // Judged on what the caller sees: a prefix or compound held only by tools it may not
-    // call must not make the need's word known (the view answers as its tools alone would).
-    let unheld = alternatives
-        .iter()
-        .all(|&(id, _)| view.document_frequency(id) == 0);
     Concept {
-        value: literal || modifying && unheld,
+        value: literal || modifying && alternatives.is_empty(),
         alternatives,
         idf: idf * weight,
     }
